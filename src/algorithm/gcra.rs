@@ -1,0 +1,188 @@
+use std::time::Duration;
+
+use super::{Algorithm, Outcome};
+use crate::{Decision, Quota};
+
+/// The Generic Cell Rate Algorithm: a leaky bucket kept as one number per key.
+///
+/// The state is the key's *theoretical arrival time* (TAT): when the key would be back to
+/// fresh if no more requests came. With emission interval `T = period / limit` and tolerance
+/// `τ = T × burst`, a request of cost `n` at `now` gives `new_tat = max(tat, now) + n·T` and is
+/// allowed iff `new_tat − now ≤ τ`. A denial leaves the state unchanged, so a client that keeps
+/// knocking does not push its own reset further out.
+///
+/// The reported figures follow from the TAT after the decision: `reset_after = tat − now`,
+/// `remaining = ⌊(τ − reset_after) / T⌋`; a denied request may retry after
+/// `new_tat − τ − now`, or never, when `n·T > τ`.
+///
+/// `burst` here is the number of requests a fresh key may make at once (throttled's
+/// `MaxBurst + 1`, redis-cell's `limit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gcra {
+    /// Emission interval `T`, in nanoseconds.
+    interval: u64,
+    /// Tolerance `τ = T × burst`, in nanoseconds.
+    tolerance: u64,
+    burst: u64,
+}
+
+impl Gcra {
+    /// The algorithm for `quota`.
+    pub fn new(quota: &Quota) -> Self {
+        let interval = quota.emission_interval_ns();
+        // `Quota` guarantees that `interval * burst` fits in a u64.
+        let tolerance = interval.saturating_mul(quota.burst());
+        Self {
+            interval,
+            tolerance,
+            burst: quota.burst(),
+        }
+    }
+
+    /// The emission interval `T` in nanoseconds.
+    pub fn interval_nanos(&self) -> u64 {
+        self.interval
+    }
+
+    /// The tolerance `τ = T × burst` in nanoseconds.
+    pub fn tolerance_nanos(&self) -> u64 {
+        self.tolerance
+    }
+
+    fn standing(&self, tat: u64, now: u64) -> (u64, u64) {
+        let reset_after = tat.saturating_sub(now);
+        let remaining = self.tolerance.saturating_sub(reset_after) / self.interval;
+        (reset_after, remaining)
+    }
+}
+
+impl Algorithm for Gcra {
+    /// The theoretical arrival time in nanoseconds; 0 is fresh.
+    type State = u64;
+
+    #[inline]
+    fn check(&self, &tat: &u64, now: u64, cost: u64) -> Outcome<u64> {
+        let (reset_after, remaining) = self.standing(tat, now);
+        let deny = |retry_after| {
+            let decision = Decision::deny(self.burst, remaining, Duration::from_nanos(reset_after), retry_after);
+            Outcome::new(decision, None)
+        };
+        // A cost above the burst can never pass, however long the client waits.
+        let Some(increment) = cost.checked_mul(self.interval).filter(|&i| i <= self.tolerance) else {
+            return deny(None);
+        };
+        // Overflow is only possible some 584 years after the clock's origin; deny rather than wrap.
+        let Some(new_tat) = tat.max(now).checked_add(increment) else {
+            return deny(None);
+        };
+        if new_tat - now > self.tolerance {
+            return deny(Some(Duration::from_nanos(new_tat - self.tolerance - now)));
+        }
+        let (reset_after, remaining) = self.standing(new_tat, now);
+        let decision = Decision::allow(self.burst, remaining, Duration::from_nanos(reset_after));
+        Outcome::new(decision, (cost > 0).then_some(new_tat))
+    }
+
+    #[inline]
+    fn is_fresh(&self, &tat: &u64, now: u64) -> bool {
+        tat <= now
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    /// Seed 003's worked session: 3 requests per 60 s, one "hit" per line, the printed figure
+    /// being the score minus now, which is `reset_after`.
+    #[test]
+    fn cooldown_worked_session() {
+        let gcra = Gcra::new(&Quota::per_minute(3));
+        let session = [
+            (0, true, 20),
+            (0, true, 40),
+            (0, true, 60),
+            (1, false, 59),
+            (5, false, 55),
+            (10, false, 50),
+            (15, false, 45),
+            (21, true, 59),
+            (22, false, 58),
+        ];
+        let mut tat = 0;
+        for (at, allowed, figure) in session {
+            let out = gcra.check(&tat, at * S, 1);
+            assert_eq!(out.decision.allowed, allowed, "at {at}s");
+            assert_eq!(
+                out.decision.reset_after,
+                Duration::from_secs(figure),
+                "at {at}s"
+            );
+            if let Some(next) = out.state {
+                tat = next;
+            }
+        }
+    }
+
+    #[test]
+    fn hand_checked_table() {
+        // 10 per second, burst 5: T = 100 ms, τ = 500 ms.
+        let gcra = Gcra::new(&Quota::per_second(10).with_burst(5));
+        let ms = 1_000_000;
+        // (tat, now, cost) -> (allowed, remaining, reset_after ms, retry_after ms, new tat)
+        let cases: [((u64, u64, u64), (bool, u64, u64, Option<u64>, Option<u64>)); 9] = [
+            // fresh key, one request
+            ((0, 1000 * ms, 1), (true, 4, 100, None, Some(1100 * ms))),
+            // fresh key, the whole burst at once
+            ((0, 1000 * ms, 5), (true, 0, 500, None, Some(1500 * ms))),
+            // cost above the burst: can never pass
+            ((0, 1000 * ms, 6), (false, 5, 0, None, None)),
+            // peek on a fresh key
+            ((0, 1000 * ms, 0), (true, 5, 0, None, None)),
+            // peek on a used key changes nothing
+            ((1300 * ms, 1000 * ms, 0), (true, 2, 300, None, None)),
+            // bucket full: denied, retry when one interval has drained
+            ((1500 * ms, 1000 * ms, 1), (false, 0, 500, Some(100), None)),
+            // cost 3 with 2 remaining: wait for one more
+            ((1300 * ms, 1000 * ms, 3), (false, 2, 300, Some(100), None)),
+            // a stale TAT counts as fresh
+            (
+                (200 * ms, 1000 * ms, 2),
+                (true, 3, 200, None, Some(1200 * ms)),
+            ),
+            // the last slot exactly at the tolerance passes
+            (
+                (1400 * ms, 1000 * ms, 1),
+                (true, 0, 500, None, Some(1500 * ms)),
+            ),
+        ];
+        for ((tat, now, cost), (allowed, remaining, reset, retry, state)) in cases {
+            let out = gcra.check(&tat, now, cost);
+            let d = out.decision;
+            let case = format!("tat={tat} now={now} cost={cost}");
+            assert_eq!(d.allowed, allowed, "{case}");
+            assert_eq!(d.limit, 5, "{case}");
+            assert_eq!(d.remaining, remaining, "{case}");
+            assert_eq!(d.reset_after, Duration::from_millis(reset), "{case}");
+            assert_eq!(d.retry_after, retry.map(Duration::from_millis), "{case}");
+            assert_eq!(d.delay, Duration::ZERO, "{case}");
+            assert_eq!(out.state, state, "{case}");
+        }
+    }
+
+    #[test]
+    fn extreme_values_saturate_instead_of_overflowing() {
+        let gcra = Gcra::new(&Quota::per_day(1).with_burst(u64::MAX / 86_400_000_000_000));
+        let out = gcra.check(&u64::MAX, u64::MAX, u64::MAX);
+        assert!(!out.decision.allowed);
+        assert_eq!(out.decision.retry_after, None);
+        let out = gcra.check(&0, u64::MAX - 1, 1);
+        assert!(!out.decision.allowed);
+        assert_eq!(out.decision.retry_after, None);
+        let out = gcra.check(&u64::MAX, 0, 1);
+        assert!(!out.decision.allowed);
+        assert_eq!(out.decision.remaining, 0);
+    }
+}

@@ -1,0 +1,61 @@
+//! The algorithms' math, as pure functions of `(state, now, cost)`.
+//!
+//! An algorithm never reads a clock and never owns storage: a store hands it a key's state and
+//! the time, and applies the new state it returns atomically. This keeps every algorithm exact
+//! under test (time is just a number) and lets the in-memory and Redis stores share one
+//! reference implementation.
+//!
+//! Times are integer nanoseconds since the clock's origin.
+//!
+//! ```
+//! use tollgate::algorithm::{Algorithm, Gcra};
+//! use tollgate::Quota;
+//!
+//! let gcra = Gcra::new(&Quota::per_minute(3)); // one request every 20 s, 3 at once
+//! let mut tat = 0; // the fresh state
+//! for _ in 0..3 {
+//!     let outcome = gcra.check(&tat, 0, 1);
+//!     assert!(outcome.decision.allowed);
+//!     tat = outcome.state.unwrap();
+//! }
+//! let denied = gcra.check(&tat, 1_000_000_000, 1); // one second later
+//! assert!(!denied.decision.allowed);
+//! assert_eq!(denied.decision.retry_after, Some(std::time::Duration::from_secs(19)));
+//! ```
+
+mod gcra;
+
+pub use self::gcra::Gcra;
+
+use crate::Decision;
+
+/// An algorithm: a pure function from a key's state, the time and the request's cost to a
+/// decision and the key's next state.
+pub trait Algorithm: Clone + Send + Sync + 'static {
+    /// A key's state. `Default` is the state of a key never seen (or back to fresh).
+    type State: Clone + Default + Send + Sync + 'static;
+
+    /// Decides one request of `cost` at `now` (nanoseconds) against `state`. Cost 0 peeks:
+    /// it reports the key's standing and changes nothing.
+    fn check(&self, state: &Self::State, now: u64, cost: u64) -> Outcome<Self::State>;
+
+    /// Whether `state` is back to fresh at `now`, so the store may forget the key.
+    fn is_fresh(&self, state: &Self::State, now: u64) -> bool;
+}
+
+/// What [`Algorithm::check`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Outcome<S> {
+    /// The decision for the request.
+    pub decision: Decision,
+    /// The key's next state; `None` when the state does not change (a denial or a peek).
+    pub state: Option<S>,
+}
+
+impl<S> Outcome<S> {
+    /// An outcome.
+    pub fn new(decision: Decision, state: Option<S>) -> Self {
+        Self { decision, state }
+    }
+}

@@ -1,0 +1,177 @@
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+const INLINE: usize = 22;
+
+/// The identity a limit is counted against: a client IP, an API key, a user id, ...
+///
+/// Owned and cheap to clone. IP addresses, integers and byte strings of up to 22 bytes are
+/// stored inline, so making, cloning or dropping such a key never allocates; longer keys share
+/// one reference-counted buffer. Keys of different kinds are never equal: the IP `10.0.0.1` and
+/// the string `"10.0.0.1"` are different keys.
+///
+/// ```
+/// use std::net::{IpAddr, Ipv4Addr};
+/// use tollgate::Key;
+///
+/// let ip = Key::from(IpAddr::V4(Ipv4Addr::LOCALHOST));
+/// assert_eq!(ip.as_ip(), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+/// assert_ne!(ip, Key::from("127.0.0.1"));
+/// assert_eq!(Key::from("user-1"), Key::from(String::from("user-1")));
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Key(Repr);
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Repr {
+    V4([u8; 4]),
+    V6([u8; 16]),
+    U64(u64),
+    Inline { len: u8, buf: [u8; INLINE] },
+    Shared(Arc<[u8]>),
+}
+
+impl Key {
+    /// The IP address, when the key is one.
+    pub fn as_ip(&self) -> Option<IpAddr> {
+        match self.0 {
+            Repr::V4(b) => Some(IpAddr::V4(Ipv4Addr::from(b))),
+            Repr::V6(b) => Some(IpAddr::V6(Ipv6Addr::from(b))),
+            _ => None,
+        }
+    }
+
+    /// The bytes, when the key was made from a string or bytes.
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match &self.0 {
+            Repr::Inline { len, buf } => Some(&buf[..usize::from(*len)]),
+            Repr::Shared(bytes) => Some(bytes),
+            _ => None,
+        }
+    }
+
+    /// The integer, when the key was made from one.
+    pub fn as_u64(&self) -> Option<u64> {
+        match self.0 {
+            Repr::U64(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Self {
+        if bytes.len() <= INLINE {
+            let mut buf = [0; INLINE];
+            buf[..bytes.len()].copy_from_slice(bytes);
+            // The length fits: INLINE < 256.
+            Self(Repr::Inline {
+                len: bytes.len() as u8,
+                buf,
+            })
+        } else {
+            Self(Repr::Shared(bytes.into()))
+        }
+    }
+}
+
+impl From<IpAddr> for Key {
+    #[inline]
+    fn from(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(v4) => Self(Repr::V4(v4.octets())),
+            IpAddr::V6(v6) => Self(Repr::V6(v6.octets())),
+        }
+    }
+}
+
+impl From<Ipv4Addr> for Key {
+    #[inline]
+    fn from(ip: Ipv4Addr) -> Self {
+        Self(Repr::V4(ip.octets()))
+    }
+}
+
+impl From<Ipv6Addr> for Key {
+    #[inline]
+    fn from(ip: Ipv6Addr) -> Self {
+        Self(Repr::V6(ip.octets()))
+    }
+}
+
+impl From<u64> for Key {
+    #[inline]
+    fn from(n: u64) -> Self {
+        Self(Repr::U64(n))
+    }
+}
+
+impl From<&[u8]> for Key {
+    fn from(bytes: &[u8]) -> Self {
+        Self::from_bytes(bytes)
+    }
+}
+
+impl From<&str> for Key {
+    fn from(s: &str) -> Self {
+        Self::from_bytes(s.as_bytes())
+    }
+}
+
+impl From<String> for Key {
+    fn from(s: String) -> Self {
+        Self::from_bytes(s.as_bytes())
+    }
+}
+
+impl From<&String> for Key {
+    fn from(s: &String) -> Self {
+        Self::from_bytes(s.as_bytes())
+    }
+}
+
+impl From<&Key> for Key {
+    fn from(key: &Key) -> Self {
+        key.clone()
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.0, self.as_ip(), self.as_bytes()) {
+            (_, Some(ip), _) => write!(f, "Key({ip})"),
+            (_, _, Some(bytes)) => write!(f, "Key({:?})", String::from_utf8_lossy(bytes)),
+            (Repr::U64(n), _, _) => write!(f, "Key({n})"),
+            _ => f.write_str("Key(?)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_is_three_words() {
+        assert_eq!(std::mem::size_of::<Key>(), 24);
+    }
+
+    #[test]
+    fn kinds_round_trip() {
+        let long = "an-api-key-longer-than-twenty-two-bytes";
+        assert_eq!(Key::from(long).as_bytes(), Some(long.as_bytes()));
+        assert_eq!(Key::from("short").as_bytes(), Some(&b"short"[..]));
+        assert_eq!(Key::from(&b""[..]).as_bytes(), Some(&b""[..]));
+        assert_eq!(Key::from(7u64).as_u64(), Some(7));
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        assert_eq!(Key::from(v6).as_ip(), Some(v6));
+        assert_eq!(format!("{:?}", Key::from(v6)), "Key(2001:db8::1)");
+    }
+
+    #[test]
+    fn lengths_at_the_inline_boundary_stay_distinct() {
+        let a = Key::from("x".repeat(INLINE).as_str());
+        let b = Key::from("x".repeat(INLINE + 1).as_str());
+        assert_ne!(a, b);
+        assert_ne!(Key::from("a"), Key::from("a\0"));
+    }
+}

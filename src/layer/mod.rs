@@ -1,0 +1,57 @@
+//! The tower middleware: [`RateLimitLayer`] and the [`RateLimit`] service it makes.
+//!
+//! For each request the middleware finds a key (by default the client's IP), asks its limiter
+//! for a [`Decision`](crate::Decision), and then either calls the inner service or answers
+//! itself:
+//!
+//! - **Allowed**: the request goes on with the `Decision` in its extensions (handlers may read
+//!   it), and the response gets the IETF `RateLimit-Policy` and `RateLimit` headers, such as
+//!   `RateLimit-Policy: "60/min";q=60;w=60` and `RateLimit: "60/min";r=59;t=1`.
+//! - **Denied**: `429 Too Many Requests` with `Retry-After` in whole seconds, rounded up (never
+//!   `0` for a wait under a second), the same rate limit headers, and a short plain-text body.
+//!   A gRPC request (`content-type: application/grpc*`) gets a trailers-only response with
+//!   `grpc-status: 8` (RESOURCE_EXHAUSTED) and `grpc-retry-pushback-ms` instead, since gRPC
+//!   clients read a bare 429 as UNAVAILABLE.
+//! - **No key**: with the default key, a server that does not record peer addresses gets a
+//!   500 whose body and log line say how to fix it; requests are never let through unlimited.
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use axum::{routing::get, Router};
+//! use tollgate::{Quota, RateLimitLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let app: Router = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::gcra(Quota::per_minute(60)));
+//!
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let addr = listener.local_addr()?;
+//! let server = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>());
+//! # tokio::spawn(async move { server.await });
+//! # let mut stream = tokio::net::TcpStream::connect(addr).await?;
+//! # use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//! # stream.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await?;
+//! # let mut text = String::new();
+//! # stream.read_to_string(&mut text).await?;
+//! # assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+//! # assert!(text.contains("ratelimit: \"60/min\";r=59;t=1"), "{text}");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Layers of this crate work with any tower service whose responses are `http::Response`:
+//! axum's `Router::layer` and `route_layer`, tonic's `Server::builder().layer`, and
+//! `tower::ServiceBuilder` over a hyper service.
+
+mod config;
+mod future;
+#[allow(clippy::module_inception)]
+mod layer;
+mod response;
+mod service;
+
+pub use self::future::ResponseFuture;
+pub use self::layer::RateLimitLayer;
+pub use self::service::RateLimit;

@@ -1,0 +1,225 @@
+//! The answers the layer writes itself, and the rate limit headers it adds to every response.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+
+use crate::key::KeyError;
+use crate::{Decision, Error, Quota};
+
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+static GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+
+/// gRPC status RESOURCE_EXHAUSTED.
+const GRPC_RESOURCE_EXHAUSTED: &str = "8";
+/// gRPC status UNAVAILABLE.
+const GRPC_UNAVAILABLE: &str = "14";
+/// gRPC status INTERNAL.
+const GRPC_INTERNAL: &str = "13";
+
+/// Whole seconds, rounded up: a client told to wait 0 s for a 300 ms wait would retry at once.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+fn ceil_millis(d: Duration) -> u64 {
+    let ms = d.as_millis() + u128::from(d.as_nanos() % 1_000_000 > 0);
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+/// Whether the request is gRPC, whose clients read errors from `grpc-status`, not HTTP status.
+pub(crate) fn is_grpc<B>(req: &Request<B>) -> bool {
+    req.headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// Writes the IETF `RateLimit-Policy` and `RateLimit` fields for one policy.
+#[derive(Debug)]
+pub(crate) struct Responder {
+    /// The policy name, for logs.
+    policy: Box<str>,
+    /// `"name";q=100;w=60`, the same for every response.
+    policy_value: HeaderValue,
+    /// `"name";r=`, completed per response.
+    rate_prefix: Box<str>,
+}
+
+fn sf_string(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+impl Responder {
+    pub(crate) fn new(quota: &Quota, policy: &str) -> Self {
+        let name = sf_string(policy);
+        let window = ceil_secs(quota.period()).max(1);
+        let policy_text = format!("{name};q={};w={window}", quota.limit());
+        // The name is printable ASCII (checked by `Quota::named` or produced by `Display`), so
+        // the value is always valid; an empty value is the safe fallback.
+        let policy_value =
+            HeaderValue::try_from(policy_text).unwrap_or_else(|_| HeaderValue::from_static(""));
+        Self {
+            policy: policy.into(),
+            policy_value,
+            rate_prefix: format!("{name};r=").into(),
+        }
+    }
+
+    /// Acts on a check's result: an allowed request gets the decision in its extensions and
+    /// goes on (`Ok`); any other gets the layer's own answer (`Err`).
+    pub(crate) fn admit<B>(
+        &self,
+        result: Result<Decision, Error>,
+        req: &mut Request<B>,
+    ) -> Result<Decision, Response<Bytes>> {
+        match result {
+            Ok(decision) if decision.allowed => {
+                req.extensions_mut().insert(decision);
+                Ok(decision)
+            }
+            Ok(decision) => {
+                #[cfg(feature = "tracing")]
+                tracing::debug!(
+                    policy = &*self.policy,
+                    retry_after_ms = decision.retry_after.map(|d| ceil_millis(d)),
+                    "request rate limited"
+                );
+                Err(self.limited(&decision, is_grpc(req)))
+            }
+            Err(error) => {
+                #[cfg(feature = "tracing")]
+                tracing::error!(policy = &*self.policy, %error, "rate limit check failed");
+                #[cfg(not(feature = "tracing"))]
+                let _ = &self.policy;
+                Err(store_error(&error, is_grpc(req)))
+            }
+        }
+    }
+
+    /// Adds the rate limit fields describing `decision`.
+    pub(crate) fn add_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
+        let mut rate = String::with_capacity(self.rate_prefix.len() + 24);
+        rate.push_str(&self.rate_prefix);
+        let _ = write!(
+            rate,
+            "{};t={}",
+            decision.remaining,
+            ceil_secs(decision.reset_after)
+        );
+        if let Ok(value) = HeaderValue::try_from(rate) {
+            headers.insert(RATELIMIT_POLICY.clone(), self.policy_value.clone());
+            headers.insert(RATELIMIT.clone(), value);
+        }
+    }
+
+    /// The answer to a denied request: 429 with `Retry-After`, or a gRPC RESOURCE_EXHAUSTED.
+    pub(crate) fn limited(&self, decision: &Decision, grpc: bool) -> Response<Bytes> {
+        let message = match decision.retry_after {
+            Some(wait) => {
+                let secs = ceil_secs(wait);
+                let unit = if secs == 1 { "second" } else { "seconds" };
+                format!("Too many requests: retry in {secs} {unit}.")
+            }
+            None => "Request too large: it costs more than the rate limit ever allows.".to_owned(),
+        };
+        let mut response = if grpc {
+            grpc_response(GRPC_RESOURCE_EXHAUSTED, &message)
+        } else {
+            plain(StatusCode::TOO_MANY_REQUESTS, message)
+        };
+        let headers = response.headers_mut();
+        match (decision.retry_after, grpc) {
+            (Some(wait), false) => {
+                headers.insert(RETRY_AFTER, HeaderValue::from(ceil_secs(wait)));
+            }
+            (Some(wait), true) => {
+                headers.insert(GRPC_PUSHBACK.clone(), HeaderValue::from(ceil_millis(wait)));
+            }
+            // A negative pushback tells gRPC clients not to retry.
+            (None, true) => {
+                headers.insert(GRPC_PUSHBACK.clone(), HeaderValue::from_static("-1"));
+            }
+            (None, false) => {}
+        }
+        self.add_headers(headers, decision);
+        response
+    }
+}
+
+/// The answer to a request whose key could not be found.
+pub(crate) fn key_error(error: &KeyError, grpc: bool) -> Response<Bytes> {
+    if grpc {
+        grpc_response(GRPC_INTERNAL, error.message())
+    } else {
+        plain(error.status(), error.message().to_owned())
+    }
+}
+
+/// The answer when the store failed to decide.
+pub(crate) fn store_error(_error: &Error, grpc: bool) -> Response<Bytes> {
+    let message = "Rate limiting is unavailable; try again shortly.";
+    if grpc {
+        grpc_response(GRPC_UNAVAILABLE, message)
+    } else {
+        plain(StatusCode::SERVICE_UNAVAILABLE, message.to_owned())
+    }
+}
+
+fn plain(status: StatusCode, mut message: String) -> Response<Bytes> {
+    message.push('\n');
+    let mut response = Response::new(Bytes::from(message));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// A trailers-only gRPC response: HTTP 200 with the status in the headers and no body.
+fn grpc_response(code: &'static str, message: &str) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::new());
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert(GRPC_STATUS.clone(), HeaderValue::from_static(code));
+    // Messages are ASCII without '%', so they need no percent-encoding.
+    if let Ok(value) = HeaderValue::try_from(message) {
+        headers.insert(GRPC_MESSAGE.clone(), value);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_round_up() {
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+        assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_millis(1000)), 1);
+        assert_eq!(ceil_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(ceil_millis(Duration::from_micros(1500)), 2);
+        assert_eq!(ceil_millis(Duration::from_millis(3)), 3);
+    }
+
+    #[test]
+    fn names_are_escaped_as_structured_field_strings() {
+        assert_eq!(sf_string(r#"a"b\c"#), r#""a\"b\\c""#);
+    }
+}

@@ -1,0 +1,143 @@
+use std::future::Future as _;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use tower_service::Service;
+
+use super::config::Config;
+use super::future::ResponseFuture;
+use super::response;
+use crate::algorithm::{Algorithm, Gcra};
+use crate::body::ResponseBody;
+use crate::clock::{Clock, SystemClock};
+use crate::key::{KeyExtractor, PeerIp};
+use crate::store::{MemoryStore, Store};
+
+/// The rate limit middleware: made by [`RateLimitLayer`](super::RateLimitLayer).
+///
+/// Denied requests are answered by the middleware and never reach the inner service; its
+/// error type passes through unchanged, so axum needs no `HandleErrorLayer`.
+pub struct RateLimit<S, A = Gcra, K = PeerIp, St = MemoryStore, C = SystemClock>
+where
+    A: Algorithm,
+    St: Store<A>,
+{
+    inner: S,
+    config: Arc<Config<A, K, St, C>>,
+}
+
+impl<S, A: Algorithm, K, St: Store<A>, C> RateLimit<S, A, K, St, C> {
+    pub(crate) fn new(inner: S, config: Arc<Config<A, K, St, C>>) -> Self {
+        Self { inner, config }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming the middleware.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, A: Algorithm, K, St: Store<A>, C> Clone for RateLimit<S, A, K, St, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug, A: Algorithm, K, St: Store<A>, C> std::fmt::Debug
+    for RateLimit<S, A, K, St, C>
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("policy", &self.config.limiter.policy())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, A, K, St, C, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, A, K, St, C>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: Body,
+    ResBody::Data: From<Bytes>,
+    A: Algorithm,
+    K: KeyExtractor,
+    St: Store<A>,
+    C: Clock,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, St::Future, S, ReqBody>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+        let config = &*self.config;
+        let responder = config.responder.clone();
+        let key = match config.key.extract(&req) {
+            Ok(Some(key)) => key,
+            Ok(None) => return ResponseFuture::unlimited(self.inner.call(req), responder),
+            Err(error) => {
+                log_key_error(&error);
+                return ResponseFuture::answered(
+                    response::key_error(&error, response::is_grpc(&req)),
+                    responder,
+                );
+            }
+        };
+        let mut check = config.limiter.check(key);
+        // A local store decides at once: then the inner service, already readied by
+        // `poll_ready`, is called right here and never cloned. A remote store's check goes on
+        // in the response future, which takes the readied service and leaves a clone here.
+        let mut cx = Context::from_waker(Waker::noop());
+        match Pin::new(&mut check).poll(&mut cx) {
+            Poll::Ready(result) => match responder.admit(result, &mut req) {
+                Ok(decision) => ResponseFuture::allowed(self.inner.call(req), decision, responder),
+                Err(rejection) => ResponseFuture::answered(rejection, responder),
+            },
+            Poll::Pending => {
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::checking(check, inner, req, responder)
+            }
+        }
+    }
+}
+
+/// Logs a key error: the first at error level, since it means the server is misconfigured
+/// and every request will fail the same way; the rest at debug level, so a flood of requests
+/// does not flood the log.
+fn log_key_error(error: &crate::key::KeyError) {
+    static LOGGED: AtomicBool = AtomicBool::new(false);
+    let first = !LOGGED.swap(true, Ordering::Relaxed);
+    #[cfg(feature = "tracing")]
+    if first {
+        tracing::error!("{error}");
+    } else {
+        tracing::debug!("{error}");
+    }
+    #[cfg(not(feature = "tracing"))]
+    if first {
+        eprintln!("{error}");
+    }
+}

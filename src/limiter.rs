@@ -1,0 +1,186 @@
+//! [`RateLimiter`]: an algorithm, its quota, a store and a clock, usable without HTTP.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::algorithm::{Algorithm, Gcra};
+use crate::clock::{Clock, SystemClock};
+use crate::store::{MemoryStore, Store};
+use crate::{Key, Quota};
+
+/// Decides whether a key may make a request: an algorithm with its quota, over a store, on a
+/// clock.
+///
+/// Cheap to clone; clones share state. The layer uses one, and it works on its own for queues,
+/// jobs or any code that is not an HTTP service.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::clock::ManualClock;
+/// use tollgate::{Quota, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tollgate::Error> {
+/// let clock = ManualClock::new();
+/// let limiter = RateLimiter::gcra(Quota::per_second(2)).with_clock(clock.clone());
+///
+/// assert!(limiter.check("user-1").await?.allowed);
+/// assert!(limiter.check("user-1").await?.allowed);
+/// let denied = limiter.check("user-1").await?;
+/// assert!(!denied.allowed);
+/// assert_eq!(denied.retry_after, Some(Duration::from_millis(500)));
+///
+/// clock.advance(Duration::from_millis(500));
+/// assert!(limiter.check("user-1").await?.allowed);
+/// assert_eq!(limiter.check_n("user-1", 0).await?.remaining, 0); // cost 0 peeks
+/// # Ok(())
+/// # }
+/// ```
+pub struct RateLimiter<A = Gcra, St = MemoryStore, C = SystemClock>
+where
+    A: Algorithm,
+    St: Store<A>,
+{
+    quota: Quota,
+    policy: Arc<str>,
+    algorithm: A,
+    table: St::Table,
+    clock: C,
+}
+
+impl RateLimiter<Gcra> {
+    /// GCRA over `quota`, in memory, on the system clock.
+    ///
+    /// A smooth rate with bursts: a fresh key may make `burst` requests at once, then one
+    /// every `period / limit`. See [`Gcra`].
+    pub fn gcra(quota: Quota) -> Self {
+        let algorithm = Gcra::new(&quota);
+        Self::from_parts(quota, algorithm)
+    }
+}
+
+impl<A: Algorithm> RateLimiter<A>
+where
+    A::State: crate::store::MemoryState,
+{
+    /// A limiter for `quota` decided by `algorithm`, in a new [`MemoryStore`], on the
+    /// [`SystemClock`]. The constructors such as [`RateLimiter::gcra`] call this.
+    pub fn from_parts(quota: Quota, algorithm: A) -> Self {
+        let policy: Arc<str> = match quota.explicit_name() {
+            Some(name) => name.clone(),
+            None => quota.to_string().into(),
+        };
+        let table = MemoryStore::new().table(&policy, &algorithm);
+        Self {
+            quota,
+            policy,
+            algorithm,
+            table,
+            clock: SystemClock,
+        }
+    }
+}
+
+impl<A, St, C> RateLimiter<A, St, C>
+where
+    A: Algorithm,
+    St: Store<A>,
+    C: Clock,
+{
+    /// Keeps state in `store` (a shared [`MemoryStore`], or a store shared between servers).
+    #[must_use]
+    pub fn with_store<St2: Store<A>>(self, store: St2) -> RateLimiter<A, St2, C> {
+        let table = store.table(&self.policy, &self.algorithm);
+        RateLimiter {
+            quota: self.quota,
+            policy: self.policy,
+            algorithm: self.algorithm,
+            table,
+            clock: self.clock,
+        }
+    }
+
+    /// Reads time from `clock`, such as a [`ManualClock`](crate::clock::ManualClock) in tests.
+    #[must_use]
+    pub fn with_clock<C2: Clock>(self, clock: C2) -> RateLimiter<A, St, C2> {
+        RateLimiter {
+            quota: self.quota,
+            policy: self.policy,
+            algorithm: self.algorithm,
+            table: self.table,
+            clock,
+        }
+    }
+
+    /// Decides one request for `key`.
+    #[inline]
+    pub fn check(&self, key: impl Into<Key>) -> St::Future {
+        self.check_n(key, 1)
+    }
+
+    /// Decides a request of `cost` for `key`: it passes only if `cost` requests' worth of
+    /// capacity is available, and then consumes all of it. Cost 0 peeks at the key's standing
+    /// and consumes nothing.
+    #[inline]
+    pub fn check_n(&self, key: impl Into<Key>, cost: u64) -> St::Future {
+        St::check(&self.table, key.into(), self.clock.now_nanos(), cost)
+    }
+}
+
+impl<A: Algorithm, St: Store<A>, C> RateLimiter<A, St, C> {
+    /// The quota.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The policy name shown to clients and used to separate state in the store.
+    pub fn policy(&self) -> &str {
+        &self.policy
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The store's table for this limiter's policy.
+    pub fn table(&self) -> &St::Table {
+        &self.table
+    }
+}
+
+impl<A, St, C> Clone for RateLimiter<A, St, C>
+where
+    A: Algorithm,
+    St: Store<A>,
+    C: Clone,
+{
+    fn clone(&self) -> Self {
+        Self {
+            quota: self.quota.clone(),
+            policy: self.policy.clone(),
+            algorithm: self.algorithm.clone(),
+            table: self.table.clone(),
+            clock: self.clock.clone(),
+        }
+    }
+}
+
+impl<A, St, C> fmt::Debug for RateLimiter<A, St, C>
+where
+    A: Algorithm + fmt::Debug,
+    St: Store<A>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("policy", &self.policy)
+            .field("quota", &self.quota)
+            .field("algorithm", &self.algorithm)
+            .finish_non_exhaustive()
+    }
+}

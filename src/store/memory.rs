@@ -1,0 +1,179 @@
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::future::{ready, Ready};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use dashmap::DashMap;
+use foldhash::fast::RandomState;
+
+use super::Store;
+use crate::algorithm::Algorithm;
+use crate::{Decision, Error, Key};
+
+/// Per-key state in process memory: the default store.
+///
+/// A sharded concurrent map keyed with a randomly seeded hasher, so clients cannot choose keys
+/// that collide. A state that is one `u64` (GCRA's) is updated by compare-and-swap under a
+/// shard's read lock: concurrent requests for one key never block each other and never lose an
+/// update. An allowed or denied request for a key already present allocates nothing.
+///
+/// Clones share the same state. Each policy (by name) gets its own table.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    tables: Arc<Mutex<HashMap<(Box<str>, TypeId), Arc<dyn Any + Send + Sync>>>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("MemoryStore")
+            .field("policies", &tables.len())
+            .finish()
+    }
+}
+
+/// How a state is held in memory and updated atomically.
+///
+/// `u64` states live in an [`AtomicU64`] and are updated by compare-and-swap.
+pub trait MemoryState: Clone + Default + Send + Sync + 'static {
+    /// The memory cell holding one key's state.
+    type Cell: Default + Send + Sync + 'static;
+
+    /// Reads the state.
+    fn load(cell: &Self::Cell) -> Self;
+
+    /// Applies `f` to the state atomically. `f` returns a result and the next state (`None`:
+    /// unchanged) and may be called more than once when another thread got there first.
+    fn update<R>(cell: &Self::Cell, f: impl FnMut(&Self) -> (R, Option<Self>)) -> R;
+}
+
+impl MemoryState for u64 {
+    type Cell = AtomicU64;
+
+    #[inline]
+    fn load(cell: &AtomicU64) -> u64 {
+        cell.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    fn update<R>(cell: &AtomicU64, mut f: impl FnMut(&u64) -> (R, Option<u64>)) -> R {
+        let mut current = cell.load(Ordering::Acquire);
+        loop {
+            let (result, next) = f(&current);
+            let Some(next) = next else { return result };
+            match cell.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return result,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+}
+
+type Map<A> = DashMap<Key, <<A as Algorithm>::State as MemoryState>::Cell, RandomState>;
+
+/// A [`MemoryStore`]'s table for one policy.
+pub struct MemoryTable<A: Algorithm>
+where
+    A::State: MemoryState,
+{
+    map: Arc<Map<A>>,
+    algorithm: A,
+}
+
+impl<A: Algorithm> Clone for MemoryTable<A>
+where
+    A::State: MemoryState,
+{
+    fn clone(&self) -> Self {
+        Self {
+            map: self.map.clone(),
+            algorithm: self.algorithm.clone(),
+        }
+    }
+}
+
+impl<A: Algorithm> fmt::Debug for MemoryTable<A>
+where
+    A::State: MemoryState,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryTable")
+            .field("keys", &self.map.len())
+            .finish()
+    }
+}
+
+impl<A: Algorithm> MemoryTable<A>
+where
+    A::State: MemoryState,
+{
+    /// How many keys the table holds.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the table holds no keys.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    #[inline]
+    fn decide(&self, key: Key, now: u64, cost: u64) -> Decision {
+        let algorithm = &self.algorithm;
+        let apply = |cell: &<A::State as MemoryState>::Cell| {
+            A::State::update(cell, |state| {
+                let outcome = algorithm.check(state, now, cost);
+                (outcome.decision, outcome.state)
+            })
+        };
+        if let Some(cell) = self.map.get(&key) {
+            return apply(&cell);
+        }
+        // A key never seen is fresh. A request that would not change a fresh state (a peek or
+        // a denial) must not make the store remember the key.
+        let outcome = algorithm.check(&A::State::default(), now, cost);
+        if outcome.state.is_none() {
+            return outcome.decision;
+        }
+        let cell = self.map.entry(key).or_default();
+        apply(&cell)
+    }
+}
+
+impl<A: Algorithm> Store<A> for MemoryStore
+where
+    A::State: MemoryState,
+{
+    type Table = MemoryTable<A>;
+    type Future = Ready<Result<Decision, Error>>;
+
+    fn table(&self, policy: &str, algorithm: &A) -> MemoryTable<A> {
+        let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = tables
+            .entry((policy.into(), TypeId::of::<Map<A>>()))
+            .or_insert_with(|| Arc::new(Map::<A>::with_hasher(RandomState::default())));
+        let map = match Arc::clone(slot).downcast::<Map<A>>() {
+            Ok(map) => map,
+            // The slot's type is part of its key, so it always matches.
+            Err(_) => unreachable!("memory store table type mismatch"),
+        };
+        MemoryTable {
+            map,
+            algorithm: algorithm.clone(),
+        }
+    }
+
+    #[inline]
+    fn check(table: &MemoryTable<A>, key: Key, now: u64, cost: u64) -> Self::Future {
+        ready(Ok(table.decide(key, now, cost)))
+    }
+}

@@ -1,0 +1,54 @@
+//! Stores: where per-key state lives, and how an algorithm is applied to it atomically.
+//!
+//! A [`Store`] owns state; an [`Algorithm`] owns the math. When a limiter is built it asks the
+//! store for a *table*: the store's view of one policy (a name and an algorithm). Each check
+//! then hands the table a key, the time and a cost, and the store applies the algorithm to the
+//! key's state as one atomic step, so concurrent requests for one key never over-admit.
+//!
+//! [`MemoryStore`] keeps state in process memory. Policies with different names never share
+//! state, even in one store.
+//!
+//! ```
+//! use tollgate::store::MemoryStore;
+//! use tollgate::{Quota, RateLimiter};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tollgate::Error> {
+//! let store = MemoryStore::new();
+//! let search = RateLimiter::gcra(Quota::per_second(1).named("search")).with_store(store.clone());
+//! let upload = RateLimiter::gcra(Quota::per_second(1).named("upload")).with_store(store);
+//!
+//! // One store, two policies: "alice" has one request of each.
+//! assert!(search.check("alice").await?.allowed);
+//! assert!(upload.check("alice").await?.allowed);
+//! assert!(!search.check("alice").await?.allowed);
+//! # Ok(())
+//! # }
+//! ```
+
+mod memory;
+
+pub use self::memory::{MemoryState, MemoryStore, MemoryTable};
+
+use std::future::Future;
+
+use crate::algorithm::Algorithm;
+use crate::{Decision, Error, Key};
+
+/// Keeps per-key state and applies an [`Algorithm`] to it atomically.
+pub trait Store<A: Algorithm>: Send + Sync + 'static {
+    /// The store's view of one policy, made once when a limiter is built.
+    type Table: Clone + Send + Sync + 'static;
+
+    /// The future of one check. A store that decides locally returns a ready future; one that
+    /// must wait on the network boxes its future.
+    type Future: Future<Output = Result<Decision, Error>> + Send + Unpin + 'static;
+
+    /// The table for the policy named `policy` decided by `algorithm`. Two calls with the same
+    /// name and algorithm type share state; different names never do.
+    fn table(&self, policy: &str, algorithm: &A) -> Self::Table;
+
+    /// Decides one request of `cost` for `key` at `now` (nanoseconds), applying the new state
+    /// atomically.
+    fn check(table: &Self::Table, key: Key, now: u64, cost: u64) -> Self::Future;
+}
