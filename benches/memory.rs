@@ -33,7 +33,11 @@ const RATE: u32 = 1_000_000_000;
 fn keys(n: usize) -> Arc<Vec<IpAddr>> {
     Arc::new(
         (0..n as u128)
-            .map(|i| IpAddr::V6(Ipv6Addr::from(0x2001_0db8_u128 << 96 | i.wrapping_mul(0x9e37_79b9_7f4a_7c15))))
+            .map(|i| {
+                IpAddr::V6(Ipv6Addr::from(
+                    0x2001_0db8_u128 << 96 | i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                ))
+            })
             .collect(),
     )
 }
@@ -41,7 +45,7 @@ fn keys(n: usize) -> Arc<Vec<IpAddr>> {
 /// Visits every key in a scattered order (a stride coprime to the count), so consecutive checks
 /// do not touch neighbouring memory.
 fn scattered(n: usize, start: usize) -> impl Iterator<Item = usize> {
-    let stride = if n > 1 { 7_919 % n | 1 } else { 0 };
+    let stride = if n > 1 { (7_919 % n) | 1 } else { 0 };
     (0..).map(move |i: usize| (start + i.wrapping_mul(stride)) % n)
 }
 
@@ -65,7 +69,10 @@ fn run_threads(iters: u64, threads: usize, check: impl Fn(usize, u64) + Sync) ->
     start.elapsed()
 }
 
-fn tollgate_limiter<C: Clock + Clone>(clock: C, keys: &[IpAddr]) -> RateLimiter<tollgate::algorithm::Gcra, MemoryStore, C>
+fn tollgate_limiter<C: Clock + Clone>(
+    clock: C,
+    keys: &[IpAddr],
+) -> RateLimiter<tollgate::algorithm::Gcra, MemoryStore, C>
 where
     MemoryStore: Store<tollgate::algorithm::Gcra>,
 {
@@ -83,15 +90,18 @@ fn bench_tollgate<C: Clock + Clone>(c: &mut Criterion, clock_name: &str, clock: 
         let keys = keys(n);
         let limiter = tollgate_limiter(clock.clone(), &keys);
         for threads in THREADS {
-            group.bench_function(BenchmarkId::new(format!("tollgate/{n}"), format!("{threads}t")), |b| {
-                b.iter_custom(|iters| {
-                    run_threads(iters, threads, |t, per| {
-                        for i in scattered(n, t * n / threads).take(per as usize) {
-                            black_box(block(limiter.check(keys[i])).expect("memory store"));
-                        }
+            group.bench_function(
+                BenchmarkId::new(format!("tollgate/{n}"), format!("{threads}t")),
+                |b| {
+                    b.iter_custom(|iters| {
+                        run_threads(iters, threads, |t, per| {
+                            for i in scattered(n, t * n / threads).take(per as usize) {
+                                black_box(block(limiter.check(keys[i])).expect("memory store"));
+                            }
+                        })
                     })
-                })
-            });
+                },
+            );
         }
     }
     group.finish();
@@ -107,21 +117,32 @@ where
     for n in KEY_COUNTS {
         let keys = keys(n);
         let quota = governor::Quota::per_second(NonZeroU32::new(RATE).expect("non-zero"));
-        let limiter: governor::RateLimiter<IpAddr, DefaultKeyedStateStore<IpAddr>, C, NoOpMiddleware<C::Instant>> =
-            governor::RateLimiter::new(quota, DefaultKeyedStateStore::<IpAddr>::default(), clock.clone());
+        let limiter: governor::RateLimiter<
+            IpAddr,
+            DefaultKeyedStateStore<IpAddr>,
+            C,
+            NoOpMiddleware<C::Instant>,
+        > = governor::RateLimiter::new(
+            quota,
+            DefaultKeyedStateStore::<IpAddr>::default(),
+            clock.clone(),
+        );
         for ip in keys.iter() {
             let _ = limiter.check_key(ip);
         }
         for threads in THREADS {
-            group.bench_function(BenchmarkId::new(format!("governor/{n}"), format!("{threads}t")), |b| {
-                b.iter_custom(|iters| {
-                    run_threads(iters, threads, |t, per| {
-                        for i in scattered(n, t * n / threads).take(per as usize) {
-                            let _ = black_box(limiter.check_key(&keys[i]));
-                        }
+            group.bench_function(
+                BenchmarkId::new(format!("governor/{n}"), format!("{threads}t")),
+                |b| {
+                    b.iter_custom(|iters| {
+                        run_threads(iters, threads, |t, per| {
+                            for i in scattered(n, t * n / threads).take(per as usize) {
+                                let _ = black_box(limiter.check_key(&keys[i]));
+                            }
+                        })
                     })
-                })
-            });
+                },
+            );
         }
     }
     group.finish();
@@ -129,7 +150,9 @@ where
 
 fn clocks(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock");
-    group.bench_function("tollgate-system", |b| b.iter(|| black_box(SystemClock.now_nanos())));
+    group.bench_function("tollgate-system", |b| {
+        b.iter(|| black_box(SystemClock.now_nanos()))
+    });
     let quanta = DefaultClock::default();
     group.bench_function("governor-default", |b| b.iter(|| black_box(quanta.now())));
     group.finish();

@@ -24,7 +24,9 @@ use tollgate::{Decision, Quota, RateLimitLayer};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let port = match std::env::var("PORT") {
-        Ok(port) => port.parse::<u16>().map_err(|e| format!("PORT={port:?} is not a port number: {e}"))?,
+        Ok(port) => port
+            .parse::<u16>()
+            .map_err(|e| format!("PORT={port:?} is not a port number: {e}"))?,
         Err(_) => 3000,
     };
     let quota = Quota::new(5, Duration::from_secs(10));
@@ -50,11 +52,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("Press Ctrl-C to stop.\n");
 
     // The default key is the peer IP, which axum records only when served with connect info.
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
     Ok(())
 }
 
@@ -64,7 +69,11 @@ async fn hello(Extension(decision): Extension<Decision>) -> String {
 }
 
 /// Prints each request's outcome, read from the response the rate limit layer produced.
-async fn log_decision(ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request, next: Next) -> Response {
+async fn log_decision(
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+    next: Next,
+) -> Response {
     let response = next.run(req).await;
     let header = |name: &str| {
         response

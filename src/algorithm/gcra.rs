@@ -64,11 +64,19 @@ impl Algorithm for Gcra {
     fn check(&self, &tat: &u64, now: u64, cost: u64) -> Outcome<u64> {
         let (reset_after, remaining) = self.standing(tat, now);
         let deny = |retry_after| {
-            let decision = Decision::deny(self.burst, remaining, Duration::from_nanos(reset_after), retry_after);
+            let decision = Decision::deny(
+                self.burst,
+                remaining,
+                Duration::from_nanos(reset_after),
+                retry_after,
+            );
             Outcome::new(decision, None)
         };
         // A cost above the burst can never pass, however long the client waits.
-        let Some(increment) = cost.checked_mul(self.interval).filter(|&i| i <= self.tolerance) else {
+        let Some(increment) = cost
+            .checked_mul(self.interval)
+            .filter(|&i| i <= self.tolerance)
+        else {
             return deny(None);
         };
         // Overflow is only possible some 584 years after the clock's origin; deny rather than wrap.
@@ -132,7 +140,8 @@ mod tests {
         let gcra = Gcra::new(&Quota::per_second(10).with_burst(5));
         let ms = 1_000_000;
         // (tat, now, cost) -> (allowed, remaining, reset_after ms, retry_after ms, new tat)
-        let cases: [((u64, u64, u64), (bool, u64, u64, Option<u64>, Option<u64>)); 9] = [
+        type Case = ((u64, u64, u64), (bool, u64, u64, Option<u64>, Option<u64>));
+        let cases: [Case; 9] = [
             // fresh key, one request
             ((0, 1000 * ms, 1), (true, 4, 100, None, Some(1100 * ms))),
             // fresh key, the whole burst at once

@@ -1,4 +1,5 @@
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
@@ -20,10 +21,10 @@ const INLINE: usize = 22;
 /// assert_ne!(ip, Key::from("127.0.0.1"));
 /// assert_eq!(Key::from("user-1"), Key::from(String::from("user-1")));
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Key(Repr);
 
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq)]
 enum Repr {
     V4([u8; 4]),
     V6([u8; 16]),
@@ -70,6 +71,24 @@ impl Key {
             })
         } else {
             Self(Repr::Shared(bytes.into()))
+        }
+    }
+}
+
+/// Hashes the value alone, in one or two word-sized writes for the common IP keys. Keys of
+/// different kinds may hash alike; they still never compare equal.
+impl Hash for Key {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match &self.0 {
+            Repr::V4(b) => state.write_u32(u32::from_ne_bytes(*b)),
+            Repr::V6(b) => state.write_u128(u128::from_ne_bytes(*b)),
+            Repr::U64(n) => state.write_u64(*n),
+            Repr::Inline { .. } | Repr::Shared(_) => {
+                let bytes = self.as_bytes().unwrap_or_default();
+                state.write_usize(bytes.len());
+                state.write(bytes);
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::response::Responder;
+use super::response::{Admission, Responder};
 use crate::body::ResponseBody;
 use crate::{Decision, Error};
 
@@ -98,13 +98,13 @@ where
                         unreachable!("ResponseFuture polled after completion");
                     };
                     let next = match this.responder.admit(result, &mut req) {
-                        Ok(decision) => {
+                        Admission::Allowed(decision) => {
                             *this.decision = Some(decision);
                             State::Inner {
                                 future: inner.call(req),
                             }
                         }
-                        Err(response) => State::Answered {
+                        Admission::Answered(response) => State::Answered {
                             response: Some(response),
                         },
                     };

@@ -40,6 +40,14 @@ pub(crate) fn is_grpc<B>(req: &Request<B>) -> bool {
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
+/// What the layer does with a request once its check is done.
+pub(crate) enum Admission {
+    /// The request goes on to the inner service.
+    Allowed(Decision),
+    /// The layer answers the request itself.
+    Answered(Response<Bytes>),
+}
+
 /// Writes the IETF `RateLimit-Policy` and `RateLimit` fields for one policy.
 #[derive(Debug)]
 pub(crate) struct Responder {
@@ -81,32 +89,32 @@ impl Responder {
     }
 
     /// Acts on a check's result: an allowed request gets the decision in its extensions and
-    /// goes on (`Ok`); any other gets the layer's own answer (`Err`).
+    /// goes on; any other gets the layer's own answer.
     pub(crate) fn admit<B>(
         &self,
         result: Result<Decision, Error>,
         req: &mut Request<B>,
-    ) -> Result<Decision, Response<Bytes>> {
+    ) -> Admission {
         match result {
             Ok(decision) if decision.allowed => {
                 req.extensions_mut().insert(decision);
-                Ok(decision)
+                Admission::Allowed(decision)
             }
             Ok(decision) => {
                 #[cfg(feature = "tracing")]
                 tracing::debug!(
                     policy = &*self.policy,
-                    retry_after_ms = decision.retry_after.map(|d| ceil_millis(d)),
+                    retry_after_ms = decision.retry_after.map(ceil_millis),
                     "request rate limited"
                 );
-                Err(self.limited(&decision, is_grpc(req)))
+                Admission::Answered(self.limited(&decision, is_grpc(req)))
             }
             Err(error) => {
                 #[cfg(feature = "tracing")]
                 tracing::error!(policy = &*self.policy, %error, "rate limit check failed");
                 #[cfg(not(feature = "tracing"))]
                 let _ = &self.policy;
-                Err(store_error(&error, is_grpc(req)))
+                Admission::Answered(store_error(&error, is_grpc(req)))
             }
         }
     }

@@ -11,7 +11,7 @@ use tower_service::Service;
 
 use super::config::Config;
 use super::future::ResponseFuture;
-use super::response;
+use super::response::{self, Admission};
 use crate::algorithm::{Algorithm, Gcra};
 use crate::body::ResponseBody;
 use crate::clock::{Clock, SystemClock};
@@ -112,8 +112,10 @@ where
         let mut cx = Context::from_waker(Waker::noop());
         match Pin::new(&mut check).poll(&mut cx) {
             Poll::Ready(result) => match responder.admit(result, &mut req) {
-                Ok(decision) => ResponseFuture::allowed(self.inner.call(req), decision, responder),
-                Err(rejection) => ResponseFuture::answered(rejection, responder),
+                Admission::Allowed(decision) => {
+                    ResponseFuture::allowed(self.inner.call(req), decision, responder)
+                }
+                Admission::Answered(rejection) => ResponseFuture::answered(rejection, responder),
             },
             Poll::Pending => {
                 let clone = self.inner.clone();

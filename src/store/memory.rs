@@ -5,12 +5,13 @@ use std::future::{ready, Ready};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use dashmap::DashMap;
-use foldhash::fast::RandomState;
-
+use super::shards::Shards;
 use super::Store;
 use crate::algorithm::Algorithm;
 use crate::{Decision, Error, Key};
+
+/// Each policy's table, by policy name and state type.
+type Tables = HashMap<(Box<str>, TypeId), Arc<dyn Any + Send + Sync>>;
 
 /// Per-key state in process memory: the default store.
 ///
@@ -22,7 +23,7 @@ use crate::{Decision, Error, Key};
 /// Clones share the same state. Each policy (by name) gets its own table.
 #[derive(Clone, Default)]
 pub struct MemoryStore {
-    tables: Arc<Mutex<HashMap<(Box<str>, TypeId), Arc<dyn Any + Send + Sync>>>>,
+    tables: Arc<Mutex<Tables>>,
 }
 
 impl MemoryStore {
@@ -78,7 +79,7 @@ impl MemoryState for u64 {
     }
 }
 
-type Map<A> = DashMap<Key, <<A as Algorithm>::State as MemoryState>::Cell, RandomState>;
+type Map<A> = Shards<<<A as Algorithm>::State as MemoryState>::Cell>;
 
 /// A [`MemoryStore`]'s table for one policy.
 pub struct MemoryTable<A: Algorithm>
@@ -123,7 +124,7 @@ where
 
     /// Whether the table holds no keys.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 
     #[inline]
@@ -135,8 +136,9 @@ where
                 (outcome.decision, outcome.state)
             })
         };
-        if let Some(cell) = self.map.get(&key) {
-            return apply(&cell);
+        let hash = self.map.hash(&key);
+        if let Some(decision) = self.map.get_with(hash, &key, apply) {
+            return decision;
         }
         // A key never seen is fresh. A request that would not change a fresh state (a peek or
         // a denial) must not make the store remember the key.
@@ -144,8 +146,7 @@ where
         if outcome.state.is_none() {
             return outcome.decision;
         }
-        let cell = self.map.entry(key).or_default();
-        apply(&cell)
+        self.map.get_or_insert_with(hash, key, apply)
     }
 }
 
@@ -160,7 +161,7 @@ where
         let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
         let slot = tables
             .entry((policy.into(), TypeId::of::<Map<A>>()))
-            .or_insert_with(|| Arc::new(Map::<A>::with_hasher(RandomState::default())));
+            .or_insert_with(|| Arc::new(Map::<A>::new()));
         let map = match Arc::clone(slot).downcast::<Map<A>>() {
             Ok(map) => map,
             // The slot's type is part of its key, so it always matches.

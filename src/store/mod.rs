@@ -27,6 +27,7 @@
 //! ```
 
 mod memory;
+mod shards;
 
 pub use self::memory::{MemoryState, MemoryStore, MemoryTable};
 

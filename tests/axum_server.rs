@@ -1,0 +1,154 @@
+//! The middleware in a real axum server on a local port, called by a real HTTP client. Time moves
+//! by a `ManualClock`, never by sleeping.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::{Extension, Router};
+use reqwest::StatusCode;
+use tollgate::clock::ManualClock;
+use tollgate::{Decision, Quota, RateLimitLayer};
+
+/// Serves `app` on a free local port, recording peer addresses when `connect_info` is set.
+async fn serve(app: Router, connect_info: bool) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    if connect_info {
+        let server = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        );
+        tokio::spawn(async move { server.await.unwrap() });
+    } else {
+        let server = axum::serve(listener, app);
+        tokio::spawn(async move { server.await.unwrap() });
+    }
+    format!("http://{addr}")
+}
+
+fn client() -> reqwest::Client {
+    // The timeout only keeps a broken server from hanging the test run.
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+#[track_caller]
+fn header(resp: &reqwest::Response, name: &str) -> String {
+    match resp.headers().get(name) {
+        Some(value) => value.to_str().unwrap().to_owned(),
+        None => panic!("no {name} header in {:?}", resp.headers()),
+    }
+}
+
+const POLICY: &str = r#""2/min";q=2;w=60"#;
+
+/// Two requests pass, the third waits 30 s (T = 60 s / 2), and passes once the clock moved.
+async fn check_two_per_minute(client: &reqwest::Client, url: &str, clock: &ManualClock) {
+    for rate in [r#""2/min";r=1;t=30"#, r#""2/min";r=0;t=60"#] {
+        let resp = client.get(url).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(header(&resp, "ratelimit-policy"), POLICY);
+        assert_eq!(header(&resp, "ratelimit"), rate);
+        assert!(resp.headers().get("retry-after").is_none());
+        assert_eq!(resp.text().await.unwrap(), "hello");
+    }
+
+    let resp = client.get(url).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&resp, "retry-after"), "30");
+    assert_eq!(header(&resp, "content-type"), "text/plain; charset=utf-8");
+    assert_eq!(header(&resp, "ratelimit-policy"), POLICY);
+    assert_eq!(header(&resp, "ratelimit"), r#""2/min";r=0;t=60"#);
+    assert!(!resp.text().await.unwrap().trim().is_empty());
+
+    clock.advance(Duration::from_secs(30));
+    let resp = client.get(url).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(header(&resp, "ratelimit"), r#""2/min";r=0;t=60"#);
+    assert_eq!(resp.text().await.unwrap(), "hello");
+}
+
+#[tokio::test]
+async fn router_layer_limits_each_client_over_http() {
+    let clock = ManualClock::new();
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(RateLimitLayer::gcra(Quota::per_minute(2)).clock(clock.clone()));
+    let base = serve(app, true).await;
+    let client = client();
+
+    check_two_per_minute(&client, &format!("{base}/"), &clock).await;
+
+    // `Router::layer` also wraps the fallback: a 404 counts and is denied like the rest.
+    let resp = client.get(format!("{base}/missing")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&resp, "retry-after"), "30");
+}
+
+#[tokio::test]
+async fn route_layer_limits_only_matched_routes() {
+    let clock = ManualClock::new();
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .route_layer(RateLimitLayer::gcra(Quota::per_minute(2)).clock(clock.clone()));
+    let base = serve(app, true).await;
+    let client = client();
+
+    // Unmatched paths are not limited and use none of the quota.
+    for _ in 0..3 {
+        let resp = client.get(format!("{base}/missing")).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+        assert!(resp.headers().get("ratelimit").is_none());
+    }
+    check_two_per_minute(&client, &format!("{base}/"), &clock).await;
+}
+
+#[tokio::test]
+async fn serving_without_connect_info_is_a_500_that_says_how_to_fix_it() {
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(RateLimitLayer::gcra(Quota::per_minute(2)).clock(ManualClock::new()));
+    let base = serve(app, false).await;
+    let client = client();
+
+    for _ in 0..3 {
+        let resp = client.get(format!("{base}/")).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = resp.text().await.unwrap();
+        assert!(
+            body.contains("into_make_service_with_connect_info::<SocketAddr>()"),
+            "body: {body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn handlers_extract_the_decision() {
+    let clock = ManualClock::new();
+    let app = Router::new()
+        .route(
+            "/",
+            get(|Extension(d): Extension<Decision>| async move {
+                format!(
+                    "allowed={} limit={} remaining={} reset={:?}",
+                    d.allowed, d.limit, d.remaining, d.reset_after
+                )
+            }),
+        )
+        .layer(RateLimitLayer::gcra(Quota::per_minute(2)).clock(clock.clone()));
+    let base = serve(app, true).await;
+    let client = client();
+    let url = format!("{base}/");
+
+    let text = client.get(&url).send().await.unwrap().text().await.unwrap();
+    assert_eq!(text, "allowed=true limit=2 remaining=1 reset=30s");
+    clock.advance(Duration::from_millis(12_500));
+    let text = client.get(&url).send().await.unwrap().text().await.unwrap();
+    assert_eq!(text, "allowed=true limit=2 remaining=0 reset=47.5s");
+    let resp = client.get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&resp, "retry-after"), "18");
+}
