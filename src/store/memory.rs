@@ -52,9 +52,10 @@ pub trait MemoryState: Clone + Default + Send + Sync + 'static {
     /// Reads the state.
     fn load(cell: &Self::Cell) -> Self;
 
-    /// Applies `f` to the state atomically. `f` returns a result and the next state (`None`:
-    /// unchanged) and may be called more than once when another thread got there first.
-    fn update<R>(cell: &Self::Cell, f: impl FnMut(&Self) -> (R, Option<Self>)) -> R;
+    /// Applies `f` to the state atomically and returns the state `f` was applied to. `f`
+    /// returns the next state (`None`: unchanged) and may be called more than once when
+    /// another thread got there first.
+    fn update(cell: &Self::Cell, f: impl FnMut(&Self) -> Option<Self>) -> Self;
 }
 
 impl MemoryState for u64 {
@@ -66,13 +67,12 @@ impl MemoryState for u64 {
     }
 
     #[inline]
-    fn update<R>(cell: &AtomicU64, mut f: impl FnMut(&u64) -> (R, Option<u64>)) -> R {
+    fn update(cell: &AtomicU64, mut f: impl FnMut(&u64) -> Option<u64>) -> u64 {
         let mut current = cell.load(Ordering::Acquire);
         loop {
-            let (result, next) = f(&current);
-            let Some(next) = next else { return result };
+            let Some(next) = f(&current) else { return current };
             match cell.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return result,
+                Ok(_) => return current,
                 Err(actual) => current = actual,
             }
         }
@@ -130,23 +130,26 @@ where
     #[inline]
     fn decide(&self, key: Key, now: u64, cost: u64) -> Decision {
         let algorithm = &self.algorithm;
-        let apply = |cell: &<A::State as MemoryState>::Cell| {
-            A::State::update(cell, |state| {
-                let outcome = algorithm.check(state, now, cost);
-                (outcome.decision, outcome.state)
-            })
+        // Only the state transition runs while the shard is locked; the decision is a pure
+        // function of the state the transition saw, so it is computed after the lock is gone.
+        let transition = |cell: &<A::State as MemoryState>::Cell| {
+            A::State::update(cell, |state| algorithm.check(state, now, cost).state)
         };
         let hash = self.map.hash(&key);
-        if let Some(decision) = self.map.get_with(hash, &key, apply) {
-            return decision;
-        }
-        // A key never seen is fresh. A request that would not change a fresh state (a peek or
-        // a denial) must not make the store remember the key.
-        let outcome = algorithm.check(&A::State::default(), now, cost);
-        if outcome.state.is_none() {
-            return outcome.decision;
-        }
-        self.map.get_or_insert_with(hash, key, apply)
+        let seen = match self.map.get_with(hash, &key, transition) {
+            Some(seen) => seen,
+            None => {
+                // A key never seen is fresh. A request that would not change a fresh state (a
+                // peek or a denial) must not make the store remember the key.
+                let fresh = A::State::default();
+                if algorithm.check(&fresh, now, cost).state.is_none() {
+                    fresh
+                } else {
+                    self.map.get_or_insert_with(hash, key, transition)
+                }
+            }
+        };
+        algorithm.check(&seen, now, cost).decision
     }
 }
 
