@@ -70,7 +70,9 @@ impl MemoryState for u64 {
     fn update(cell: &AtomicU64, mut f: impl FnMut(&u64) -> Option<u64>) -> u64 {
         let mut current = cell.load(Ordering::Acquire);
         loop {
-            let Some(next) = f(&current) else { return current };
+            let Some(next) = f(&current) else {
+                return current;
+            };
             match cell.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return current,
                 Err(actual) => current = actual,

@@ -1,0 +1,159 @@
+//! Checks on a key the memory store already holds allocate nothing, allowed or denied, for IP,
+//! integer and short string keys.
+//!
+//! A counting global allocator counts only on a thread that has switched counting on, so the
+//! test harness's own threads add no noise. This file holds a single test.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::future::Future;
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tollgate::algorithm::Gcra;
+use tollgate::clock::ManualClock;
+use tollgate::store::MemoryStore;
+use tollgate::{Decision, Key, Quota, RateLimiter};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+impl Counting {
+    fn note(&self) {
+        // `try_with`: the flag may already be gone while a thread shuts down.
+        if COUNTING.try_with(Cell::get).unwrap_or(false) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; counting touches only an
+// atomic and a const-initialised thread-local without a destructor, neither of which allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.note();
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        self.note();
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        self.note();
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Heap allocations made on this thread while `f` runs.
+fn allocations_in<R>(f: impl FnOnce() -> R) -> (u64, R) {
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    COUNTING.with(|c| c.set(true));
+    let out = f();
+    COUNTING.with(|c| c.set(false));
+    (ALLOCATIONS.load(Ordering::Relaxed) - before, out)
+}
+
+type Limiter = RateLimiter<Gcra, MemoryStore, ManualClock>;
+
+/// Polls the store's future to completion (it is ready at once).
+fn decide(limiter: &Limiter, key: impl Into<Key>, cost: u64) -> Decision {
+    let mut fut = pin!(limiter.check_n(key, cost));
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(result) = fut.as_mut().poll(&mut cx) {
+            return result.expect("memory store failed");
+        }
+    }
+}
+
+const N: u64 = 10_000;
+
+/// `N` allowed checks, then `N` denied ones, on a key that exists; returns the allocations of
+/// each phase. Keys are made inside the counted region, as a server would per request.
+fn run<K: Into<Key>>(make_key: impl Fn() -> K) -> (u64, u64) {
+    let clock = ManualClock::new();
+    // T = 1 µs, burst 10: a key that moves on by T per check is always allowed.
+    let limiter = RateLimiter::gcra(Quota::new(1_000_000, Duration::from_secs(1)).with_burst(10))
+        .with_clock(clock.clone());
+    // The first check makes the key (and may allocate).
+    assert!(decide(&limiter, make_key(), 1).allowed);
+    assert_eq!(limiter.table().len(), 1);
+
+    let (allowed_allocs, allowed) = allocations_in(|| {
+        let mut allowed = 0;
+        for _ in 0..N {
+            clock.advance(Duration::from_micros(1));
+            allowed += u64::from(black_box(decide(&limiter, make_key(), 1)).allowed);
+        }
+        allowed
+    });
+    assert_eq!(allowed, N, "the allowed phase was not all allowed");
+
+    // Fill the bucket, then knock N times.
+    assert!(decide(&limiter, make_key(), 9).allowed);
+    let (denied_allocs, allowed) = allocations_in(|| {
+        let mut allowed = 0;
+        for _ in 0..N {
+            allowed += u64::from(black_box(decide(&limiter, make_key(), 1)).allowed);
+        }
+        allowed
+    });
+    assert_eq!(allowed, 0, "the denied phase was not all denied");
+    assert_eq!(limiter.table().len(), 1);
+    (allowed_allocs, denied_allocs)
+}
+
+#[test]
+fn checks_on_an_existing_key_do_not_allocate() {
+    // The counter works: an allocation inside the counted region is seen, one outside is not.
+    let (n, boxed) = allocations_in(|| black_box(Box::new(1u64)));
+    assert_eq!(n, 1, "the counting allocator does not count");
+    drop(boxed);
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    drop(black_box(vec![0u8; 64]));
+    assert_eq!(
+        ALLOCATIONS.load(Ordering::Relaxed),
+        before,
+        "counted outside the region"
+    );
+    // A key too long to be stored inline allocates: the test can tell.
+    let long = "an-api-key-longer-than-twenty-two-bytes";
+    assert!(allocations_in(|| black_box(Key::from(long))).0 > 0);
+
+    let v4 = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+    let v6 = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1));
+    let short = "user-0123456789abcdefg"; // 22 bytes: the longest inline key
+    assert_eq!(short.len(), 22);
+    let cases: [(&str, (u64, u64)); 5] = [
+        ("IPv4", run(|| v4)),
+        ("IPv6", run(|| v6)),
+        ("u64", run(|| 0xdead_beef_u64)),
+        ("&str", run(|| short)),
+        ("short &str", run(|| "k")),
+    ];
+    for (kind, (allowed, denied)) in cases {
+        assert_eq!(
+            (allowed, denied),
+            (0, 0),
+            "{kind} key: allocations in {N} allowed and {N} denied checks"
+        );
+    }
+}
