@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use crate::algorithm::{Algorithm, Gcra};
 use crate::clock::{Clock, SystemClock};
-use crate::store::{MemoryStore, Store};
-use crate::{Key, Quota};
+use crate::store::{MemoryState, MemoryStore, Store};
+use crate::{Decision, Key, Quota};
 
 /// Decides whether a key may make a request: an algorithm with its quota, over a store, on a
 /// clock.
@@ -61,7 +61,7 @@ impl RateLimiter<Gcra> {
 
 impl<A: Algorithm> RateLimiter<A>
 where
-    A::State: crate::store::MemoryState,
+    A::State: MemoryState,
 {
     /// A limiter for `quota` decided by `algorithm`, in a new [`MemoryStore`], on the
     /// [`SystemClock`]. The constructors such as [`RateLimiter::gcra`] call this.
@@ -124,6 +124,34 @@ where
     #[inline]
     pub fn check_n(&self, key: impl Into<Key>, cost: u64) -> St::Future {
         St::check(&self.table, key.into(), self.clock.now_nanos(), cost)
+    }
+}
+
+impl<A, C> RateLimiter<A, MemoryStore, C>
+where
+    A: Algorithm,
+    A::State: MemoryState,
+    C: Clock,
+{
+    /// Decides one request for `key` at once, without a future: the memory store never waits
+    /// and never fails. For code that is not async.
+    ///
+    /// ```
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::gcra(Quota::per_second(1));
+    /// assert!(limiter.check_now("job").allowed);
+    /// assert!(!limiter.check_now("job").allowed);
+    /// ```
+    #[inline]
+    pub fn check_now(&self, key: impl Into<Key>) -> Decision {
+        self.check_n_now(key, 1)
+    }
+
+    /// [`check_n`](Self::check_n) at once, without a future.
+    #[inline]
+    pub fn check_n_now(&self, key: impl Into<Key>, cost: u64) -> Decision {
+        self.table.decide(key.into(), self.clock.now_nanos(), cost)
     }
 }
 

@@ -6,18 +6,13 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::future::Future;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use tollgate::algorithm::Gcra;
 use tollgate::clock::ManualClock;
-use tollgate::store::MemoryStore;
-use tollgate::{Decision, Key, Quota, RateLimiter};
+use tollgate::{Key, Quota, RateLimiter};
 
 struct Counting;
 
@@ -71,19 +66,6 @@ fn allocations_in<R>(f: impl FnOnce() -> R) -> (u64, R) {
     (ALLOCATIONS.load(Ordering::Relaxed) - before, out)
 }
 
-type Limiter = RateLimiter<Gcra, MemoryStore, ManualClock>;
-
-/// Polls the store's future to completion (it is ready at once).
-fn decide(limiter: &Limiter, key: impl Into<Key>, cost: u64) -> Decision {
-    let mut fut = pin!(limiter.check_n(key, cost));
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(result) = fut.as_mut().poll(&mut cx) {
-            return result.expect("memory store failed");
-        }
-    }
-}
-
 const N: u64 = 10_000;
 
 /// `N` allowed checks, then `N` denied ones, on a key that exists; returns the allocations of
@@ -94,25 +76,25 @@ fn run<K: Into<Key>>(make_key: impl Fn() -> K) -> (u64, u64) {
     let limiter = RateLimiter::gcra(Quota::new(1_000_000, Duration::from_secs(1)).with_burst(10))
         .with_clock(clock.clone());
     // The first check makes the key (and may allocate).
-    assert!(decide(&limiter, make_key(), 1).allowed);
+    assert!(limiter.check_n_now(make_key(), 1).allowed);
     assert_eq!(limiter.table().len(), 1);
 
     let (allowed_allocs, allowed) = allocations_in(|| {
         let mut allowed = 0;
         for _ in 0..N {
             clock.advance(Duration::from_micros(1));
-            allowed += u64::from(black_box(decide(&limiter, make_key(), 1)).allowed);
+            allowed += u64::from(black_box(limiter.check_n_now(make_key(), 1)).allowed);
         }
         allowed
     });
     assert_eq!(allowed, N, "the allowed phase was not all allowed");
 
     // Fill the bucket, then knock N times.
-    assert!(decide(&limiter, make_key(), 9).allowed);
+    assert!(limiter.check_n_now(make_key(), 9).allowed);
     let (denied_allocs, allowed) = allocations_in(|| {
         let mut allowed = 0;
         for _ in 0..N {
-            allowed += u64::from(black_box(decide(&limiter, make_key(), 1)).allowed);
+            allowed += u64::from(black_box(limiter.check_n_now(make_key(), 1)).allowed);
         }
         allowed
     });

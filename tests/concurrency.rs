@@ -5,32 +5,20 @@
 //! exactly `burst` worth of cost passes, and the `remaining` figures of the allowed decisions
 //! tile `0..burst` without a gap or an overlap (each decision saw the state it changed).
 
-use std::future::Future;
-use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
-use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::Duration;
 
 use tollgate::algorithm::Gcra;
 use tollgate::clock::ManualClock;
 use tollgate::store::MemoryStore;
-use tollgate::{Decision, Key, Quota, RateLimiter};
+use tollgate::{Key, Quota, RateLimiter};
 
 type Limiter = RateLimiter<Gcra, MemoryStore, ManualClock>;
 
 const THREADS: usize = 2;
 const CHECKS: usize = 10_000;
-
-fn decide(limiter: &Limiter, key: impl Into<Key>, cost: u64) -> Decision {
-    let fut = pin!(limiter.check_n(key, cost));
-    match fut.poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(Ok(decision)) => decision,
-        Poll::Ready(Err(e)) => panic!("memory store failed: {e}"),
-        Poll::Pending => panic!("memory store future was not ready at once"),
-    }
-}
 
 fn limiter(burst: u64) -> (Limiter, ManualClock) {
     let clock = ManualClock::new();
@@ -57,7 +45,7 @@ fn hammer(
                     let mut allowed = Vec::new();
                     barrier.wait();
                     for (k, cost) in requests {
-                        let d = decide(&limiter, &keys[k], cost);
+                        let d = limiter.check_n_now(&keys[k], cost);
                         assert_eq!(d.limit, limiter.quota().burst());
                         if d.allowed {
                             assert_eq!(d.retry_after, None);
@@ -107,7 +95,7 @@ fn one_key_admits_exactly_the_burst() {
         assert_eq!(allowed[0].len() as u64, burst, "burst {burst}");
         assert_tiles(&allowed[0], burst, &format!("burst {burst}"));
         // And the key is now full.
-        let d = decide(&limiter, "hot", 0);
+        let d = limiter.check_n_now("hot", 0);
         assert_eq!(
             (d.remaining, d.reset_after),
             (0, Duration::from_millis(100) * burst as u32)
@@ -148,7 +136,7 @@ fn many_contended_fills_admit_exactly_the_burst() {
         // Even rounds race on a key the store already holds (back to fresh by now), odd rounds
         // on a key it has never seen.
         for round in (0..ROUNDS).step_by(2) {
-            assert!(decide(&limiter, round, 1).allowed);
+            assert!(limiter.check_n_now(round, 1).allowed);
         }
         clock.advance(Duration::from_secs(3600));
         let arrived = AtomicU64::new(0);
@@ -170,7 +158,7 @@ fn many_contended_fills_admit_exactly_the_burst() {
                                 std::hint::spin_loop();
                             }
                             for _ in 0..=burst {
-                                let d = decide(&limiter, round, 1);
+                                let d = limiter.check_n_now(round, 1);
                                 if d.allowed {
                                     allowed.push((round, d.remaining));
                                 }
@@ -233,15 +221,15 @@ fn mixed_costs_admit_exactly_the_burst() {
 fn clones_share_state() {
     let (limiter, clock) = limiter(2);
     let clone = limiter.clone();
-    assert!(decide(&limiter, "k", 1).allowed);
-    assert!(decide(&clone, "k", 1).allowed);
-    let d = decide(&limiter, "k", 1);
+    assert!(limiter.check_n_now("k", 1).allowed);
+    assert!(clone.check_n_now("k", 1).allowed);
+    let d = limiter.check_n_now("k", 1);
     assert!(!d.allowed);
     assert_eq!(d.retry_after, Some(Duration::from_millis(100)));
     // The clone shares the clock too.
     clock.advance(Duration::from_millis(100));
-    assert!(decide(&clone, "k", 1).allowed);
-    assert!(!decide(&limiter, "k", 1).allowed);
+    assert!(clone.check_n_now("k", 1).allowed);
+    assert!(!limiter.check_n_now("k", 1).allowed);
     assert_eq!(limiter.table().len(), 1);
     assert_eq!(clone.table().len(), 1);
 }
@@ -264,26 +252,26 @@ fn one_store_separates_policies_by_name() {
 
     // Different names: two independent bursts for the same key.
     for limiter in [&search, &upload] {
-        assert!(decide(limiter, "alice", 1).allowed);
-        assert!(decide(limiter, "alice", 1).allowed);
-        assert!(!decide(limiter, "alice", 1).allowed);
+        assert!(limiter.check_n_now("alice", 1).allowed);
+        assert!(limiter.check_n_now("alice", 1).allowed);
+        assert!(!limiter.check_n_now("alice", 1).allowed);
     }
     // Same name in the same store: the burst is already spent.
-    let d = decide(&search_again, "alice", 1);
+    let d = search_again.check_n_now("alice", 1);
     assert!(!d.allowed);
     assert_eq!(d.retry_after, Some(Duration::from_secs(30)));
     assert_eq!(search_again.table().len(), 1);
     // A key used on one policy only is fresh on the other.
-    assert!(decide(&upload, "bob", 2).allowed);
-    assert_eq!(decide(&search, "bob", 0).remaining, 2);
-    assert_eq!(decide(&search_again, "bob", 0).remaining, 2);
-    assert_eq!(decide(&upload, "bob", 0).remaining, 0);
+    assert!(upload.check_n_now("bob", 2).allowed);
+    assert_eq!(search.check_n_now("bob", 0).remaining, 2);
+    assert_eq!(search_again.check_n_now("bob", 0).remaining, 2);
+    assert_eq!(upload.check_n_now("bob", 0).remaining, 0);
 
     // A different store with the same name shares nothing.
     let elsewhere = RateLimiter::gcra(quota.named("search"))
         .with_store(MemoryStore::new())
         .with_clock(clock.clone());
-    assert_eq!(decide(&elsewhere, "alice", 0).remaining, 2);
+    assert_eq!(elsewhere.check_n_now("alice", 0).remaining, 2);
 }
 
 #[test]
@@ -306,7 +294,7 @@ fn one_store_shares_state_across_threads_by_name() {
                 scope.spawn(move || {
                     barrier.wait();
                     (0..CHECKS)
-                        .filter(|_| decide(limiter, "k", 1).allowed)
+                        .filter(|_| limiter.check_n_now("k", 1).allowed)
                         .count() as u64
                 })
             })

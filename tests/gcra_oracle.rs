@@ -12,28 +12,11 @@
 //! Time moves only by `ManualClock::advance`; the memory store's future is ready at once and is
 //! polled once with a no-op waker.
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tollgate::algorithm::Gcra;
 use tollgate::clock::ManualClock;
-use tollgate::store::MemoryStore;
 use tollgate::{Decision, Key, Quota, RateLimiter};
-
-type Limiter = RateLimiter<Gcra, MemoryStore, ManualClock>;
-
-/// Polls the store's future once: the memory store decides synchronously.
-fn decide(limiter: &Limiter, key: impl Into<Key>, cost: u64) -> Decision {
-    let fut = pin!(limiter.check_n(key, cost));
-    match fut.poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(Ok(decision)) => decision,
-        Poll::Ready(Err(e)) => panic!("memory store failed: {e}"),
-        Poll::Pending => panic!("memory store future was not ready at once"),
-    }
-}
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).expect("duration fits in u64 ns")
@@ -266,7 +249,7 @@ proptest! {
         for (step, &(gap, cost)) in arrivals.iter().enumerate() {
             clock.advance(Duration::from_nanos(gap));
             now += gap;
-            let got = Expected::from(decide(&limiter, "k", cost));
+            let got = Expected::from(limiter.check_n_now("k", cost));
             let want = debt.request(now, cost);
             prop_assert_eq!(got, want, "step {} at {} ns, cost {}, quota {:?}", step, now, cost, &quota);
 
@@ -298,7 +281,7 @@ proptest! {
             // Cost 0 is allowed and changes nothing: peeking again reports the same.
             if cost == 0 {
                 prop_assert!(got.allowed);
-                let again = Expected::from(decide(&limiter, "k", 0));
+                let again = Expected::from(limiter.check_n_now("k", 0));
                 prop_assert_eq!(again, got, "step {}", step);
             }
         }
@@ -318,7 +301,7 @@ proptest! {
         for (step, &(gap, cost)) in arrivals.iter().enumerate() {
             clock.advance(Duration::from_nanos(gap));
             now += gap;
-            let d = decide(&limiter, 7u64, cost);
+            let d = limiter.check_n_now(7u64, cost);
             if d.allowed {
                 if cost > 0 {
                     admitted.push((now, cost));
@@ -366,13 +349,13 @@ proptest! {
         for (step, (&(gap, cost), &pick)) in arrivals.iter().zip(&picks).enumerate() {
             clock.advance(Duration::from_nanos(gap));
             now += gap;
-            let got = Expected::from(decide(&limiter, &keys[pick], cost));
+            let got = Expected::from(limiter.check_n_now(&keys[pick], cost));
             let want = oracles[pick].request(now, cost);
             prop_assert_eq!(got, want, "step {} key {:?} at {} ns, cost {}", step, &keys[pick], now, cost);
         }
         // Every key still stands where its own oracle says (peeks change nothing).
         for (key, oracle) in keys.iter().zip(&mut oracles) {
-            let got = Expected::from(decide(&limiter, key, 0));
+            let got = Expected::from(limiter.check_n_now(key, 0));
             prop_assert_eq!(got, oracle.request(now, 0), "key {:?}", key);
         }
     }

@@ -130,7 +130,7 @@ where
     }
 
     #[inline]
-    fn decide(&self, key: Key, now: u64, cost: u64) -> Decision {
+    pub(crate) fn decide(&self, key: Key, now: u64, cost: u64) -> Decision {
         let algorithm = &self.algorithm;
         // Only the state transition runs while the shard is locked; the decision is a pure
         // function of the state the transition saw, so it is computed after the lock is gone.
