@@ -101,8 +101,6 @@ impl Algorithm for Gcra {
 mod tests {
     use super::*;
 
-    const S: u64 = 1_000_000_000;
-
     #[test]
     fn hand_checked_table() {
         // 10 per second, burst 5: T = 100 ms, τ = 500 ms.
