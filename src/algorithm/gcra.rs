@@ -92,6 +92,13 @@ impl Algorithm for Gcra {
     }
 
     #[inline]
+    fn transition(&self, &tat: &u64, now: u64, cost: u64) -> Option<u64> {
+        let increment = cost.checked_mul(self.interval)?;
+        let new_tat = tat.max(now).checked_add(increment)?;
+        (cost > 0 && new_tat - now <= self.tolerance).then_some(new_tat)
+    }
+
+    #[inline]
     fn is_fresh(&self, &tat: &u64, now: u64) -> bool {
         tat <= now
     }

@@ -39,6 +39,14 @@ pub trait Algorithm: Clone + Send + Sync + 'static {
     /// it reports the key's standing and changes nothing.
     fn check(&self, state: &Self::State, now: u64, cost: u64) -> Outcome<Self::State>;
 
+    /// The next state alone: `check(state, now, cost).state`. Stores run this while they hold a
+    /// key's state exclusively and compute the full decision afterwards, so an algorithm whose
+    /// transition is cheaper than its decision overrides it.
+    #[inline]
+    fn transition(&self, state: &Self::State, now: u64, cost: u64) -> Option<Self::State> {
+        self.check(state, now, cost).state
+    }
+
     /// Whether `state` is back to fresh at `now`, so the store may forget the key.
     fn is_fresh(&self, state: &Self::State, now: u64) -> bool;
 }

@@ -135,7 +135,7 @@ where
         // Only the state transition runs while the shard is locked; the decision is a pure
         // function of the state the transition saw, so it is computed after the lock is gone.
         let transition = |cell: &<A::State as MemoryState>::Cell| {
-            A::State::update(cell, |state| algorithm.check(state, now, cost).state)
+            A::State::update(cell, |state| algorithm.transition(state, now, cost))
         };
         let hash = self.map.hash(&key);
         let seen = match self.map.get_with(hash, &key, transition) {
@@ -144,7 +144,7 @@ where
                 // A key never seen is fresh. A request that would not change a fresh state (a
                 // peek or a denial) must not make the store remember the key.
                 let fresh = A::State::default();
-                if algorithm.check(&fresh, now, cost).state.is_none() {
+                if algorithm.transition(&fresh, now, cost).is_none() {
                     fresh
                 } else {
                     self.map.get_or_insert_with(hash, key, transition)
