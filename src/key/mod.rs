@@ -19,20 +19,55 @@
 //! assert_eq!(key, Key::from("192.0.2.1".parse::<std::net::IpAddr>().unwrap()));
 //! ```
 
+mod combine;
+mod error;
+mod head;
+mod header;
 mod peer;
+mod route;
 mod value;
 
-use std::fmt;
+use http::Request;
 
-use http::{Request, StatusCode};
-
+pub use self::combine::{Or, Skip};
+pub use self::error::KeyError;
+pub use self::head::{from_fn, FromFn, RequestHead};
+pub use self::header::{BearerToken, Header};
 pub use self::peer::{PeerAddr, PeerIp};
+pub use self::route::{Method, Route};
 pub use self::value::Key;
 
 /// Finds the key a request is counted against.
+///
+/// Implemented by the extractors of this module, by tuples of extractors (whose keys are
+/// combined into one, such as route and client IP), and by closures over a [`RequestHead`]:
+///
+/// ```
+/// use tollgate::key::{KeyError, KeyExtractor, RequestHead};
+/// use tollgate::Key;
+///
+/// // Limit by tenant, from a header set by an authenticating proxy; health checks are free.
+/// let tenant = |head: RequestHead<'_>| -> Result<Option<Key>, KeyError> {
+///     if head.uri().path() == "/healthz" {
+///         return Ok(None);
+///     }
+///     Ok(head.headers().get("x-tenant").map(|v| Key::from(v.as_bytes())))
+/// };
+/// let req = http::Request::builder().header("x-tenant", "acme").body(()).unwrap();
+/// assert_eq!(tenant.extract(&req).unwrap(), Some(Key::from("acme")));
+/// ```
 pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// The request's key; `Ok(None)` when the request is not limited at all.
     fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError>;
+
+    /// Uses `other` when this extractor cannot find a key (returns an error): for example an
+    /// API key for clients that send one, and the client IP for the rest.
+    fn or<O: KeyExtractor>(self, other: O) -> Or<Self, O>
+    where
+        Self: Sized,
+    {
+        Or::new(self, other)
+    }
 }
 
 /// Every request counts against one shared key: a limit for the whole service.
@@ -45,47 +80,3 @@ impl KeyExtractor for Global {
         Ok(Some(Key::from(0u64)))
     }
 }
-
-/// A request whose key could not be found. The layer answers it with [`status`](Self::status)
-/// and the error's message, and logs the message; the request is never let through unlimited.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyError {
-    status: StatusCode,
-    message: &'static str,
-}
-
-impl KeyError {
-    /// An error answered with `status` and `message` (a short plain-text explanation).
-    pub const fn new(status: StatusCode, message: &'static str) -> Self {
-        Self { status, message }
-    }
-
-    /// The server did not record the peer address: a misconfiguration, answered with 500.
-    pub const fn missing_peer_addr() -> Self {
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "tollgate: the request carries no peer address, so it cannot be rate limited by client IP. \
-             With axum, serve the app with `app.into_make_service_with_connect_info::<SocketAddr>()`; \
-             with tonic, use `Server::builder()` over TCP; with plain hyper, insert \
-             `tollgate::key::PeerAddr` into the request extensions.",
-        )
-    }
-
-    /// The status the layer answers with.
-    pub fn status(&self) -> StatusCode {
-        self.status
-    }
-
-    /// The explanation sent in the response body and the log.
-    pub fn message(&self) -> &'static str {
-        self.message
-    }
-}
-
-impl fmt::Display for KeyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.message)
-    }
-}
-
-impl std::error::Error for KeyError {}

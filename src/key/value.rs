@@ -3,13 +3,18 @@ use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
+use sha2::{Digest as _, Sha256};
+
 const INLINE: usize = 22;
 
 /// The identity a limit is counted against: a client IP, an API key, a user id, ...
 ///
 /// Owned and cheap to clone. IP addresses, integers and byte strings of up to 22 bytes are
 /// stored inline, so making, cloning or dropping such a key never allocates; longer keys share
-/// one reference-counted buffer. Keys of different kinds are never equal: the IP `10.0.0.1` and
+/// one reference-counted buffer. Byte strings longer than [`Key::MAX_LEN`] are replaced by
+/// their SHA-256 digest, so that clients cannot use long values (a 64 KiB header, say) to make
+/// the store hold large keys; the digest is the same in every process, so a limit shared
+/// between servers still sees one key. Keys of different kinds are never equal: the IP `10.0.0.1` and
 /// the string `"10.0.0.1"` are different keys.
 ///
 /// ```
@@ -31,9 +36,13 @@ enum Repr {
     U64(u64),
     Inline { len: u8, buf: [u8; INLINE] },
     Shared(Arc<[u8]>),
+    Digest(Arc<[u8; 32]>),
 }
 
 impl Key {
+    /// The longest byte string kept as it is; longer ones are replaced by their SHA-256 digest.
+    pub const MAX_LEN: usize = 64;
+
     /// The IP address, when the key is one.
     pub fn as_ip(&self) -> Option<IpAddr> {
         match self.0 {
@@ -43,7 +52,16 @@ impl Key {
         }
     }
 
-    /// The bytes, when the key was made from a string or bytes.
+    /// The SHA-256 digest that stands for a byte string longer than [`Key::MAX_LEN`].
+    pub fn as_digest(&self) -> Option<&[u8; 32]> {
+        match &self.0 {
+            Repr::Digest(digest) => Some(digest),
+            _ => None,
+        }
+    }
+
+    /// The bytes, when the key was made from a string or bytes of at most [`Key::MAX_LEN`]
+    /// bytes.
     pub fn as_bytes(&self) -> Option<&[u8]> {
         match &self.0 {
             Repr::Inline { len, buf } => Some(&buf[..usize::from(*len)]),
@@ -61,7 +79,10 @@ impl Key {
     }
 
     fn from_bytes(bytes: &[u8]) -> Self {
-        if bytes.len() <= INLINE {
+        if bytes.len() > Self::MAX_LEN {
+            let digest: [u8; 32] = Sha256::digest(bytes).into();
+            Self(Repr::Digest(Arc::new(digest)))
+        } else if bytes.len() <= INLINE {
             let mut buf = [0; INLINE];
             buf[..bytes.len()].copy_from_slice(bytes);
             // The length fits: INLINE < 256.
@@ -84,6 +105,7 @@ impl Hash for Key {
             Repr::V4(b) => state.write_u32(u32::from_ne_bytes(*b)),
             Repr::V6(b) => state.write_u128(u128::from_ne_bytes(*b)),
             Repr::U64(n) => state.write_u64(*n),
+            Repr::Digest(digest) => state.write(&digest[..]),
             Repr::Inline { .. } | Repr::Shared(_) => {
                 let bytes = self.as_bytes().unwrap_or_default();
                 state.write_usize(bytes.len());
@@ -160,6 +182,11 @@ impl fmt::Debug for Key {
             (_, Some(ip), _) => write!(f, "Key({ip})"),
             (_, _, Some(bytes)) => write!(f, "Key({:?})", String::from_utf8_lossy(bytes)),
             (Repr::U64(n), _, _) => write!(f, "Key({n})"),
+            (Repr::Digest(d), _, _) => {
+                f.write_str("Key(sha256:")?;
+                d.iter().take(8).try_for_each(|b| write!(f, "{b:02x}"))?;
+                f.write_str("…)")
+            }
             _ => f.write_str("Key(?)"),
         }
     }
@@ -184,6 +211,31 @@ mod tests {
         let v6: IpAddr = "2001:db8::1".parse().unwrap();
         assert_eq!(Key::from(v6).as_ip(), Some(v6));
         assert_eq!(format!("{:?}", Key::from(v6)), "Key(2001:db8::1)");
+    }
+
+    #[test]
+    fn long_keys_become_digests() {
+        let at_bound = "x".repeat(Key::MAX_LEN);
+        assert_eq!(
+            Key::from(at_bound.as_str()).as_bytes(),
+            Some(at_bound.as_bytes())
+        );
+        let over = "x".repeat(Key::MAX_LEN + 1);
+        let key = Key::from(over.as_str());
+        assert_eq!(key.as_bytes(), None);
+        // SHA-256 of 65 'x' bytes, as `printf 'x%.0s' $(seq 65) | sha256sum` prints it.
+        let hex: String = key
+            .as_digest()
+            .unwrap()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            hex,
+            "9537c5fdf120482f7d58d25e9ed583f52c02b4e304ea814db1633ad565aed7e9"
+        );
+        assert_eq!(key, Key::from(over.into_bytes().as_slice()));
+        assert_ne!(key, Key::from("x".repeat(Key::MAX_LEN + 2).as_str()));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::response::Responder;
 use super::RateLimit;
 use crate::algorithm::{Algorithm, Gcra};
 use crate::clock::{Clock, SystemClock};
-use crate::key::{KeyExtractor, PeerIp};
+use crate::key::{KeyExtractor, PeerIp, RequestHead, Skip};
 use crate::store::{MemoryStore, Store};
 use crate::{Quota, RateLimiter};
 
@@ -68,6 +68,34 @@ where
             config: Config {
                 limiter,
                 key: extractor,
+                responder,
+            },
+        }
+    }
+
+    /// Leaves the requests `predicate` picks unlimited (no check, no rate limit headers), such
+    /// as health checks or internal callers.
+    ///
+    /// ```
+    /// use tollgate::{Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::gcra(Quota::per_minute(60)).skip(|head| head.uri().path() == "/healthz");
+    /// # let _ = layer;
+    /// ```
+    #[must_use]
+    pub fn skip<P>(self, predicate: P) -> RateLimitLayer<A, Skip<K, P>, St, C>
+    where
+        P: Fn(RequestHead<'_>) -> bool + Clone + Send + Sync + 'static,
+    {
+        let Config {
+            limiter,
+            key,
+            responder,
+        } = self.config;
+        RateLimitLayer {
+            config: Config {
+                limiter,
+                key: Skip::new(key, predicate),
                 responder,
             },
         }

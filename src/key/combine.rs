@@ -1,0 +1,176 @@
+use http::Request;
+
+use super::{Key, KeyError, KeyExtractor, RequestHead};
+
+/// Tries one extractor, and another when the first finds no key: made by
+/// [`KeyExtractor::or`].
+#[derive(Debug, Clone)]
+pub struct Or<A, B> {
+    first: A,
+    second: B,
+}
+
+impl<A, B> Or<A, B> {
+    pub(crate) fn new(first: A, second: B) -> Self {
+        Self { first, second }
+    }
+}
+
+impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
+    #[inline]
+    fn extract<R>(&self, req: &Request<R>) -> Result<Option<Key>, KeyError> {
+        self.first
+            .extract(req)
+            .or_else(|_| self.second.extract(req))
+    }
+}
+
+/// Leaves the requests a predicate picks unlimited, and keys the rest with an inner extractor:
+/// made by the layer's `skip`.
+#[derive(Clone)]
+pub struct Skip<K, P> {
+    inner: K,
+    predicate: P,
+}
+
+impl<K, P> Skip<K, P> {
+    pub(crate) fn new(inner: K, predicate: P) -> Self {
+        Self { inner, predicate }
+    }
+}
+
+impl<K: std::fmt::Debug, P> std::fmt::Debug for Skip<K, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Skip")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, P> KeyExtractor for Skip<K, P>
+where
+    K: KeyExtractor,
+    P: Fn(RequestHead<'_>) -> bool + Clone + Send + Sync + 'static,
+{
+    #[inline]
+    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
+        if (self.predicate)(RequestHead::new(req)) {
+            return Ok(None);
+        }
+        self.inner.extract(req)
+    }
+}
+
+/// Appends `key` to `out` so that distinct sequences of keys give distinct bytes: a kind tag,
+/// then the value (length-prefixed for byte strings).
+fn encode(key: &Key, out: &mut Vec<u8>) {
+    if let Some(ip) = key.as_ip() {
+        match ip {
+            std::net::IpAddr::V4(v4) => {
+                out.push(1);
+                out.extend_from_slice(&v4.octets());
+            }
+            std::net::IpAddr::V6(v6) => {
+                out.push(2);
+                out.extend_from_slice(&v6.octets());
+            }
+        }
+    } else if let Some(n) = key.as_u64() {
+        out.push(3);
+        out.extend_from_slice(&n.to_be_bytes());
+    } else {
+        let bytes = key.as_bytes().unwrap_or_default();
+        out.push(4);
+        out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+        out.extend_from_slice(bytes);
+    }
+}
+
+macro_rules! tuple_extractor {
+    ($($name:ident),+) => {
+        /// A tuple of extractors keys a request on all their keys together, such as
+        /// `(Route, PeerIp)`: one budget per client per route. If any part leaves the request
+        /// unlimited, it is unlimited; if any part fails, the request fails with that error.
+        impl<$($name: KeyExtractor),+> KeyExtractor for ($($name,)+) {
+            #[allow(non_snake_case)]
+            fn extract<Body>(&self, req: &Request<Body>) -> Result<Option<Key>, KeyError> {
+                let ($($name,)+) = self;
+                let mut bytes = Vec::with_capacity(32);
+                $(
+                    match $name.extract(req)? {
+                        Some(key) => encode(&key, &mut bytes),
+                        None => return Ok(None),
+                    }
+                )+
+                Ok(Some(Key::from(bytes.as_slice())))
+            }
+        }
+    };
+}
+
+tuple_extractor!(A, B);
+tuple_extractor!(A, B, C);
+tuple_extractor!(A, B, C, D);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{Global, Header, Method, PeerAddr, PeerIp, Route};
+    use http::StatusCode;
+
+    fn req(peer: &str, path: &str) -> Request<()> {
+        let mut req = Request::builder().uri(path).body(()).unwrap();
+        req.extensions_mut().insert(PeerAddr(peer.parse().unwrap()));
+        req
+    }
+
+    #[test]
+    fn tuples_separate_every_part() {
+        let k = |peer, path| (Route, PeerIp).extract(&req(peer, path)).unwrap().unwrap();
+        assert_eq!(k("192.0.2.1:1", "/a"), k("192.0.2.1:2", "/a"));
+        assert_ne!(k("192.0.2.1:1", "/a"), k("192.0.2.2:1", "/a"));
+        assert_ne!(k("192.0.2.1:1", "/a"), k("192.0.2.1:1", "/b"));
+        // Length prefixes keep ("ab", "c") apart from ("a", "bc").
+        let ab = from_parts("ab", "c");
+        let a = from_parts("a", "bc");
+        assert_ne!(ab, a);
+    }
+
+    fn from_parts(x: &'static str, y: &'static str) -> Key {
+        let fx = move |_: RequestHead<'_>| Ok(Some(Key::from(x)));
+        let fy = move |_: RequestHead<'_>| Ok(Some(Key::from(y)));
+        (fx, fy).extract(&Request::new(())).unwrap().unwrap()
+    }
+
+    #[test]
+    fn tuples_propagate_unlimited_and_errors() {
+        let none = |_: RequestHead<'_>| Ok(None);
+        assert_eq!((Global, none).extract(&Request::new(())).unwrap(), None);
+        let err = (Method, Header::new("x-key"))
+            .extract(&Request::new(()))
+            .unwrap_err();
+        assert_eq!(err.status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn or_falls_back_only_on_errors() {
+        let key = Header::new("x-key").or(PeerIp);
+        let plain = req("192.0.2.9:1", "/");
+        assert_eq!(
+            key.extract(&plain).unwrap(),
+            Some(Key::from("192.0.2.9".parse::<std::net::IpAddr>().unwrap()))
+        );
+        let mut keyed = req("192.0.2.9:1", "/");
+        keyed.headers_mut().insert("x-key", "k".parse().unwrap());
+        assert_eq!(key.extract(&keyed).unwrap(), Some(Key::from("k")));
+    }
+
+    #[test]
+    fn skip_leaves_picked_requests_unlimited() {
+        let key = Skip::new(PeerIp, |head: RequestHead<'_>| {
+            head.uri().path() == "/healthz"
+        });
+        assert_eq!(key.extract(&req("192.0.2.1:1", "/healthz")).unwrap(), None);
+        assert!(key.extract(&req("192.0.2.1:1", "/api")).unwrap().is_some());
+    }
+}

@@ -1,0 +1,100 @@
+use http::{Extensions, HeaderMap, Method, Request, Uri, Version};
+
+use super::{Key, KeyError, KeyExtractor};
+
+/// A borrowed view of a request without its body: what closures given as a
+/// [`KeyExtractor`] (or to `skip`) read.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestHead<'a> {
+    method: &'a Method,
+    uri: &'a Uri,
+    version: Version,
+    headers: &'a HeaderMap,
+    extensions: &'a Extensions,
+}
+
+impl<'a> RequestHead<'a> {
+    /// The head of `req`.
+    pub fn new<B>(req: &'a Request<B>) -> Self {
+        Self {
+            method: req.method(),
+            uri: req.uri(),
+            version: req.version(),
+            headers: req.headers(),
+            extensions: req.extensions(),
+        }
+    }
+
+    /// The request method.
+    pub fn method(&self) -> &'a Method {
+        self.method
+    }
+
+    /// The request URI.
+    pub fn uri(&self) -> &'a Uri {
+        self.uri
+    }
+
+    /// The HTTP version.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// The request headers.
+    pub fn headers(&self) -> &'a HeaderMap {
+        self.headers
+    }
+
+    /// The request extensions (peer address, matched route, authenticated user, ...).
+    pub fn extensions(&self) -> &'a Extensions {
+        self.extensions
+    }
+}
+
+/// Closures over a [`RequestHead`] are key extractors.
+impl<F> KeyExtractor for F
+where
+    F: Fn(RequestHead<'_>) -> Result<Option<Key>, KeyError> + Clone + Send + Sync + 'static,
+{
+    #[inline]
+    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
+        self(RequestHead::new(req))
+    }
+}
+
+/// A key extractor from a closure, with the closure's argument type inferred:
+///
+/// ```
+/// use tollgate::key::{from_fn, KeyExtractor};
+/// use tollgate::Key;
+///
+/// let by_tenant = from_fn(|head| Ok(head.headers().get("x-tenant").map(|v| Key::from(v.as_bytes()))));
+/// let req = http::Request::builder().header("x-tenant", "acme").body(()).unwrap();
+/// assert_eq!(by_tenant.extract(&req).unwrap(), Some(Key::from("acme")));
+/// ```
+pub fn from_fn<F>(f: F) -> FromFn<F>
+where
+    F: Fn(RequestHead<'_>) -> Result<Option<Key>, KeyError> + Clone + Send + Sync + 'static,
+{
+    FromFn(f)
+}
+
+/// The extractor made by [`from_fn`].
+#[derive(Clone, Copy)]
+pub struct FromFn<F>(F);
+
+impl<F> std::fmt::Debug for FromFn<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FromFn")
+    }
+}
+
+impl<F> KeyExtractor for FromFn<F>
+where
+    F: Fn(RequestHead<'_>) -> Result<Option<Key>, KeyError> + Clone + Send + Sync + 'static,
+{
+    #[inline]
+    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
+        (self.0)(RequestHead::new(req))
+    }
+}

@@ -1,0 +1,165 @@
+//! Key extractors through the layer: skipping, per-route keys, header keys with a fallback.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use http::{Request, Response, StatusCode};
+use tollgate::clock::ManualClock;
+use tollgate::key::{BearerToken, Header, KeyExtractor, PeerAddr, PeerIp, Route};
+use tollgate::{Quota, RateLimitLayer};
+use tower::{Layer, Service, ServiceExt};
+
+fn request(peer: &str, path: &str, headers: &[(&str, &str)]) -> Request<String> {
+    let mut builder = Request::builder().uri(path);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    let mut req = builder.body(String::new()).unwrap();
+    req.extensions_mut()
+        .insert(PeerAddr(peer.parse::<SocketAddr>().unwrap()));
+    req
+}
+
+fn counting_handler() -> (
+    Arc<AtomicUsize>,
+    impl Service<
+            Request<String>,
+            Response = Response<String>,
+            Error = Infallible,
+            Future = impl Send,
+        > + Clone,
+) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let svc = tower::service_fn(move |_req: Request<String>| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, Infallible>(Response::new(String::from("ok"))) }
+    });
+    (calls, svc)
+}
+
+async fn status<S>(svc: &S, req: Request<String>) -> StatusCode
+where
+    S: Service<Request<String>> + Clone,
+    S::Response: Into<Response<tollgate::body::ResponseBody<String>>>,
+    S::Error: std::fmt::Debug,
+{
+    let response: Response<_> = svc.clone().oneshot(req).await.unwrap().into();
+    response.status()
+}
+
+#[tokio::test]
+async fn skipped_requests_are_unlimited_and_unannotated() {
+    let (calls, handler) = counting_handler();
+    let layer = RateLimitLayer::gcra(Quota::per_minute(1))
+        .clock(ManualClock::new())
+        .skip(|head| head.uri().path() == "/healthz");
+    let svc = layer.layer(handler);
+    for _ in 0..5 {
+        let response = svc
+            .clone()
+            .oneshot(request("192.0.2.1:1", "/healthz", &[]))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers().get("ratelimit").is_none());
+    }
+    assert_eq!(
+        status(&svc, request("192.0.2.1:1", "/api", &[])).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&svc, request("192.0.2.1:1", "/api", &[])).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 6);
+}
+
+#[tokio::test]
+async fn route_and_ip_give_each_client_a_budget_per_route() {
+    let (_, handler) = counting_handler();
+    let svc = RateLimitLayer::gcra(Quota::per_minute(1))
+        .clock(ManualClock::new())
+        .key((Route, PeerIp))
+        .layer(handler);
+    assert_eq!(
+        status(&svc, request("192.0.2.1:1", "/a", &[])).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&svc, request("192.0.2.1:1", "/b", &[])).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&svc, request("192.0.2.2:1", "/a", &[])).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&svc, request("192.0.2.1:9", "/a", &[])).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn api_keys_with_an_ip_fallback() {
+    let (calls, handler) = counting_handler();
+    let svc = RateLimitLayer::gcra(Quota::per_minute(1))
+        .clock(ManualClock::new())
+        .key(Header::new("x-api-key").or(PeerIp))
+        .layer(handler);
+    let ip = "192.0.2.1:1";
+    // One budget per API key, whatever the address...
+    assert_eq!(
+        status(&svc, request(ip, "/", &[("x-api-key", "a")])).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&svc, request("192.0.2.7:1", "/", &[("x-api-key", "a")])).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        status(&svc, request(ip, "/", &[("x-api-key", "b")])).await,
+        StatusCode::OK
+    );
+    // ...and one per address for requests without a key.
+    assert_eq!(status(&svc, request(ip, "/", &[])).await, StatusCode::OK);
+    assert_eq!(
+        status(&svc, request(ip, "/", &[])).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_missing_bearer_token_is_answered_without_calling_the_handler() {
+    let (calls, handler) = counting_handler();
+    let svc = RateLimitLayer::gcra(Quota::per_minute(5))
+        .key(BearerToken)
+        .layer(handler);
+    let response = svc
+        .clone()
+        .oneshot(request("192.0.2.1:1", "/", &[]))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let auth = [("authorization", "Bearer t-1")];
+    assert_eq!(
+        status(&svc, request("192.0.2.1:1", "/", &auth)).await,
+        StatusCode::OK
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn long_header_values_make_keys_of_bounded_size() {
+    let long = "k".repeat(64 * 1024);
+    let req = request("192.0.2.1:1", "/", &[("x-api-key", &long)]);
+    let key = Header::new("x-api-key").extract(&req).unwrap().unwrap();
+    assert!(
+        key.as_bytes()
+            .is_none_or(|b| b.len() <= tollgate::Key::MAX_LEN),
+        "{key:?}"
+    );
+}
