@@ -44,6 +44,7 @@ where
     quota: Quota,
     policy: Arc<str>,
     algorithm: A,
+    store: St,
     table: St::Table,
     clock: C,
 }
@@ -66,18 +67,7 @@ where
     /// A limiter for `quota` decided by `algorithm`, in a new [`MemoryStore`], on the
     /// [`SystemClock`]. The constructors such as [`RateLimiter::gcra`] call this.
     pub fn from_parts(quota: Quota, algorithm: A) -> Self {
-        let policy: Arc<str> = match quota.explicit_name() {
-            Some(name) => name.clone(),
-            None => quota.to_string().into(),
-        };
-        let table = MemoryStore::new().table(&policy, &algorithm);
-        Self {
-            quota,
-            policy,
-            algorithm,
-            table,
-            clock: SystemClock,
-        }
+        Self::bind(quota, algorithm, MemoryStore::new(), SystemClock)
     }
 }
 
@@ -87,27 +77,46 @@ where
     St: Store<A>,
     C: Clock,
 {
+    /// A limiter for `quota` decided by `algorithm`, with its state in `store`.
+    pub(crate) fn bind(quota: Quota, algorithm: A, store: St, clock: C) -> Self {
+        let policy: Arc<str> = match quota.explicit_name() {
+            Some(name) => name.clone(),
+            None => quota.to_string().into(),
+        };
+        let table = store.table(&policy, &algorithm);
+        Self {
+            quota,
+            policy,
+            algorithm,
+            store,
+            table,
+            clock,
+        }
+    }
+
     /// Keeps state in `store` (a shared [`MemoryStore`], or a store shared between servers).
     #[must_use]
     pub fn with_store<St2: Store<A>>(self, store: St2) -> RateLimiter<A, St2, C> {
-        let table = store.table(&self.policy, &self.algorithm);
-        RateLimiter {
-            quota: self.quota,
-            policy: self.policy,
-            algorithm: self.algorithm,
-            table,
-            clock: self.clock,
-        }
+        RateLimiter::bind(self.quota, self.algorithm, store, self.clock)
     }
 
     /// Reads time from `clock`, such as a [`ManualClock`](crate::clock::ManualClock) in tests.
     #[must_use]
     pub fn with_clock<C2: Clock>(self, clock: C2) -> RateLimiter<A, St, C2> {
+        let Self {
+            quota,
+            policy,
+            algorithm,
+            store,
+            table,
+            ..
+        } = self;
         RateLimiter {
-            quota: self.quota,
-            policy: self.policy,
-            algorithm: self.algorithm,
-            table: self.table,
+            quota,
+            policy,
+            algorithm,
+            store,
+            table,
             clock,
         }
     }
@@ -176,6 +185,11 @@ impl<A: Algorithm, St: Store<A>, C> RateLimiter<A, St, C> {
         &self.clock
     }
 
+    /// The store.
+    pub fn store(&self) -> &St {
+        &self.store
+    }
+
     /// The store's table for this limiter's policy.
     pub fn table(&self) -> &St::Table {
         &self.table
@@ -193,6 +207,7 @@ where
             quota: self.quota.clone(),
             policy: self.policy.clone(),
             algorithm: self.algorithm.clone(),
+            store: self.store.clone(),
             table: self.table.clone(),
             clock: self.clock.clone(),
         }

@@ -163,3 +163,117 @@ fn long_header_values_make_keys_of_bounded_size() {
         "{key:?}"
     );
 }
+
+mod per_key_quotas {
+    use super::*;
+    use tollgate::key::RequestHead;
+    use tollgate::store::MemoryStore;
+    use tollgate::Key;
+
+    fn plans() -> impl Fn(&Key, RequestHead<'_>) -> Quota + Send + Sync + 'static {
+        let free = Quota::per_minute(2).named("free");
+        let pro = Quota::per_minute(5).named("pro");
+        move |key: &Key, _head: RequestHead<'_>| {
+            if key.as_bytes().is_some_and(|k| k.starts_with(b"pro_")) {
+                pro.clone()
+            } else {
+                free.clone()
+            }
+        }
+    }
+
+    async fn header(
+        svc: &(impl Service<
+            Request<String>,
+            Response = Response<tollgate::body::ResponseBody<String>>,
+            Error = Infallible,
+        > + Clone),
+        api_key: &str,
+        name: &str,
+    ) -> (StatusCode, String) {
+        let response = svc
+            .clone()
+            .oneshot(request("192.0.2.1:1", "/", &[("x-api-key", api_key)]))
+            .await
+            .unwrap();
+        let value = response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        (response.status(), value)
+    }
+
+    #[tokio::test]
+    async fn each_plan_has_its_own_quota_and_policy_name() {
+        let (_, handler) = counting_handler();
+        let svc = RateLimitLayer::gcra(Quota::per_minute(2).named("free"))
+            .key(Header::new("x-api-key"))
+            .quota_for(plans())
+            .clock(ManualClock::new())
+            .store(MemoryStore::new())
+            .layer(handler);
+        for remaining in (0..5).rev() {
+            let (status, rate) = header(&svc, "pro_1", "ratelimit").await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(
+                rate,
+                format!("\"pro\";r={remaining};t={}", 12 * (5 - remaining))
+            );
+        }
+        assert_eq!(
+            header(&svc, "pro_1", "ratelimit-policy").await,
+            (StatusCode::TOO_MANY_REQUESTS, "\"pro\";q=5;w=60".to_owned())
+        );
+        // A free key next to it still has its own budget, under its own policy.
+        assert_eq!(
+            header(&svc, "free_1", "ratelimit").await,
+            (StatusCode::OK, "\"free\";r=1;t=30".to_owned())
+        );
+        assert_eq!(
+            header(&svc, "free_1", "ratelimit").await,
+            (StatusCode::OK, "\"free\";r=0;t=60".to_owned())
+        );
+        assert_eq!(
+            header(&svc, "free_1", "ratelimit-policy").await.0,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        // Another pro key is a fresh budget.
+        assert_eq!(
+            header(&svc, "pro_2", "ratelimit").await,
+            (StatusCode::OK, "\"pro\";r=4;t=12".to_owned())
+        );
+    }
+
+    #[tokio::test]
+    async fn made_up_quotas_are_bounded() {
+        let (_, handler) = counting_handler();
+        // A selector that makes a distinct quota from every key: past the cap, the layer's own
+        // quota (1 per minute) applies instead of a fresh limiter per request.
+        let svc = RateLimitLayer::gcra(Quota::per_minute(1).named("default"))
+            .key(Header::new("x-api-key"))
+            .quota_for(|key: &Key, _head: RequestHead<'_>| {
+                let n: u64 = key
+                    .as_bytes()
+                    .and_then(|b| std::str::from_utf8(b).ok()?.parse().ok())
+                    .unwrap_or(0);
+                Quota::per_minute(100 + n).named(format!("made-up-{n}"))
+            })
+            .clock(ManualClock::new())
+            .layer(handler);
+        for n in 1..=256usize {
+            let (status, policy) = header(&svc, &n.to_string(), "ratelimit-policy").await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(policy, format!("\"made-up-{n}\";q={};w=60", 100 + n));
+        }
+        let key = 257.to_string();
+        assert_eq!(
+            header(&svc, &key, "ratelimit-policy").await,
+            (StatusCode::OK, "\"default\";q=1;w=60".to_owned())
+        );
+        assert_eq!(
+            header(&svc, &key, "ratelimit-policy").await.0,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+}

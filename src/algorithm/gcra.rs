@@ -98,6 +98,10 @@ impl Algorithm for Gcra {
         (cost > 0 && new_tat - now <= self.tolerance).then_some(new_tat)
     }
 
+    fn with_quota(&self, quota: &Quota) -> Self {
+        Self::new(quota)
+    }
+
     #[inline]
     fn is_fresh(&self, &tat: &u64, now: u64) -> bool {
         tat <= now

@@ -27,7 +27,7 @@ mod gcra;
 
 pub use self::gcra::Gcra;
 
-use crate::Decision;
+use crate::{Decision, Quota};
 
 /// An algorithm: a pure function from a key's state, the time and the request's cost to a
 /// decision and the key's next state.
@@ -46,6 +46,10 @@ pub trait Algorithm: Clone + Send + Sync + 'static {
     fn transition(&self, state: &Self::State, now: u64, cost: u64) -> Option<Self::State> {
         self.check(state, now, cost).state
     }
+
+    /// The same algorithm, with the same options, for another quota: a layer with per-key
+    /// quotas makes one for each quota it is given.
+    fn with_quota(&self, quota: &Quota) -> Self;
 
     /// Whether `state` is back to fresh at `now`, so the store may forget the key.
     fn is_fresh(&self, state: &Self::State, now: u64) -> bool;

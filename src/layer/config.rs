@@ -1,5 +1,6 @@
 use std::sync::Arc;
 
+use super::per_key::PerKey;
 use super::response::Responder;
 use crate::algorithm::Algorithm;
 use crate::store::Store;
@@ -10,6 +11,8 @@ pub(crate) struct Config<A: Algorithm, K, St: Store<A>, C> {
     pub(crate) limiter: RateLimiter<A, St, C>,
     pub(crate) key: K,
     pub(crate) responder: Arc<Responder>,
+    /// Per-key quotas, when the layer has a `quota_for` selector.
+    pub(crate) per_key: Option<Arc<PerKey<A, St, C>>>,
 }
 
 impl<A: Algorithm, K: Clone, St: Store<A>, C: Clone> Clone for Config<A, K, St, C> {
@@ -18,6 +21,46 @@ impl<A: Algorithm, K: Clone, St: Store<A>, C: Clone> Clone for Config<A, K, St, 
             limiter: self.limiter.clone(),
             key: self.key.clone(),
             responder: self.responder.clone(),
+            per_key: self.per_key.clone(),
+        }
+    }
+}
+
+impl<A: Algorithm, K, St: Store<A>, C> Config<A, K, St, C> {
+    /// The same configuration with another key extractor.
+    pub(crate) fn map_key<K2>(self, f: impl FnOnce(K) -> K2) -> Config<A, K2, St, C> {
+        let Self {
+            limiter,
+            key,
+            responder,
+            per_key,
+        } = self;
+        Config {
+            limiter,
+            key: f(key),
+            responder,
+            per_key,
+        }
+    }
+
+    /// The same configuration with another limiter (another store or clock). Limiters made for
+    /// per-key quotas start over, since they belonged to the old store or clock.
+    pub(crate) fn map_limiter<St2: Store<A>, C2>(
+        self,
+        f: impl FnOnce(RateLimiter<A, St, C>) -> RateLimiter<A, St2, C2>,
+    ) -> Config<A, K, St2, C2> {
+        let Self {
+            limiter,
+            key,
+            responder,
+            per_key,
+        } = self;
+        let per_key = per_key.map(|p| Arc::new(p.fresh()));
+        Config {
+            limiter: f(limiter),
+            key,
+            responder,
+            per_key,
         }
     }
 }

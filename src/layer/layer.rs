@@ -3,13 +3,14 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::config::Config;
+use super::per_key::{PerKey, Select};
 use super::response::Responder;
 use super::RateLimit;
 use crate::algorithm::{Algorithm, Gcra};
 use crate::clock::{Clock, SystemClock};
 use crate::key::{KeyExtractor, PeerIp, RequestHead, Skip};
 use crate::store::{MemoryStore, Store};
-use crate::{Quota, RateLimiter};
+use crate::{Key, Quota, RateLimiter};
 
 /// Applies a rate limit to every request of a service. See the [module docs](super).
 ///
@@ -46,6 +47,7 @@ impl<A: Algorithm, St: Store<A>, C: Clock> RateLimitLayer<A, PeerIp, St, C> {
                 limiter,
                 key: PeerIp,
                 responder,
+                per_key: None,
             },
         }
     }
@@ -61,16 +63,41 @@ where
     /// Counts requests against the key `extractor` finds, instead of the peer IP.
     #[must_use]
     pub fn key<K2: KeyExtractor>(self, extractor: K2) -> RateLimitLayer<A, K2, St, C> {
-        let Config {
-            limiter, responder, ..
-        } = self.config;
         RateLimitLayer {
-            config: Config {
-                limiter,
-                key: extractor,
-                responder,
-            },
+            config: self.config.map_key(|_| extractor),
         }
+    }
+
+    /// Picks a quota for each request, such as a customer's plan found from its API key; requests
+    /// the selector gives the layer's own quota use the layer's limiter.
+    ///
+    /// Each distinct quota gets its own limiter (same algorithm options, store and clock), made
+    /// on first use, and its own policy name in the headers and the store: name each one
+    /// (`Quota::named`). At most 256 distinct quotas are kept per layer; past that, requests get
+    /// the layer's own quota and a warning is logged once.
+    ///
+    /// ```
+    /// use tollgate::key::Header;
+    /// use tollgate::{Key, Quota, RateLimitLayer};
+    ///
+    /// let free = Quota::per_minute(60).named("free");
+    /// let pro = Quota::per_minute(600).named("pro");
+    /// let layer = RateLimitLayer::gcra(free.clone())
+    ///     .key(Header::new("x-api-key"))
+    ///     .quota_for(move |key: &Key, _head| {
+    ///         let is_pro = key.as_bytes().is_some_and(|k| k.starts_with(b"pro_"));
+    ///         if is_pro { pro.clone() } else { free.clone() }
+    ///     });
+    /// # let _ = layer;
+    /// ```
+    #[must_use]
+    pub fn quota_for<F>(mut self, select: F) -> Self
+    where
+        F: Fn(&Key, RequestHead<'_>) -> Quota + Send + Sync + 'static,
+    {
+        let select: Arc<Select> = Arc::new(select);
+        self.config.per_key = Some(Arc::new(PerKey::new(select)));
+        self
     }
 
     /// Leaves the requests `predicate` picks unlimited (no check, no rate limit headers), such
@@ -87,17 +114,8 @@ where
     where
         P: Fn(RequestHead<'_>) -> bool + Clone + Send + Sync + 'static,
     {
-        let Config {
-            limiter,
-            key,
-            responder,
-        } = self.config;
         RateLimitLayer {
-            config: Config {
-                limiter,
-                key: Skip::new(key, predicate),
-                responder,
-            },
+            config: self.config.map_key(|key| Skip::new(key, predicate)),
         }
     }
 
@@ -105,34 +123,16 @@ where
     /// between servers.
     #[must_use]
     pub fn store<St2: Store<A>>(self, store: St2) -> RateLimitLayer<A, K, St2, C> {
-        let Config {
-            limiter,
-            key,
-            responder,
-        } = self.config;
         RateLimitLayer {
-            config: Config {
-                limiter: limiter.with_store(store),
-                key,
-                responder,
-            },
+            config: self.config.map_limiter(|limiter| limiter.with_store(store)),
         }
     }
 
     /// Reads time from `clock`, such as a [`ManualClock`](crate::clock::ManualClock) in tests.
     #[must_use]
     pub fn clock<C2: Clock + Clone>(self, clock: C2) -> RateLimitLayer<A, K, St, C2> {
-        let Config {
-            limiter,
-            key,
-            responder,
-        } = self.config;
         RateLimitLayer {
-            config: Config {
-                limiter: limiter.with_clock(clock),
-                key,
-                responder,
-            },
+            config: self.config.map_limiter(|limiter| limiter.with_clock(clock)),
         }
     }
 

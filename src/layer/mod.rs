@@ -49,6 +49,7 @@ mod config;
 mod future;
 #[allow(clippy::module_inception)]
 mod layer;
+mod per_key;
 mod response;
 mod service;
 

@@ -15,7 +15,7 @@ use super::response::{self, Admission};
 use crate::algorithm::{Algorithm, Gcra};
 use crate::body::ResponseBody;
 use crate::clock::{Clock, SystemClock};
-use crate::key::{KeyExtractor, PeerIp};
+use crate::key::{KeyExtractor, PeerIp, RequestHead};
 use crate::store::{MemoryStore, Store};
 
 /// The rate limit middleware: made by [`RateLimitLayer`](super::RateLimitLayer).
@@ -80,7 +80,7 @@ where
     A: Algorithm,
     K: KeyExtractor,
     St: Store<A>,
-    C: Clock,
+    C: Clock + Clone,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
@@ -105,7 +105,15 @@ where
                 );
             }
         };
-        let mut check = config.limiter.check(key);
+        let policy = match &config.per_key {
+            Some(per_key) => per_key.policy(&key, RequestHead::new(&req), &config.limiter),
+            None => None,
+        };
+        let (limiter, responder) = match &policy {
+            Some(policy) => (&policy.limiter, policy.responder.clone()),
+            None => (&config.limiter, responder),
+        };
+        let mut check = limiter.check(key);
         // A local store decides at once: then the inner service, already readied by
         // `poll_ready`, is called right here and never cloned. A remote store's check goes on
         // in the response future, which takes the readied service and leaves a clone here.

@@ -37,7 +37,7 @@ use crate::algorithm::Algorithm;
 use crate::{Decision, Error, Key};
 
 /// Keeps per-key state and applies an [`Algorithm`] to it atomically.
-pub trait Store<A: Algorithm>: Send + Sync + 'static {
+pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
     /// The store's view of one policy, made once when a limiter is built.
     type Table: Clone + Send + Sync + 'static;
 
