@@ -79,11 +79,11 @@ where
 {
     /// A limiter for `quota` decided by `algorithm`, with its state in `store`.
     pub(crate) fn bind(quota: Quota, algorithm: A, store: St, clock: C) -> Self {
-        let policy: Arc<str> = match quota.explicit_name() {
-            Some(name) => name.clone(),
-            None => quota.to_string().into(),
+        let (policy, shared): (Arc<str>, bool) = match quota.explicit_name() {
+            Some(name) => (name.clone(), true),
+            None => (quota.to_string().into(), false),
         };
-        let table = store.table(&policy, &algorithm);
+        let table = store.table(&policy, shared, &algorithm);
         Self {
             quota,
             policy,

@@ -277,3 +277,49 @@ mod per_key_quotas {
         );
     }
 }
+
+/// Per-route limits: two layers on two routes sharing one store never share a budget, whether
+/// their quotas are named differently or are equal and unnamed; the same name shares on purpose.
+#[tokio::test]
+async fn layers_sharing_a_store_share_state_only_by_name() {
+    use tollgate::store::MemoryStore;
+    let store = MemoryStore::new();
+    let clock = ManualClock::new();
+    let layer = |quota: Quota| {
+        let (_, handler) = counting_handler();
+        RateLimitLayer::gcra(quota)
+            .clock(clock.clone())
+            .store(store.clone())
+            .layer(handler)
+    };
+    let search = layer(Quota::per_minute(1));
+    let upload = layer(Quota::per_minute(1));
+    assert_eq!(
+        status(&search, request("192.0.2.1:1", "/search", &[])).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&upload, request("192.0.2.1:1", "/upload", &[])).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&search, request("192.0.2.1:1", "/search", &[])).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    let a = layer(Quota::per_minute(1).named("reports"));
+    let b = layer(Quota::per_minute(1).named("exports"));
+    let a_again = layer(Quota::per_minute(1).named("reports"));
+    assert_eq!(
+        status(&a, request("192.0.2.1:1", "/", &[])).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&b, request("192.0.2.1:1", "/", &[])).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&a_again, request("192.0.2.1:1", "/", &[])).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}

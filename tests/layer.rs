@@ -533,9 +533,9 @@ impl Store<Gcra> for SlowStore {
     type Table = SlowTable;
     type Future = SlowCheck;
 
-    fn table(&self, policy: &str, algorithm: &Gcra) -> SlowTable {
+    fn table(&self, policy: &str, shared: bool, algorithm: &Gcra) -> SlowTable {
         SlowTable {
-            memory: self.memory.table(policy, algorithm),
+            memory: self.memory.table(policy, shared, algorithm),
             fail: self.fail,
         }
     }

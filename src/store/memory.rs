@@ -20,7 +20,9 @@ type Tables = HashMap<(Box<str>, TypeId), Arc<dyn Any + Send + Sync>>;
 /// shard's read lock: concurrent requests for one key never block each other and never lose an
 /// update. An allowed or denied request for a key already present allocates nothing.
 ///
-/// Clones share the same state. Each policy (by name) gets its own table.
+/// Clones share the same state. Each named policy ([`Quota::named`](crate::Quota::named)) gets
+/// one table, shared by every limiter with that name; an unnamed quota's limiter gets a table
+/// of its own.
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     tables: Arc<Mutex<Tables>>,
@@ -162,7 +164,14 @@ where
     type Table = MemoryTable<A>;
     type Future = Ready<Result<Decision, Error>>;
 
-    fn table(&self, policy: &str, algorithm: &A) -> MemoryTable<A> {
+    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> MemoryTable<A> {
+        let algorithm = algorithm.clone();
+        if !shared {
+            return MemoryTable {
+                map: Arc::new(Map::<A>::new()),
+                algorithm,
+            };
+        }
         let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
         let slot = tables
             .entry((policy.into(), TypeId::of::<Map<A>>()))
@@ -172,10 +181,7 @@ where
             // The slot's type is part of its key, so it always matches.
             Err(_) => unreachable!("memory store table type mismatch"),
         };
-        MemoryTable {
-            map,
-            algorithm: algorithm.clone(),
-        }
+        MemoryTable { map, algorithm }
     }
 
     #[inline]

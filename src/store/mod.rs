@@ -45,9 +45,15 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
     /// must wait on the network boxes its future.
     type Future: Future<Output = Result<Decision, Error>> + Send + Unpin + 'static;
 
-    /// The table for the policy named `policy` decided by `algorithm`. Two calls with the same
-    /// name and algorithm type share state; different names never do.
-    fn table(&self, policy: &str, algorithm: &A) -> Self::Table;
+    /// The table for the policy named `policy` decided by `algorithm`.
+    ///
+    /// `shared` is true when the name was given by the user ([`Quota::named`](crate::Quota::named)):
+    /// then every limiter with that name and algorithm type shares state, across the process
+    /// (and across servers, for a shared store). When it is false the name is only the quota's
+    /// text form, and a local store gives this limiter state of its own, so that two layers
+    /// that happen to have equal unnamed quotas never share a budget. Different names never
+    /// share state.
+    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Self::Table;
 
     /// Decides one request of `cost` for `key` at `now` (nanoseconds), applying the new state
     /// atomically.
