@@ -103,6 +103,19 @@ impl Algorithm for Gcra {
     }
 
     #[inline]
+    fn decide(&self, tat: &u64, next: Option<&u64>, now: u64, cost: u64) -> Decision {
+        match next {
+            // A new TAT means the request was allowed, so `now <= new_tat <= now + τ`.
+            Some(&new_tat) => {
+                let reset_after = new_tat - now;
+                let remaining = (self.tolerance - reset_after) / self.interval;
+                Decision::allow(self.burst, remaining, Duration::from_nanos(reset_after))
+            }
+            None => self.check(tat, now, cost).decision,
+        }
+    }
+
+    #[inline]
     fn is_fresh(&self, &tat: &u64, now: u64) -> bool {
         tat <= now
     }
@@ -156,6 +169,9 @@ mod tests {
             assert_eq!(d.retry_after, retry.map(Duration::from_millis), "{case}");
             assert_eq!(d.delay, Duration::ZERO, "{case}");
             assert_eq!(out.state, state, "{case}");
+            let next = gcra.transition(&tat, now, cost);
+            assert_eq!(next, state, "{case}");
+            assert_eq!(gcra.decide(&tat, next.as_ref(), now, cost), d, "{case}");
         }
     }
 

@@ -51,6 +51,22 @@ pub trait Algorithm: Clone + Send + Sync + 'static {
     /// quotas makes one for each quota it is given.
     fn with_quota(&self, quota: &Quota) -> Self;
 
+    /// The decision for a request of `cost` at `now` that found `state`, where `next` is what
+    /// [`transition`](Self::transition) returned for it: always `check(state, now, cost).decision`.
+    /// Stores that ran the transition under a lock call this after releasing it, so an
+    /// algorithm that can decide faster from the next state overrides it.
+    #[inline]
+    fn decide(
+        &self,
+        state: &Self::State,
+        next: Option<&Self::State>,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        let _ = next;
+        self.check(state, now, cost).decision
+    }
+
     /// Whether `state` is back to fresh at `now`, so the store may forget the key.
     fn is_fresh(&self, state: &Self::State, now: u64) -> bool;
 }

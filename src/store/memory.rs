@@ -135,12 +135,17 @@ where
     pub(crate) fn decide(&self, key: Key, now: u64, cost: u64) -> Decision {
         let algorithm = &self.algorithm;
         // Only the state transition runs while the shard is locked; the decision is a pure
-        // function of the state the transition saw, so it is computed after the lock is gone.
-        let transition = |cell: &<A::State as MemoryState>::Cell| {
-            A::State::update(cell, |state| algorithm.transition(state, now, cost))
-        };
+        // function of the state the transition saw and the state it wrote, so it is computed
+        // after the lock is gone. `next` is the last transition's result: the one applied.
+        let mut next = None;
         let hash = self.map.hash(&key);
-        let seen = match self.map.get_with(hash, &key, transition) {
+        let found = self.map.get_with(hash, &key, |cell| {
+            A::State::update(cell, |state| {
+                next = algorithm.transition(state, now, cost);
+                next.clone()
+            })
+        });
+        let seen = match found {
             Some(seen) => seen,
             None => {
                 // A key never seen is fresh. A request that would not change a fresh state (a
@@ -149,11 +154,16 @@ where
                 if algorithm.transition(&fresh, now, cost).is_none() {
                     fresh
                 } else {
-                    self.map.get_or_insert_with(hash, key, transition)
+                    self.map.get_or_insert_with(hash, key, |cell| {
+                        A::State::update(cell, |state| {
+                            next = algorithm.transition(state, now, cost);
+                            next.clone()
+                        })
+                    })
                 }
             }
         };
-        algorithm.check(&seen, now, cost).decision
+        algorithm.decide(&seen, next.as_ref(), now, cost)
     }
 }
 
