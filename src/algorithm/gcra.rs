@@ -1,5 +1,6 @@
 use std::time::Duration;
 
+use super::divisor::Divisor;
 use super::{Algorithm, Outcome};
 use crate::{Decision, Quota};
 
@@ -24,6 +25,8 @@ pub struct Gcra {
     /// Tolerance `τ = T × burst`, in nanoseconds.
     tolerance: u64,
     burst: u64,
+    /// Divides by `interval` without a hardware division.
+    per_interval: Divisor,
 }
 
 impl Gcra {
@@ -36,6 +39,7 @@ impl Gcra {
             interval,
             tolerance,
             burst: quota.burst(),
+            per_interval: Divisor::new(interval),
         }
     }
 
@@ -51,7 +55,9 @@ impl Gcra {
 
     fn standing(&self, tat: u64, now: u64) -> (u64, u64) {
         let reset_after = tat.saturating_sub(now);
-        let remaining = self.tolerance.saturating_sub(reset_after) / self.interval;
+        let remaining = self
+            .per_interval
+            .divide(self.tolerance.saturating_sub(reset_after));
         (reset_after, remaining)
     }
 }
@@ -108,7 +114,7 @@ impl Algorithm for Gcra {
             // A new TAT means the request was allowed, so `now <= new_tat <= now + τ`.
             Some(&new_tat) => {
                 let reset_after = new_tat - now;
-                let remaining = (self.tolerance - reset_after) / self.interval;
+                let remaining = self.per_interval.divide(self.tolerance - reset_after);
                 Decision::allow(self.burst, remaining, Duration::from_nanos(reset_after))
             }
             None => self.check(tat, now, cost).decision,

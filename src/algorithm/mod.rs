@@ -23,6 +23,7 @@
 //! assert_eq!(denied.decision.retry_after, Some(std::time::Duration::from_secs(19)));
 //! ```
 
+mod divisor;
 mod gcra;
 
 pub use self::gcra::Gcra;
