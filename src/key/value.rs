@@ -53,6 +53,7 @@ impl Key {
     pub const MAX_LEN: usize = 64;
 
     /// The IP address, when the key is one.
+    #[inline]
     pub fn as_ip(&self) -> Option<IpAddr> {
         match self.0 {
             Repr::V4(w) => Some(IpAddr::V4(Ipv4Addr::from(w.to_ne_bytes()))),
@@ -85,6 +86,7 @@ impl Key {
     }
 
     /// The integer, when the key was made from one.
+    #[inline]
     pub fn as_u64(&self) -> Option<u64> {
         match self.0 {
             Repr::U64(n) => Some(n),
@@ -121,12 +123,18 @@ impl Hash for Key {
             Repr::U64(n) => state.write_u64(*n),
             Repr::Digest(digest) => state.write(&digest[..]),
             Repr::Inline { .. } | Repr::Shared(_) => {
-                let bytes = self.as_bytes().unwrap_or_default();
-                state.write_usize(bytes.len());
-                state.write(bytes);
+                hash_bytes(self.as_bytes().unwrap_or_default(), state);
             }
         }
     }
+}
+
+/// The byte-string arm of [`Key`]'s hash, kept out of line so that the word-sized arms inline
+/// into the lookup without the byte loop.
+#[inline(never)]
+fn hash_bytes<H: Hasher>(bytes: &[u8], state: &mut H) {
+    state.write_usize(bytes.len());
+    state.write(bytes);
 }
 
 impl From<IpAddr> for Key {
