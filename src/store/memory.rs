@@ -133,6 +133,16 @@ where
 
     #[inline]
     pub(crate) fn decide(&self, key: Key, now: u64, cost: u64) -> Decision {
+        let (seen, next) = self.apply(key, now, cost);
+        self.algorithm.decide(&seen, next.as_ref(), now, cost)
+    }
+
+    /// Applies the request to the key's state: the state it found and the one it wrote. Kept
+    /// out of line, so that the caller builds the [`Decision`] where it uses it: a decision
+    /// written field by field and then copied to the caller in wider words makes the copy wait
+    /// for the writes to reach the cache (the stores cannot be forwarded to the loads).
+    #[inline(never)]
+    fn apply(&self, key: Key, now: u64, cost: u64) -> (A::State, Option<A::State>) {
         let algorithm = &self.algorithm;
         // Only the state transition runs while the shard is locked; the decision is a pure
         // function of the state the transition saw and the state it wrote, so it is computed
@@ -163,7 +173,7 @@ where
                 }
             }
         };
-        algorithm.decide(&seen, next.as_ref(), now, cost)
+        (seen, next)
     }
 }
 
