@@ -133,29 +133,30 @@ where
 
     #[inline]
     pub(crate) fn decide(&self, key: Key, now: u64, cost: u64) -> Decision {
-        let (seen, next) = self.apply(key, now, cost);
+        let seen = self.apply(key, now, cost);
+        // The transition is a pure function of the state it saw, so the state it wrote is
+        // computed again here rather than carried out of the lock.
+        let next = self.algorithm.transition(&seen, now, cost);
         self.algorithm.decide(&seen, next.as_ref(), now, cost)
     }
 
-    /// Applies the request to the key's state: the state it found and the one it wrote. Kept
-    /// out of line, so that the caller builds the [`Decision`] where it uses it: a decision
-    /// written field by field and then copied to the caller in wider words makes the copy wait
-    /// for the writes to reach the cache (the stores cannot be forwarded to the loads).
+    /// Applies the request to the key's state and returns the state it was applied to. Only
+    /// this runs under the shard's lock; the decision is a pure function of that state and is
+    /// computed after the lock is gone.
+    ///
+    /// Kept out of line, returning one state, so that the caller builds the [`Decision`] where
+    /// it uses it. Data that is written to memory in narrow pieces and read back in wider
+    /// words (a decision copied to the caller, an `Option` captured by the transition closure)
+    /// cannot be forwarded from the stores to the loads, and the loads wait for the stores to
+    /// reach the cache.
     #[inline(never)]
-    fn apply(&self, key: Key, now: u64, cost: u64) -> (A::State, Option<A::State>) {
+    fn apply(&self, key: Key, now: u64, cost: u64) -> A::State {
         let algorithm = &self.algorithm;
-        // Only the state transition runs while the shard is locked; the decision is a pure
-        // function of the state the transition saw and the state it wrote, so it is computed
-        // after the lock is gone. `next` is the last transition's result: the one applied.
-        let mut next = None;
+        let transition = |cell: &<A::State as MemoryState>::Cell| {
+            A::State::update(cell, |state| algorithm.transition(state, now, cost))
+        };
         let hash = self.map.hash(&key);
-        let found = self.map.get_with(hash, &key, |cell| {
-            A::State::update(cell, |state| {
-                next = algorithm.transition(state, now, cost);
-                next.clone()
-            })
-        });
-        let seen = match found {
+        match self.map.get_with(hash, &key, transition) {
             Some(seen) => seen,
             None => {
                 // A key never seen is fresh. A request that would not change a fresh state (a
@@ -164,16 +165,10 @@ where
                 if algorithm.transition(&fresh, now, cost).is_none() {
                     fresh
                 } else {
-                    self.map.get_or_insert_with(hash, key, |cell| {
-                        A::State::update(cell, |state| {
-                            next = algorithm.transition(state, now, cost);
-                            next.clone()
-                        })
-                    })
+                    self.map.get_or_insert_with(hash, key, transition)
                 }
             }
-        };
-        (seen, next)
+        }
     }
 }
 
