@@ -19,8 +19,11 @@
 //! assert_eq!(key, Key::from("192.0.2.1".parse::<std::net::IpAddr>().unwrap()));
 //! ```
 
+mod cidr;
+mod client_ip;
 mod combine;
 mod error;
+mod forwarded;
 mod head;
 mod header;
 mod peer;
@@ -29,8 +32,11 @@ mod value;
 
 use http::Request;
 
+pub use self::cidr::{ConfigError, IpNet};
+pub use self::client_ip::ClientIp;
 pub use self::combine::{Or, Skip};
 pub use self::error::KeyError;
+pub use self::forwarded::ForwardedHeader;
 pub use self::head::{from_fn, FromFn, RequestHead};
 pub use self::header::{BearerToken, Header};
 pub use self::peer::{PeerAddr, PeerIp};

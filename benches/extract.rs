@@ -1,0 +1,119 @@
+//! The cost of finding a request's key, per extractor.
+//!
+//! Run with `cargo bench --bench extract`. Each benchmark extracts the key of one prepared
+//! request (the request is built once, outside the measurement):
+//!
+//! - `peer_ip`: [`PeerIp`], the default key.
+//! - `client_ip/xff_20`: [`ClientIp`] trusting `10.0.0.0/8` and `192.0.2.0/24`, from a
+//!   trusted peer, on a 20-entry `X-Forwarded-For` whose rightmost 3 entries are trusted proxies.
+//! - `client_ip/forwarded_20`: the same list as 20 RFC 7239 `Forwarded` elements with quoted
+//!   IPv6 and port forms and extra parameters.
+//! - `client_ip/xff_untrusted_peer`: the same 20-entry header from a peer that is not trusted
+//!   (the header is not read).
+//! - `client_ip/xff_64kib_junk`: a 64 KiB `X-Forwarded-For` of junk from a trusted peer, the
+//!   worst an attacker behind the proxy can send (one scan of the header, eight bytes at a
+//!   time); `client_ip/forwarded_64kib_junk` the same as a `Forwarded` header (one scan, a
+//!   byte at a time, since quoted strings must be followed).
+
+use std::hint::black_box;
+use std::net::SocketAddr;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use http::Request;
+use tollgate::key::{ClientIp, ForwardedHeader, KeyExtractor, PeerAddr, PeerIp};
+
+const TRUSTED_PEER: &str = "10.0.0.2:41000";
+const UNTRUSTED_PEER: &str = "198.51.100.4:41000";
+
+fn request(peer: &str, header: &str, value: &str) -> Request<()> {
+    let mut req = Request::builder()
+        .header("user-agent", "bench")
+        .header("accept", "*/*")
+        .header(header, value)
+        .body(())
+        .unwrap();
+    req.extensions_mut()
+        .insert(PeerAddr(peer.parse::<SocketAddr>().unwrap()));
+    req
+}
+
+/// 17 client-side entries (the leftmost could be anything), then 3 trusted proxies.
+fn hops() -> Vec<String> {
+    let mut hops: Vec<String> = (0..17)
+        .map(|i| {
+            if i % 3 == 0 {
+                format!("2001:db8:{i}::1")
+            } else {
+                format!("203.0.113.{i}")
+            }
+        })
+        .collect();
+    hops.extend(["192.0.2.10", "10.1.0.1", "10.0.0.1"].map(String::from));
+    hops
+}
+
+fn xff() -> String {
+    hops().join(", ")
+}
+
+fn forwarded() -> String {
+    hops()
+        .iter()
+        .map(|hop| {
+            if hop.contains(':') {
+                format!("for=\"[{hop}]:4711\";proto=https")
+            } else {
+                format!("for={hop};by=10.0.0.1;proto=https")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn bench(c: &mut Criterion) {
+    let client_ip = ClientIp::trusting(["10.0.0.0/8", "192.0.2.0/24"]).unwrap();
+    let forwarded_ip = client_ip.clone().header(ForwardedHeader::Forwarded);
+
+    let plain = request(TRUSTED_PEER, "x-request-id", "1");
+    c.bench_function("peer_ip", |b| {
+        b.iter(|| PeerIp.extract(black_box(&plain)).unwrap())
+    });
+
+    let mut group = c.benchmark_group("client_ip");
+    let req = request(TRUSTED_PEER, "x-forwarded-for", &xff());
+    assert_eq!(
+        client_ip.client_addr(&req),
+        Some("203.0.113.16".parse().unwrap())
+    );
+    group.bench_function("xff_20", |b| {
+        b.iter(|| client_ip.extract(black_box(&req)).unwrap())
+    });
+
+    let req = request(TRUSTED_PEER, "forwarded", &forwarded());
+    assert_eq!(
+        forwarded_ip.client_addr(&req),
+        Some("203.0.113.16".parse().unwrap())
+    );
+    group.bench_function("forwarded_20", |b| {
+        b.iter(|| forwarded_ip.extract(black_box(&req)).unwrap())
+    });
+
+    let req = request(UNTRUSTED_PEER, "x-forwarded-for", &xff());
+    group.bench_function("xff_untrusted_peer", |b| {
+        b.iter(|| client_ip.extract(black_box(&req)).unwrap())
+    });
+
+    let junk = "x".repeat(64 * 1024);
+    let req = request(TRUSTED_PEER, "x-forwarded-for", &junk);
+    group.bench_function("xff_64kib_junk", |b| {
+        b.iter(|| client_ip.extract(black_box(&req)).unwrap())
+    });
+    let req = request(TRUSTED_PEER, "forwarded", &junk);
+    group.bench_function("forwarded_64kib_junk", |b| {
+        b.iter(|| forwarded_ip.extract(black_box(&req)).unwrap())
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
