@@ -323,3 +323,58 @@ async fn layers_sharing_a_store_share_state_only_by_name() {
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+#[tokio::test]
+async fn allow_listed_addresses_are_unlimited() {
+    use tollgate::key::{ClientIp, IpList};
+    let (calls, handler) = counting_handler();
+    let list = IpList::new(["203.0.113.0/24", "2001:db8:beef::/48"]).unwrap();
+    let svc = RateLimitLayer::gcra(Quota::per_minute(1))
+        .clock(ManualClock::new())
+        .allow(list.clone())
+        .layer(handler);
+    for peer in [
+        "203.0.113.9:1",
+        "[2001:db8:beef:1::9]:1",
+        "[::ffff:203.0.113.10]:1",
+    ] {
+        for _ in 0..3 {
+            let response = svc.clone().oneshot(request(peer, "/", &[])).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{peer}");
+            assert!(response.headers().get("ratelimit").is_none(), "{peer}");
+        }
+    }
+    assert_eq!(
+        status(&svc, request("203.0.114.1:1", "/", &[])).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&svc, request("203.0.114.1:1", "/", &[])).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 10);
+
+    // Behind a trusted proxy the list applies to the client's address, not the proxy's; a
+    // client cannot claim a listed address through the header from an untrusted peer.
+    let (_, handler) = counting_handler();
+    let svc = RateLimitLayer::gcra(Quota::per_minute(1))
+        .clock(ManualClock::new())
+        .key(ClientIp::trusting(["10.0.0.0/8"]).unwrap())
+        .allow(list)
+        .layer(handler);
+    let xff = [("x-forwarded-for", "203.0.113.5")];
+    for _ in 0..3 {
+        assert_eq!(
+            status(&svc, request("10.0.0.1:1", "/", &xff)).await,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        status(&svc, request("198.51.100.1:1", "/", &xff)).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&svc, request("198.51.100.1:1", "/", &xff)).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}

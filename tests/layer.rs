@@ -265,13 +265,32 @@ async fn each_peer_ip_has_its_own_bucket() {
         status("192.0.2.2:1000").await,
         StatusCode::TOO_MANY_REQUESTS
     );
+    // IPv6 peers are grouped by /64: another /64 is another client, another address in the
+    // same /64 is the same one.
+    assert_eq!(status("[2001:db8:0:1::1]:1000").await, StatusCode::OK);
+    assert_eq!(status("[2001:db8:0:2::1]:1000").await, StatusCode::OK);
+    assert_eq!(
+        status("[2001:db8:0:1::ffff]:1000").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn ipv6_peers_can_be_keyed_per_address() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut svc = RateLimitLayer::gcra(Quota::per_minute(1))
+        .clock(ManualClock::new())
+        .key(tollgate::key::PeerIp.ipv6_prefix(128))
+        .layer(echo(&calls));
+    let mut status = async |peer: &str| send(&mut svc, from(peer)).await.status();
     assert_eq!(status("[2001:db8::1]:1000").await, StatusCode::OK);
     assert_eq!(status("[2001:db8::2]:1000").await, StatusCode::OK);
     assert_eq!(
         status("[2001:db8::1]:1000").await,
         StatusCode::TOO_MANY_REQUESTS
     );
-    assert_eq!(calls.load(Ordering::SeqCst), 4);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]

@@ -208,6 +208,15 @@ pub(super) fn mask_v6(prefix: u8) -> u128 {
     u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
 }
 
+/// `ip` with an IPv6 address cut to its first `prefix` bits; IPv4 unchanged.
+#[inline]
+pub(super) fn group_v6(ip: IpAddr, prefix: u8) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & mask_v6(prefix))),
+        v4 => v4,
+    }
+}
+
 impl From<IpAddr> for IpNet {
     fn from(addr: IpAddr) -> Self {
         Self::host(addr)

@@ -1,11 +1,11 @@
 //! [`ClientIp`]: the client's address behind trusted reverse proxies.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::{HeaderMap, Request};
 
-use super::cidr::{mask_v6, ConfigError, IpNet, NetSet};
+use super::cidr::{group_v6, ConfigError, IpNet, NetSet};
 use super::forwarded::{Entries, Entry, ForwardedHeader};
 use super::{Key, KeyError, KeyExtractor, PeerIp};
 
@@ -267,22 +267,12 @@ impl ClientIp {
             }
         }
     }
-
-    #[inline]
-    fn mask(&self, ip: IpAddr) -> IpAddr {
-        match ip {
-            IpAddr::V6(v6) => {
-                IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask_v6(self.ipv6_prefix)))
-            }
-            v4 => v4,
-        }
-    }
 }
 
 impl KeyExtractor for ClientIp {
     fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
         match self.client_addr(req) {
-            Some(ip) => Ok(Some(Key::from(self.mask(ip)))),
+            Some(ip) => Ok(Some(Key::from(group_v6(ip, self.ipv6_prefix)))),
             None => Err(KeyError::missing_peer_addr()),
         }
     }

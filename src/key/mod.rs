@@ -1,9 +1,21 @@
 //! Keys: what a limit is counted against, and how the layer finds it in a request.
 //!
 //! A [`KeyExtractor`] reads a request and returns the [`Key`] to count it against, `None` for a
-//! request that is not limited, or a [`KeyError`] that the layer answers itself. The default is
-//! [`PeerIp`], the address of the connection's peer; [`Global`] counts every request against one
-//! shared key.
+//! request that is not limited, or a [`KeyError`] that the layer answers itself.
+//!
+//! | extractor | key |
+//! | --- | --- |
+//! | [`PeerIp`] (default) | the connection's peer address, IPv6 grouped by `/64` |
+//! | [`ClientIp`] | the client's address behind your trusted proxies, from the one forwarding header they set |
+//! | [`Header`] | one header's value, such as an API key |
+//! | [`BearerToken`] | the token of `Authorization: Bearer` |
+//! | [`Route`], [`Method`] | the matched route or the method; in tuples, a budget per route |
+//! | [`Global`] | one key for every request |
+//! | a tuple `(A, B)` | all parts together, such as `(Route, PeerIp)` |
+//! | a closure over a [`RequestHead`], or [`from_fn`] | your own |
+//!
+//! [`KeyExtractor::or`] falls back to a second extractor when the first finds no key; the
+//! layer's `skip` and `allow` (an [`IpList`]) leave some requests unlimited.
 //!
 //! ```
 //! use std::net::SocketAddr;
@@ -19,6 +31,7 @@
 //! assert_eq!(key, Key::from("192.0.2.1".parse::<std::net::IpAddr>().unwrap()));
 //! ```
 
+mod allow;
 mod cidr;
 mod client_ip;
 mod combine;
@@ -32,6 +45,7 @@ mod value;
 
 use http::Request;
 
+pub use self::allow::{Allow, IpList};
 pub use self::cidr::{ConfigError, IpNet};
 pub use self::client_ip::ClientIp;
 pub use self::combine::{Or, Skip};

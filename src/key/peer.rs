@@ -2,6 +2,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::Request;
 
+use super::cidr::group_v6;
 use super::{Key, KeyError, KeyExtractor};
 
 /// The address of the connection's peer, for servers that are not axum or tonic.
@@ -26,18 +27,51 @@ pub struct PeerAddr(pub SocketAddr);
 /// Reads, in order, [`PeerAddr`], axum's `ConnectInfo<SocketAddr>` and tonic's
 /// `TcpConnectInfo` from the request extensions. IPv4-mapped IPv6 addresses
 /// (`::ffff:192.0.2.1`) count as the IPv4 address, so a dual-stack listener cannot give one
-/// client two keys.
+/// client two keys. IPv6 addresses are grouped by their first 64 bits
+/// ([`ipv6_prefix`](Self::ipv6_prefix)): a subscriber commonly holds a whole `/64` and could
+/// otherwise take a fresh address, and a fresh budget, for every request.
 ///
 /// Without any of them the request cannot be keyed: the layer answers 500 and logs how to fix
 /// the server (serve the app with `into_make_service_with_connect_info::<SocketAddr>()`), rather
 /// than letting the request through unlimited.
 ///
-/// Behind a reverse proxy every request comes from the proxy: use `ClientIp` with the proxy's
-/// address instead.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PeerIp;
+/// Behind a reverse proxy every request comes from the proxy: use
+/// [`ClientIp`](super::ClientIp) with the proxy's address instead.
+///
+/// `PeerIp` is both the type and a constant of it with the default settings, so
+/// `.key(PeerIp)` and `.key(PeerIp.ipv6_prefix(56))` both read naturally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerIp {
+    ipv6_prefix: u8,
+}
+
+/// The peer IP with the default settings (IPv6 grouped by `/64`).
+#[allow(non_upper_case_globals)]
+pub const PeerIp: PeerIp = PeerIp { ipv6_prefix: 64 };
+
+impl Default for PeerIp {
+    fn default() -> Self {
+        PeerIp
+    }
+}
 
 impl PeerIp {
+    /// Groups IPv6 peers by their first `bits` bits (default 64); 128 keys each address on its
+    /// own.
+    ///
+    /// # Panics
+    ///
+    /// If `bits` is 0 (every IPv6 client would share one key) or more than 128.
+    #[must_use]
+    #[track_caller]
+    pub fn ipv6_prefix(self, bits: u8) -> Self {
+        assert!(
+            (1..=128).contains(&bits),
+            "PeerIp::ipv6_prefix({bits}): the prefix must be 1 to 128 bits (64 is usual)"
+        );
+        Self { ipv6_prefix: bits }
+    }
+
     /// The peer's IP, if the server recorded it.
     pub fn peer_ip<B>(req: &Request<B>) -> Option<IpAddr> {
         peer_addr(req).map(|addr| addr.ip().to_canonical())
@@ -69,7 +103,7 @@ impl KeyExtractor for PeerIp {
     #[inline]
     fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
         match Self::peer_ip(req) {
-            Some(ip) => Ok(Some(Key::from(ip))),
+            Some(ip) => Ok(Some(Key::from(group_v6(ip, self.ipv6_prefix)))),
             None => Err(KeyError::missing_peer_addr()),
         }
     }

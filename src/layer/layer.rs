@@ -8,7 +8,7 @@ use super::response::Responder;
 use super::RateLimit;
 use crate::algorithm::{Algorithm, Gcra};
 use crate::clock::{Clock, SystemClock};
-use crate::key::{KeyExtractor, PeerIp, RequestHead, Skip};
+use crate::key::{Allow, IpList, KeyExtractor, PeerIp, RequestHead, Skip};
 use crate::store::{MemoryStore, Store};
 use crate::{Key, Quota, RateLimiter};
 
@@ -116,6 +116,25 @@ where
     {
         RateLimitLayer {
             config: self.config.map_key(|key| Skip::new(key, predicate)),
+        }
+    }
+
+    /// Leaves clients whose key is an IP address in `list` unlimited: an office network,
+    /// monitoring, your own services. The address is the key itself (the peer's with the default
+    /// key, the client's behind proxies with `ClientIp`); see [`Allow`].
+    ///
+    /// ```
+    /// use tollgate::key::IpList;
+    /// use tollgate::{Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::gcra(Quota::per_minute(60)).allow(IpList::new(["10.0.0.0/8"])?);
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::key::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn allow(self, list: IpList) -> RateLimitLayer<A, Allow<K>, St, C> {
+        RateLimitLayer {
+            config: self.config.map_key(|key| Allow::new(key, list)),
         }
     }
 
