@@ -54,7 +54,7 @@ impl IpList {
 /// Leaves requests whose key is an IP address in an [`IpList`] unlimited, and keys the rest with
 /// an inner extractor: made by the layer's `allow`.
 ///
-/// The address checked is the key itself: the peer's address with [`PeerIp`](super::PeerIp), the
+/// The address checked is the key itself: the peer's address with [`PeerIp`](struct@super::PeerIp), the
 /// client's behind trusted proxies with [`ClientIp`](super::ClientIp). Keys that are not IP
 /// addresses (API keys, say) are never on the list. With an IPv6 prefix set on the extractor the
 /// key is the masked address, so list whole networks rather than single IPv6 hosts.

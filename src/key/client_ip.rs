@@ -12,7 +12,7 @@ use super::{Key, KeyError, KeyExtractor, PeerIp};
 /// The key is the client's IP address as reported by trusted reverse proxies, which a client
 /// cannot choose by sending its own forwarding headers.
 ///
-/// Behind a proxy every connection comes from the proxy, so [`PeerIp`] would put all clients
+/// Behind a proxy every connection comes from the proxy, so [`PeerIp`](struct@crate::key::PeerIp) would put all clients
 /// in one bucket. The proxy reports the address it received each request from in a header
 /// (`X-Forwarded-For` by default, see [`ForwardedHeader`]), but a client can send that header
 /// too. `ClientIp` reads it only from proxies you name, and only the part those proxies wrote:
@@ -116,7 +116,7 @@ impl ClientIp {
     ///
     /// List every proxy that can forward to this server, and the proxies in front of them if
     /// they append to the header too: the client is the rightmost address not in the list.
-    /// An empty list trusts no one, and `ClientIp` then keys by the peer like [`PeerIp`].
+    /// An empty list trusts no one, and `ClientIp` then keys by the peer like [`PeerIp`](struct@crate::key::PeerIp).
     ///
     /// ```
     /// use tollgate::key::ClientIp;
@@ -161,7 +161,7 @@ impl ClientIp {
     ///
     /// # Panics
     ///
-    /// If `n` is 0: with no proxy in front, use [`PeerIp`].
+    /// If `n` is 0: with no proxy in front, use [`PeerIp`](struct@crate::key::PeerIp).
     pub fn trusted_hops(n: usize) -> Self {
         assert!(
             n > 0,

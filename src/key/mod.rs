@@ -5,7 +5,7 @@
 //!
 //! | extractor | key |
 //! | --- | --- |
-//! | [`PeerIp`] (default) | the connection's peer address, IPv6 grouped by `/64` |
+//! | [`PeerIp`](struct@crate::key::PeerIp) (default) | the connection's peer address, IPv6 grouped by `/64` |
 //! | [`ClientIp`] | the client's address behind your trusted proxies, from the one forwarding header they set |
 //! | [`Header`] | one header's value, such as an API key |
 //! | [`BearerToken`] | the token of `Authorization: Bearer` |

@@ -15,7 +15,7 @@ use crate::{Key, Quota, RateLimiter};
 /// Applies a rate limit to every request of a service. See the [module docs](super).
 ///
 /// Built with one constructor per algorithm, such as [`RateLimitLayer::gcra`], then adjusted with
-/// builder methods: [`key`](Self::key) (default [`PeerIp`]), [`store`](Self::store) (default a
+/// builder methods: [`key`](Self::key) (default [`PeerIp`](struct@crate::key::PeerIp)), [`store`](Self::store) (default a
 /// new [`MemoryStore`]) and [`clock`](Self::clock) (default [`SystemClock`]).
 ///
 /// All services made by one layer share one limiter, so in axum `Router::layer`, which wraps
