@@ -14,13 +14,17 @@
 //!   worst an attacker behind the proxy can send (one scan of the header, eight bytes at a
 //!   time); `client_ip/forwarded_64kib_junk` the same as a `Forwarded` header (one scan, a
 //!   byte at a time, since quoted strings must be followed).
+//! - `other/*`: [`Header`] (a 32-byte API key), [`BearerToken`], [`Header`] with a 200-byte
+//!   value (hashed to a digest), and the tuple `(Route, PeerIp)`.
 
 use std::hint::black_box;
 use std::net::SocketAddr;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::Request;
-use tollgate::key::{ClientIp, ForwardedHeader, KeyExtractor, PeerAddr, PeerIp};
+use tollgate::key::{
+    BearerToken, ClientIp, ForwardedHeader, Header, KeyExtractor, PeerAddr, PeerIp, Route,
+};
 
 const TRUSTED_PEER: &str = "10.0.0.2:41000";
 const UNTRUSTED_PEER: &str = "198.51.100.4:41000";
@@ -111,6 +115,35 @@ fn bench(c: &mut Criterion) {
     let req = request(TRUSTED_PEER, "forwarded", &junk);
     group.bench_function("forwarded_64kib_junk", |b| {
         b.iter(|| forwarded_ip.extract(black_box(&req)).unwrap())
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("other");
+    let api_key = Header::new("x-api-key");
+    let req = request(
+        TRUSTED_PEER,
+        "x-api-key",
+        "k_0123456789abcdef0123456789abcd",
+    );
+    group.bench_function("header", |b| {
+        b.iter(|| api_key.extract(black_box(&req)).unwrap())
+    });
+    let req = request(
+        TRUSTED_PEER,
+        "authorization",
+        "Bearer k_0123456789abcdef0123456789abcd",
+    );
+    group.bench_function("bearer_token", |b| {
+        b.iter(|| BearerToken.extract(black_box(&req)).unwrap())
+    });
+    let req = request(TRUSTED_PEER, "x-api-key", &"k".repeat(200));
+    group.bench_function("header_200b_hashed", |b| {
+        b.iter(|| api_key.extract(black_box(&req)).unwrap())
+    });
+    let mut req = request(TRUSTED_PEER, "x-request-id", "1");
+    *req.uri_mut() = "/users/42/orders".parse().unwrap();
+    group.bench_function("route_and_peer_ip", |b| {
+        b.iter(|| (Route, PeerIp).extract(black_box(&req)).unwrap())
     });
     group.finish();
 }
