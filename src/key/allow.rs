@@ -22,7 +22,7 @@ use super::{ConfigError, IpNet, Key, KeyError, KeyExtractor};
 /// ```
 #[derive(Debug, Clone)]
 pub struct IpList {
-    nets: Arc<NetSet>,
+    pub(super) nets: Arc<NetSet>,
 }
 
 impl IpList {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use http::{HeaderMap, Request};
 
 use super::cidr::{group_v6, ConfigError, IpNet, NetSet};
+use super::IpList;
 use super::forwarded::{Entries, Entry, ForwardedHeader};
 use super::{Key, KeyError, KeyExtractor, PeerIp};
 
@@ -135,11 +136,8 @@ impl ClientIp {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
-        let nets = proxies
-            .into_iter()
-            .map(|text| text.as_ref().parse::<IpNet>())
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self::trusting_networks(nets))
+        let list = IpList::new(proxies)?;
+        Ok(Self::new(Trust::Proxies(list.nets)))
     }
 
     /// [`trusting`](Self::trusting) with networks already parsed.
