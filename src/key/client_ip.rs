@@ -6,8 +6,8 @@ use std::sync::Arc;
 use http::{HeaderMap, Request};
 
 use super::cidr::{group_v6, ConfigError, IpNet, NetSet};
-use super::IpList;
 use super::forwarded::{Entries, Entry, ForwardedHeader};
+use super::IpList;
 use super::{Key, KeyError, KeyExtractor, PeerIp};
 
 /// The key is the client's IP address as reported by trusted reverse proxies, which a client
