@@ -73,6 +73,6 @@ pub mod store;
 pub use self::decision::Decision;
 pub use self::error::Error;
 pub use self::key::Key;
-pub use self::layer::{RateLimit, RateLimitLayer};
+pub use self::layer::{HeaderPlacement, HeaderStyle, RateLimit, RateLimitLayer};
 pub use self::limiter::RateLimiter;
 pub use self::quota::{ParseQuotaError, Quota};

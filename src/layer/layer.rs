@@ -3,6 +3,7 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::config::Config;
+use super::headers::{HeaderPlacement, HeaderStyle, Headers};
 use super::per_key::{PerKey, Select};
 use super::response::Responder;
 use super::RateLimit;
@@ -41,7 +42,11 @@ impl RateLimitLayer<Gcra> {
 impl<A: Algorithm, St: Store<A>, C: Clock> RateLimitLayer<A, PeerIp, St, C> {
     /// Limits each client IP with a limiter built by hand.
     pub fn from_limiter(limiter: RateLimiter<A, St, C>) -> Self {
-        let responder = Arc::new(Responder::new(limiter.quota(), limiter.policy()));
+        let responder = Arc::new(Responder::new(
+            limiter.quota(),
+            limiter.policy(),
+            Headers::default(),
+        ));
         Self {
             config: Config {
                 limiter,
@@ -97,6 +102,46 @@ where
     {
         let select: Arc<Select> = Arc::new(select);
         self.config.per_key = Some(Arc::new(PerKey::new(select)));
+        self
+    }
+
+    /// Writes the rate limit headers in `style`: IETF draft 11 (the default), draft 7, draft 6,
+    /// GitHub's `X-RateLimit-*`, or none. Per-key quotas ([`quota_for`](Self::quota_for)) use
+    /// the same style.
+    ///
+    /// ```
+    /// use tollgate::{HeaderStyle, Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::gcra(Quota::per_minute(60)).headers(HeaderStyle::GitHub);
+    /// # let _ = layer;
+    /// ```
+    #[must_use]
+    pub fn headers(self, style: HeaderStyle) -> Self {
+        let headers = Headers {
+            style,
+            ..self.config.responder.headers()
+        };
+        self.with_headers(headers)
+    }
+
+    /// Writes the rate limit headers only on some responses: allowed ones, denied ones, or all
+    /// (the default). See [`HeaderPlacement`].
+    #[must_use]
+    pub fn headers_on(self, placement: HeaderPlacement) -> Self {
+        let headers = Headers {
+            placement,
+            ..self.config.responder.headers()
+        };
+        self.with_headers(headers)
+    }
+
+    fn with_headers(mut self, headers: Headers) -> Self {
+        let limiter = &self.config.limiter;
+        self.config.responder =
+            Arc::new(Responder::new(limiter.quota(), limiter.policy(), headers));
+        // Policies of per-key quotas hold their own responders: start them over (their state
+        // lives in the store, so nothing is lost).
+        self.config.per_key = self.config.per_key.map(|p| Arc::new(p.fresh()));
         self
     }
 

@@ -6,7 +6,9 @@
 //!
 //! - **Allowed**: the request goes on with the `Decision` in its extensions (handlers may read
 //!   it), and the response gets the IETF `RateLimit-Policy` and `RateLimit` headers, such as
-//!   `RateLimit-Policy: "60/min";q=60;w=60` and `RateLimit: "60/min";r=59;t=1`.
+//!   `RateLimit-Policy: "60/min";q=60;w=60` and `RateLimit: "60/min";r=59;t=1`. Other styles
+//!   (draft 7, draft 6, GitHub's `X-RateLimit-*`, none) are a [`HeaderStyle`] away, and
+//!   [`HeaderPlacement`] limits them to allowed or denied responses.
 //! - **Denied**: `429 Too Many Requests` with `Retry-After` in whole seconds, rounded up (never
 //!   `0` for a wait under a second), the same rate limit headers, and a short plain-text body.
 //!   A gRPC request (`content-type: application/grpc*`) gets a trailers-only response with
@@ -47,6 +49,7 @@
 
 mod config;
 mod future;
+mod headers;
 #[allow(clippy::module_inception)]
 mod layer;
 mod per_key;
@@ -54,5 +57,6 @@ mod response;
 mod service;
 
 pub use self::future::ResponseFuture;
+pub use self::headers::{HeaderPlacement, HeaderStyle};
 pub use self::layer::RateLimitLayer;
 pub use self::service::RateLimit;

@@ -7,6 +7,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use foldhash::fast::RandomState;
 
+use super::headers::Headers;
 use super::response::Responder;
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
@@ -26,8 +27,9 @@ pub(crate) struct Policy<A: Algorithm, St: Store<A>, C> {
 }
 
 impl<A: Algorithm, St: Store<A>, C: Clock> Policy<A, St, C> {
-    pub(crate) fn new(limiter: RateLimiter<A, St, C>) -> Self {
-        let responder = Arc::new(Responder::new(limiter.quota(), limiter.policy()));
+    /// The policy of `limiter`, whose headers follow the layer's settings.
+    pub(crate) fn new(limiter: RateLimiter<A, St, C>, headers: Headers) -> Self {
+        let responder = Arc::new(Responder::new(limiter.quota(), limiter.policy(), headers));
         Self { limiter, responder }
     }
 }
@@ -67,12 +69,13 @@ impl<A: Algorithm, St: Store<A>, C> PerKey<A, St, C> {
 
 impl<A: Algorithm, St: Store<A>, C: Clock + Clone> PerKey<A, St, C> {
     /// The policy for this request's quota, made on first use with `base`'s algorithm options,
-    /// store and clock; `None`: the layer's own quota applies.
+    /// store and clock and the layer's header settings; `None`: the layer's own quota applies.
     pub(crate) fn policy(
         &self,
         key: &Key,
         head: RequestHead<'_>,
         base: &RateLimiter<A, St, C>,
+        headers: Headers,
     ) -> Option<Arc<Policy<A, St, C>>> {
         let quota = (self.select)(key, head);
         if quota == *base.quota() {
@@ -110,7 +113,7 @@ impl<A: Algorithm, St: Store<A>, C: Clock + Clone> PerKey<A, St, C> {
             base.store().clone(),
             base.clock().clone(),
         );
-        let policy = Arc::new(Policy::new(limiter));
+        let policy = Arc::new(Policy::new(limiter, headers));
         policies.insert(quota, policy.clone());
         Some(policy)
     }

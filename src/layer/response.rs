@@ -1,17 +1,15 @@
-//! The answers the layer writes itself, and the rate limit headers it adds to every response.
+//! The answers the layer writes itself; the rate limit headers are written by `headers`.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 
+use super::headers::{HeaderWriter, Headers};
 use crate::key::KeyError;
 use crate::{Decision, Error, Quota};
 
-static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 static GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
@@ -48,44 +46,25 @@ pub(crate) enum Admission {
     Answered(Response<Bytes>),
 }
 
-/// Writes the IETF `RateLimit-Policy` and `RateLimit` fields for one policy.
+/// Answers for one policy: the rate limit headers in the layer's style, and denials.
 #[derive(Debug)]
 pub(crate) struct Responder {
     /// The policy name, for logs.
     policy: Box<str>,
-    /// `"name";q=100;w=60`, the same for every response.
-    policy_value: HeaderValue,
-    /// `"name";r=`, completed per response.
-    rate_prefix: Box<str>,
-}
-
-fn sf_string(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 2);
-    out.push('"');
-    for c in name.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
-    out
+    headers: HeaderWriter,
 }
 
 impl Responder {
-    pub(crate) fn new(quota: &Quota, policy: &str) -> Self {
-        let name = sf_string(policy);
-        let window = ceil_secs(quota.period()).max(1);
-        let policy_text = format!("{name};q={};w={window}", quota.limit());
-        // The name is printable ASCII (checked by `Quota::named` or produced by `Display`), so
-        // the value is always valid; an empty value is the safe fallback.
-        let policy_value =
-            HeaderValue::try_from(policy_text).unwrap_or_else(|_| HeaderValue::from_static(""));
+    pub(crate) fn new(quota: &Quota, policy: &str, headers: Headers) -> Self {
         Self {
             policy: policy.into(),
-            policy_value,
-            rate_prefix: format!("{name};r=").into(),
+            headers: HeaderWriter::new([(quota, policy)], headers),
         }
+    }
+
+    /// The header settings this responder was made with.
+    pub(crate) fn headers(&self) -> Headers {
+        self.headers.headers()
     }
 
     /// Acts on a check's result: an allowed request gets the decision in its extensions and
@@ -119,19 +98,11 @@ impl Responder {
         }
     }
 
-    /// Adds the rate limit fields describing `decision`.
+    /// Adds the rate limit fields describing `decision`, if the layer's placement wants them
+    /// on this response.
     pub(crate) fn add_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
-        let mut rate = String::with_capacity(self.rate_prefix.len() + 24);
-        rate.push_str(&self.rate_prefix);
-        let _ = write!(
-            rate,
-            "{};t={}",
-            decision.remaining,
-            ceil_secs(decision.reset_after)
-        );
-        if let Ok(value) = HeaderValue::try_from(rate) {
-            headers.insert(RATELIMIT_POLICY.clone(), self.policy_value.clone());
-            headers.insert(RATELIMIT.clone(), value);
+        if self.headers.covers(decision) {
+            self.headers.write(std::slice::from_ref(decision), headers);
         }
     }
 
@@ -224,10 +195,5 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_millis(1001)), 2);
         assert_eq!(ceil_millis(Duration::from_micros(1500)), 2);
         assert_eq!(ceil_millis(Duration::from_millis(3)), 3);
-    }
-
-    #[test]
-    fn names_are_escaped_as_structured_field_strings() {
-        assert_eq!(sf_string(r#"a"b\c"#), r#""a\"b\\c""#);
     }
 }

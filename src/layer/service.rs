@@ -106,7 +106,12 @@ where
             }
         };
         let policy = match &config.per_key {
-            Some(per_key) => per_key.policy(&key, RequestHead::new(&req), &config.limiter),
+            Some(per_key) => per_key.policy(
+                &key,
+                RequestHead::new(&req),
+                &config.limiter,
+                config.responder.headers(),
+            ),
             None => None,
         };
         let (limiter, responder) = match &policy {

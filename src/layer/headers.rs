@@ -1,0 +1,375 @@
+//! The rate limit headers: which fields ([`HeaderStyle`]), on which responses
+//! ([`HeaderPlacement`]), and the writer that fills them in from a [`Decision`].
+
+use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+use super::response::ceil_secs;
+use crate::{Decision, Quota};
+
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+static RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+static X_USED: HeaderName = HeaderName::from_static("x-ratelimit-used");
+static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// The largest Structured Field Integer (RFC 9651 §3.3.1): larger figures are sent as this.
+const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+
+/// Which rate limit header fields the layer writes, chosen with
+/// [`RateLimitLayer::headers`](super::RateLimitLayer::headers).
+///
+/// Every style reports the same figures:
+///
+/// | figure | meaning |
+/// | --- | --- |
+/// | limit (`q`) | the quota's [`limit`](Quota::limit) per window |
+/// | window (`w`) | the quota's [`period`](Quota::period) in whole seconds, rounded up |
+/// | remaining (`r`) | [`Decision::remaining`] |
+/// | reset (`t`) | [`Decision::reset_after`] in whole seconds, rounded up |
+///
+/// A quota whose burst is above its limit may report more remaining than its limit: a fresh
+/// client may send the whole burst at once.
+///
+/// `Retry-After` on a denied request is not a rate limit header: every style, even
+/// [`HeaderStyle::None`], sends it.
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use http::{Request, Response};
+/// use tollgate::clock::ManualClock;
+/// use tollgate::key::PeerAddr;
+/// use tollgate::{HeaderStyle, Quota, RateLimitLayer};
+/// use tower::{Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let svc = RateLimitLayer::gcra(Quota::per_minute(100))
+///     .clock(ManualClock::new())
+///     .headers(HeaderStyle::Draft7)
+///     .layer(tower::service_fn(|_req: Request<String>| async {
+///         Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+///     }));
+///
+/// let mut req = Request::new(String::new());
+/// req.extensions_mut().insert(PeerAddr("192.0.2.1:4000".parse::<SocketAddr>().unwrap()));
+/// let resp = svc.oneshot(req).await.unwrap();
+/// assert_eq!(resp.headers()["ratelimit"], "limit=100, remaining=99, reset=1");
+/// assert_eq!(resp.headers()["ratelimit-policy"], "100;w=60");
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// The default: IETF
+    /// [draft-ietf-httpapi-ratelimit-headers-11](https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/11/),
+    /// two Structured Field lists (RFC 9651) with one item per quota, named by the policy name
+    /// ([`Quota::named`]):
+    ///
+    /// ```text
+    /// RateLimit-Policy: "per-minute";q=100;w=60
+    /// RateLimit: "per-minute";r=42;t=17
+    /// ```
+    ///
+    /// The optional `pk` (partition key) parameter is not sent: it would echo the client's key.
+    #[default]
+    Ietf,
+    /// The combined field of draft 7, a Structured Field Dictionary, and the policy as a List:
+    ///
+    /// ```text
+    /// RateLimit: limit=100, remaining=42, reset=17
+    /// RateLimit-Policy: 100;w=60
+    /// ```
+    Draft7,
+    /// The separate fields of draft 6 (each a Structured Field Integer), and the policy as a List:
+    ///
+    /// ```text
+    /// RateLimit-Limit: 100
+    /// RateLimit-Remaining: 42
+    /// RateLimit-Reset: 17
+    /// RateLimit-Policy: 100;w=60
+    /// ```
+    Draft6,
+    /// GitHub's `X-RateLimit-*` fields, which many client libraries read:
+    ///
+    /// ```text
+    /// X-RateLimit-Limit: 100
+    /// X-RateLimit-Remaining: 42
+    /// X-RateLimit-Used: 58
+    /// X-RateLimit-Reset: 1767225617
+    /// ```
+    ///
+    /// `Used` is the limit minus the remaining (zero when the remaining is above the limit).
+    /// `Reset` is the UNIX time, in whole seconds rounded up, when the quota is back to full:
+    /// the wall clock ([`SystemTime`]) when the response is written plus the reset time. It is
+    /// the only place the crate reads the wall clock; limits themselves never depend on it.
+    GitHub,
+    /// No rate limit headers at all.
+    None,
+}
+
+/// Which responses get the rate limit headers, chosen with
+/// [`RateLimitLayer::headers_on`](super::RateLimitLayer::headers_on).
+///
+/// ```
+/// use tollgate::{HeaderPlacement, HeaderStyle, Quota, RateLimitLayer};
+///
+/// // Tell clients where they stand only once they are refused.
+/// let layer = RateLimitLayer::gcra(Quota::per_minute(60))
+///     .headers(HeaderStyle::Draft6)
+///     .headers_on(HeaderPlacement::Denied);
+/// # let _ = layer;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum HeaderPlacement {
+    /// The default: every response to a limited request, allowed or denied. (Requests the layer
+    /// does not limit, such as skipped or allow-listed ones, never get them.)
+    #[default]
+    All,
+    /// Only responses from the inner service to allowed requests.
+    Allowed,
+    /// Only the layer's own answers to denied requests.
+    Denied,
+}
+
+impl HeaderPlacement {
+    fn covers(self, decision: &Decision) -> bool {
+        match self {
+            Self::All => true,
+            Self::Allowed => decision.allowed,
+            Self::Denied => !decision.allowed,
+        }
+    }
+}
+
+/// A layer's header settings: the style and the placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Headers {
+    pub(crate) style: HeaderStyle,
+    pub(crate) placement: HeaderPlacement,
+}
+
+/// One quota as the headers describe it.
+#[derive(Debug)]
+struct Policy {
+    /// The policy name as a Structured Field String, quotes included.
+    name: Box<str>,
+    /// The quota's limit per window.
+    limit: u64,
+    /// The window in whole seconds, at least 1.
+    window: u64,
+}
+
+/// Writes one style's fields for a fixed list of quotas. The fields that describe only the
+/// quotas are built once; the ones that describe a decision are formatted per response, into
+/// one `String` per field.
+#[derive(Debug)]
+pub(crate) struct HeaderWriter {
+    headers: Headers,
+    policies: Box<[Policy]>,
+    /// `RateLimit-Policy`, the same for every response (IETF and drafts 6 and 7).
+    policy_value: Option<HeaderValue>,
+}
+
+impl HeaderWriter {
+    /// A writer for `quotas`, each with its policy name, in the order decisions will come.
+    pub(crate) fn new<'a>(
+        quotas: impl IntoIterator<Item = (&'a Quota, &'a str)>,
+        headers: Headers,
+    ) -> Self {
+        let policies: Box<[Policy]> = quotas
+            .into_iter()
+            .map(|(quota, name)| Policy {
+                name: sf_string(name).into(),
+                limit: quota.limit(),
+                window: ceil_secs(quota.period()).max(1),
+            })
+            .collect();
+        let mut text = String::new();
+        for (i, p) in policies.iter().enumerate() {
+            if i > 0 {
+                text.push_str(", ");
+            }
+            let (limit, window) = (sf_int(p.limit), sf_int(p.window));
+            let _ = match headers.style {
+                HeaderStyle::Ietf => write!(text, "{};q={limit};w={window}", p.name),
+                _ => write!(text, "{limit};w={window}"),
+            };
+        }
+        let policy_value = match headers.style {
+            HeaderStyle::Ietf | HeaderStyle::Draft7 | HeaderStyle::Draft6 => {
+                // Names are printable ASCII (checked by `Quota::named` or made by `Display`), so
+                // the value is always valid.
+                HeaderValue::try_from(text).ok()
+            }
+            HeaderStyle::GitHub | HeaderStyle::None => None,
+        };
+        Self {
+            headers,
+            policies,
+            policy_value,
+        }
+    }
+
+    /// The settings this writer was made with.
+    pub(crate) fn headers(&self) -> Headers {
+        self.headers
+    }
+
+    /// Whether a response to a request with this (overall) decision gets the fields.
+    pub(crate) fn covers(&self, decision: &Decision) -> bool {
+        self.headers.placement.covers(decision)
+    }
+
+    /// Adds the fields describing `decisions`, one for each quota in order: the pairs of quota
+    /// and decision. Single-value styles (drafts 6 and 7, GitHub) report the quota with the
+    /// fewest remaining requests.
+    pub(crate) fn write(&self, decisions: &[Decision], out: &mut HeaderMap) {
+        let pairs = || self.policies.iter().zip(decisions);
+        let Some((policy, decision)) = pairs().min_by_key(|(_, d)| d.remaining) else {
+            return;
+        };
+        let limit = sf_int(policy.limit);
+        let remaining = sf_int(decision.remaining);
+        let reset = sf_int(ceil_secs(decision.reset_after));
+        match self.headers.style {
+            HeaderStyle::Ietf => {
+                let mut rate = String::with_capacity(32 * self.policies.len());
+                for (i, (p, d)) in pairs().enumerate() {
+                    let sep = if i > 0 { ", " } else { "" };
+                    let (r, t) = (sf_int(d.remaining), sf_int(ceil_secs(d.reset_after)));
+                    let _ = write!(rate, "{sep}{};r={r};t={t}", p.name);
+                }
+                insert(out, &RATELIMIT, rate);
+            }
+            HeaderStyle::Draft7 => {
+                let rate = format!("limit={limit}, remaining={remaining}, reset={reset}");
+                insert(out, &RATELIMIT, rate);
+            }
+            HeaderStyle::Draft6 => {
+                out.insert(RATELIMIT_LIMIT.clone(), HeaderValue::from(limit));
+                out.insert(RATELIMIT_REMAINING.clone(), HeaderValue::from(remaining));
+                out.insert(RATELIMIT_RESET.clone(), HeaderValue::from(reset));
+            }
+            HeaderStyle::GitHub => {
+                // The only wall clock read in the crate: GitHub clients want an epoch time.
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default();
+                let reset_at = ceil_secs(now.saturating_add(decision.reset_after));
+                let used = policy.limit.saturating_sub(decision.remaining);
+                out.insert(X_LIMIT.clone(), HeaderValue::from(policy.limit));
+                out.insert(X_REMAINING.clone(), HeaderValue::from(decision.remaining));
+                out.insert(X_USED.clone(), HeaderValue::from(used));
+                out.insert(X_RESET.clone(), HeaderValue::from(reset_at));
+            }
+            HeaderStyle::None => {}
+        }
+        if let Some(policy_value) = &self.policy_value {
+            out.insert(RATELIMIT_POLICY.clone(), policy_value.clone());
+        }
+    }
+}
+
+fn insert(out: &mut HeaderMap, name: &HeaderName, value: String) {
+    if let Ok(value) = HeaderValue::try_from(value) {
+        out.insert(name.clone(), value);
+    }
+}
+
+/// `n` as a Structured Field Integer, which has at most 15 digits.
+fn sf_int(n: u64) -> u64 {
+    n.min(SF_INTEGER_MAX)
+}
+
+/// `name` as a Structured Field String: quoted, with `"` and `\` escaped.
+fn sf_string(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn written(style: HeaderStyle, quotas: &[Quota], decisions: &[Decision]) -> Vec<String> {
+        let names: Vec<String> = quotas.iter().map(Quota::name).collect();
+        let headers = Headers {
+            style,
+            placement: HeaderPlacement::All,
+        };
+        let writer = HeaderWriter::new(quotas.iter().zip(names.iter().map(|n| &**n)), headers);
+        let mut out = HeaderMap::new();
+        writer.write(decisions, &mut out);
+        let mut fields: Vec<String> = out
+            .iter()
+            .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap()))
+            .collect();
+        fields.sort();
+        fields
+    }
+
+    #[test]
+    fn names_are_escaped_as_structured_field_strings() {
+        assert_eq!(sf_string(r#"a"b\c"#), r#""a\"b\\c""#);
+    }
+
+    #[test]
+    fn tiered_quotas_are_one_list_item_each() {
+        let quotas = [
+            Quota::per_second(5).named("burst"),
+            Quota::per_hour(100).named("hourly"),
+        ];
+        let decisions = [
+            Decision::allow(5, 4, Duration::from_millis(200)),
+            Decision::allow(100, 2, Duration::from_secs(3500)),
+        ];
+        assert_eq!(
+            written(HeaderStyle::Ietf, &quotas, &decisions),
+            [
+                r#"ratelimit-policy: "burst";q=5;w=1, "hourly";q=100;w=3600"#,
+                r#"ratelimit: "burst";r=4;t=1, "hourly";r=2;t=3500"#,
+            ]
+        );
+        // The single-value styles report the quota with the fewest remaining.
+        assert_eq!(
+            written(HeaderStyle::Draft7, &quotas, &decisions),
+            [
+                "ratelimit-policy: 5;w=1, 100;w=3600",
+                "ratelimit: limit=100, remaining=2, reset=3500",
+            ]
+        );
+    }
+
+    #[test]
+    fn figures_beyond_a_structured_integer_are_clamped() {
+        let quotas = [Quota::per_second(u64::MAX)];
+        let decisions = [Decision::allow(u64::MAX, u64::MAX - 1, Duration::ZERO)];
+        assert_eq!(
+            written(HeaderStyle::Draft6, &quotas, &decisions),
+            [
+                "ratelimit-limit: 999999999999999",
+                "ratelimit-policy: 999999999999999;w=1",
+                "ratelimit-remaining: 999999999999999",
+                "ratelimit-reset: 0",
+            ]
+        );
+    }
+}
