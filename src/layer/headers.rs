@@ -218,11 +218,6 @@ impl HeaderWriter {
         }
     }
 
-    /// The settings this writer was made with.
-    pub(crate) fn headers(&self) -> Headers {
-        self.headers
-    }
-
     /// Whether a response to a request with this (overall) decision gets the fields.
     pub(crate) fn covers(&self, decision: &Decision) -> bool {
         self.headers.placement.covers(decision)

@@ -1,17 +1,20 @@
 use std::sync::Arc;
 
+use bytes::Bytes;
+use http::{Response, StatusCode};
 use tower_layer::Layer;
 
 use super::config::Config;
 use super::headers::{HeaderPlacement, HeaderStyle, Headers};
 use super::per_key::{PerKey, Select};
 use super::response::Responder;
+use super::response::{OnLimited, Settings};
 use super::RateLimit;
 use crate::algorithm::{Algorithm, Gcra};
 use crate::clock::{Clock, SystemClock};
 use crate::key::{Allow, IpList, KeyExtractor, PeerIp, RequestHead, Skip};
 use crate::store::{MemoryStore, Store};
-use crate::{Key, Quota, RateLimiter};
+use crate::{Decision, Key, Quota, RateLimiter};
 
 /// Applies a rate limit to every request of a service. See the [module docs](super).
 ///
@@ -45,7 +48,7 @@ impl<A: Algorithm, St: Store<A>, C: Clock> RateLimitLayer<A, PeerIp, St, C> {
         let responder = Arc::new(Responder::new(
             limiter.quota(),
             limiter.policy(),
-            Headers::default(),
+            Settings::default(),
         ));
         Self {
             config: Config {
@@ -117,28 +120,93 @@ where
     /// ```
     #[must_use]
     pub fn headers(self, style: HeaderStyle) -> Self {
-        let headers = Headers {
+        let mut settings = self.config.responder.settings().clone();
+        settings.headers = Headers {
             style,
-            ..self.config.responder.headers()
+            ..settings.headers
         };
-        self.with_headers(headers)
+        self.with_settings(settings)
     }
 
     /// Writes the rate limit headers only on some responses: allowed ones, denied ones, or all
     /// (the default). See [`HeaderPlacement`].
     #[must_use]
     pub fn headers_on(self, placement: HeaderPlacement) -> Self {
-        let headers = Headers {
+        let mut settings = self.config.responder.settings().clone();
+        settings.headers = Headers {
             placement,
-            ..self.config.responder.headers()
+            ..settings.headers
         };
-        self.with_headers(headers)
+        self.with_settings(settings)
     }
 
-    fn with_headers(mut self, headers: Headers) -> Self {
+    /// Answers denied HTTP requests with `status` instead of `429 Too Many Requests`, such as
+    /// `503 Service Unavailable` as nginx does. gRPC requests still get RESOURCE_EXHAUSTED.
+    ///
+    /// # Panics
+    ///
+    /// When `status` is not a client or server error (4xx or 5xx): a denial must not look like
+    /// success to clients.
+    #[must_use]
+    #[track_caller]
+    pub fn status(self, status: StatusCode) -> Self {
+        assert!(
+            status.is_client_error() || status.is_server_error(),
+            "RateLimitLayer::status({status}): denials must be answered with a 4xx or 5xx status"
+        );
+        let mut settings = self.config.responder.settings().clone();
+        settings.status = Some(status);
+        self.with_settings(settings)
+    }
+
+    /// Answers denied HTTP requests with the response `f` makes from the decision and the
+    /// request, instead of the layer's plain-text one. The layer still adds `Retry-After` (unless
+    /// `f` set it) and the rate limit headers. gRPC requests keep their RESOURCE_EXHAUSTED
+    /// answer, which gRPC clients understand. [`problem_details`](super::problem_details) is a
+    /// ready-made `f` for RFC 9457 JSON.
+    ///
+    /// ```
+    /// use tollgate::{Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::gcra(Quota::per_minute(60)).on_limited(|decision, _head| {
+    ///     let wait = decision.retry_after.map_or(0, |d| d.as_secs());
+    ///     http::Response::builder()
+    ///         .status(429)
+    ///         .header("content-type", "text/html")
+    ///         .body(format!("<p>Slow down: try again in {wait} s.</p>"))
+    ///         .unwrap()
+    /// });
+    /// # let _ = layer;
+    /// ```
+    #[must_use]
+    pub fn on_limited<F, T>(self, f: F) -> Self
+    where
+        F: Fn(&Decision, RequestHead<'_>) -> Response<T> + Send + Sync + 'static,
+        T: Into<Bytes>,
+    {
+        let mut settings = self.config.responder.settings().clone();
+        let f: Arc<OnLimited> = Arc::new(move |decision: &Decision, head: RequestHead<'_>| {
+            f(decision, head).map(Into::into)
+        });
+        settings.on_limited = Some(f);
+        self.with_settings(settings)
+    }
+
+    /// Never denies: every request goes on, with the would-be decision in its extensions and
+    /// rate limit headers (so `remaining` shows 0 where a request would have been refused), and
+    /// each would-be denial logged at info level (feature `tracing`). For trying a limit on
+    /// real traffic before enforcing it. Allowed requests still use up the quota, as they would.
+    #[must_use]
+    pub fn dry_run(self, enabled: bool) -> Self {
+        let mut settings = self.config.responder.settings().clone();
+        settings.dry_run = enabled;
+        self.with_settings(settings)
+    }
+
+    fn with_settings(mut self, settings: Settings) -> Self {
         let limiter = &self.config.limiter;
         self.config.responder =
-            Arc::new(Responder::new(limiter.quota(), limiter.policy(), headers));
+            Arc::new(Responder::new(limiter.quota(), limiter.policy(), settings));
         // Policies of per-key quotas hold their own responders: start them over (their state
         // lives in the store, so nothing is lost).
         self.config.per_key = self.config.per_key.map(|p| Arc::new(p.fresh()));

@@ -59,4 +59,5 @@ mod service;
 pub use self::future::ResponseFuture;
 pub use self::headers::{HeaderPlacement, HeaderStyle};
 pub use self::layer::RateLimitLayer;
+pub use self::response::problem_details;
 pub use self::service::RateLimit;

@@ -7,8 +7,8 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use foldhash::fast::RandomState;
 
-use super::headers::Headers;
 use super::response::Responder;
+use super::response::Settings;
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::key::RequestHead;
@@ -28,8 +28,8 @@ pub(crate) struct Policy<A: Algorithm, St: Store<A>, C> {
 
 impl<A: Algorithm, St: Store<A>, C: Clock> Policy<A, St, C> {
     /// The policy of `limiter`, whose headers follow the layer's settings.
-    pub(crate) fn new(limiter: RateLimiter<A, St, C>, headers: Headers) -> Self {
-        let responder = Arc::new(Responder::new(limiter.quota(), limiter.policy(), headers));
+    pub(crate) fn new(limiter: RateLimiter<A, St, C>, settings: Settings) -> Self {
+        let responder = Arc::new(Responder::new(limiter.quota(), limiter.policy(), settings));
         Self { limiter, responder }
     }
 }
@@ -75,7 +75,7 @@ impl<A: Algorithm, St: Store<A>, C: Clock + Clone> PerKey<A, St, C> {
         key: &Key,
         head: RequestHead<'_>,
         base: &RateLimiter<A, St, C>,
-        headers: Headers,
+        settings: &Settings,
     ) -> Option<Arc<Policy<A, St, C>>> {
         let quota = (self.select)(key, head);
         if quota == *base.quota() {
@@ -113,7 +113,7 @@ impl<A: Algorithm, St: Store<A>, C: Clock + Clone> PerKey<A, St, C> {
             base.store().clone(),
             base.clock().clone(),
         );
-        let policy = Arc::new(Policy::new(limiter, headers));
+        let policy = Arc::new(Policy::new(limiter, settings.clone()));
         policies.insert(quota, policy.clone());
         Some(policy)
     }

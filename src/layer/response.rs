@@ -1,5 +1,7 @@
 //! The answers the layer writes itself; the rate limit headers are written by `headers`.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -7,7 +9,7 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 
 use super::headers::{HeaderWriter, Headers};
-use crate::key::KeyError;
+use crate::key::{KeyError, RequestHead};
 use crate::{Decision, Error, Quota};
 
 static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -46,25 +48,52 @@ pub(crate) enum Admission {
     Answered(Response<Bytes>),
 }
 
+/// Makes the response to a denied request, in place of the layer's plain-text one.
+pub(crate) type OnLimited = dyn Fn(&Decision, RequestHead<'_>) -> Response<Bytes> + Send + Sync;
+
+/// How a layer answers: its header settings, the status of denials, a custom denial response,
+/// and whether it only reports (dry run).
+#[derive(Clone, Default)]
+pub(crate) struct Settings {
+    pub(crate) headers: Headers,
+    /// The status of denied HTTP requests; `None` for 429.
+    pub(crate) status: Option<StatusCode>,
+    pub(crate) on_limited: Option<Arc<OnLimited>>,
+    pub(crate) dry_run: bool,
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("headers", &self.headers)
+            .field("status", &self.status)
+            .field("on_limited", &self.on_limited.is_some())
+            .field("dry_run", &self.dry_run)
+            .finish()
+    }
+}
+
 /// Answers for one policy: the rate limit headers in the layer's style, and denials.
 #[derive(Debug)]
 pub(crate) struct Responder {
     /// The policy name, for logs.
     policy: Box<str>,
     headers: HeaderWriter,
+    settings: Settings,
 }
 
 impl Responder {
-    pub(crate) fn new(quota: &Quota, policy: &str, headers: Headers) -> Self {
+    pub(crate) fn new(quota: &Quota, policy: &str, settings: Settings) -> Self {
         Self {
             policy: policy.into(),
-            headers: HeaderWriter::new([(quota, policy)], headers),
+            headers: HeaderWriter::new([(quota, policy)], settings.headers),
+            settings,
         }
     }
 
-    /// The header settings this responder was made with.
-    pub(crate) fn headers(&self) -> Headers {
-        self.headers.headers()
+    /// The settings this responder was made with.
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     /// Acts on a check's result: an allowed request gets the decision in its extensions and
@@ -79,6 +108,16 @@ impl Responder {
                 req.extensions_mut().insert(decision);
                 Admission::Allowed(decision)
             }
+            Ok(decision) if self.settings.dry_run => {
+                #[cfg(feature = "tracing")]
+                tracing::info!(
+                    policy = &*self.policy,
+                    retry_after_ms = decision.retry_after.map(ceil_millis),
+                    "dry run: request would have been rate limited"
+                );
+                req.extensions_mut().insert(decision);
+                Admission::Allowed(decision)
+            }
             Ok(decision) => {
                 #[cfg(feature = "tracing")]
                 tracing::debug!(
@@ -86,7 +125,7 @@ impl Responder {
                     retry_after_ms = decision.retry_after.map(ceil_millis),
                     "request rate limited"
                 );
-                Admission::Answered(self.limited(&decision, is_grpc(req)))
+                Admission::Answered(self.limited(&decision, req))
             }
             Err(error) => {
                 #[cfg(feature = "tracing")]
@@ -106,8 +145,25 @@ impl Responder {
         }
     }
 
-    /// The answer to a denied request: 429 with `Retry-After`, or a gRPC RESOURCE_EXHAUSTED.
-    pub(crate) fn limited(&self, decision: &Decision, grpc: bool) -> Response<Bytes> {
+    /// The answer to a denied request: 429 (or the layer's status, or `on_limited`'s response)
+    /// with `Retry-After`, or a gRPC RESOURCE_EXHAUSTED.
+    pub(crate) fn limited<B>(&self, decision: &Decision, req: &Request<B>) -> Response<Bytes> {
+        let grpc = is_grpc(req);
+        if let (Some(on_limited), false) = (&self.settings.on_limited, grpc) {
+            let mut response = on_limited(decision, RequestHead::new(req));
+            if let Some(wait) = decision.retry_after {
+                let headers = response.headers_mut();
+                if !headers.contains_key(RETRY_AFTER) {
+                    headers.insert(RETRY_AFTER, HeaderValue::from(ceil_secs(wait)));
+                }
+            }
+            self.add_headers(response.headers_mut(), decision);
+            return response;
+        }
+        let status = self
+            .settings
+            .status
+            .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
         let message = match decision.retry_after {
             Some(wait) => {
                 let secs = ceil_secs(wait);
@@ -119,7 +175,7 @@ impl Responder {
         let mut response = if grpc {
             grpc_response(GRPC_RESOURCE_EXHAUSTED, &message)
         } else {
-            plain(StatusCode::TOO_MANY_REQUESTS, message)
+            plain(status, message)
         };
         let headers = response.headers_mut();
         match (decision.retry_after, grpc) {
@@ -138,6 +194,55 @@ impl Responder {
         self.add_headers(headers, decision);
         response
     }
+}
+
+/// A ready-made [`on_limited`](super::RateLimitLayer::on_limited) response: RFC 9457 problem
+/// details as `application/problem+json`, status 429.
+///
+/// ```
+/// use tollgate::layer::problem_details;
+/// use tollgate::{Quota, RateLimitLayer};
+///
+/// let layer = RateLimitLayer::gcra(Quota::per_minute(60)).on_limited(problem_details);
+/// # let _ = layer;
+/// ```
+///
+/// The body names the wait in seconds (rounded up) in `detail` and in the extension member
+/// `retry_after`, and the figures of the decision:
+///
+/// ```json
+/// {"type":"about:blank","title":"Too Many Requests","status":429,
+///  "detail":"Too many requests: retry in 3 seconds.","retry_after":3,"limit":60,"remaining":0}
+/// ```
+pub fn problem_details(decision: &Decision, _head: RequestHead<'_>) -> Response<Bytes> {
+    let (detail, retry_after) = match decision.retry_after {
+        Some(wait) => {
+            let secs = ceil_secs(wait);
+            let unit = if secs == 1 { "second" } else { "seconds" };
+            (
+                format!("Too many requests: retry in {secs} {unit}."),
+                secs.to_string(),
+            )
+        }
+        None => (
+            "Request too large: it costs more than the rate limit ever allows.".to_owned(),
+            "null".to_owned(),
+        ),
+    };
+    let body = format!(
+        concat!(
+            r#"{{"type":"about:blank","title":"Too Many Requests","status":429,"#,
+            r#""detail":"{}","retry_after":{},"limit":{},"remaining":{}}}"#
+        ),
+        detail, retry_after, decision.limit, decision.remaining
+    );
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
 }
 
 /// The answer to a request whose key could not be found.

@@ -110,7 +110,7 @@ where
                 &key,
                 RequestHead::new(&req),
                 &config.limiter,
-                config.responder.headers(),
+                config.responder.settings(),
             ),
             None => None,
         };
