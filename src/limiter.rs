@@ -134,6 +134,27 @@ where
     pub fn check_n(&self, key: impl Into<Key>, cost: u64) -> St::Future {
         St::check(&self.table, key.into(), self.clock.now_nanos(), cost)
     }
+
+    /// Gives back `cost` requests' worth of capacity that an allowed request took, for a
+    /// request that turned out not to count (such as a successful login when only failures
+    /// are limited), and answers with the key's standing afterwards. Capacity that has come
+    /// back with time already is not given back twice.
+    ///
+    /// ```
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tollgate::Error> {
+    /// let limiter = RateLimiter::gcra(Quota::per_minute(1));
+    /// assert!(limiter.check("alice").await?.allowed);
+    /// assert_eq!(limiter.refund("alice", 1).await?.remaining, 1);
+    /// assert!(limiter.check("alice").await?.allowed); // the refunded request did not count
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn refund(&self, key: impl Into<Key>, cost: u64) -> St::Future {
+        St::refund(&self.table, key.into(), self.clock.now_nanos(), cost)
+    }
 }
 
 impl<A, C> RateLimiter<A, MemoryStore, C>

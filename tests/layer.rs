@@ -559,6 +559,19 @@ impl Store<Gcra> for SlowStore {
         }
     }
 
+    fn refund(table: &SlowTable, key: Key, now: u64, cost: u64) -> SlowCheck {
+        let mut refund = <MemoryStore as Store<Gcra>>::refund(&table.memory, key, now, cost);
+        let waker = std::task::Waker::noop();
+        let result = match Pin::new(&mut refund).poll(&mut Context::from_waker(waker)) {
+            Poll::Ready(result) => result,
+            Poll::Pending => unreachable!("a memory refund is ready at once"),
+        };
+        SlowCheck {
+            yielded: false,
+            result: Some(result),
+        }
+    }
+
     fn check(table: &SlowTable, key: Key, now: u64, cost: u64) -> SlowCheck {
         let result = if table.fail {
             Err(Error::store("connection refused"))
@@ -680,4 +693,23 @@ async fn a_failing_store_never_lets_requests_through() {
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(header(&resp, "grpc-status"), "14");
     assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn count_if_gives_capacity_back_through_an_asynchronous_store() {
+    let clock = ManualClock::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    // Only non-2xx responses count; the echo handler always answers 200.
+    let mut svc = RateLimitLayer::gcra(Quota::per_minute(2))
+        .store(SlowStore::default())
+        .clock(clock.clone())
+        .count_if(|response| !response.status.is_success())
+        .layer(echo(&calls));
+    for _ in 0..5 {
+        let resp = send(&mut svc, from("192.0.2.1:1000")).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        // The headers show the standing after the refund: the quota is untouched.
+        assert_rate(&resp, r#""2/min";q=2;w=60"#, r#""2/min";r=2;t=0"#);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
 }

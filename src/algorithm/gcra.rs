@@ -121,6 +121,17 @@ impl Algorithm for Gcra {
         }
     }
 
+    /// Moves the TAT back by `cost` intervals, but not before `now`: what has drained since the
+    /// request was admitted is not given back twice.
+    #[inline]
+    fn refund(&self, &tat: &u64, now: u64, cost: u64) -> Option<u64> {
+        if tat <= now || cost == 0 {
+            return None;
+        }
+        let back = cost.saturating_mul(self.interval);
+        Some(tat.saturating_sub(back).max(now))
+    }
+
     #[inline]
     fn is_fresh(&self, &tat: &u64, now: u64) -> bool {
         tat <= now
@@ -130,6 +141,21 @@ impl Algorithm for Gcra {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refunds_give_back_what_has_not_drained() {
+        // T = 100 ms, τ = 500 ms.
+        let gcra = Gcra::new(&Quota::per_second(10).with_burst(5));
+        let ms = 1_000_000;
+        assert_eq!(gcra.refund(&(1300 * ms), 1000 * ms, 1), Some(1200 * ms));
+        assert_eq!(gcra.refund(&(1300 * ms), 1000 * ms, 5), Some(1000 * ms));
+        assert_eq!(gcra.refund(&(1300 * ms), 1250 * ms, 1), Some(1250 * ms));
+        assert_eq!(gcra.refund(&(900 * ms), 1000 * ms, 1), None);
+        assert_eq!(gcra.refund(&(1300 * ms), 1000 * ms, 0), None);
+        // Admit one request and refund it: the key is back where it was.
+        let tat = gcra.transition(&(1200 * ms), 1000 * ms, 1).unwrap();
+        assert_eq!(gcra.refund(&tat, 1000 * ms, 1), Some(1200 * ms));
+    }
 
     #[test]
     fn hand_checked_table() {

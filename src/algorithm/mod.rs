@@ -68,6 +68,16 @@ pub trait Algorithm: Clone + Send + Sync + 'static {
         self.check(state, now, cost).decision
     }
 
+    /// Gives back `cost` requests' worth of capacity that an allowed request took, for a request
+    /// that turned out not to count (the layer's `count_if`). Returns the next state, or `None`
+    /// when there is nothing to give back (the capacity has come back with time already) or the
+    /// algorithm cannot give capacity back (the default).
+    #[inline]
+    fn refund(&self, state: &Self::State, now: u64, cost: u64) -> Option<Self::State> {
+        let _ = (state, now, cost);
+        None
+    }
+
     /// Whether `state` is back to fresh at `now`, so the store may forget the key.
     fn is_fresh(&self, state: &Self::State, now: u64) -> bool;
 }

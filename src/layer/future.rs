@@ -12,34 +12,44 @@ use super::response::{Admission, Responder};
 use crate::body::ResponseBody;
 use crate::{Decision, Error};
 
+/// Gives back the capacity an allowed request took, when its response does not count
+/// (`count_if`): made before the request is decided, called after its response.
+pub(crate) type Refund<CF> = Box<dyn FnOnce() -> CF + Send>;
+
 pin_project! {
     /// The response future of [`RateLimit`](super::RateLimit).
-    pub struct ResponseFuture<F, CF, S, B> {
+    #[project = ResponseFutureProj]
+    pub struct ResponseFuture<F, CF, S, B, R> {
         #[pin]
-        state: State<F, CF, S, B>,
+        state: State<F, CF, S, B, R>,
         // Whether the inner response gets rate limit headers (not for unlimited requests).
         decision: Option<Decision>,
+        // Set with `count_if`, for a request that used up capacity.
+        refund: Option<Refund<CF>>,
         responder: Arc<Responder>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, CF, S, B> {
+    enum State<F, CF, S, B, R> {
         // Waiting for the store; then the readied inner service is called with the request.
         Checking { #[pin] check: CF, pending: Option<(S, Request<B>)> },
         // The inner service is answering.
         Inner { #[pin] future: F },
+        // The response did not count (`count_if`): giving its capacity back.
+        Refunding { #[pin] refund: CF, response: Option<Response<R>> },
         // The layer answered itself.
         Answered { response: Option<Response<Bytes>> },
     }
 }
 
-impl<F, CF, S, B> ResponseFuture<F, CF, S, B> {
+impl<F, CF, S, B, R> ResponseFuture<F, CF, S, B, R> {
     pub(crate) fn checking(
         check: CF,
         inner: S,
         req: Request<B>,
+        refund: Option<Refund<CF>>,
         responder: Arc<Responder>,
     ) -> Self {
         let state = State::Checking {
@@ -49,14 +59,23 @@ impl<F, CF, S, B> ResponseFuture<F, CF, S, B> {
         Self {
             state,
             decision: None,
+            refund,
             responder,
         }
     }
 
-    pub(crate) fn allowed(future: F, decision: Decision, responder: Arc<Responder>) -> Self {
+    pub(crate) fn allowed(
+        future: F,
+        decision: Decision,
+        refund: Option<Refund<CF>>,
+        responder: Arc<Responder>,
+    ) -> Self {
+        // A request that only passed because of a dry run took no capacity to give back.
+        let refund = refund.filter(|_| decision.allowed);
         Self {
             state: State::Inner { future },
             decision: Some(decision),
+            refund,
             responder,
         }
     }
@@ -65,28 +84,31 @@ impl<F, CF, S, B> ResponseFuture<F, CF, S, B> {
         Self {
             state: State::Inner { future },
             decision: None,
+            refund: None,
             responder,
         }
     }
 
     pub(crate) fn answered(response: Response<Bytes>, responder: Arc<Responder>) -> Self {
+        let state = State::Answered {
+            response: Some(response),
+        };
         Self {
-            state: State::Answered {
-                response: Some(response),
-            },
+            state,
             decision: None,
+            refund: None,
             responder,
         }
     }
 }
 
-impl<F, CF, S, B, ResBody, E> Future for ResponseFuture<F, CF, S, B>
+impl<F, CF, S, B, R, E> Future for ResponseFuture<F, CF, S, B, R>
 where
-    F: Future<Output = Result<Response<ResBody>, E>>,
+    F: Future<Output = Result<Response<R>, E>>,
     CF: Future<Output = Result<Decision, Error>>,
-    S: Service<Request<B>, Future = F, Response = Response<ResBody>, Error = E>,
+    S: Service<Request<B>, Future = F, Response = Response<R>, Error = E>,
 {
-    type Output = Result<Response<ResponseBody<ResBody>>, E>;
+    type Output = Result<Response<ResponseBody<R>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -100,6 +122,9 @@ where
                     let next = match this.responder.admit(result, &mut req) {
                         Admission::Allowed(decision) => {
                             *this.decision = Some(decision);
+                            if !decision.allowed {
+                                *this.refund = None;
+                            }
                             State::Inner {
                                 future: inner.call(req),
                             }
@@ -112,10 +137,34 @@ where
                 }
                 StateProj::Inner { future } => {
                     let mut response = ready!(future.poll(cx))?;
-                    if let Some(decision) = this.decision {
-                        this.responder.add_headers(response.headers_mut(), decision);
+                    if let Some(refund) = this.refund.take() {
+                        let (counts, unchanged) = this.responder.counts(response);
+                        response = unchanged;
+                        if !counts {
+                            let refund = refund();
+                            this.state.set(State::Refunding {
+                                refund,
+                                response: Some(response),
+                            });
+                            continue;
+                        }
                     }
-                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                    return Poll::Ready(Ok(this.finish(response)));
+                }
+                StateProj::Refunding { refund, response } => {
+                    let result = ready!(refund.poll(cx));
+                    let Some(response) = response.take() else {
+                        unreachable!("ResponseFuture polled after completion");
+                    };
+                    match result {
+                        // The headers tell the client where it stands after the refund.
+                        Ok(standing) => *this.decision = Some(standing),
+                        Err(_error) => {
+                            #[cfg(feature = "tracing")]
+                            tracing::warn!(error = %_error, "rate limit refund failed");
+                        }
+                    }
+                    return Poll::Ready(Ok(this.finish(response)));
                 }
                 StateProj::Answered { response } => {
                     let Some(response) = response.take() else {
@@ -125,5 +174,15 @@ where
                 }
             }
         }
+    }
+}
+
+impl<F, CF, S, B, R> ResponseFutureProj<'_, F, CF, S, B, R> {
+    /// The inner service's response with the rate limit headers added.
+    fn finish(&mut self, mut response: Response<R>) -> Response<ResponseBody<R>> {
+        if let Some(decision) = self.decision {
+            self.responder.add_headers(response.headers_mut(), decision);
+        }
+        response.map(ResponseBody::inner)
     }
 }

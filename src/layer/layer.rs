@@ -203,6 +203,34 @@ where
         self.with_settings(settings)
     }
 
+    /// Counts only the requests whose response `counts` picks; the others give their capacity
+    /// back once answered. For limiting failures, not attempts: 5 failed logins per 15 minutes,
+    /// while successful logins cost nothing.
+    ///
+    /// A request is still checked before the handler runs, and refused there once the quota is
+    /// spent, so a client that has used up its failures never reaches the handler. Requests in
+    /// flight together are each checked before any has answered: a quota of 5 lets 5 concurrent
+    /// attempts through, never more.
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use std::time::Duration;
+    /// use tollgate::{Quota, RateLimitLayer};
+    ///
+    /// let failed_logins = RateLimitLayer::gcra(Quota::new(5, Duration::from_secs(15 * 60)))
+    ///     .count_if(|response| response.status == StatusCode::UNAUTHORIZED);
+    /// # let _ = failed_logins;
+    /// ```
+    #[must_use]
+    pub fn count_if<F>(self, counts: F) -> Self
+    where
+        F: Fn(&http::response::Parts) -> bool + Send + Sync + 'static,
+    {
+        let mut settings = self.config.responder.settings().clone();
+        settings.count_if = Some(Arc::new(counts));
+        self.with_settings(settings)
+    }
+
     fn with_settings(mut self, settings: Settings) -> Self {
         let limiter = &self.config.limiter;
         self.config.responder =

@@ -51,6 +51,9 @@ pub(crate) enum Admission {
 /// Makes the response to a denied request, in place of the layer's plain-text one.
 pub(crate) type OnLimited = dyn Fn(&Decision, RequestHead<'_>) -> Response<Bytes> + Send + Sync;
 
+/// Picks the responses whose requests count against the quota.
+pub(crate) type CountIf = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
+
 /// How a layer answers: its header settings, the status of denials, a custom denial response,
 /// and whether it only reports (dry run).
 #[derive(Clone, Default)]
@@ -60,6 +63,8 @@ pub(crate) struct Settings {
     pub(crate) status: Option<StatusCode>,
     pub(crate) on_limited: Option<Arc<OnLimited>>,
     pub(crate) dry_run: bool,
+    /// Which responses count against the quota; `None`: all of them.
+    pub(crate) count_if: Option<Arc<CountIf>>,
 }
 
 impl fmt::Debug for Settings {
@@ -69,6 +74,7 @@ impl fmt::Debug for Settings {
             .field("status", &self.status)
             .field("on_limited", &self.on_limited.is_some())
             .field("dry_run", &self.dry_run)
+            .field("count_if", &self.count_if.is_some())
             .finish()
     }
 }
@@ -135,6 +141,23 @@ impl Responder {
                 Admission::Answered(store_error(&error, is_grpc(req)))
             }
         }
+    }
+
+    /// Whether the request that got `response` counts against the quota (always, without
+    /// `count_if`). Gives the response back unchanged.
+    pub(crate) fn counts<R>(&self, response: Response<R>) -> (bool, Response<R>) {
+        match &self.settings.count_if {
+            None => (true, response),
+            Some(count_if) => {
+                let (parts, body) = response.into_parts();
+                (count_if(&parts), Response::from_parts(parts, body))
+            }
+        }
+    }
+
+    /// Whether responses are sorted by `count_if`.
+    pub(crate) fn counts_some(&self) -> bool {
+        self.settings.count_if.is_some()
     }
 
     /// Adds the rate limit fields describing `decision`, if the layer's placement wants them

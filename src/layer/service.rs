@@ -10,7 +10,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::config::Config;
-use super::future::ResponseFuture;
+use super::future::{Refund, ResponseFuture};
 use super::response::{self, Admission};
 use crate::algorithm::{Algorithm, Gcra};
 use crate::body::ResponseBody;
@@ -84,7 +84,7 @@ where
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, St::Future, S, ReqBody>;
+    type Future = ResponseFuture<S::Future, St::Future, S, ReqBody, ResBody>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -118,6 +118,11 @@ where
             Some(policy) => (&policy.limiter, policy.responder.clone()),
             None => (&config.limiter, responder),
         };
+        // With `count_if`, a request whose response does not count gives its capacity back.
+        let refund: Option<Refund<St::Future>> = responder.counts_some().then(|| {
+            let (limiter, key) = (limiter.clone(), key.clone());
+            Box::new(move || limiter.refund(key, 1)) as Refund<St::Future>
+        });
         let mut check = limiter.check(key);
         // A local store decides at once: then the inner service, already readied by
         // `poll_ready`, is called right here and never cloned. A remote store's check goes on
@@ -126,14 +131,14 @@ where
         match Pin::new(&mut check).poll(&mut cx) {
             Poll::Ready(result) => match responder.admit(result, &mut req) {
                 Admission::Allowed(decision) => {
-                    ResponseFuture::allowed(self.inner.call(req), decision, responder)
+                    ResponseFuture::allowed(self.inner.call(req), decision, refund, responder)
                 }
                 Admission::Answered(rejection) => ResponseFuture::answered(rejection, responder),
             },
             Poll::Pending => {
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::checking(check, inner, req, responder)
+                ResponseFuture::checking(check, inner, req, refund, responder)
             }
         }
     }

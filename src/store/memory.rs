@@ -140,6 +140,19 @@ where
         self.algorithm.decide(&seen, next.as_ref(), now, cost)
     }
 
+    /// Gives capacity back to `key` and returns its standing afterwards.
+    pub(crate) fn refund(&self, key: Key, now: u64, cost: u64) -> Decision {
+        let algorithm = &self.algorithm;
+        let hash = self.map.hash(&key);
+        let refund = |cell: &<A::State as MemoryState>::Cell| {
+            A::State::update(cell, |state| algorithm.refund(state, now, cost))
+        };
+        // A key the store does not hold has nothing to give back.
+        let seen = self.map.get_with(hash, &key, refund).unwrap_or_default();
+        let after = algorithm.refund(&seen, now, cost).unwrap_or(seen);
+        algorithm.check(&after, now, 0).decision
+    }
+
     /// Applies the request to the key's state and returns the state it was applied to. Only
     /// this runs under the shard's lock; the decision is a pure function of that state and is
     /// computed after the lock is gone.
@@ -202,5 +215,9 @@ where
     #[inline]
     fn check(table: &MemoryTable<A>, key: Key, now: u64, cost: u64) -> Self::Future {
         ready(Ok(table.decide(key, now, cost)))
+    }
+
+    fn refund(table: &MemoryTable<A>, key: Key, now: u64, cost: u64) -> Self::Future {
+        ready(Ok(table.refund(key, now, cost)))
     }
 }

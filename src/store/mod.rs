@@ -58,4 +58,9 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
     /// Decides one request of `cost` for `key` at `now` (nanoseconds), applying the new state
     /// atomically.
     fn check(table: &Self::Table, key: Key, now: u64, cost: u64) -> Self::Future;
+
+    /// Gives back `cost` requests' worth of capacity to `key` ([`Algorithm::refund`]), for an
+    /// allowed request that turned out not to count, and answers with the key's standing
+    /// afterwards (a decision as for a request of cost 0).
+    fn refund(table: &Self::Table, key: Key, now: u64, cost: u64) -> Self::Future;
 }
