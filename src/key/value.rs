@@ -67,6 +67,18 @@ impl Key {
         }
     }
 
+    /// What kind of key this is, for logs and metrics that must not show the key itself:
+    /// `"ipv4"`, `"ipv6"`, `"u64"`, `"bytes"` or `"digest"` (a long byte string, hashed).
+    pub fn kind(&self) -> &'static str {
+        match self.0 {
+            Repr::V4(_) => "ipv4",
+            Repr::V6(_) => "ipv6",
+            Repr::U64(_) => "u64",
+            Repr::Inline { .. } | Repr::Shared(_) => "bytes",
+            Repr::Digest(_) => "digest",
+        }
+    }
+
     /// The SHA-256 digest that stands for a byte string longer than [`Key::MAX_LEN`].
     pub fn as_digest(&self) -> Option<&[u8; 32]> {
         match &self.0 {

@@ -8,6 +8,7 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use super::observe::Timer;
 use super::response::{Admission, Responder};
 use crate::body::ResponseBody;
 use crate::{Decision, Error};
@@ -15,6 +16,15 @@ use crate::{Decision, Error};
 /// Gives back the capacity an allowed request took, when its response does not count
 /// (`count_if`): made before the request is decided, called after its response.
 pub(crate) type Refund<CF> = Box<dyn FnOnce() -> CF + Send>;
+
+/// A request waiting for its check: the readied inner service and what the check's answer is
+/// logged and timed with.
+pub(crate) struct Pending<S, B> {
+    pub(crate) inner: S,
+    pub(crate) req: Request<B>,
+    pub(crate) key_kind: &'static str,
+    pub(crate) timer: Timer,
+}
 
 pin_project! {
     /// The response future of [`RateLimit`](super::RateLimit).
@@ -34,7 +44,7 @@ pin_project! {
     #[project = StateProj]
     enum State<F, CF, S, B, R> {
         // Waiting for the store; then the readied inner service is called with the request.
-        Checking { #[pin] check: CF, pending: Option<(S, Request<B>)> },
+        Checking { #[pin] check: CF, pending: Option<Pending<S, B>> },
         // The inner service is answering.
         Inner { #[pin] future: F },
         // The response did not count (`count_if`): giving its capacity back.
@@ -47,14 +57,13 @@ pin_project! {
 impl<F, CF, S, B, R> ResponseFuture<F, CF, S, B, R> {
     pub(crate) fn checking(
         check: CF,
-        inner: S,
-        req: Request<B>,
+        pending: Pending<S, B>,
         refund: Option<Refund<CF>>,
         responder: Arc<Responder>,
     ) -> Self {
         let state = State::Checking {
             check,
-            pending: Some((inner, req)),
+            pending: Some(pending),
         };
         Self {
             state,
@@ -116,10 +125,17 @@ where
             match this.state.as_mut().project() {
                 StateProj::Checking { check, pending } => {
                     let result = ready!(check.poll(cx));
-                    let Some((mut inner, mut req)) = pending.take() else {
+                    let Some(Pending {
+                        mut inner,
+                        mut req,
+                        key_kind,
+                        timer,
+                    }) = pending.take()
+                    else {
                         unreachable!("ResponseFuture polled after completion");
                     };
-                    let next = match this.responder.admit(result, &mut req) {
+                    this.responder.observer().finish(timer);
+                    let next = match this.responder.admit(result, &mut req, key_kind) {
                         Admission::Allowed(decision) => {
                             *this.decision = Some(decision);
                             if !decision.allowed {

@@ -52,6 +52,7 @@ mod future;
 mod headers;
 #[allow(clippy::module_inception)]
 mod layer;
+mod observe;
 mod per_key;
 mod response;
 mod service;

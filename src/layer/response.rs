@@ -9,6 +9,7 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 
 use super::headers::{HeaderWriter, Headers};
+use super::observe::Observer;
 use crate::key::{KeyError, RequestHead};
 use crate::{Decision, Error, Quota};
 
@@ -82,8 +83,8 @@ impl fmt::Debug for Settings {
 /// Answers for one policy: the rate limit headers in the layer's style, and denials.
 #[derive(Debug)]
 pub(crate) struct Responder {
-    /// The policy name, for logs.
-    policy: Box<str>,
+    /// Logs and metrics for this policy.
+    observer: Observer,
     headers: HeaderWriter,
     settings: Settings,
 }
@@ -91,7 +92,7 @@ pub(crate) struct Responder {
 impl Responder {
     pub(crate) fn new(quota: &Quota, policy: &str, settings: Settings) -> Self {
         Self {
-            policy: policy.into(),
+            observer: Observer::new(policy),
             headers: HeaderWriter::new([(quota, policy)], settings.headers),
             settings,
         }
@@ -102,42 +103,43 @@ impl Responder {
         &self.settings
     }
 
+    /// The policy's instruments (logs and metrics).
+    pub(crate) fn observer(&self) -> &Observer {
+        &self.observer
+    }
+
     /// Acts on a check's result: an allowed request gets the decision in its extensions and
-    /// goes on; any other gets the layer's own answer.
+    /// goes on; any other gets the layer's own answer. `key_kind` is for logs.
     pub(crate) fn admit<B>(
         &self,
         result: Result<Decision, Error>,
         req: &mut Request<B>,
+        key_kind: &'static str,
     ) -> Admission {
+        let dry_run = self.settings.dry_run;
         match result {
-            Ok(decision) if decision.allowed => {
-                req.extensions_mut().insert(decision);
-                Admission::Allowed(decision)
-            }
-            Ok(decision) if self.settings.dry_run => {
-                #[cfg(feature = "tracing")]
-                tracing::info!(
-                    policy = &*self.policy,
-                    retry_after_ms = decision.retry_after.map(ceil_millis),
-                    "dry run: request would have been rate limited"
-                );
-                req.extensions_mut().insert(decision);
-                Admission::Allowed(decision)
-            }
             Ok(decision) => {
-                #[cfg(feature = "tracing")]
-                tracing::debug!(
-                    policy = &*self.policy,
-                    retry_after_ms = decision.retry_after.map(ceil_millis),
-                    "request rate limited"
-                );
-                Admission::Answered(self.limited(&decision, req))
+                self.observer.decision(&decision, dry_run, key_kind);
+                if decision.allowed || dry_run {
+                    #[cfg(feature = "tracing")]
+                    if !decision.allowed {
+                        tracing::info!(
+                            policy = self.observer.policy(),
+                            key_kind,
+                            retry_after_ms = decision.retry_after.map(ceil_millis),
+                            "dry run: request would have been rate limited"
+                        );
+                    }
+                    req.extensions_mut().insert(decision);
+                    Admission::Allowed(decision)
+                } else {
+                    Admission::Answered(self.limited(&decision, req))
+                }
             }
             Err(error) => {
+                self.observer.count("store_error");
                 #[cfg(feature = "tracing")]
-                tracing::error!(policy = &*self.policy, %error, "rate limit check failed");
-                #[cfg(not(feature = "tracing"))]
-                let _ = &self.policy;
+                tracing::error!(policy = self.observer.policy(), %error, "rate limit check failed");
                 Admission::Answered(store_error(&error, is_grpc(req)))
             }
         }

@@ -10,7 +10,8 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::config::Config;
-use super::future::{Refund, ResponseFuture};
+use super::future::{Pending, Refund, ResponseFuture};
+use super::observe;
 use super::response::{self, Admission};
 use crate::algorithm::{Algorithm, Gcra};
 use crate::body::ResponseBody;
@@ -98,6 +99,7 @@ where
             Ok(Some(key)) => key,
             Ok(None) => return ResponseFuture::unlimited(self.inner.call(req), responder),
             Err(error) => {
+                config.responder.observer().count("key_error");
                 log_key_error(&error);
                 return ResponseFuture::answered(
                     response::key_error(&error, response::is_grpc(&req)),
@@ -123,22 +125,36 @@ where
             let (limiter, key) = (limiter.clone(), key.clone());
             Box::new(move || limiter.refund(key, 1)) as Refund<St::Future>
         });
+        observe::trace_key(&key);
+        let key_kind = key.kind();
+        let timer = responder.observer().start();
         let mut check = limiter.check(key);
         // A local store decides at once: then the inner service, already readied by
         // `poll_ready`, is called right here and never cloned. A remote store's check goes on
         // in the response future, which takes the readied service and leaves a clone here.
         let mut cx = Context::from_waker(Waker::noop());
         match Pin::new(&mut check).poll(&mut cx) {
-            Poll::Ready(result) => match responder.admit(result, &mut req) {
-                Admission::Allowed(decision) => {
-                    ResponseFuture::allowed(self.inner.call(req), decision, refund, responder)
+            Poll::Ready(result) => {
+                responder.observer().finish(timer);
+                match responder.admit(result, &mut req, key_kind) {
+                    Admission::Allowed(decision) => {
+                        ResponseFuture::allowed(self.inner.call(req), decision, refund, responder)
+                    }
+                    Admission::Answered(rejection) => {
+                        ResponseFuture::answered(rejection, responder)
+                    }
                 }
-                Admission::Answered(rejection) => ResponseFuture::answered(rejection, responder),
-            },
+            }
             Poll::Pending => {
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::checking(check, inner, req, refund, responder)
+                let pending = Pending {
+                    inner,
+                    req,
+                    key_kind,
+                    timer,
+                };
+                ResponseFuture::checking(check, pending, refund, responder)
             }
         }
     }

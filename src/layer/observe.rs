@@ -1,0 +1,116 @@
+//! What the layer tells operators: `tracing` events (feature `tracing`) and `metrics` counters
+//! and a histogram (feature `metrics`). Without either feature everything here compiles to
+//! nothing.
+//!
+//! Metrics, each labelled with the policy name:
+//! - `tollgate_decisions_total{policy, outcome}`, `outcome` one of `allowed`, `delayed` (allowed
+//!   after a shaping delay), `denied`, `dry_run_denied` (would have been denied), `key_error`
+//!   (no key could be found), `store_error`;
+//! - `tollgate_store_latency_seconds{policy}`, a histogram of how long the store took to
+//!   decide.
+//!
+//! Logs never show a key at `info` level or above: events name its kind (`ipv4`, `bytes`, ...);
+//! the key itself appears only at `trace` level.
+
+use crate::{Decision, Key};
+
+/// The outcome label of a decision.
+pub(crate) fn outcome(decision: &Decision, dry_run: bool) -> &'static str {
+    match (decision.allowed, dry_run) {
+        (true, _) if !decision.delay.is_zero() => "delayed",
+        (true, _) => "allowed",
+        (false, true) => "dry_run_denied",
+        (false, false) => "denied",
+    }
+}
+
+/// Per-policy instruments, made once per policy.
+#[derive(Debug, Clone)]
+pub(crate) struct Observer {
+    #[cfg(feature = "metrics")]
+    policy: metrics::SharedString,
+    #[cfg(feature = "tracing")]
+    name: std::sync::Arc<str>,
+}
+
+impl Observer {
+    pub(crate) fn new(policy: &str) -> Self {
+        let name: std::sync::Arc<str> = policy.into();
+        #[cfg(not(any(feature = "tracing", feature = "metrics")))]
+        let _ = name;
+        Self {
+            #[cfg(feature = "metrics")]
+            policy: metrics::SharedString::from_shared(name.clone()),
+            #[cfg(feature = "tracing")]
+            name,
+        }
+    }
+
+    /// The policy name.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn policy(&self) -> &str {
+        &self.name
+    }
+
+    /// Counts one outcome.
+    #[inline]
+    pub(crate) fn count(&self, outcome: &'static str) {
+        #[cfg(feature = "metrics")]
+        metrics::counter!("tollgate_decisions_total", "policy" => self.policy.clone(), "outcome" => outcome)
+            .increment(1);
+        #[cfg(not(feature = "metrics"))]
+        let _ = outcome;
+    }
+
+    /// Records a decision: counted, and logged at debug level with the key's kind.
+    #[inline]
+    pub(crate) fn decision(&self, decision: &Decision, dry_run: bool, key_kind: &'static str) {
+        let outcome = outcome(decision, dry_run);
+        self.count(outcome);
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            policy = self.policy(),
+            key_kind,
+            outcome,
+            remaining = decision.remaining,
+            "rate limit decision"
+        );
+        #[cfg(not(feature = "tracing"))]
+        let _ = key_kind;
+    }
+
+    /// Starts timing a store call.
+    #[inline]
+    pub(crate) fn start(&self) -> Timer {
+        Timer {
+            #[cfg(feature = "metrics")]
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// Records how long the store took since `timer` started.
+    #[inline]
+    pub(crate) fn finish(&self, timer: Timer) {
+        #[cfg(feature = "metrics")]
+        metrics::histogram!("tollgate_store_latency_seconds", "policy" => self.policy.clone())
+            .record(timer.start.elapsed().as_secs_f64());
+        #[cfg(not(feature = "metrics"))]
+        let _ = timer;
+    }
+}
+
+/// When a store call started (nothing without the `metrics` feature).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timer {
+    #[cfg(feature = "metrics")]
+    start: std::time::Instant,
+}
+
+/// Logs the key at trace level, the only level that shows keys.
+#[inline]
+pub(crate) fn trace_key(key: &Key) {
+    #[cfg(feature = "tracing")]
+    tracing::trace!(key = ?key, kind = key.kind(), "rate limit key");
+    #[cfg(not(feature = "tracing"))]
+    let _ = key;
+}

@@ -1,0 +1,111 @@
+//! What operators see: decision counters and store latency (feature `metrics`).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use http::{Request, Response};
+use tollgate::clock::ManualClock;
+use tollgate::key::PeerAddr;
+use tollgate::{Quota, RateLimitLayer};
+use tower::{Layer, Service};
+
+fn request(peer: Option<&str>) -> Request<String> {
+    let mut req = Request::new(String::new());
+    if let Some(peer) = peer {
+        req.extensions_mut()
+            .insert(PeerAddr(peer.parse::<SocketAddr>().unwrap()));
+    }
+    req
+}
+
+/// Drives one request through `svc`: with the memory store and a ready handler, every future
+/// is ready at once.
+fn send<S: Service<Request<String>>>(svc: &mut S, req: Request<String>) -> S::Response
+where
+    S::Error: std::fmt::Debug,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(svc.poll_ready(&mut cx).is_ready());
+    match pin!(svc.call(req)).poll(&mut cx) {
+        Poll::Ready(result) => result.unwrap(),
+        Poll::Pending => panic!("the memory path is ready at once"),
+    }
+}
+
+fn hello(
+) -> impl Service<Request<String>, Response = Response<String>, Error = Infallible, Future = impl Send>
+       + Clone {
+    tower::service_fn(|_req: Request<String>| {
+        std::future::ready(Ok::<_, Infallible>(Response::new(String::from("hi"))))
+    })
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn decisions_are_counted_per_policy_and_outcome() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use metrics_util::MetricKind;
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let mut svc = RateLimitLayer::gcra(Quota::per_minute(2).named("api"))
+            .clock(ManualClock::new())
+            .layer(hello());
+        for _ in 0..3 {
+            send(&mut svc, request(Some("192.0.2.1:1")));
+        }
+        send(&mut svc, request(None));
+        let mut dry = RateLimitLayer::gcra(Quota::per_minute(1).named("trial"))
+            .clock(ManualClock::new())
+            .dry_run(true)
+            .layer(hello());
+        for _ in 0..2 {
+            send(&mut dry, request(Some("192.0.2.1:1")));
+        }
+    });
+
+    let mut counters = Vec::new();
+    let mut latencies = Vec::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let labels: Vec<(String, String)> = key
+            .key()
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        match (key.kind(), key.key().name(), value) {
+            (MetricKind::Counter, "tollgate_decisions_total", DebugValue::Counter(n)) => {
+                counters.push((labels, n))
+            }
+            (
+                MetricKind::Histogram,
+                "tollgate_store_latency_seconds",
+                DebugValue::Histogram(samples),
+            ) => latencies.push((labels, samples.len())),
+            other => panic!("unexpected metric {other:?}"),
+        }
+    }
+    counters.sort();
+    latencies.sort();
+    let label = |policy: &str, outcome: &str| {
+        vec![
+            ("policy".to_owned(), policy.to_owned()),
+            ("outcome".to_owned(), outcome.to_owned()),
+        ]
+    };
+    assert_eq!(
+        counters,
+        vec![
+            (label("api", "allowed"), 2),
+            (label("api", "denied"), 1),
+            (label("api", "key_error"), 1),
+            (label("trial", "allowed"), 1),
+            (label("trial", "dry_run_denied"), 1),
+        ]
+    );
+    let policy = |p: &str| vec![("policy".to_owned(), p.to_owned())];
+    assert_eq!(latencies, vec![(policy("api"), 3), (policy("trial"), 2)]);
+}
