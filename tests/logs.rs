@@ -90,6 +90,13 @@ fn keys_show_only_at_trace_level() {
         "{text}"
     );
     assert!(decisions[1].contains("outcome=\"denied\""), "{text}");
+    // Each decision is logged inside the `rate_limit` span, which names the policy.
+    assert!(
+        decisions
+            .iter()
+            .all(|l| l.contains("rate_limit{policy=\"1/min\"")),
+        "{text}"
+    );
     for line in text.lines().filter(|l| l.contains("198.51.100.77")) {
         assert!(
             line.contains("TRACE"),

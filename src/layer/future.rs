@@ -135,7 +135,11 @@ where
                         unreachable!("ResponseFuture polled after completion");
                     };
                     this.responder.observer().finish(timer);
-                    let next = match this.responder.admit(result, &mut req, key_kind) {
+                    let responder = &**this.responder;
+                    let admission = responder
+                        .observer()
+                        .in_span(key_kind, || responder.admit(result, &mut req, key_kind));
+                    let next = match admission {
                         Admission::Allowed(decision) => {
                             *this.decision = Some(decision);
                             if !decision.allowed {

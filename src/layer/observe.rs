@@ -79,6 +79,21 @@ impl Observer {
         let _ = key_kind;
     }
 
+    /// Runs `f` (the check and what follows from it) in a debug-level `rate_limit` span with
+    /// the policy and the key's kind, so that events from the store nest under it.
+    #[inline]
+    pub(crate) fn in_span<R>(&self, key_kind: &'static str, f: impl FnOnce() -> R) -> R {
+        #[cfg(feature = "tracing")]
+        {
+            tracing::debug_span!("rate_limit", policy = self.policy(), key_kind).in_scope(f)
+        }
+        #[cfg(not(feature = "tracing"))]
+        {
+            let _ = key_kind;
+            f()
+        }
+    }
+
     /// Starts timing a store call.
     #[inline]
     pub(crate) fn start(&self) -> Timer {

@@ -127,16 +127,19 @@ where
         });
         observe::trace_key(&key);
         let key_kind = key.kind();
-        let timer = responder.observer().start();
-        let mut check = limiter.check(key);
+        let observer = responder.observer();
+        let timer = observer.start();
+        let mut check = observer.in_span(key_kind, || limiter.check(key));
         // A local store decides at once: then the inner service, already readied by
         // `poll_ready`, is called right here and never cloned. A remote store's check goes on
         // in the response future, which takes the readied service and leaves a clone here.
         let mut cx = Context::from_waker(Waker::noop());
         match Pin::new(&mut check).poll(&mut cx) {
             Poll::Ready(result) => {
-                responder.observer().finish(timer);
-                match responder.admit(result, &mut req, key_kind) {
+                observer.finish(timer);
+                let admission =
+                    observer.in_span(key_kind, || responder.admit(result, &mut req, key_kind));
+                match admission {
                     Admission::Allowed(decision) => {
                         ResponseFuture::allowed(self.inner.call(req), decision, refund, responder)
                     }
