@@ -1,47 +1,11 @@
 //! What operators see: decision counters and store latency (feature `metrics`).
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
+mod common;
 
-use http::{Request, Response};
+use common::{hello, request, send};
 use tollgate::clock::ManualClock;
-use tollgate::key::PeerAddr;
 use tollgate::{Quota, RateLimitLayer};
-use tower::{Layer, Service};
-
-fn request(peer: Option<&str>) -> Request<String> {
-    let mut req = Request::new(String::new());
-    if let Some(peer) = peer {
-        req.extensions_mut()
-            .insert(PeerAddr(peer.parse::<SocketAddr>().unwrap()));
-    }
-    req
-}
-
-/// Drives one request through `svc`: with the memory store and a ready handler, every future
-/// is ready at once.
-fn send<S: Service<Request<String>>>(svc: &mut S, req: Request<String>) -> S::Response
-where
-    S::Error: std::fmt::Debug,
-{
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(svc.poll_ready(&mut cx).is_ready());
-    match pin!(svc.call(req)).poll(&mut cx) {
-        Poll::Ready(result) => result.unwrap(),
-        Poll::Pending => panic!("the memory path is ready at once"),
-    }
-}
-
-fn hello(
-) -> impl Service<Request<String>, Response = Response<String>, Error = Infallible, Future = impl Send>
-       + Clone {
-    tower::service_fn(|_req: Request<String>| {
-        std::future::ready(Ok::<_, Infallible>(Response::new(String::from("hi"))))
-    })
-}
+use tower::Layer;
 
 #[cfg(feature = "metrics")]
 #[test]
