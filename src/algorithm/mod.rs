@@ -48,6 +48,19 @@ pub trait Algorithm: Clone + Send + Sync + 'static {
         self.check(state, now, cost).state
     }
 
+    /// [`check`](Self::check) in place: decides the request and, when the state changes,
+    /// writes the next state into `state`. Stores that hold a key's state under a lock call
+    /// this, so an algorithm whose state is large (a log of timestamps) overrides it to update
+    /// the state without building a new one. Must agree with `check` exactly.
+    #[inline]
+    fn check_mut(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
+        let outcome = self.check(state, now, cost);
+        if let Some(next) = outcome.state {
+            *state = next;
+        }
+        outcome.decision
+    }
+
     /// The same algorithm, with the same options, for another quota: a layer with per-key
     /// quotas makes one for each quota it is given.
     fn with_quota(&self, quota: &Quota) -> Self;
