@@ -1,12 +1,13 @@
 //! [`Decision`]: what a limiter answered for one request.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The outcome of one check: whether the request may pass, and what to tell the client.
 ///
 /// Every algorithm fills the fields with the same meaning, so the response headers are right
 /// whichever algorithm decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct Decision {
     /// Whether the request may pass.
@@ -24,6 +25,8 @@ pub struct Decision {
     /// For an allowed request that must wait before it proceeds (shaping), how long; zero
     /// otherwise.
     pub delay: Duration,
+    /// With tiered quotas, the decision of each quota in order (see [`tiers`](Self::tiers)).
+    tiers: Option<Arc<[Decision]>>,
 }
 
 impl Decision {
@@ -36,6 +39,7 @@ impl Decision {
             reset_after,
             retry_after: None,
             delay: Duration::ZERO,
+            tiers: None,
         }
     }
 
@@ -54,7 +58,36 @@ impl Decision {
             reset_after,
             retry_after,
             delay: Duration::ZERO,
+            tiers: None,
         }
+    }
+
+    /// The same decision, but allowed only after waiting `delay` (shaping).
+    #[must_use]
+    pub fn delayed(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// The decision of each quota, in the order the quotas were given, for a limiter with
+    /// tiered quotas (`RateLimiter::gcra([per_second, per_hour])`); for one quota, the
+    /// decision itself. Response headers describe every tier from these.
+    ///
+    /// The decision's own fields are those of the most restrictive tier. When a request is
+    /// denied, no tier consumed anything, and the tiers that would have allowed it report their
+    /// standing as it is.
+    pub fn tiers(&self) -> &[Decision] {
+        match &self.tiers {
+            Some(tiers) => tiers,
+            None => std::slice::from_ref(self),
+        }
+    }
+
+    /// This decision, reporting `tiers` as the decisions of each quota.
+    #[must_use]
+    pub fn with_tiers(mut self, tiers: impl Into<Arc<[Decision]>>) -> Self {
+        self.tiers = Some(tiers.into());
+        self
     }
 
     /// Whether the request was denied.

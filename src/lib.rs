@@ -32,7 +32,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), tollgate::Error> {
-//! let limiter = RateLimiter::gcra("2/s".parse().unwrap());
+//! let limiter = RateLimiter::gcra("2/s".parse::<Quota>().unwrap());
 //! assert!(limiter.check("job-42").await?.allowed);
 //! assert!(limiter.check("job-42").await?.allowed);
 //! assert!(!limiter.check("job-42").await?.allowed);

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::algorithm::{Algorithm, Gcra};
+use crate::algorithm::{Algorithm, Gcra, Quotas};
 use crate::clock::{Clock, SystemClock};
 use crate::store::{MemoryState, MemoryStore, Store};
 use crate::{Decision, Key, Quota};
@@ -41,7 +41,7 @@ where
     A: Algorithm,
     St: Store<A>,
 {
-    quota: Quota,
+    quotas: Arc<[Quota]>,
     policy: Arc<str>,
     algorithm: A,
     store: St,
@@ -50,13 +50,26 @@ where
 }
 
 impl RateLimiter<Gcra> {
-    /// GCRA over `quota`, in memory, on the system clock.
+    /// GCRA over `quotas` (one [`Quota`], or several that must all allow a request), in memory,
+    /// on the system clock.
     ///
     /// A smooth rate with bursts: a fresh key may make `burst` requests at once, then one
     /// every `period / limit`. See [`Gcra`].
-    pub fn gcra(quota: Quota) -> Self {
-        let algorithm = Gcra::new(&quota);
-        Self::from_parts(quota, algorithm)
+    ///
+    /// ```
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// // At most 5 a second, and at most 100 an hour.
+    /// let limiter = RateLimiter::gcra([Quota::per_second(5), Quota::per_hour(100)]);
+    /// let decision = limiter.check_now("user-1");
+    /// assert_eq!(decision.tiers().len(), 2);
+    /// assert_eq!(decision.remaining, 4);
+    /// ```
+    pub fn gcra<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<Gcra>>
+    where
+        <Q::Algorithm<Gcra> as Algorithm>::State: MemoryState,
+    {
+        RateLimiter::build(quotas, Gcra::new)
     }
 }
 
@@ -65,9 +78,24 @@ where
     A::State: MemoryState,
 {
     /// A limiter for `quota` decided by `algorithm`, in a new [`MemoryStore`], on the
-    /// [`SystemClock`]. The constructors such as [`RateLimiter::gcra`] call this.
+    /// [`SystemClock`], for an algorithm of your own.
     pub fn from_parts(quota: Quota, algorithm: A) -> Self {
-        Self::bind(quota, algorithm, MemoryStore::new(), SystemClock)
+        Self::bind(
+            Arc::new([quota]),
+            algorithm,
+            MemoryStore::new(),
+            SystemClock,
+        )
+    }
+
+    /// A limiter for `quotas`, each decided by the algorithm `make` builds for it.
+    fn build<Q, B>(quotas: Q, make: impl Fn(&Quota) -> B) -> Self
+    where
+        Q: Quotas<Algorithm<B> = A>,
+        B: Algorithm,
+    {
+        let (quotas, algorithm) = quotas.build(make);
+        Self::bind(quotas.into(), algorithm, MemoryStore::new(), SystemClock)
     }
 }
 
@@ -77,15 +105,24 @@ where
     St: Store<A>,
     C: Clock,
 {
-    /// A limiter for `quota` decided by `algorithm`, with its state in `store`.
-    pub(crate) fn bind(quota: Quota, algorithm: A, store: St, clock: C) -> Self {
-        let (policy, shared): (Arc<str>, bool) = match quota.explicit_name() {
-            Some(name) => (name.clone(), true),
-            None => (quota.to_string().into(), false),
+    /// A limiter for `quotas` decided by `algorithm`, with its state in `store`.
+    ///
+    /// The policy is the quota's name, or for tiers the names joined by `+`. State is shared
+    /// under that name only when every quota was named ([`Quota::named`]).
+    pub(crate) fn bind(quotas: Arc<[Quota]>, algorithm: A, store: St, clock: C) -> Self {
+        let shared = quotas.iter().all(|q| q.explicit_name().is_some());
+        let policy: Arc<str> = match &*quotas {
+            [quota] => quota.name().into(),
+            tiers => tiers
+                .iter()
+                .map(Quota::name)
+                .collect::<Vec<_>>()
+                .join("+")
+                .into(),
         };
         let table = store.table(&policy, shared, &algorithm);
         Self {
-            quota,
+            quotas,
             policy,
             algorithm,
             store,
@@ -97,14 +134,14 @@ where
     /// Keeps state in `store` (a shared [`MemoryStore`], or a store shared between servers).
     #[must_use]
     pub fn with_store<St2: Store<A>>(self, store: St2) -> RateLimiter<A, St2, C> {
-        RateLimiter::bind(self.quota, self.algorithm, store, self.clock)
+        RateLimiter::bind(self.quotas, self.algorithm, store, self.clock)
     }
 
     /// Reads time from `clock`, such as a [`ManualClock`](crate::clock::ManualClock) in tests.
     #[must_use]
     pub fn with_clock<C2: Clock>(self, clock: C2) -> RateLimiter<A, St, C2> {
         let Self {
-            quota,
+            quotas,
             policy,
             algorithm,
             store,
@@ -112,7 +149,7 @@ where
             ..
         } = self;
         RateLimiter {
-            quota,
+            quotas,
             policy,
             algorithm,
             store,
@@ -186,9 +223,14 @@ where
 }
 
 impl<A: Algorithm, St: Store<A>, C> RateLimiter<A, St, C> {
-    /// The quota.
+    /// The quota; with tiered quotas, the first.
     pub fn quota(&self) -> &Quota {
-        &self.quota
+        &self.quotas[0]
+    }
+
+    /// The quotas: one, or each tier in order.
+    pub fn quotas(&self) -> &[Quota] {
+        &self.quotas
     }
 
     /// The policy name shown to clients and used to separate state in the store.
@@ -225,7 +267,7 @@ where
 {
     fn clone(&self) -> Self {
         Self {
-            quota: self.quota.clone(),
+            quotas: self.quotas.clone(),
             policy: self.policy.clone(),
             algorithm: self.algorithm.clone(),
             store: self.store.clone(),
@@ -243,7 +285,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimiter")
             .field("policy", &self.policy)
-            .field("quota", &self.quota)
+            .field("quotas", &self.quotas)
             .field("algorithm", &self.algorithm)
             .finish_non_exhaustive()
     }

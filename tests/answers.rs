@@ -35,7 +35,7 @@ fn handler(
     let calls = calls.clone();
     tower::service_fn(move |req: Request<String>| {
         calls.fetch_add(1, Ordering::SeqCst);
-        let decision = req.extensions().get::<Decision>().copied();
+        let decision = req.extensions().get::<Decision>().cloned();
         async move {
             Ok::<_, Infallible>(Response::new(format!(
                 "{:?}",

@@ -25,8 +25,10 @@
 
 mod divisor;
 mod gcra;
+mod tiered;
 
 pub use self::gcra::Gcra;
+pub use self::tiered::{Quotas, Tiered, TieredState};
 
 use crate::{Decision, Quota};
 

@@ -141,10 +141,10 @@ where
                         .in_span(key_kind, || responder.admit(result, &mut req, key_kind));
                     let next = match admission {
                         Admission::Allowed(decision) => {
-                            *this.decision = Some(decision);
                             if !decision.allowed {
                                 *this.refund = None;
                             }
+                            *this.decision = Some(decision);
                             State::Inner {
                                 future: inner.call(req),
                             }

@@ -10,10 +10,10 @@ use super::per_key::{PerKey, Select};
 use super::response::Responder;
 use super::response::{OnLimited, Settings};
 use super::RateLimit;
-use crate::algorithm::{Algorithm, Gcra};
+use crate::algorithm::{Algorithm, Gcra, Quotas};
 use crate::clock::{Clock, SystemClock};
 use crate::key::{Allow, IpList, KeyExtractor, PeerIp, RequestHead, Skip};
-use crate::store::{MemoryStore, Store};
+use crate::store::{MemoryState, MemoryStore, Store};
 use crate::{Decision, Key, Quota, RateLimiter};
 
 /// Applies a rate limit to every request of a service. See the [module docs](super).
@@ -33,12 +33,16 @@ where
 }
 
 impl RateLimitLayer<Gcra> {
-    /// Limits each client IP with GCRA over `quota`, in memory.
+    /// Limits each client IP with GCRA over `quotas` (one [`Quota`], or several that must all
+    /// allow a request), in memory.
     ///
     /// A smooth rate with bursts: a fresh client may make `burst` requests at once, then one
     /// every `period / limit`. See [`Gcra`].
-    pub fn gcra(quota: Quota) -> Self {
-        Self::from_limiter(RateLimiter::gcra(quota))
+    pub fn gcra<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<Gcra>>
+    where
+        <Q::Algorithm<Gcra> as Algorithm>::State: MemoryState,
+    {
+        RateLimitLayer::from_limiter(RateLimiter::gcra(quotas))
     }
 }
 
@@ -46,7 +50,7 @@ impl<A: Algorithm, St: Store<A>, C: Clock> RateLimitLayer<A, PeerIp, St, C> {
     /// Limits each client IP with a limiter built by hand.
     pub fn from_limiter(limiter: RateLimiter<A, St, C>) -> Self {
         let responder = Arc::new(Responder::new(
-            limiter.quota(),
+            limiter.quotas(),
             limiter.policy(),
             Settings::default(),
         ));
@@ -234,7 +238,7 @@ where
     fn with_settings(mut self, settings: Settings) -> Self {
         let limiter = &self.config.limiter;
         self.config.responder =
-            Arc::new(Responder::new(limiter.quota(), limiter.policy(), settings));
+            Arc::new(Responder::new(limiter.quotas(), limiter.policy(), settings));
         // Policies of per-key quotas hold their own responders: start them over (their state
         // lives in the store, so nothing is lost).
         self.config.per_key = self.config.per_key.map(|p| Arc::new(p.fresh()));

@@ -29,7 +29,7 @@ pub(crate) struct Policy<A: Algorithm, St: Store<A>, C> {
 impl<A: Algorithm, St: Store<A>, C: Clock> Policy<A, St, C> {
     /// The policy of `limiter`, whose headers follow the layer's settings.
     pub(crate) fn new(limiter: RateLimiter<A, St, C>, settings: Settings) -> Self {
-        let responder = Arc::new(Responder::new(limiter.quota(), limiter.policy(), settings));
+        let responder = Arc::new(Responder::new(limiter.quotas(), limiter.policy(), settings));
         Self { limiter, responder }
     }
 }
@@ -108,7 +108,7 @@ impl<A: Algorithm, St: Store<A>, C: Clock + Clone> PerKey<A, St, C> {
         }
         let algorithm = base.algorithm().with_quota(&quota);
         let limiter = RateLimiter::bind(
-            quota.clone(),
+            Arc::new([quota.clone()]),
             algorithm,
             base.store().clone(),
             base.clock().clone(),

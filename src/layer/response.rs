@@ -90,10 +90,21 @@ pub(crate) struct Responder {
 }
 
 impl Responder {
-    pub(crate) fn new(quota: &Quota, policy: &str, settings: Settings) -> Self {
+    /// The responder for a limiter's quotas (one, or each tier) under its policy name.
+    pub(crate) fn new(quotas: &[Quota], policy: &str, settings: Settings) -> Self {
+        let headers = match quotas {
+            [quota] => HeaderWriter::new([(quota, policy)], settings.headers),
+            tiers => {
+                let names: Vec<String> = tiers.iter().map(Quota::name).collect();
+                HeaderWriter::new(
+                    tiers.iter().zip(names.iter().map(|n| &**n)),
+                    settings.headers,
+                )
+            }
+        };
         Self {
             observer: Observer::new(policy),
-            headers: HeaderWriter::new([(quota, policy)], settings.headers),
+            headers,
             settings,
         }
     }
@@ -130,7 +141,7 @@ impl Responder {
                             "dry run: request would have been rate limited"
                         );
                     }
-                    req.extensions_mut().insert(decision);
+                    req.extensions_mut().insert(decision.clone());
                     Admission::Allowed(decision)
                 } else {
                     Admission::Answered(self.limited(&decision, req))
@@ -166,7 +177,7 @@ impl Responder {
     /// on this response.
     pub(crate) fn add_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
         if self.headers.covers(decision) {
-            self.headers.write(std::slice::from_ref(decision), headers);
+            self.headers.write(decision.tiers(), headers);
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::shards::Shards;
 use super::Store;
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, TieredState};
 use crate::{Decision, Error, Key};
 
 /// Each policy's table, by policy name and state type.
@@ -46,40 +46,175 @@ impl fmt::Debug for MemoryStore {
 
 /// How a state is held in memory and updated atomically.
 ///
-/// `u64` states live in an [`AtomicU64`] and are updated by compare-and-swap.
+/// `u64` states (GCRA's, the leaky bucket's) live in an [`AtomicU64`] and are updated by
+/// compare-and-swap: requests for one key never block each other. Every other state is a
+/// [`LockedState`], held under a small lock of its own per key.
+///
+/// A check runs in two steps so that as little as possible happens while a key's state is held:
+/// [`apply`](Self::apply) updates the state and returns what the decision needs
+/// ([`Seen`](Self::Seen)), and [`decide`](Self::decide) builds the [`Decision`] from it afterwards.
 pub trait MemoryState: Clone + Default + Send + Sync + 'static {
     /// The memory cell holding one key's state.
     type Cell: Default + Send + Sync + 'static;
 
-    /// Reads the state.
-    fn load(cell: &Self::Cell) -> Self;
+    /// What [`apply`](Self::apply) hands to [`decide`](Self::decide).
+    type Seen;
 
-    /// Applies `f` to the state atomically and returns the state `f` was applied to. `f`
-    /// returns the next state (`None`: unchanged) and may be called more than once when
-    /// another thread got there first.
-    fn update(cell: &Self::Cell, f: impl FnMut(&Self) -> Option<Self>) -> Self;
+    /// Applies a request of `cost` at `now` to the state in `cell`, atomically.
+    fn apply<A: Algorithm<State = Self>>(
+        cell: &Self::Cell,
+        algorithm: &A,
+        now: u64,
+        cost: u64,
+    ) -> Self::Seen;
+
+    /// What `apply` would have returned for a request that leaves `state` as it is (the store
+    /// does not keep a key that such a request finds fresh).
+    fn unchanged<A: Algorithm<State = Self>>(
+        state: &Self,
+        algorithm: &A,
+        now: u64,
+        cost: u64,
+    ) -> Self::Seen;
+
+    /// The decision for the request that `apply` saw as `seen`.
+    fn decide<A: Algorithm<State = Self>>(
+        seen: Self::Seen,
+        algorithm: &A,
+        now: u64,
+        cost: u64,
+    ) -> Decision;
+
+    /// Gives back capacity ([`Algorithm::refund`]) atomically and returns the state afterwards.
+    fn refund<A: Algorithm<State = Self>>(
+        cell: &Self::Cell,
+        algorithm: &A,
+        now: u64,
+        cost: u64,
+    ) -> Self;
+
+    /// Whether the state in `cell` is back to fresh at `now`, so the key may be forgotten.
+    fn is_fresh<A: Algorithm<State = Self>>(cell: &Self::Cell, algorithm: &A, now: u64) -> bool;
+}
+
+/// Applies `f` to the state in `cell` by compare-and-swap and returns the state `f` was
+/// applied to. `f` returns the next state (`None`: unchanged) and may run more than once when
+/// another thread got there first.
+#[inline]
+fn update(cell: &AtomicU64, mut f: impl FnMut(u64) -> Option<u64>) -> u64 {
+    let mut current = cell.load(Ordering::Acquire);
+    loop {
+        let Some(next) = f(current) else {
+            return current;
+        };
+        match cell.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return current,
+            Err(actual) => current = actual,
+        }
+    }
 }
 
 impl MemoryState for u64 {
     type Cell = AtomicU64;
+    /// The state the request was applied to: the decision is a pure function of it.
+    type Seen = u64;
 
     #[inline]
-    fn load(cell: &AtomicU64) -> u64 {
-        cell.load(Ordering::Acquire)
+    fn apply<A: Algorithm<State = u64>>(
+        cell: &AtomicU64,
+        algorithm: &A,
+        now: u64,
+        cost: u64,
+    ) -> u64 {
+        update(cell, |state| algorithm.transition(&state, now, cost))
     }
 
     #[inline]
-    fn update(cell: &AtomicU64, mut f: impl FnMut(&u64) -> Option<u64>) -> u64 {
-        let mut current = cell.load(Ordering::Acquire);
-        loop {
-            let Some(next) = f(&current) else {
-                return current;
-            };
-            match cell.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return current,
-                Err(actual) => current = actual,
-            }
+    fn unchanged<A: Algorithm<State = u64>>(state: &u64, _: &A, _: u64, _: u64) -> u64 {
+        *state
+    }
+
+    #[inline]
+    fn decide<A: Algorithm<State = u64>>(
+        seen: u64,
+        algorithm: &A,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        // The transition is a pure function of the state it saw, so the state it wrote is
+        // computed again here rather than carried out of the compare-and-swap loop.
+        let next = algorithm.transition(&seen, now, cost);
+        algorithm.decide(&seen, next.as_ref(), now, cost)
+    }
+
+    fn refund<A: Algorithm<State = u64>>(
+        cell: &AtomicU64,
+        algorithm: &A,
+        now: u64,
+        cost: u64,
+    ) -> u64 {
+        let seen = update(cell, |state| algorithm.refund(&state, now, cost));
+        algorithm.refund(&seen, now, cost).unwrap_or(seen)
+    }
+
+    fn is_fresh<A: Algorithm<State = u64>>(cell: &AtomicU64, algorithm: &A, now: u64) -> bool {
+        algorithm.is_fresh(&cell.load(Ordering::Acquire), now)
+    }
+}
+
+/// A state held in memory under a lock of its own per key: any state that is not one `u64`.
+///
+/// Implement it (it has no methods) for the state of an algorithm of your own to keep that
+/// state in a [`MemoryStore`]. The lock is held only while the algorithm runs
+/// ([`Algorithm::check_mut`]); requests for other keys never wait for it.
+pub trait LockedState: Clone + Default + Send + Sync + 'static {}
+
+impl<S: Clone + Default + Send + Sync + 'static> LockedState for TieredState<S> {}
+
+fn lock<S>(cell: &Mutex<S>) -> std::sync::MutexGuard<'_, S> {
+    // An algorithm that panicked mid-update left a state it had been given whole: keep it.
+    cell.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<S: LockedState> MemoryState for S {
+    type Cell = Mutex<S>;
+    /// The decision itself, made while the state was held.
+    type Seen = Decision;
+
+    #[inline]
+    fn apply<A: Algorithm<State = S>>(
+        cell: &Mutex<S>,
+        algorithm: &A,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        algorithm.check_mut(&mut lock(cell), now, cost)
+    }
+
+    fn unchanged<A: Algorithm<State = S>>(
+        state: &S,
+        algorithm: &A,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        algorithm.check(state, now, cost).decision
+    }
+
+    #[inline]
+    fn decide<A: Algorithm<State = S>>(seen: Decision, _: &A, _: u64, _: u64) -> Decision {
+        seen
+    }
+
+    fn refund<A: Algorithm<State = S>>(cell: &Mutex<S>, algorithm: &A, now: u64, cost: u64) -> S {
+        let mut state = lock(cell);
+        if let Some(next) = algorithm.refund(&state, now, cost) {
+            *state = next;
         }
+        state.clone()
+    }
+
+    fn is_fresh<A: Algorithm<State = S>>(cell: &Mutex<S>, algorithm: &A, now: u64) -> bool {
+        algorithm.is_fresh(&lock(cell), now)
     }
 }
 
@@ -134,51 +269,44 @@ where
     #[inline]
     pub(crate) fn decide(&self, key: Key, now: u64, cost: u64) -> Decision {
         let seen = self.apply(key, now, cost);
-        // The transition is a pure function of the state it saw, so the state it wrote is
-        // computed again here rather than carried out of the lock.
-        let next = self.algorithm.transition(&seen, now, cost);
-        self.algorithm.decide(&seen, next.as_ref(), now, cost)
+        A::State::decide(seen, &self.algorithm, now, cost)
     }
 
     /// Gives capacity back to `key` and returns its standing afterwards.
     pub(crate) fn refund(&self, key: Key, now: u64, cost: u64) -> Decision {
         let algorithm = &self.algorithm;
         let hash = self.map.hash(&key);
-        let refund = |cell: &<A::State as MemoryState>::Cell| {
-            A::State::update(cell, |state| algorithm.refund(state, now, cost))
-        };
+        let refund =
+            |cell: &<A::State as MemoryState>::Cell| A::State::refund(cell, algorithm, now, cost);
         // A key the store does not hold has nothing to give back.
-        let seen = self.map.get_with(hash, &key, refund).unwrap_or_default();
-        let after = algorithm.refund(&seen, now, cost).unwrap_or(seen);
+        let after = self.map.get_with(hash, &key, refund).unwrap_or_default();
         algorithm.check(&after, now, 0).decision
     }
 
-    /// Applies the request to the key's state and returns the state it was applied to. Only
-    /// this runs under the shard's lock; the decision is a pure function of that state and is
-    /// computed after the lock is gone.
+    /// Applies the request to the key's state. Only this runs under the shard's lock; the
+    /// decision is made from what it returns after the lock is gone.
     ///
-    /// Kept out of line, returning one state, so that the caller builds the [`Decision`] where
-    /// it uses it. Data that is written to memory in narrow pieces and read back in wider
-    /// words (a decision copied to the caller, an `Option` captured by the transition closure)
-    /// cannot be forwarded from the stores to the loads, and the loads wait for the stores to
-    /// reach the cache.
+    /// Kept out of line, returning what the decision needs, so that the caller builds the
+    /// [`Decision`] where it uses it. Data that is written to memory in narrow pieces and read
+    /// back in wider words (a decision copied to the caller, an `Option` captured by the
+    /// transition closure) cannot be forwarded from the stores to the loads, and the loads wait
+    /// for the stores to reach the cache.
     #[inline(never)]
-    fn apply(&self, key: Key, now: u64, cost: u64) -> A::State {
+    fn apply(&self, key: Key, now: u64, cost: u64) -> <A::State as MemoryState>::Seen {
         let algorithm = &self.algorithm;
-        let transition = |cell: &<A::State as MemoryState>::Cell| {
-            A::State::update(cell, |state| algorithm.transition(state, now, cost))
-        };
+        let apply =
+            |cell: &<A::State as MemoryState>::Cell| A::State::apply(cell, algorithm, now, cost);
         let hash = self.map.hash(&key);
-        match self.map.get_with(hash, &key, transition) {
+        match self.map.get_with(hash, &key, apply) {
             Some(seen) => seen,
             None => {
                 // A key never seen is fresh. A request that would not change a fresh state (a
                 // peek or a denial) must not make the store remember the key.
                 let fresh = A::State::default();
                 if algorithm.transition(&fresh, now, cost).is_none() {
-                    fresh
+                    A::State::unchanged(&fresh, algorithm, now, cost)
                 } else {
-                    self.map.get_or_insert_with(hash, key, transition)
+                    self.map.get_or_insert_with(hash, key, apply)
                 }
             }
         }

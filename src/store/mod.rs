@@ -29,7 +29,7 @@
 mod memory;
 mod shards;
 
-pub use self::memory::{MemoryState, MemoryStore, MemoryTable};
+pub use self::memory::{LockedState, MemoryState, MemoryStore, MemoryTable};
 
 use std::future::Future;
 

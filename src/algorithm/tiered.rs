@@ -1,0 +1,312 @@
+use std::sync::Arc;
+
+use super::{Algorithm, Outcome};
+use crate::{Decision, Quota};
+
+/// Several quotas on one key, such as 10 per second and 1000 per hour: a request passes only
+/// if every quota allows it, and a denied request consumes from none of them.
+///
+/// Built by the limiter and layer constructors when they are given several quotas:
+/// `RateLimiter::gcra([Quota::per_second(10), Quota::per_hour(1000)])`. Each quota is a *tier*
+/// decided by the same algorithm; the tiers of one key are updated together, as one atomic step.
+///
+/// The decision reported is the most restrictive tier's: when allowed, the tier with the fewest
+/// requests remaining (on a tie, the longest `reset_after`); when denied, the tier that makes
+/// the client wait longest (a tier the request can never pass wins). Its `delay` is the longest
+/// any tier asks for. [`Decision::tiers`] holds every tier's own decision, for response headers
+/// with one item per quota; after a denial the tiers that would have allowed the request report
+/// their standing unchanged.
+///
+/// A key's state is one state per tier (plus 16 bytes for the slice). Deciding a tiered request
+/// allocates the list of per-tier decisions once.
+#[derive(Debug, Clone)]
+pub struct Tiered<A> {
+    tiers: Arc<[A]>,
+}
+
+impl<A: Algorithm> Tiered<A> {
+    /// The tiers, in order: each quota's algorithm.
+    ///
+    /// # Panics
+    ///
+    /// When `tiers` is empty: a limit with no quota would allow everything.
+    pub fn new(tiers: impl IntoIterator<Item = A>) -> Self {
+        let tiers: Arc<[A]> = tiers.into_iter().collect();
+        assert!(!tiers.is_empty(), "tiered quotas need at least one quota");
+        Self { tiers }
+    }
+
+    /// The tiers, in order.
+    pub fn tiers(&self) -> &[A] {
+        &self.tiers
+    }
+}
+
+/// A key's state under [`Tiered`]: one state per tier. Empty (the default) is fresh.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TieredState<S> {
+    states: Box<[S]>,
+}
+
+impl<S> TieredState<S> {
+    /// Each tier's state, in order; empty when the key is fresh.
+    pub fn states(&self) -> &[S] {
+        &self.states
+    }
+}
+
+impl<S: Clone + Default> TieredState<S> {
+    fn get<'a>(&'a self, tier: usize, fresh: &'a S) -> &'a S {
+        self.states.get(tier).unwrap_or(fresh)
+    }
+
+    /// The states, one per tier, made fresh where missing.
+    fn sized(&mut self, tiers: usize) -> &mut [S] {
+        if self.states.len() != tiers {
+            let mut states = std::mem::take(&mut self.states).into_vec();
+            states.resize_with(tiers, S::default);
+            self.states = states.into_boxed_slice();
+        }
+        &mut self.states
+    }
+}
+
+/// The index of the tier whose decision is reported for the request.
+fn most_restrictive(decisions: &[Decision]) -> usize {
+    let denied = decisions.iter().any(|d| !d.allowed);
+    let mut best = 0;
+    for (i, d) in decisions.iter().enumerate() {
+        let b = &decisions[best];
+        let better = if denied {
+            // The tier that makes the client wait longest; `None` (never) is the longest.
+            !d.allowed
+                && (b.allowed
+                    || match (d.retry_after, b.retry_after) {
+                        (None, Some(_)) => true,
+                        (Some(x), Some(y)) => x > y,
+                        _ => false,
+                    })
+        } else {
+            d.remaining < b.remaining
+                || (d.remaining == b.remaining && d.reset_after > b.reset_after)
+        };
+        if better {
+            best = i;
+        }
+    }
+    best
+}
+
+/// The reported decision: the most restrictive tier's, waiting as long as any tier asks.
+fn report(decisions: Arc<[Decision]>) -> Decision {
+    let delay = decisions.iter().map(|d| d.delay).max().unwrap_or_default();
+    let mut decision = decisions[most_restrictive(&decisions)].clone();
+    if decision.allowed {
+        decision = decision.delayed(delay);
+    }
+    decision.with_tiers(decisions)
+}
+
+impl<A: Algorithm> Tiered<A> {
+    fn all_allow(&self, state: &TieredState<A::State>, now: u64, cost: u64) -> bool {
+        let fresh = A::State::default();
+        self.tiers
+            .iter()
+            .enumerate()
+            .all(|(i, tier)| tier.check(state.get(i, &fresh), now, cost).decision.allowed)
+    }
+
+    /// Each tier's decision for a request that is denied: the tiers that would allow it
+    /// consume nothing and report their standing.
+    fn denied(&self, state: &TieredState<A::State>, now: u64, cost: u64) -> Decision {
+        let fresh = A::State::default();
+        let decisions = self.tiers.iter().enumerate().map(|(i, tier)| {
+            let s = state.get(i, &fresh);
+            let d = tier.check(s, now, cost).decision;
+            if d.allowed {
+                tier.check(s, now, 0).decision
+            } else {
+                d
+            }
+        });
+        report(decisions.collect())
+    }
+}
+
+impl<A: Algorithm> Algorithm for Tiered<A> {
+    type State = TieredState<A::State>;
+
+    fn check(&self, state: &Self::State, now: u64, cost: u64) -> Outcome<Self::State> {
+        if !self.all_allow(state, now, cost) {
+            return Outcome::new(self.denied(state, now, cost), None);
+        }
+        let mut next = state.clone();
+        let decision = self.check_mut(&mut next, now, cost);
+        Outcome::new(decision, (cost > 0).then_some(next))
+    }
+
+    fn check_mut(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
+        if !self.all_allow(state, now, cost) {
+            return self.denied(state, now, cost);
+        }
+        if cost == 0 {
+            let fresh = A::State::default();
+            let decisions = self
+                .tiers
+                .iter()
+                .enumerate()
+                .map(|(i, tier)| tier.check(state.get(i, &fresh), now, 0).decision);
+            return report(decisions.collect());
+        }
+        let states = state.sized(self.tiers.len());
+        let decisions = self
+            .tiers
+            .iter()
+            .zip(states.iter_mut())
+            .map(|(tier, s)| tier.check_mut(s, now, cost));
+        report(decisions.collect())
+    }
+
+    fn with_quota(&self, quota: &Quota) -> Self {
+        Self::new([self.tiers[0].with_quota(quota)])
+    }
+
+    fn refund(&self, state: &Self::State, now: u64, cost: u64) -> Option<Self::State> {
+        let mut next = state.clone();
+        let mut changed = false;
+        for (tier, s) in self.tiers.iter().zip(next.sized(self.tiers.len())) {
+            if let Some(refunded) = tier.refund(s, now, cost) {
+                *s = refunded;
+                changed = true;
+            }
+        }
+        changed.then_some(next)
+    }
+
+    fn is_fresh(&self, state: &Self::State, now: u64) -> bool {
+        let fresh = A::State::default();
+        (0..self.tiers.len()).all(|i| self.tiers[i].is_fresh(state.get(i, &fresh), now))
+    }
+}
+
+/// One quota, or several that must all allow a request ([`Tiered`]): what the limiter and
+/// layer constructors accept.
+///
+/// ```
+/// use tollgate::{Quota, RateLimiter};
+///
+/// let one = RateLimiter::gcra(Quota::per_second(10));
+/// let tiered = RateLimiter::gcra([Quota::per_second(10), Quota::per_hour(1000)]);
+/// # let _ = (one, tiered);
+/// ```
+pub trait Quotas {
+    /// The algorithm that decides these quotas when each is decided by `A`: `A` itself for one
+    /// quota, [`Tiered<A>`] for several.
+    type Algorithm<A: Algorithm>: Algorithm;
+
+    /// The quotas in order, and the algorithm that decides them, made by `make` per quota.
+    ///
+    /// # Panics
+    ///
+    /// When there is no quota.
+    fn build<A: Algorithm>(self, make: impl Fn(&Quota) -> A) -> (Vec<Quota>, Self::Algorithm<A>);
+}
+
+impl Quotas for Quota {
+    type Algorithm<A: Algorithm> = A;
+
+    fn build<A: Algorithm>(self, make: impl Fn(&Quota) -> A) -> (Vec<Quota>, A) {
+        let algorithm = make(&self);
+        (vec![self], algorithm)
+    }
+}
+
+impl Quotas for Vec<Quota> {
+    type Algorithm<A: Algorithm> = Tiered<A>;
+
+    fn build<A: Algorithm>(self, make: impl Fn(&Quota) -> A) -> (Vec<Quota>, Tiered<A>) {
+        let algorithm = Tiered::new(self.iter().map(make));
+        (self, algorithm)
+    }
+}
+
+impl<const N: usize> Quotas for [Quota; N] {
+    type Algorithm<A: Algorithm> = Tiered<A>;
+
+    fn build<A: Algorithm>(self, make: impl Fn(&Quota) -> A) -> (Vec<Quota>, Tiered<A>) {
+        Vec::from(self).build(make)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::algorithm::Gcra;
+
+    #[test]
+    fn a_denied_request_consumes_from_no_tier() {
+        // 2 per second and 3 per minute.
+        let tiered = Tiered::new([
+            Gcra::new(&Quota::per_second(2)),
+            Gcra::new(&Quota::per_minute(3)),
+        ]);
+        let mut state = TieredState::default();
+        let sec = 1_000_000_000;
+        assert!(tiered.check_mut(&mut state, 0, 1).allowed);
+        assert!(tiered.check_mut(&mut state, 0, 1).allowed);
+        // The per-second tier is spent; the per-minute tier would allow but takes nothing.
+        let denied = tiered.check_mut(&mut state, 0, 1);
+        assert!(!denied.allowed);
+        assert_eq!(denied.retry_after, Some(Duration::from_millis(500)));
+        assert_eq!(denied.tiers().len(), 2);
+        assert_eq!(denied.tiers()[1].remaining, 1);
+        assert!(denied.tiers()[1].allowed, "the per-minute tier's standing");
+        // A second later the per-minute tier still has its last request.
+        let third = tiered.check_mut(&mut state, sec, 1);
+        assert!(third.allowed);
+        assert_eq!(third.remaining, 0);
+        let fourth = tiered.check_mut(&mut state, sec, 1);
+        assert!(!fourth.allowed);
+        // The per-minute tier frees its first slot 20 s after the first request.
+        assert_eq!(fourth.retry_after, Some(Duration::from_secs(19)));
+    }
+
+    #[test]
+    fn the_reported_decision_is_the_most_restrictive() {
+        let tiered = Tiered::new([
+            Gcra::new(&Quota::per_second(5)),
+            Gcra::new(&Quota::per_minute(3)),
+        ]);
+        let out = tiered.check(&TieredState::default(), 0, 1);
+        let d = out.decision;
+        assert!(d.allowed);
+        assert_eq!((d.limit, d.remaining), (3, 2));
+        assert_eq!(d.tiers()[0].remaining, 4);
+        let state = out.state.unwrap();
+        assert_eq!(state.states().len(), 2);
+        // A peek changes nothing and reports both tiers.
+        let peek = tiered.check(&state, 0, 0);
+        assert_eq!(peek.state, None);
+        assert_eq!(peek.decision.remaining, 2);
+        // A cost no tier can ever pass.
+        let never = tiered.check(&state, 0, 4);
+        assert_eq!(never.decision.retry_after, None);
+        assert!(!never.decision.allowed);
+    }
+
+    #[test]
+    fn refunds_reach_every_tier_and_freshness_needs_all() {
+        let tiered = Tiered::new([
+            Gcra::new(&Quota::per_second(1)),
+            Gcra::new(&Quota::per_minute(2)),
+        ]);
+        let state = tiered.check(&TieredState::default(), 0, 1).state.unwrap();
+        assert!(!tiered.is_fresh(&state, 1_000_000_000));
+        assert!(tiered.is_fresh(&state, 30_000_000_000));
+        let refunded = tiered.refund(&state, 0, 1).unwrap();
+        assert!(tiered.is_fresh(&refunded, 0));
+        assert_eq!(tiered.refund(&refunded, 0, 1), None);
+    }
+}
