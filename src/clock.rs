@@ -13,8 +13,12 @@
 //! assert_eq!(view.now(), Duration::from_millis(1500));
 //! ```
 
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// A monotonic source of time for a limiter.
@@ -29,6 +33,46 @@ pub trait Clock: Send + Sync + 'static {
         now.as_secs()
             .saturating_mul(1_000_000_000)
             .saturating_add(u64::from(now.subsec_nanos()))
+    }
+
+    /// A future that completes once `duration` has passed on this clock: the layer waits on it
+    /// before passing on a request whose decision has a [`delay`](crate::Decision::delay)
+    /// (the leaky bucket, and shaping with `max_delay`).
+    ///
+    /// The default sleeps on the tokio timer, so delayed requests need a tokio runtime (axum,
+    /// tonic and hyper-util servers run in one). [`ManualClock`] overrides it to wake when the
+    /// clock is advanced.
+    fn sleep(&self, duration: Duration) -> Sleep {
+        Sleep::new(tokio::time::sleep(duration))
+    }
+}
+
+/// The future returned by [`Clock::sleep`].
+#[must_use = "a sleep does nothing unless polled"]
+pub struct Sleep {
+    inner: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl Sleep {
+    /// Wraps a future that completes when the time is up.
+    pub fn new(sleep: impl Future<Output = ()> + Send + 'static) -> Self {
+        Self {
+            inner: Box::pin(sleep),
+        }
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sleep").finish_non_exhaustive()
     }
 }
 
@@ -55,10 +99,18 @@ impl Clock for SystemClock {
 /// A clock that moves only when told to: exact, instant tests and simulations.
 ///
 /// It starts at zero. Clones share the same time, so a test keeps one clone and gives another
-/// to the limiter.
+/// to the limiter. Its [`sleep`](Clock::sleep) completes when the clock is moved past the end
+/// of the sleep, so requests a layer delays pass exactly when the test says.
 #[derive(Debug, Clone, Default)]
 pub struct ManualClock {
-    nanos: Arc<AtomicU64>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    nanos: AtomicU64,
+    /// Sleeps that have not ended, by the time they end.
+    sleepers: Mutex<Vec<(u64, Waker)>>,
 }
 
 impl ManualClock {
@@ -71,29 +123,74 @@ impl ManualClock {
     pub fn advance(&self, by: Duration) {
         let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         let _ = self
+            .shared
             .nanos
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 Some(n.saturating_add(by))
             });
+        self.wake();
     }
 
     /// Sets the clock to `to` since its origin, unless that is earlier than the current time:
     /// the clock never goes backwards.
     pub fn set(&self, to: Duration) {
         let to = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
-        self.nanos.fetch_max(to, Ordering::AcqRel);
+        self.shared.nanos.fetch_max(to, Ordering::AcqRel);
+        self.wake();
+    }
+
+    /// Wakes the sleeps that have ended.
+    fn wake(&self) {
+        let now = self.now_nanos();
+        let ended: Vec<Waker> = {
+            let mut sleepers = self.sleepers();
+            let (ended, waiting) = std::mem::take(&mut *sleepers)
+                .into_iter()
+                .partition(|(until, _)| *until <= now);
+            *sleepers = waiting;
+            ended.into_iter().map(|(_, waker)| waker).collect()
+        };
+        ended.into_iter().for_each(Waker::wake);
+    }
+
+    fn sleepers(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Waker)>> {
+        self.shared
+            .sleepers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 impl Clock for ManualClock {
     #[inline]
     fn now(&self) -> Duration {
-        Duration::from_nanos(self.nanos.load(Ordering::Acquire))
+        Duration::from_nanos(self.now_nanos())
     }
 
     #[inline]
     fn now_nanos(&self) -> u64 {
-        self.nanos.load(Ordering::Acquire)
+        self.shared.nanos.load(Ordering::Acquire)
+    }
+
+    fn sleep(&self, duration: Duration) -> Sleep {
+        let duration = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        let until = self.now_nanos().saturating_add(duration);
+        let clock = self.clone();
+        Sleep::new(std::future::poll_fn(move |cx| {
+            if clock.now_nanos() >= until {
+                return Poll::Ready(());
+            }
+            let mut sleepers = clock.sleepers();
+            sleepers.retain(|(_, waker)| !waker.will_wake(cx.waker()));
+            sleepers.push((until, cx.waker().clone()));
+            drop(sleepers);
+            // The clock may have moved between the first look and the registration.
+            if clock.now_nanos() >= until {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        }))
     }
 }
 
@@ -106,6 +203,10 @@ impl<C: Clock> Clock for Arc<C> {
     #[inline]
     fn now_nanos(&self) -> u64 {
         (**self).now_nanos()
+    }
+
+    fn sleep(&self, duration: Duration) -> Sleep {
+        (**self).sleep(duration)
     }
 }
 
@@ -123,6 +224,24 @@ mod tests {
         assert_eq!(c.now_nanos(), 7_000_000_000);
         c.advance(Duration::MAX);
         assert_eq!(c.now_nanos(), u64::MAX);
+    }
+
+    #[test]
+    fn manual_sleeps_end_when_the_clock_passes_them() {
+        let clock = ManualClock::new();
+        let mut short = clock.sleep(Duration::from_millis(100));
+        let mut long = clock.sleep(Duration::from_millis(300));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(Pin::new(&mut short).poll(&mut cx).is_pending());
+        assert!(Pin::new(&mut long).poll(&mut cx).is_pending());
+        clock.advance(Duration::from_millis(100));
+        assert!(Pin::new(&mut short).poll(&mut cx).is_ready());
+        assert!(Pin::new(&mut long).poll(&mut cx).is_pending());
+        clock.set(Duration::from_millis(300));
+        assert!(Pin::new(&mut long).poll(&mut cx).is_ready());
+        assert!(clock.sleepers().is_empty());
+        let mut zero = clock.sleep(Duration::ZERO);
+        assert!(Pin::new(&mut zero).poll(&mut cx).is_ready());
     }
 
     #[test]

@@ -3,7 +3,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::algorithm::{Algorithm, Gcra, Quotas};
+use std::time::Duration;
+
+use crate::algorithm::{Algorithm, Gcra, LeakyBucket, Quotas, Shaping};
 use crate::clock::{Clock, SystemClock};
 use crate::store::{MemoryState, MemoryStore, Store};
 use crate::{Decision, Key, Quota};
@@ -70,6 +72,30 @@ impl RateLimiter<Gcra> {
         <Q::Algorithm<Gcra> as Algorithm>::State: MemoryState,
     {
         RateLimiter::build(quotas, Gcra::new)
+    }
+
+    /// A leaky bucket over `quotas`, as a queue, in memory, on the system clock.
+    ///
+    /// Requests leave one every `period / limit`, never in a burst: a request that finds others
+    /// queued is allowed with a [`Decision::delay`] (the layer waits it out before calling the
+    /// service), and one that finds the queue of `burst` places full is denied. See
+    /// [`LeakyBucket`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::leaky_bucket(Quota::per_second(10).with_burst(3));
+    /// let delays: Vec<_> = (0..4).map(|_| limiter.check_now("k")).collect();
+    /// assert_eq!(delays[1].delay, Duration::from_millis(100));
+    /// assert_eq!(delays[2].delay, Duration::from_millis(200));
+    /// assert!(!delays[3].allowed); // the queue holds 3
+    /// ```
+    pub fn leaky_bucket<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<LeakyBucket>>
+    where
+        <Q::Algorithm<LeakyBucket> as Algorithm>::State: MemoryState,
+    {
+        RateLimiter::build(quotas, LeakyBucket::new)
     }
 }
 
@@ -191,6 +217,30 @@ where
     /// ```
     pub fn refund(&self, key: impl Into<Key>, cost: u64) -> St::Future {
         St::refund(&self.table, key.into(), self.clock.now_nanos(), cost)
+    }
+}
+
+impl<A: Shaping, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
+    /// Shapes instead of rejecting: a request that could pass within `max_delay` is allowed
+    /// with a [`Decision::delay`] and reserves its place; only requests that would wait longer
+    /// are denied. The layer holds delayed requests back before calling the service. For GCRA
+    /// and the token bucket.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// // 2 at once, then up to 1 s of queueing at 10 per second.
+    /// let limiter = RateLimiter::gcra(Quota::per_second(10).with_burst(2))
+    ///     .max_delay(Duration::from_secs(1));
+    /// assert_eq!(limiter.check_now("k").delay, Duration::ZERO);
+    /// assert_eq!(limiter.check_now("k").delay, Duration::ZERO);
+    /// assert_eq!(limiter.check_now("k").delay, Duration::from_millis(100));
+    /// ```
+    #[must_use]
+    pub fn max_delay(self, max_delay: Duration) -> Self {
+        let algorithm = self.algorithm.with_max_delay(max_delay);
+        RateLimiter::bind(self.quotas, algorithm, self.store, self.clock)
     }
 }
 

@@ -713,3 +713,126 @@ async fn count_if_gives_capacity_back_through_an_asynchronous_store() {
     }
     assert_eq!(calls.load(Ordering::SeqCst), 5);
 }
+
+/// Polls `fut` once, with a waker that does nothing: the clock, not a runtime, moves time.
+fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
+    Pin::new(fut).poll(&mut Context::from_waker(std::task::Waker::noop()))
+}
+
+#[tokio::test]
+async fn a_leaky_bucket_holds_each_request_until_its_turn() {
+    let clock = ManualClock::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    // A queue of 3 drained at 10 per second: one request every 100 ms.
+    let svc = RateLimitLayer::leaky_bucket(Quota::per_second(10).with_burst(3))
+        .key(Global)
+        .clock(clock.clone())
+        .layer(echo(&calls));
+
+    let mut first = Box::pin(svc.clone().oneshot(from("192.0.2.1:1")));
+    let mut second = Box::pin(svc.clone().oneshot(from("192.0.2.2:1")));
+    let mut third = Box::pin(svc.clone().oneshot(from("192.0.2.3:1")));
+    let Poll::Ready(Ok(resp)) = poll_once(&mut first) else {
+        panic!("the first request passes at once")
+    };
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(poll_once(&mut second).is_pending());
+    assert!(poll_once(&mut third).is_pending());
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "queued requests wait in the layer"
+    );
+
+    // The queue is full: a fourth request is refused, to retry when a place frees up.
+    let resp = svc.clone().oneshot(from("192.0.2.4:1")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&resp, "retry-after"), "1");
+
+    clock.advance(Duration::from_millis(99));
+    assert!(poll_once(&mut second).is_pending());
+    clock.advance(Duration::from_millis(1));
+    let Poll::Ready(Ok(resp)) = poll_once(&mut second) else {
+        panic!("the second request passes after 100 ms")
+    };
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert!(poll_once(&mut third).is_pending());
+    clock.advance(Duration::from_millis(100));
+    assert!(matches!(poll_once(&mut third), Poll::Ready(Ok(_))));
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_request_whose_client_leaves_while_queued_never_reaches_the_service() {
+    let clock = ManualClock::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = RateLimitLayer::leaky_bucket(Quota::per_second(10).with_burst(3))
+        .key(Global)
+        .clock(clock.clone())
+        .layer(echo(&calls));
+    let resp = svc.clone().oneshot(from("192.0.2.1:1")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut queued = Box::pin(svc.clone().oneshot(from("192.0.2.2:1")));
+    assert!(poll_once(&mut queued).is_pending());
+    drop(queued);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // Its place was used: the queue drained on schedule and is fresh again.
+    let resp = svc.clone().oneshot(from("192.0.2.3:1")).await.unwrap();
+    assert_rate(
+        &resp,
+        r#""10/s;burst=3";q=10;w=1"#,
+        r#""10/s;burst=3";r=2;t=1"#,
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn max_delay_shapes_through_an_asynchronous_store() {
+    let clock = ManualClock::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = RateLimitLayer::gcra(Quota::per_second(10).with_burst(1))
+        .max_delay(Duration::from_millis(200))
+        .key(Global)
+        .store(SlowStore::default())
+        .clock(clock.clone())
+        .layer(echo(&calls));
+    let resp = svc.clone().oneshot(from("192.0.2.1:1")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut delayed = Box::pin(svc.clone().oneshot(from("192.0.2.1:1")));
+    let mut more = Box::pin(svc.clone().oneshot(from("192.0.2.1:1")));
+    // The store answers on the second poll, then the requests wait 100 and 200 ms.
+    for _ in 0..3 {
+        assert!(poll_once(&mut delayed).is_pending());
+        assert!(poll_once(&mut more).is_pending());
+    }
+    let resp = svc.clone().oneshot(from("192.0.2.1:1")).await.unwrap();
+    assert_eq!(
+        resp.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "past max_delay"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    clock.advance(Duration::from_millis(100));
+    assert!(matches!(poll_once(&mut delayed), Poll::Ready(Ok(_))));
+    assert!(poll_once(&mut more).is_pending());
+    clock.advance(Duration::from_millis(100));
+    assert!(matches!(poll_once(&mut more), Poll::Ready(Ok(_))));
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_dry_run_never_holds_requests_back() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = RateLimitLayer::leaky_bucket(Quota::per_second(1).with_burst(2))
+        .key(Global)
+        .clock(ManualClock::new())
+        .dry_run(true)
+        .layer(echo(&calls));
+    for _ in 0..4 {
+        let mut fut = Box::pin(svc.clone().oneshot(from("192.0.2.1:1")));
+        assert!(matches!(poll_once(&mut fut), Poll::Ready(Ok(_))));
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+}

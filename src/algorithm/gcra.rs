@@ -22,9 +22,18 @@ use crate::{Decision, Quota};
 pub struct Gcra {
     /// Emission interval `T`, in nanoseconds.
     interval: u64,
-    /// Tolerance `τ = T × burst`, in nanoseconds.
+    /// Tolerance `τ = T × burst`, in nanoseconds: how far ahead of `now` the TAT may be for a
+    /// request to pass at once.
     tolerance: u64,
+    /// How much further ahead it may be for a request to pass after a wait (shaping).
+    max_delay: u64,
+    /// `tolerance + max_delay`: beyond it a request is denied.
+    bound: u64,
+    /// The capacity reported as `limit`.
     burst: u64,
+    /// What `remaining` counts against: `tolerance` (requests that pass at once), or `bound`
+    /// for the leaky bucket (free places in its queue).
+    capacity: u64,
     /// Divides by `interval` without a hardware division.
     per_interval: Divisor,
 }
@@ -38,9 +47,36 @@ impl Gcra {
         Self {
             interval,
             tolerance,
+            max_delay: 0,
+            bound: tolerance,
             burst: quota.burst(),
+            capacity: tolerance,
             per_interval: Divisor::new(interval),
         }
+    }
+
+    /// Shapes instead of rejecting (nginx's `burst` without `nodelay`): a request that would
+    /// pass within `max_delay` is allowed, reserves its place, and reports the wait in
+    /// [`Decision::delay`]; the layer holds it back that long before calling the service. Only
+    /// requests that would wait longer are denied.
+    ///
+    /// `remaining` still counts the requests that would pass at once.
+    #[must_use]
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay = u64::try_from(max_delay.as_nanos()).unwrap_or(u64::MAX);
+        self.bound = self.tolerance.saturating_add(self.max_delay);
+        self
+    }
+
+    /// The leaky bucket's queue: one request passes at once and `burst - 1` more wait their
+    /// turn, one every `T`; `remaining` counts the free places in the queue.
+    pub(crate) fn queue(quota: &Quota) -> Self {
+        let mut gcra = Self::new(quota);
+        gcra.tolerance = gcra.interval;
+        gcra.max_delay = gcra.interval.saturating_mul(quota.burst() - 1);
+        gcra.bound = gcra.tolerance.saturating_add(gcra.max_delay);
+        gcra.capacity = gcra.bound;
+        gcra
     }
 
     /// The emission interval `T` in nanoseconds.
@@ -53,12 +89,29 @@ impl Gcra {
         self.tolerance
     }
 
+    /// The longest a request may wait to pass, in nanoseconds (0 unless shaping).
+    pub fn max_delay_nanos(&self) -> u64 {
+        self.max_delay
+    }
+
     fn standing(&self, tat: u64, now: u64) -> (u64, u64) {
         let reset_after = tat.saturating_sub(now);
         let remaining = self
             .per_interval
-            .divide(self.tolerance.saturating_sub(reset_after));
+            .divide(self.capacity.saturating_sub(reset_after));
         (reset_after, remaining)
+    }
+
+    /// The decision for an allowed request that moved the TAT to `new_tat`.
+    #[inline]
+    fn allowed(&self, new_tat: u64, now: u64) -> Decision {
+        let (reset_after, remaining) = self.standing(new_tat, now);
+        let decision = Decision::allow(self.burst, remaining, Duration::from_nanos(reset_after));
+        if reset_after > self.tolerance {
+            decision.delayed(Duration::from_nanos(reset_after - self.tolerance))
+        } else {
+            decision
+        }
     }
 }
 
@@ -78,45 +131,36 @@ impl Algorithm for Gcra {
             );
             Outcome::new(decision, None)
         };
-        // A cost above the burst can never pass, however long the client waits.
-        let Some(increment) = cost
-            .checked_mul(self.interval)
-            .filter(|&i| i <= self.tolerance)
-        else {
+        // A cost above the bound can never pass, however long the client waits.
+        let Some(increment) = cost.checked_mul(self.interval).filter(|&i| i <= self.bound) else {
             return deny(None);
         };
         // Overflow is only possible some 584 years after the clock's origin; deny rather than wrap.
         let Some(new_tat) = tat.max(now).checked_add(increment) else {
             return deny(None);
         };
-        if new_tat - now > self.tolerance {
-            return deny(Some(Duration::from_nanos(new_tat - self.tolerance - now)));
+        if new_tat - now > self.bound {
+            return deny(Some(Duration::from_nanos(new_tat - self.bound - now)));
         }
-        let (reset_after, remaining) = self.standing(new_tat, now);
-        let decision = Decision::allow(self.burst, remaining, Duration::from_nanos(reset_after));
-        Outcome::new(decision, (cost > 0).then_some(new_tat))
+        Outcome::new(self.allowed(new_tat, now), (cost > 0).then_some(new_tat))
     }
 
     #[inline]
     fn transition(&self, &tat: &u64, now: u64, cost: u64) -> Option<u64> {
         let increment = cost.checked_mul(self.interval)?;
         let new_tat = tat.max(now).checked_add(increment)?;
-        (cost > 0 && new_tat - now <= self.tolerance).then_some(new_tat)
+        (cost > 0 && new_tat - now <= self.bound).then_some(new_tat)
     }
 
     fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota)
+        Self::new(quota).max_delay(Duration::from_nanos(self.max_delay))
     }
 
     #[inline]
     fn decide(&self, tat: &u64, next: Option<&u64>, now: u64, cost: u64) -> Decision {
         match next {
-            // A new TAT means the request was allowed, so `now <= new_tat <= now + τ`.
-            Some(&new_tat) => {
-                let reset_after = new_tat - now;
-                let remaining = self.per_interval.divide(self.tolerance - reset_after);
-                Decision::allow(self.burst, remaining, Duration::from_nanos(reset_after))
-            }
+            // A new TAT means the request was allowed, so `now <= new_tat <= now + bound`.
+            Some(&new_tat) => self.allowed(new_tat, now),
             None => self.check(tat, now, cost).decision,
         }
     }
@@ -205,6 +249,40 @@ mod tests {
             assert_eq!(next, state, "{case}");
             assert_eq!(gcra.decide(&tat, next.as_ref(), now, cost), d, "{case}");
         }
+    }
+
+    #[test]
+    fn max_delay_reserves_places_and_reports_the_wait() {
+        // 10 per second, burst 2, shaping up to 300 ms: T = 100 ms, τ = 200 ms.
+        let gcra =
+            Gcra::new(&Quota::per_second(10).with_burst(2)).max_delay(Duration::from_millis(300));
+        let ms = 1_000_000;
+        let mut tat = 0;
+        // (delay ms, remaining) for five requests at once.
+        let expected = [(0, 1), (0, 0), (100, 0), (200, 0), (300, 0)];
+        for (i, (delay, remaining)) in expected.into_iter().enumerate() {
+            let out = gcra.check(&tat, 1000 * ms, 1);
+            assert!(out.decision.allowed, "request {i}");
+            assert_eq!(
+                out.decision.delay,
+                Duration::from_millis(delay),
+                "request {i}"
+            );
+            assert_eq!(out.decision.remaining, remaining, "request {i}");
+            assert_eq!(out.decision.limit, 2);
+            tat = out.state.unwrap();
+            assert_eq!(gcra.decide(&0, Some(&tat), 1000 * ms, 1), out.decision);
+        }
+        let denied = gcra.check(&tat, 1000 * ms, 1);
+        assert!(!denied.decision.allowed);
+        assert_eq!(
+            denied.decision.retry_after,
+            Some(Duration::from_millis(100))
+        );
+        // A cost that fits within τ + max_delay waits; one beyond it never passes.
+        let big = gcra.check(&0, 0, 5);
+        assert_eq!(big.decision.delay, Duration::from_millis(300));
+        assert_eq!(gcra.check(&0, 0, 6).decision.retry_after, None);
     }
 
     #[test]

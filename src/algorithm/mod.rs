@@ -25,9 +25,11 @@
 
 mod divisor;
 mod gcra;
+mod leaky_bucket;
 mod tiered;
 
 pub use self::gcra::Gcra;
+pub use self::leaky_bucket::LeakyBucket;
 pub use self::tiered::{Quotas, Tiered, TieredState};
 
 use crate::{Decision, Quota};
@@ -95,6 +97,27 @@ pub trait Algorithm: Clone + Send + Sync + 'static {
 
     /// Whether `state` is back to fresh at `now`, so the store may forget the key.
     fn is_fresh(&self, state: &Self::State, now: u64) -> bool;
+}
+
+/// An algorithm that can shape instead of reject: a request that would pass within a wait
+/// is allowed, reserves its place, and reports the wait in [`Decision::delay`], which the
+/// layer honours before calling the service (nginx's `burst` without `nodelay`).
+pub trait Shaping: Algorithm {
+    /// The same algorithm, allowing requests that can pass within `max_delay` after a wait.
+    #[must_use]
+    fn with_max_delay(&self, max_delay: std::time::Duration) -> Self;
+}
+
+impl Shaping for Gcra {
+    fn with_max_delay(&self, max_delay: std::time::Duration) -> Self {
+        self.max_delay(max_delay)
+    }
+}
+
+impl<A: Shaping> Shaping for Tiered<A> {
+    fn with_max_delay(&self, max_delay: std::time::Duration) -> Self {
+        Tiered::new(self.tiers().iter().map(|t| t.with_max_delay(max_delay)))
+    }
 }
 
 /// What [`Algorithm::check`] returns.

@@ -11,6 +11,7 @@ use tower_service::Service;
 use super::observe::Timer;
 use super::response::{Admission, Responder};
 use crate::body::ResponseBody;
+use crate::clock::Sleep;
 use crate::{Decision, Error};
 
 /// Gives back the capacity an allowed request took, when its response does not count
@@ -24,6 +25,15 @@ pub(crate) struct Pending<S, B> {
     pub(crate) req: Request<B>,
     pub(crate) key_kind: &'static str,
     pub(crate) timer: Timer,
+    /// Starts the wait of a decision with a delay, on the limiter's clock.
+    pub(crate) sleep: Box<dyn FnOnce(std::time::Duration) -> Sleep + Send>,
+}
+
+/// A request allowed after a delay: the readied inner service and the request, held until the
+/// delay is over.
+pub(crate) struct Delayed<S, B> {
+    pub(crate) inner: S,
+    pub(crate) req: Request<B>,
 }
 
 pin_project! {
@@ -45,6 +55,9 @@ pin_project! {
     enum State<F, CF, S, B, R> {
         // Waiting for the store; then the readied inner service is called with the request.
         Checking { #[pin] check: CF, pending: Option<Pending<S, B>> },
+        // Allowed after a delay (shaping): waiting for the request's turn. Dropping the future
+        // here drops the request before the inner service sees it.
+        Delaying { #[pin] sleep: Sleep, delayed: Option<Delayed<S, B>> },
         // The inner service is answering.
         Inner { #[pin] future: F },
         // The response did not count (`count_if`): giving its capacity back.
@@ -83,6 +96,25 @@ impl<F, CF, S, B, R> ResponseFuture<F, CF, S, B, R> {
         let refund = refund.filter(|_| decision.allowed);
         Self {
             state: State::Inner { future },
+            decision: Some(decision),
+            refund,
+            responder,
+        }
+    }
+
+    /// A request allowed after `sleep`: then the readied inner service is called with it.
+    pub(crate) fn delayed(
+        sleep: Sleep,
+        delayed: Delayed<S, B>,
+        decision: Decision,
+        refund: Option<Refund<CF>>,
+        responder: Arc<Responder>,
+    ) -> Self {
+        Self {
+            state: State::Delaying {
+                sleep,
+                delayed: Some(delayed),
+            },
             decision: Some(decision),
             refund,
             responder,
@@ -130,6 +162,7 @@ where
                         mut req,
                         key_kind,
                         timer,
+                        sleep,
                     }) = pending.take()
                     else {
                         unreachable!("ResponseFuture polled after completion");
@@ -144,9 +177,16 @@ where
                             if !decision.allowed {
                                 *this.refund = None;
                             }
+                            let delay = this.responder.delay(&decision);
                             *this.decision = Some(decision);
-                            State::Inner {
-                                future: inner.call(req),
+                            match delay {
+                                Some(delay) => State::Delaying {
+                                    sleep: sleep(delay),
+                                    delayed: Some(Delayed { inner, req }),
+                                },
+                                None => State::Inner {
+                                    future: inner.call(req),
+                                },
                             }
                         }
                         Admission::Answered(response) => State::Answered {
@@ -154,6 +194,15 @@ where
                         },
                     };
                     this.state.set(next);
+                }
+                StateProj::Delaying { sleep, delayed } => {
+                    ready!(sleep.poll(cx));
+                    let Some(Delayed { mut inner, req }) = delayed.take() else {
+                        unreachable!("ResponseFuture polled after completion");
+                    };
+                    this.state.set(State::Inner {
+                        future: inner.call(req),
+                    });
                 }
                 StateProj::Inner { future } => {
                     let mut response = ready!(future.poll(cx))?;

@@ -10,7 +10,7 @@ use super::per_key::{PerKey, Select};
 use super::response::Responder;
 use super::response::{OnLimited, Settings};
 use super::RateLimit;
-use crate::algorithm::{Algorithm, Gcra, Quotas};
+use crate::algorithm::{Algorithm, Gcra, LeakyBucket, Quotas, Shaping};
 use crate::clock::{Clock, SystemClock};
 use crate::key::{Allow, IpList, KeyExtractor, PeerIp, RequestHead, Skip};
 use crate::store::{MemoryState, MemoryStore, Store};
@@ -43,6 +43,38 @@ impl RateLimitLayer<Gcra> {
         <Q::Algorithm<Gcra> as Algorithm>::State: MemoryState,
     {
         RateLimitLayer::from_limiter(RateLimiter::gcra(quotas))
+    }
+
+    /// Limits each client IP with a leaky bucket over `quotas`, in memory: requests reach the
+    /// service one every `period / limit`, never in a burst. A request that finds others
+    /// queued waits its turn in the layer before the service is called; one that finds the
+    /// queue of `burst` places full is refused. If the client goes away while waiting, its
+    /// request never reaches the service. See [`LeakyBucket`].
+    pub fn leaky_bucket<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<LeakyBucket>>
+    where
+        <Q::Algorithm<LeakyBucket> as Algorithm>::State: MemoryState,
+    {
+        RateLimitLayer::from_limiter(RateLimiter::leaky_bucket(quotas))
+    }
+}
+
+impl<A, K, St, C> RateLimitLayer<A, K, St, C>
+where
+    A: Shaping,
+    K: KeyExtractor,
+    St: Store<A>,
+    C: Clock + Clone,
+{
+    /// Shapes instead of rejecting (nginx's `burst` without `nodelay`): a request that could
+    /// pass within `max_delay` waits in the layer for its turn and then goes on; only requests
+    /// that would wait longer are refused. For GCRA and the token bucket.
+    #[must_use]
+    pub fn max_delay(self, max_delay: std::time::Duration) -> Self {
+        RateLimitLayer {
+            config: self
+                .config
+                .map_limiter(|limiter| limiter.max_delay(max_delay)),
+        }
     }
 }
 

@@ -168,6 +168,13 @@ impl Responder {
         }
     }
 
+    /// How long an allowed request must wait before it goes on (shaping), if at all. A dry run
+    /// never holds requests back.
+    pub(crate) fn delay(&self, decision: &Decision) -> Option<std::time::Duration> {
+        let wait = decision.allowed && !decision.delay.is_zero() && !self.settings.dry_run;
+        wait.then_some(decision.delay)
+    }
+
     /// Whether responses are sorted by `count_if`.
     pub(crate) fn counts_some(&self) -> bool {
         self.settings.count_if.is_some()

@@ -10,7 +10,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::config::Config;
-use super::future::{Pending, Refund, ResponseFuture};
+use super::future::{Delayed, Pending, Refund, ResponseFuture};
 use super::observe;
 use super::response::{self, Admission};
 use crate::algorithm::{Algorithm, Gcra};
@@ -140,9 +140,22 @@ where
                 let admission =
                     observer.in_span(key_kind, || responder.admit(result, &mut req, key_kind));
                 match admission {
-                    Admission::Allowed(decision) => {
-                        ResponseFuture::allowed(self.inner.call(req), decision, refund, responder)
-                    }
+                    Admission::Allowed(decision) => match responder.delay(&decision) {
+                        None => ResponseFuture::allowed(
+                            self.inner.call(req),
+                            decision,
+                            refund,
+                            responder,
+                        ),
+                        Some(delay) => {
+                            // The request goes on later: the readied service goes with it.
+                            let clone = self.inner.clone();
+                            let inner = std::mem::replace(&mut self.inner, clone);
+                            let sleep = limiter.clock().sleep(delay);
+                            let delayed = Delayed { inner, req };
+                            ResponseFuture::delayed(sleep, delayed, decision, refund, responder)
+                        }
+                    },
                     Admission::Answered(rejection) => {
                         ResponseFuture::answered(rejection, responder)
                     }
@@ -151,11 +164,13 @@ where
             Poll::Pending => {
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
+                let clock = limiter.clock().clone();
                 let pending = Pending {
                     inner,
                     req,
                     key_kind,
                     timer,
+                    sleep: Box::new(move |delay| clock.sleep(delay)),
                 };
                 ResponseFuture::checking(check, pending, refund, responder)
             }

@@ -1,0 +1,133 @@
+use std::time::Duration;
+
+use super::{Algorithm, Gcra, Outcome};
+use crate::{Decision, Quota};
+
+/// The leaky bucket as a queue: requests leave at a constant rate, one every
+/// `T = period / limit`, and the output is smooth, never bursty.
+///
+/// A request that arrives while `k` requests are ahead of it in the queue is allowed with
+/// [`Decision::delay`] `= k·T`: the layer holds it back that long before calling the service.
+/// The queue holds `burst` requests (the one leaving now included), so a fresh key's first
+/// request passes at once and the next `burst − 1` wait `T`, `2T`, ...; when the queue is full
+/// the request is denied, with `retry_after` until a place frees up. A request of cost `n`
+/// takes `n` places.
+///
+/// `limit` is the queue's size (`burst`) and `remaining` the free places in it. A denied
+/// request changes nothing. If the client goes away while its request waits, the request never
+/// reaches the service, and its place stays taken: giving it back would let a later request
+/// leave in the same slot as one already waiting, a burst the queue exists to prevent.
+///
+/// This is [`Gcra`] with a tolerance of one interval that shapes up to `(burst − 1)·T`: the
+/// state is the same one `u64` per key (8 bytes, updated by compare-and-swap in memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeakyBucket {
+    gcra: Gcra,
+}
+
+impl LeakyBucket {
+    /// The algorithm for `quota`: a queue of `quota.burst()` places drained at
+    /// `quota.limit()` per `quota.period()`.
+    pub fn new(quota: &Quota) -> Self {
+        Self {
+            gcra: Gcra::queue(quota),
+        }
+    }
+
+    /// The interval between two requests leaving the queue, in nanoseconds.
+    pub fn interval_nanos(&self) -> u64 {
+        self.gcra.interval_nanos()
+    }
+
+    /// The longest a request may wait in the queue.
+    pub fn max_delay(&self) -> Duration {
+        Duration::from_nanos(self.gcra.max_delay_nanos())
+    }
+}
+
+impl Algorithm for LeakyBucket {
+    /// When the queue will be empty, in nanoseconds; 0 is fresh.
+    type State = u64;
+
+    #[inline]
+    fn check(&self, state: &u64, now: u64, cost: u64) -> Outcome<u64> {
+        self.gcra.check(state, now, cost)
+    }
+
+    #[inline]
+    fn transition(&self, state: &u64, now: u64, cost: u64) -> Option<u64> {
+        self.gcra.transition(state, now, cost)
+    }
+
+    #[inline]
+    fn decide(&self, state: &u64, next: Option<&u64>, now: u64, cost: u64) -> Decision {
+        self.gcra.decide(state, next, now, cost)
+    }
+
+    fn with_quota(&self, quota: &Quota) -> Self {
+        Self::new(quota)
+    }
+
+    /// Gives back places that have not left the queue yet. The requests queued behind keep
+    /// the times they were given.
+    #[inline]
+    fn refund(&self, state: &u64, now: u64, cost: u64) -> Option<u64> {
+        self.gcra.refund(state, now, cost)
+    }
+
+    #[inline]
+    fn is_fresh(&self, state: &u64, now: u64) -> bool {
+        self.gcra.is_fresh(state, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queue_delays_each_request_one_interval_more() {
+        // 10 per second, a queue of 4: T = 100 ms.
+        let bucket = LeakyBucket::new(&Quota::per_second(10).with_burst(4));
+        let ms = 1_000_000;
+        let mut state = 0;
+        for k in 0..4 {
+            let out = bucket.check(&state, 1000 * ms, 1);
+            let d = out.decision;
+            assert!(d.allowed, "request {k}");
+            assert_eq!(d.delay, Duration::from_millis(100 * k), "request {k}");
+            assert_eq!((d.limit, d.remaining), (4, 3 - k), "request {k}");
+            assert_eq!(d.reset_after, Duration::from_millis(100 * (k + 1)));
+            state = out.state.unwrap();
+        }
+        // Full: the next place frees up when the first request's interval is over.
+        let full = bucket.check(&state, 1000 * ms, 1);
+        assert!(!full.decision.allowed);
+        assert_eq!(full.decision.retry_after, Some(Duration::from_millis(100)));
+        assert_eq!(full.state, None);
+        // 150 ms later one request has left and the queue has room for one, waiting 250 ms.
+        let later = bucket.check(&state, 1150 * ms, 1);
+        assert!(later.decision.allowed);
+        assert_eq!(later.decision.delay, Duration::from_millis(250));
+        assert_eq!(later.decision.remaining, 0);
+        // A cost larger than the queue never fits.
+        let huge = bucket.check(&0, 0, 5);
+        assert_eq!(huge.decision.retry_after, None);
+        // A peek reports the free places.
+        assert_eq!(bucket.check(&state, 1150 * ms, 0).decision.remaining, 1);
+    }
+
+    #[test]
+    fn a_queue_of_one_never_delays() {
+        let bucket = LeakyBucket::new(&Quota::per_second(2).with_burst(1));
+        let first = bucket.check(&0, 0, 1);
+        assert!(first.decision.allowed);
+        assert_eq!(first.decision.delay, Duration::ZERO);
+        let second = bucket.check(&first.state.unwrap(), 0, 1);
+        assert!(!second.decision.allowed);
+        assert_eq!(
+            second.decision.retry_after,
+            Some(Duration::from_millis(500))
+        );
+    }
+}
