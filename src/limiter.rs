@@ -83,9 +83,11 @@ impl RateLimiter<Gcra> {
     ///
     /// ```
     /// use std::time::Duration;
+    /// use tollgate::clock::ManualClock;
     /// use tollgate::{Quota, RateLimiter};
     ///
-    /// let limiter = RateLimiter::leaky_bucket(Quota::per_second(10).with_burst(3));
+    /// let limiter = RateLimiter::leaky_bucket(Quota::per_second(10).with_burst(3))
+    ///     .with_clock(ManualClock::new());
     /// let delays: Vec<_> = (0..4).map(|_| limiter.check_now("k")).collect();
     /// assert_eq!(delays[1].delay, Duration::from_millis(100));
     /// assert_eq!(delays[2].delay, Duration::from_millis(200));
@@ -228,11 +230,13 @@ impl<A: Shaping, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
     ///
     /// ```
     /// use std::time::Duration;
+    /// use tollgate::clock::ManualClock;
     /// use tollgate::{Quota, RateLimiter};
     ///
     /// // 2 at once, then up to 1 s of queueing at 10 per second.
     /// let limiter = RateLimiter::gcra(Quota::per_second(10).with_burst(2))
-    ///     .max_delay(Duration::from_secs(1));
+    ///     .max_delay(Duration::from_secs(1))
+    ///     .with_clock(ManualClock::new());
     /// assert_eq!(limiter.check_now("k").delay, Duration::ZERO);
     /// assert_eq!(limiter.check_now("k").delay, Duration::ZERO);
     /// assert_eq!(limiter.check_now("k").delay, Duration::from_millis(100));
