@@ -25,8 +25,12 @@
 
 mod divisor;
 mod gcra;
+mod hybrid;
+mod token_bucket;
 
 pub use self::gcra::Gcra;
+pub use self::hybrid::{Hybrid, HybridState};
+pub use self::token_bucket::{TokenBucket, TokenBucketState};
 
 use crate::{Decision, Quota};
 
