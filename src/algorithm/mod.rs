@@ -25,12 +25,16 @@
 
 mod divisor;
 mod gcra;
+mod hybrid;
 mod leaky_bucket;
 mod tiered;
+mod token_bucket;
 
 pub use self::gcra::Gcra;
+pub use self::hybrid::{Hybrid, HybridState};
 pub use self::leaky_bucket::LeakyBucket;
 pub use self::tiered::{Quotas, Tiered, TieredState};
+pub use self::token_bucket::{TokenBucket, TokenBucketState};
 
 use crate::{Decision, Quota};
 

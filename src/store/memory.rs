@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::shards::{Forget, Shards};
 use super::Store;
-use crate::algorithm::{Algorithm, TieredState};
+use crate::algorithm::{Algorithm, HybridState, TieredState, TokenBucketState};
 use crate::{Decision, Error, Key};
 
 /// Each policy's table, by policy name and state type.
@@ -215,6 +215,8 @@ impl MemoryState for u64 {
 pub trait LockedState: Clone + Default + Send + Sync + 'static {}
 
 impl<S: Clone + Default + Send + Sync + 'static> LockedState for TieredState<S> {}
+impl LockedState for TokenBucketState {}
+impl LockedState for HybridState {}
 
 fn lock<S>(cell: &Mutex<S>) -> std::sync::MutexGuard<'_, S> {
     // An algorithm that panicked mid-update left a state it had been given whole: keep it.
