@@ -24,8 +24,10 @@
 //! ```
 
 mod divisor;
+mod fixed_window;
 mod gcra;
 
+pub use self::fixed_window::{FixedWindow, FixedWindowState};
 pub use self::gcra::Gcra;
 
 use crate::{Decision, Quota};
