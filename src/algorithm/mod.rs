@@ -26,9 +26,11 @@
 mod divisor;
 mod fixed_window;
 mod gcra;
+mod sliding_log;
 
 pub use self::fixed_window::{FixedWindow, FixedWindowState};
 pub use self::gcra::Gcra;
+pub use self::sliding_log::{SlidingLog, SlidingLogState};
 
 use crate::{Decision, Quota};
 
