@@ -27,10 +27,12 @@ mod divisor;
 mod fixed_window;
 mod gcra;
 mod sliding_log;
+mod sliding_window;
 
 pub use self::fixed_window::{FixedWindow, FixedWindowState};
 pub use self::gcra::Gcra;
 pub use self::sliding_log::{SlidingLog, SlidingLogState};
+pub use self::sliding_window::{SlidingWindow, SlidingWindowState};
 
 use crate::{Decision, Quota};
 
