@@ -242,10 +242,9 @@ impl SlidingWindow {
                 Some(weight) => weight,
                 None => p,
             };
-            let mut offset = p.saturating_sub(weight);
-            if ahead == 0 {
-                offset = offset.max(frame.offset);
-            }
+            // In the current sub-window this is past the frame's offset, as the request does
+            // not pass now.
+            let offset = p.saturating_sub(weight);
             if offset < p {
                 let units = (frame.index + ahead as u128) * p + offset;
                 return self.until(base, units, now);
