@@ -71,7 +71,7 @@ pub struct SlidingWindow {
 ///
 /// 32 bytes per key, plus `8 × (k + 1)` bytes on the heap for the counters with `k`
 /// sub-windows: 48 bytes in all for the two-window estimate. The default is the fresh state and
-/// holds no heap memory.
+/// holds no heap memory. A state kept with another number of sub-windows reads as fresh.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct SlidingWindowState {
     /// A sub-window boundary: the start of the period that holds the newest counter.
