@@ -24,15 +24,21 @@
 //! ```
 
 mod divisor;
+mod fixed_window;
 mod gcra;
 mod hybrid;
 mod leaky_bucket;
+mod sliding_log;
+mod sliding_window;
 mod tiered;
 mod token_bucket;
 
+pub use self::fixed_window::{FixedWindow, FixedWindowState};
 pub use self::gcra::Gcra;
 pub use self::hybrid::{Hybrid, HybridState};
 pub use self::leaky_bucket::LeakyBucket;
+pub use self::sliding_log::{SlidingLog, SlidingLogState};
+pub use self::sliding_window::{SlidingWindow, SlidingWindowState};
 pub use self::tiered::{Quotas, Tiered, TieredState};
 pub use self::token_bucket::{TokenBucket, TokenBucketState};
 

@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::shards::{Forget, Shards};
 use super::Store;
-use crate::algorithm::{Algorithm, HybridState, TieredState, TokenBucketState};
+use crate::algorithm::{
+    Algorithm, FixedWindowState, HybridState, SlidingLogState, SlidingWindowState, TieredState,
+    TokenBucketState,
+};
 use crate::{Decision, Error, Key};
 
 /// Each policy's table, by policy name and state type.
@@ -217,6 +220,9 @@ pub trait LockedState: Clone + Default + Send + Sync + 'static {}
 impl<S: Clone + Default + Send + Sync + 'static> LockedState for TieredState<S> {}
 impl LockedState for TokenBucketState {}
 impl LockedState for HybridState {}
+impl LockedState for FixedWindowState {}
+impl LockedState for SlidingWindowState {}
+impl LockedState for SlidingLogState {}
 
 fn lock<S>(cell: &Mutex<S>) -> std::sync::MutexGuard<'_, S> {
     // An algorithm that panicked mid-update left a state it had been given whole: keep it.
