@@ -203,9 +203,14 @@ proptest! {
     /// Every decision, every refund and every freshness test agree; the bucket's state is
     /// GCRA's TAT in other words (`refilled_at + deficit`, while it is not full).
     #[test]
-    fn token_bucket_decides_as_gcra((quota, start, ops) in any_scenario()) {
-        let bucket = TokenBucket::new(&quota);
-        let gcra = Gcra::new(&quota);
+    fn token_bucket_decides_as_gcra(
+        (quota, start, ops) in any_scenario(),
+        shaping in prop_oneof![Just(0u64), 0..10_000_000_000u64],
+    ) {
+        // Also when both shape (`max_delay`): the bucket borrows what GCRA's TAT runs ahead.
+        let max_delay = std::time::Duration::from_nanos(shaping);
+        let bucket = TokenBucket::new(&quota).max_delay(max_delay);
+        let gcra = Gcra::new(&quota).max_delay(max_delay);
         let (mut state, mut tat) = (Default::default(), 0u64);
         let mut now = start;
         for (step, &op) in ops.iter().enumerate() {

@@ -37,6 +37,8 @@ pub struct TokenBucket {
     interval: u64,
     /// Capacity `T × burst`, in nanoseconds.
     capacity: u64,
+    /// How far below empty the bucket may go for requests that wait (shaping), in nanoseconds.
+    max_delay: u64,
     burst: u64,
     /// Divides by `interval` without a hardware division.
     per_interval: Divisor,
@@ -64,9 +66,26 @@ impl TokenBucket {
         Self {
             interval,
             capacity,
+            max_delay: 0,
             burst: quota.burst(),
             per_interval: Divisor::new(interval),
         }
+    }
+
+    /// Shapes instead of rejecting: a request that finds too few tokens borrows the missing
+    /// ones, up to `max_delay` worth of refill, and is allowed with [`Decision::delay`] until
+    /// they have come in; the layer holds it back that long. `remaining` still counts the
+    /// requests that would pass at once.
+    #[must_use]
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay = u64::try_from(max_delay.as_nanos()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// The most the bucket may lack, in nanoseconds: empty, and `max_delay` beyond.
+    #[inline]
+    fn bound(&self) -> u64 {
+        self.capacity.saturating_add(self.max_delay)
     }
 
     /// Nanoseconds per token: the emission interval `T`.
@@ -111,10 +130,11 @@ impl Algorithm for TokenBucket {
             );
             Outcome::new(decision, None)
         };
-        // A cost above the burst never fits in the bucket, however long the client waits.
+        // A cost above the burst (and what may be borrowed) never fits, however long the
+        // client waits.
         let Some(take) = cost
             .checked_mul(self.interval)
-            .filter(|&t| t <= self.capacity)
+            .filter(|&t| t <= self.bound())
         else {
             return deny(None);
         };
@@ -130,14 +150,17 @@ impl Algorithm for TokenBucket {
         // `deficit <= capacity` after a refill of a state this bucket wrote; an arbitrary state
         // may hold more, hence the saturation.
         let short = deficit.saturating_add(take);
-        if short > self.capacity {
-            return deny(Some(Duration::from_nanos(short - self.capacity)));
+        if short > self.bound() {
+            return deny(Some(Duration::from_nanos(short - self.bound())));
         }
-        let decision = Decision::allow(
+        let mut decision = Decision::allow(
             self.burst,
             self.remaining(short),
             Duration::from_nanos(short),
         );
+        if short > self.capacity {
+            decision = decision.delayed(Duration::from_nanos(short - self.capacity));
+        }
         let next = TokenBucketState {
             deficit: short,
             refilled_at: now,
@@ -146,7 +169,7 @@ impl Algorithm for TokenBucket {
     }
 
     fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota)
+        Self::new(quota).max_delay(Duration::from_nanos(self.max_delay))
     }
 
     /// Puts `cost` tokens back, up to a full bucket: the tokens that have come back with time
