@@ -10,8 +10,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::header::RETRY_AFTER;
 use http::{HeaderMap, Request, Response, StatusCode};
 use sfv::{BareItem, Dictionary, Item, List, ListEntry, Parameters, Parser};
+use std::future::Future as _;
+
+use tollgate::algorithm::Algorithm;
 use tollgate::clock::ManualClock;
 use tollgate::key::PeerAddr;
+use tollgate::store::MemoryState;
 use tollgate::{Decision, HeaderPlacement, HeaderStyle, Quota, RateLimitLayer, RateLimiter};
 use tower::{Layer, ServiceExt};
 
@@ -151,6 +155,22 @@ fn check_style(
     d: &Decision,
     sent_at: i64,
 ) {
+    let policy = [(int(quota.limit()), ceil_secs(quota.period()).max(1))];
+    check_style_of(style, headers, quota, name, d, sent_at, &policy);
+}
+
+/// [`check_style`], where the drafts' policy field lists `policies` (limit, window), one per
+/// tier.
+#[track_caller]
+fn check_style_of(
+    style: HeaderStyle,
+    headers: &HeaderMap,
+    quota: &Quota,
+    name: &str,
+    d: &Decision,
+    sent_at: i64,
+    policies: &[(i64, i64)],
+) {
     assert_eq!(present(headers), fields_of(style), "{style:?}: {headers:?}");
     let limit = int(quota.limit());
     let window = ceil_secs(quota.period()).max(1);
@@ -189,7 +209,7 @@ fn check_style(
                 rate,
                 pairs(&[("limit", limit), ("remaining", remaining), ("reset", reset)])
             );
-            check_draft_policy(headers, limit, window);
+            check_draft_policy(headers, policies);
         }
         HeaderStyle::Draft6 => {
             for (field, value) in [
@@ -201,7 +221,7 @@ fn check_style(
                 assert!(item.params.is_empty(), "{field}: {item:?}");
                 assert_eq!(integer(&item.bare_item), value, "{field}");
             }
-            check_draft_policy(headers, limit, window);
+            check_draft_policy(headers, policies);
         }
         HeaderStyle::GitHub => {
             let number = |field| text(headers, field).parse::<i64>().unwrap();
@@ -219,13 +239,19 @@ fn check_style(
     }
 }
 
-/// Drafts 6 and 7: `RateLimit-Policy: 100;w=60`, a List of one Integer with a `w` parameter.
+/// Drafts 6 and 7: `RateLimit-Policy: 100;w=60`, a List of Integers with a `w` parameter, one
+/// per quota.
 #[track_caller]
-fn check_draft_policy(headers: &HeaderMap, limit: i64, window: i64) {
-    let policy = list(headers, "ratelimit-policy");
-    let policy = only_item(&policy);
-    assert_eq!(integer(&policy.bare_item), limit);
-    assert_eq!(int_params(&policy.params), pairs(&[("w", window)]));
+fn check_draft_policy(headers: &HeaderMap, policies: &[(i64, i64)]) {
+    let list = list(headers, "ratelimit-policy");
+    assert_eq!(list.len(), policies.len(), "{list:?}");
+    for (entry, &(limit, window)) in list.iter().zip(policies) {
+        let ListEntry::Item(policy) = entry else {
+            panic!("an inner list in {list:?}");
+        };
+        assert_eq!(integer(&policy.bare_item), limit);
+        assert_eq!(int_params(&policy.params), pairs(&[("w", window)]));
+    }
 }
 
 fn request(path: &str) -> Request<String> {
@@ -252,22 +278,76 @@ fn ok() -> impl tower::Service<
 /// full refill.
 const STEPS_MS: [u64; 14] = [0, 0, 0, 0, 0, 0, 0, 0, 7_500, 0, 15_100, 400, 0, 90_000];
 
-/// Runs the request sequence through a layer with `style` and checks each response against a
-/// twin limiter's decision.
+/// Runs the request sequence through a GCRA layer with `style` and checks each response
+/// against a twin limiter's decision.
 async fn run_sequence(style: HeaderStyle, quota: Quota) {
+    run_sequence_of(style, quota, |q| RateLimiter::gcra(q)).await;
+}
+
+/// A request the layer is holding back (shaping), with what its response must say.
+struct Held<R> {
+    task: tokio::task::JoinHandle<R>,
+    expected: Decision,
+    sent_at: i64,
+}
+
+/// Sends `req` through `svc`: the answer, or the request held back by the layer, which then
+/// waits in a task of its own for `clock` to reach its turn.
+async fn send_through<S>(
+    svc: S,
+    req: Request<String>,
+) -> Result<S::Response, tokio::task::JoinHandle<S::Response>>
+where
+    S: tower::Service<Request<String>> + Send + 'static,
+    S::Future: Send,
+    S::Response: Send,
+    S::Error: std::fmt::Debug,
+{
+    let mut response = Box::pin(svc.oneshot(req));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match response.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(resp) => Ok(resp.unwrap()),
+        std::task::Poll::Pending => Err(tokio::spawn(async move { response.await.unwrap() })),
+    }
+}
+
+/// The sequence through a layer over the limiter `make` builds, whatever its algorithm.
+async fn run_sequence_of<A>(
+    style: HeaderStyle,
+    quota: Quota,
+    make: impl Fn(Quota) -> RateLimiter<A>,
+) where
+    A: Algorithm,
+    A::State: MemoryState,
+{
     let clock = ManualClock::new();
-    let layer = RateLimitLayer::gcra(quota.clone())
-        .clock(clock.clone())
-        .headers(style);
+    let layer =
+        RateLimitLayer::from_limiter(make(quota.clone()).with_clock(clock.clone())).headers(style);
     let name = layer.limiter().policy().to_owned();
     let svc = layer.layer(ok());
-    let twin = RateLimiter::gcra(quota.clone()).with_clock(clock.clone());
+    let twin = make(quota.clone()).with_clock(clock.clone());
     let (mut allowed, mut denied) = (0, 0);
+    let mut held = Vec::new();
     for step in STEPS_MS {
         clock.advance(Duration::from_millis(step));
         let expected = twin.check("twin").await.unwrap();
         let sent_at = epoch_secs();
-        let resp = svc.clone().oneshot(request("/")).await.unwrap();
+        let resp = match send_through(svc.clone(), request("/")).await {
+            Ok(resp) => {
+                assert!(expected.delay.is_zero(), "{expected:?} passed at once");
+                resp
+            }
+            Err(task) => {
+                assert!(!expected.delay.is_zero(), "held back without a delay");
+                allowed += 1;
+                held.push(Held {
+                    task,
+                    expected,
+                    sent_at,
+                });
+                continue;
+            }
+        };
         if expected.allowed {
             allowed += 1;
             assert_eq!(resp.status(), StatusCode::OK);
@@ -277,6 +357,18 @@ async fn run_sequence(style: HeaderStyle, quota: Quota) {
             let wait = ceil_secs(expected.retry_after.unwrap());
             assert_eq!(text(resp.headers(), "retry-after"), wait.to_string());
         }
+        check_style(style, resp.headers(), &quota, &name, &expected, sent_at);
+    }
+    // Let the held requests go: each answers with the headers of its own decision.
+    clock.advance(Duration::from_secs(3600));
+    for Held {
+        task,
+        expected,
+        sent_at,
+    } in held
+    {
+        let resp = task.await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
         check_style(style, resp.headers(), &quota, &name, &expected, sent_at);
     }
     assert!(
@@ -425,4 +517,118 @@ async fn per_key_quotas_use_the_layer_style() {
             }
         }
     }
+}
+
+#[tokio::test]
+async fn every_style_describes_every_algorithm() {
+    let quota = Quota::per_minute(4).with_burst(6).named("api");
+    for style in STYLES {
+        run_sequence_of(style, quota.clone(), |q| RateLimiter::token_bucket(q)).await;
+        run_sequence_of(style, quota.clone(), |q| RateLimiter::leaky_bucket(q)).await;
+        run_sequence_of(style, quota.clone(), |q| RateLimiter::fixed_window(q)).await;
+        run_sequence_of(style, quota.clone(), |q| RateLimiter::sliding_window(q)).await;
+        run_sequence_of(style, quota.clone(), |q| {
+            RateLimiter::sliding_window(q).sub_windows(4)
+        })
+        .await;
+        run_sequence_of(style, quota.clone(), |q| RateLimiter::sliding_log(q)).await;
+        run_sequence_of(style, quota.clone(), |q| RateLimiter::hybrid(q)).await;
+        run_sequence_of(style, quota.clone(), |q| {
+            RateLimiter::gcra(q).max_delay(Duration::from_secs(20))
+        })
+        .await;
+    }
+}
+
+/// Tiered quotas: the IETF fields carry one list item per quota, each describing that tier's
+/// own decision; the single-value styles describe the tier with the fewest remaining.
+async fn run_tiers<A>(make: impl Fn([Quota; 2]) -> RateLimiter<A>)
+where
+    A: Algorithm,
+    A::State: MemoryState,
+{
+    let tiers = [
+        Quota::per_minute(4).named("minute"),
+        Quota::new(2, Duration::from_secs(10)).named("burst"),
+    ];
+    for style in STYLES {
+        let clock = ManualClock::new();
+        let svc = RateLimitLayer::from_limiter(make(tiers.clone()).with_clock(clock.clone()))
+            .headers(style)
+            .layer(ok());
+        let twin = make(tiers.clone()).with_clock(clock.clone());
+        for step in [0, 0, 0, 10_000, 0, 0, 10_000, 0, 30_000, 0] {
+            clock.advance(Duration::from_millis(step));
+            let expected = twin.check("twin").await.unwrap();
+            assert_eq!(expected.tiers().len(), 2);
+            let sent_at = epoch_secs();
+            let Ok(resp) = send_through(svc.clone(), request("/")).await else {
+                // Held back by a leaky bucket: its headers were checked when it was decided
+                // (the same decision); here only whether the tiers are right matters.
+                assert!(!expected.delay.is_zero());
+                continue;
+            };
+            let headers = resp.headers();
+            if style == HeaderStyle::Ietf {
+                let policy = list(headers, "ratelimit-policy");
+                let rate = list(headers, "ratelimit");
+                assert_eq!((policy.len(), rate.len()), (2, 2), "{headers:?}");
+                for (i, (quota, name)) in tiers.iter().zip(["minute", "burst"]).enumerate() {
+                    let (ListEntry::Item(p), ListEntry::Item(r)) = (&policy[i], &rate[i]) else {
+                        panic!("inner lists in {headers:?}");
+                    };
+                    assert_eq!(p.bare_item.as_string().unwrap().as_str(), name);
+                    assert_eq!(r.bare_item.as_string().unwrap().as_str(), name);
+                    let window = ceil_secs(quota.period());
+                    assert_eq!(
+                        int_params(&p.params),
+                        pairs(&[("q", int(quota.limit())), ("w", window)])
+                    );
+                    let tier = &expected.tiers()[i];
+                    assert_eq!(
+                        int_params(&r.params),
+                        pairs(&[
+                            ("r", int(tier.remaining)),
+                            ("t", ceil_secs(tier.reset_after))
+                        ])
+                    );
+                }
+            } else {
+                // The tier with the fewest remaining (the first on a tie) is the one shown.
+                let shown = expected
+                    .tiers()
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(i, d)| (d.remaining, *i))
+                    .map(|(i, _)| i)
+                    .unwrap();
+                let tier = &expected.tiers()[shown];
+                let name = ["minute", "burst"][shown];
+                let policies: Vec<(i64, i64)> = tiers
+                    .iter()
+                    .map(|q| (int(q.limit()), ceil_secs(q.period())))
+                    .collect();
+                check_style_of(
+                    style,
+                    headers,
+                    &tiers[shown],
+                    name,
+                    tier,
+                    sent_at,
+                    &policies,
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn tiered_quotas_are_described_tier_by_tier() {
+    run_tiers(|q| RateLimiter::gcra(q)).await;
+    run_tiers(|q| RateLimiter::token_bucket(q)).await;
+    run_tiers(|q| RateLimiter::leaky_bucket(q)).await;
+    run_tiers(|q| RateLimiter::fixed_window(q)).await;
+    run_tiers(|q| RateLimiter::sliding_window(q)).await;
+    run_tiers(|q| RateLimiter::sliding_log(q)).await;
+    run_tiers(|q| RateLimiter::hybrid(q)).await;
 }
