@@ -198,8 +198,8 @@ pub fn polite(q: &Quota) -> Pattern {
         }
     }
     let title = format!(
-        "Polite clients: 20 keys, each at 3/4 of the rate in bursts of 1 to 5, for {}",
-        secs(span)
+        "Polite clients: 20 keys, each at 3/4 of the rate in bursts of 1 to 5 ({}x one quota together)",
+        20 * 3 / 4
     );
     Pattern::new("polite", title, span, attempts, true)
 }
