@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, Gcra, LeakyBucket, Quotas, Shaping};
+use crate::algorithm::{
+    Algorithm, FixedWindow, Gcra, Hybrid, LeakyBucket, Quotas, Shaping, SlidingLog, SlidingWindow,
+    SubWindows, TokenBucket,
+};
 use crate::clock::{Clock, SystemClock};
 use crate::store::{MemoryState, MemoryStore, Store};
 use crate::{Decision, Key, Quota};
@@ -83,9 +86,11 @@ impl RateLimiter<Gcra> {
     ///
     /// ```
     /// use std::time::Duration;
+    /// use tollgate::clock::ManualClock;
     /// use tollgate::{Quota, RateLimiter};
     ///
-    /// let limiter = RateLimiter::leaky_bucket(Quota::per_second(10).with_burst(3));
+    /// let limiter = RateLimiter::leaky_bucket(Quota::per_second(10).with_burst(3))
+    ///     .with_clock(ManualClock::new());
     /// let delays: Vec<_> = (0..4).map(|_| limiter.check_now("k")).collect();
     /// assert_eq!(delays[1].delay, Duration::from_millis(100));
     /// assert_eq!(delays[2].delay, Duration::from_millis(200));
@@ -96,6 +101,57 @@ impl RateLimiter<Gcra> {
         <Q::Algorithm<LeakyBucket> as Algorithm>::State: MemoryState,
     {
         RateLimiter::build(quotas, LeakyBucket::new)
+    }
+
+    /// A token bucket over `quotas`: `burst` tokens, refilled continuously at `limit` per
+    /// `period`, starting full; a request takes `cost` tokens. It decides exactly as
+    /// [`gcra`](Self::gcra) for the same quota, for those who think in tokens. See
+    /// [`TokenBucket`].
+    pub fn token_bucket<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<TokenBucket>>
+    where
+        <Q::Algorithm<TokenBucket> as Algorithm>::State: MemoryState,
+    {
+        RateLimiter::build(quotas, TokenBucket::new)
+    }
+
+    /// A fixed window over `quotas`: `limit` per `period`, the window starting at the key's
+    /// first request (keys do not all reset at once). A hard quota per window, but a client may
+    /// pass `2 × limit` across a window's edge. See [`FixedWindow`].
+    pub fn fixed_window<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<FixedWindow>>
+    where
+        <Q::Algorithm<FixedWindow> as Algorithm>::State: MemoryState,
+    {
+        RateLimiter::build(quotas, FixedWindow::new)
+    }
+
+    /// A sliding window over `quotas`: the previous window's count, weighted by how much of it
+    /// the last `period` still covers, plus the current window's. Close to a true sliding
+    /// window in a few words per key; [`sub_windows`](RateLimiter::sub_windows) makes it
+    /// closer. See [`SlidingWindow`].
+    pub fn sliding_window<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<SlidingWindow>>
+    where
+        <Q::Algorithm<SlidingWindow> as Algorithm>::State: MemoryState,
+    {
+        RateLimiter::build(quotas, SlidingWindow::new)
+    }
+
+    /// A sliding log over `quotas`: exact, at most `limit` in any `period`, from the times of
+    /// the admitted requests (memory per key grows with `limit`). See [`SlidingLog`].
+    pub fn sliding_log<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<SlidingLog>>
+    where
+        <Q::Algorithm<SlidingLog> as Algorithm>::State: MemoryState,
+    {
+        RateLimiter::build(quotas, SlidingLog::new)
+    }
+
+    /// The hybrid quota-linear limiter over `quotas`: a whole quota per fixed window for
+    /// clients that stay under it, a smooth rate (with a penalty for the rest of the window)
+    /// for clients that use it all, until they slow down. See [`Hybrid`].
+    pub fn hybrid<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<Hybrid>>
+    where
+        <Q::Algorithm<Hybrid> as Algorithm>::State: MemoryState,
+    {
+        RateLimiter::build(quotas, Hybrid::new)
     }
 }
 
@@ -228,11 +284,13 @@ impl<A: Shaping, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
     ///
     /// ```
     /// use std::time::Duration;
+    /// use tollgate::clock::ManualClock;
     /// use tollgate::{Quota, RateLimiter};
     ///
     /// // 2 at once, then up to 1 s of queueing at 10 per second.
     /// let limiter = RateLimiter::gcra(Quota::per_second(10).with_burst(2))
-    ///     .max_delay(Duration::from_secs(1));
+    ///     .max_delay(Duration::from_secs(1))
+    ///     .with_clock(ManualClock::new());
     /// assert_eq!(limiter.check_now("k").delay, Duration::ZERO);
     /// assert_eq!(limiter.check_now("k").delay, Duration::ZERO);
     /// assert_eq!(limiter.check_now("k").delay, Duration::from_millis(100));
@@ -240,6 +298,21 @@ impl<A: Shaping, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
     #[must_use]
     pub fn max_delay(self, max_delay: Duration) -> Self {
         let algorithm = self.algorithm.with_max_delay(max_delay);
+        RateLimiter::bind(self.quotas, algorithm, self.store, self.clock)
+    }
+}
+
+impl<A: SubWindows, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
+    /// Keeps `k` counters per period instead of one (1 to 64): the estimate of a sliding
+    /// window gets closer to the exact count as `k` grows, for `8 × k` more bytes per key.
+    ///
+    /// # Panics
+    ///
+    /// When `k` is 0 or above 64.
+    #[must_use]
+    #[track_caller]
+    pub fn sub_windows(self, k: usize) -> Self {
+        let algorithm = self.algorithm.with_sub_windows(k);
         RateLimiter::bind(self.quotas, algorithm, self.store, self.clock)
     }
 }

@@ -86,7 +86,9 @@ where
 
 #[test]
 fn gcra() {
-    exactly("gcra", 50, || RateLimiter::gcra(Quota::per_second(10).with_burst(50)));
+    exactly("gcra", 50, || {
+        RateLimiter::gcra(Quota::per_second(10).with_burst(50))
+    });
 }
 
 #[test]

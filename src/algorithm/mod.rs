@@ -24,13 +24,23 @@
 //! ```
 
 mod divisor;
+mod fixed_window;
 mod gcra;
+mod hybrid;
 mod leaky_bucket;
+mod sliding_log;
+mod sliding_window;
 mod tiered;
+mod token_bucket;
 
+pub use self::fixed_window::{FixedWindow, FixedWindowState};
 pub use self::gcra::Gcra;
+pub use self::hybrid::{Hybrid, HybridState};
 pub use self::leaky_bucket::LeakyBucket;
+pub use self::sliding_log::{SlidingLog, SlidingLogState};
+pub use self::sliding_window::{SlidingWindow, SlidingWindowState};
 pub use self::tiered::{Quotas, Tiered, TieredState};
+pub use self::token_bucket::{TokenBucket, TokenBucketState};
 
 use crate::{Decision, Quota};
 
@@ -114,9 +124,39 @@ impl Shaping for Gcra {
     }
 }
 
+impl Shaping for TokenBucket {
+    fn with_max_delay(&self, max_delay: std::time::Duration) -> Self {
+        self.max_delay(max_delay)
+    }
+}
+
 impl<A: Shaping> Shaping for Tiered<A> {
     fn with_max_delay(&self, max_delay: std::time::Duration) -> Self {
         Tiered::new(self.tiers().iter().map(|t| t.with_max_delay(max_delay)))
+    }
+}
+
+/// An algorithm that estimates a sliding window from counters: how many per period.
+pub trait SubWindows: Algorithm {
+    /// The same algorithm with `k` counters per period.
+    ///
+    /// # Panics
+    ///
+    /// When `k` is out of the algorithm's range.
+    #[must_use]
+    #[track_caller]
+    fn with_sub_windows(&self, k: usize) -> Self;
+}
+
+impl SubWindows for SlidingWindow {
+    fn with_sub_windows(&self, k: usize) -> Self {
+        (*self).sub_windows(k)
+    }
+}
+
+impl<A: SubWindows> SubWindows for Tiered<A> {
+    fn with_sub_windows(&self, k: usize) -> Self {
+        Tiered::new(self.tiers().iter().map(|t| t.with_sub_windows(k)))
     }
 }
 

@@ -10,7 +10,10 @@ use super::per_key::{PerKey, Select};
 use super::response::Responder;
 use super::response::{OnLimited, Settings};
 use super::RateLimit;
-use crate::algorithm::{Algorithm, Gcra, LeakyBucket, Quotas, Shaping};
+use crate::algorithm::{
+    Algorithm, FixedWindow, Gcra, Hybrid, LeakyBucket, Quotas, Shaping, SlidingLog, SlidingWindow,
+    SubWindows, TokenBucket,
+};
 use crate::clock::{Clock, SystemClock};
 use crate::key::{Allow, IpList, KeyExtractor, PeerIp, RequestHead, Skip};
 use crate::store::{MemoryState, MemoryStore, Store};
@@ -55,6 +58,73 @@ impl RateLimitLayer<Gcra> {
         <Q::Algorithm<LeakyBucket> as Algorithm>::State: MemoryState,
     {
         RateLimitLayer::from_limiter(RateLimiter::leaky_bucket(quotas))
+    }
+
+    /// Limits each client IP with a token bucket over `quotas`, in memory; the same decisions
+    /// as [`gcra`](Self::gcra). See [`RateLimiter::token_bucket`].
+    pub fn token_bucket<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<TokenBucket>>
+    where
+        <Q::Algorithm<TokenBucket> as Algorithm>::State: MemoryState,
+    {
+        RateLimitLayer::from_limiter(RateLimiter::token_bucket(quotas))
+    }
+
+    /// Limits each client IP to `limit` per window, the window starting at the client's first
+    /// request, in memory. See [`RateLimiter::fixed_window`].
+    pub fn fixed_window<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<FixedWindow>>
+    where
+        <Q::Algorithm<FixedWindow> as Algorithm>::State: MemoryState,
+    {
+        RateLimitLayer::from_limiter(RateLimiter::fixed_window(quotas))
+    }
+
+    /// Limits each client IP with a sliding window estimate, in memory. See
+    /// [`RateLimiter::sliding_window`].
+    pub fn sliding_window<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<SlidingWindow>>
+    where
+        <Q::Algorithm<SlidingWindow> as Algorithm>::State: MemoryState,
+    {
+        RateLimitLayer::from_limiter(RateLimiter::sliding_window(quotas))
+    }
+
+    /// Limits each client IP to exactly `limit` in any `period`, in memory. See
+    /// [`RateLimiter::sliding_log`].
+    pub fn sliding_log<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<SlidingLog>>
+    where
+        <Q::Algorithm<SlidingLog> as Algorithm>::State: MemoryState,
+    {
+        RateLimitLayer::from_limiter(RateLimiter::sliding_log(quotas))
+    }
+
+    /// Limits each client IP with the hybrid quota-linear limiter, in memory. See
+    /// [`RateLimiter::hybrid`].
+    pub fn hybrid<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<Hybrid>>
+    where
+        <Q::Algorithm<Hybrid> as Algorithm>::State: MemoryState,
+    {
+        RateLimitLayer::from_limiter(RateLimiter::hybrid(quotas))
+    }
+}
+
+impl<A, K, St, C> RateLimitLayer<A, K, St, C>
+where
+    A: SubWindows,
+    K: KeyExtractor,
+    St: Store<A>,
+    C: Clock + Clone,
+{
+    /// Keeps `k` counters per period in a sliding window (1 to 64). See
+    /// [`RateLimiter::sub_windows`].
+    ///
+    /// # Panics
+    ///
+    /// When `k` is 0 or above 64.
+    #[must_use]
+    #[track_caller]
+    pub fn sub_windows(self, k: usize) -> Self {
+        RateLimitLayer {
+            config: self.config.map_limiter(|limiter| limiter.sub_windows(k)),
+        }
     }
 }
 

@@ -5,9 +5,12 @@ use std::future::{ready, Ready};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::shards::Shards;
+use super::shards::{Forget, Shards};
 use super::Store;
-use crate::algorithm::{Algorithm, TieredState};
+use crate::algorithm::{
+    Algorithm, FixedWindowState, HybridState, SlidingLogState, SlidingWindowState, TieredState,
+    TokenBucketState,
+};
 use crate::{Decision, Error, Key};
 
 /// Each policy's table, by policy name and state type.
@@ -26,12 +29,48 @@ type Tables = HashMap<(Box<str>, TypeId), Arc<dyn Any + Send + Sync>>;
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     tables: Arc<Mutex<Tables>>,
+    max_keys: Option<usize>,
 }
 
 impl MemoryStore {
-    /// An empty store.
+    /// An empty store. Keys whose state is back to fresh are removed as new keys come in (a
+    /// shard sweeps its fresh keys out each time it has doubled since its last sweep), so the
+    /// store holds at most about twice the keys that are not fresh. Under key spraying (every
+    /// request a new key), bound it with [`with_max_keys`](Self::with_max_keys).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store in which each policy's table holds at most `max_keys` keys.
+    ///
+    /// A new key that finds its shard full first sweeps out the fresh keys; when none are
+    /// fresh, the shard forgets the eighth of its keys that forgetting costs least: keys that
+    /// are not being limited before keys that are, and among those the closest to fresh.
+    /// A client that is being limited therefore stays limited while any other key can go, and
+    /// a flood of new keys (each with capacity left) evicts only its own kind. Forgetting a key
+    /// gives it a fresh start, so the bound should be well above the number of clients active
+    /// in one period.
+    ///
+    /// The bound is divided evenly among the table's shards (the keys' hashes spread them
+    /// evenly), so a table may fill a little before `max_keys` in all.
+    ///
+    /// ```
+    /// use tollgate::store::MemoryStore;
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// let store = MemoryStore::new().with_max_keys(100_000);
+    /// let limiter = RateLimiter::gcra(Quota::per_minute(60)).with_store(store);
+    /// # let _ = limiter;
+    /// ```
+    #[must_use]
+    pub fn with_max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = Some(max_keys);
+        self
+    }
+
+    /// The bound set by [`with_max_keys`](Self::with_max_keys).
+    pub fn max_keys(&self) -> Option<usize> {
+        self.max_keys
     }
 }
 
@@ -95,6 +134,9 @@ pub trait MemoryState: Clone + Default + Send + Sync + 'static {
 
     /// Whether the state in `cell` is back to fresh at `now`, so the key may be forgotten.
     fn is_fresh<A: Algorithm<State = Self>>(cell: &Self::Cell, algorithm: &A, now: u64) -> bool;
+
+    /// The key's standing at `now`: the decision for a request of cost 0.
+    fn peek<A: Algorithm<State = Self>>(cell: &Self::Cell, algorithm: &A, now: u64) -> Decision;
 }
 
 /// Applies `f` to the state in `cell` by compare-and-swap and returns the state `f` was
@@ -160,6 +202,12 @@ impl MemoryState for u64 {
     fn is_fresh<A: Algorithm<State = u64>>(cell: &AtomicU64, algorithm: &A, now: u64) -> bool {
         algorithm.is_fresh(&cell.load(Ordering::Acquire), now)
     }
+
+    fn peek<A: Algorithm<State = u64>>(cell: &AtomicU64, algorithm: &A, now: u64) -> Decision {
+        algorithm
+            .check(&cell.load(Ordering::Acquire), now, 0)
+            .decision
+    }
 }
 
 /// A state held in memory under a lock of its own per key: any state that is not one `u64`.
@@ -170,6 +218,11 @@ impl MemoryState for u64 {
 pub trait LockedState: Clone + Default + Send + Sync + 'static {}
 
 impl<S: Clone + Default + Send + Sync + 'static> LockedState for TieredState<S> {}
+impl LockedState for TokenBucketState {}
+impl LockedState for HybridState {}
+impl LockedState for FixedWindowState {}
+impl LockedState for SlidingWindowState {}
+impl LockedState for SlidingLogState {}
 
 fn lock<S>(cell: &Mutex<S>) -> std::sync::MutexGuard<'_, S> {
     // An algorithm that panicked mid-update left a state it had been given whole: keep it.
@@ -215,6 +268,10 @@ impl<S: LockedState> MemoryState for S {
 
     fn is_fresh<A: Algorithm<State = S>>(cell: &Mutex<S>, algorithm: &A, now: u64) -> bool {
         algorithm.is_fresh(&lock(cell), now)
+    }
+
+    fn peek<A: Algorithm<State = S>>(cell: &Mutex<S>, algorithm: &A, now: u64) -> Decision {
+        algorithm.check(&lock(cell), now, 0).decision
     }
 }
 
@@ -306,10 +363,32 @@ where
                 if algorithm.transition(&fresh, now, cost).is_none() {
                     A::State::unchanged(&fresh, algorithm, now, cost)
                 } else {
-                    self.map.get_or_insert_with(hash, key, apply)
+                    let forget = Forgetting { algorithm, now };
+                    self.map.get_or_insert_with(hash, key, &forget, apply)
                 }
             }
         }
+    }
+}
+
+/// What a table forgets, judged by its algorithm at the time of the request that makes room.
+struct Forgetting<'a, A> {
+    algorithm: &'a A,
+    now: u64,
+}
+
+impl<A: Algorithm> Forget<<A::State as MemoryState>::Cell> for Forgetting<'_, A>
+where
+    A::State: MemoryState,
+{
+    fn is_fresh(&self, cell: &<A::State as MemoryState>::Cell) -> bool {
+        A::State::is_fresh(cell, self.algorithm, self.now)
+    }
+
+    fn weight(&self, cell: &<A::State as MemoryState>::Cell) -> (bool, u64) {
+        let standing = A::State::peek(cell, self.algorithm, self.now);
+        let until_fresh = u64::try_from(standing.reset_after.as_nanos()).unwrap_or(u64::MAX);
+        (standing.remaining == 0, until_fresh)
     }
 }
 
@@ -324,14 +403,14 @@ where
         let algorithm = algorithm.clone();
         if !shared {
             return MemoryTable {
-                map: Arc::new(Map::<A>::new()),
+                map: Arc::new(Map::<A>::bounded(self.max_keys)),
                 algorithm,
             };
         }
         let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
         let slot = tables
             .entry((policy.into(), TypeId::of::<Map<A>>()))
-            .or_insert_with(|| Arc::new(Map::<A>::new()));
+            .or_insert_with(|| Arc::new(Map::<A>::bounded(self.max_keys)));
         let map = match Arc::clone(slot).downcast::<Map<A>>() {
             Ok(map) => map,
             // The slot's type is part of its key, so it always matches.

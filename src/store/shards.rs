@@ -16,6 +16,21 @@ struct Shard<V> {
     tables: RwLock<Tables<V>>,
 }
 
+/// What the map asks of its owner to forget keys: whether a cell is back to fresh, and how
+/// limited it is.
+pub(crate) trait Forget<V> {
+    /// Whether the cell is back to fresh: forgetting it changes no decision.
+    fn is_fresh(&self, cell: &V) -> bool;
+
+    /// How much forgetting the cell would cost its key: `(limited, until_fresh)`, where
+    /// `limited` means no request of cost 1 would pass now and `until_fresh` is the time in
+    /// nanoseconds until it is fresh. Lower goes first.
+    fn weight(&self, cell: &V) -> (bool, u64);
+}
+
+/// The fewest keys a shard holds before it looks for fresh ones to remove.
+const SWEEP_FLOOR: usize = 64;
+
 /// A shard's keys, by kind. IP and integer keys live in tables of plain words: their entries
 /// are smaller than a [`Key`]'s (a 10 000-key map fits in a quarter less cache) and finding
 /// one compares integers instead of matching on the key's kind first.
@@ -24,6 +39,8 @@ struct Tables<V> {
     v6: HashTable<([u64; 2], V)>,
     ints: HashTable<(u64, V)>,
     other: HashTable<(Key, V)>,
+    /// When the shard grows to this many keys, a new key first sweeps the fresh ones out.
+    sweep_at: usize,
 }
 
 impl<V> Tables<V> {
@@ -33,11 +50,73 @@ impl<V> Tables<V> {
             v6: HashTable::new(),
             ints: HashTable::new(),
             other: HashTable::new(),
+            sweep_at: SWEEP_FLOOR,
         }
     }
 
     fn len(&self) -> usize {
         self.v4.len() + self.v6.len() + self.ints.len() + self.other.len()
+    }
+
+    /// Removes the cells `remove` picks, from every table.
+    fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
+        self.v4.retain(|e| keep(&e.1));
+        self.v6.retain(|e| keep(&e.1));
+        self.ints.retain(|e| keep(&e.1));
+        self.other.retain(|e| keep(&e.1));
+    }
+
+    #[inline]
+    fn find(&self, hash: u64, key: &Key) -> Option<&V> {
+        match Probe::of(key) {
+            Probe::V4(w) => self.v4.find(hash, |e| e.0 == w).map(|e| &e.1),
+            Probe::V6(w) => self.v6.find(hash, |e| e.0 == w).map(|e| &e.1),
+            Probe::Int(n) => self.ints.find(hash, |e| e.0 == n).map(|e| &e.1),
+            Probe::Other(key) => self.other.find(hash, |e| e.0 == *key).map(|e| &e.1),
+        }
+    }
+
+    fn cells(&self) -> impl Iterator<Item = &V> {
+        let v4 = self.v4.iter().map(|e| &e.1);
+        let v6 = self.v6.iter().map(|e| &e.1);
+        let ints = self.ints.iter().map(|e| &e.1);
+        v4.chain(v6)
+            .chain(ints)
+            .chain(self.other.iter().map(|e| &e.1))
+    }
+
+    /// Makes room for one more key: removes the fresh keys once the shard has doubled since the
+    /// last sweep, and when it is still at `limit`, evicts the least limited eighth of it.
+    fn make_room(&mut self, limit: usize, forget: &impl Forget<V>) {
+        let len = self.len();
+        if len >= self.sweep_at || len >= limit {
+            self.retain(|cell| !forget.is_fresh(cell));
+            self.sweep_at = (self.len() * 2).max(SWEEP_FLOOR);
+        }
+        let len = self.len();
+        if len < limit {
+            return;
+        }
+        // Full of keys that are not fresh: evict the ones forgetting costs least. Keys that are
+        // being limited go last, so a client under a limit keeps it while any other key can go.
+        let target = (limit / 8).clamp(1, len);
+        let mut weights: Vec<(bool, u64)> = self.cells().map(|c| forget.weight(c)).collect();
+        let (_, &mut threshold, _) = weights.select_nth_unstable(target - 1);
+        let below = weights.iter().filter(|&&w| w < threshold).count();
+        // Every key below the threshold goes, and as many at it as make up the target.
+        let mut at_threshold = target - below;
+        self.retain(|cell| {
+            let w = forget.weight(cell);
+            if w < threshold {
+                false
+            } else if w == threshold && at_threshold > 0 {
+                at_threshold -= 1;
+                false
+            } else {
+                true
+            }
+        });
+        self.sweep_at = (self.len() * 2).max(SWEEP_FLOOR);
     }
 }
 
@@ -89,12 +168,35 @@ fn v6_key(w: [u64; 2]) -> Key {
 pub(crate) struct Shards<V> {
     shards: Box<[Shard<V>]>,
     hasher: RandomState,
+    /// The most keys one shard holds: the map's bound divided among its shards.
+    per_shard: usize,
 }
 
 impl<V: Default> Shards<V> {
+    /// A map without a bound on its keys.
+    #[cfg(test)]
     pub(crate) fn new() -> Self {
+        Self::bounded(None)
+    }
+
+    /// A map that holds at most `max_keys` keys, or any number.
+    ///
+    /// Shards are many, so that removing keys never holds one shard's lock for long: with
+    /// 1 000 000 keys, a shard holds some 15 000.
+    pub(crate) fn bounded(max_keys: Option<usize>) -> Self {
         let parallelism = std::thread::available_parallelism().map_or(4, |n| n.get());
-        let count = (parallelism * 8).next_power_of_two().clamp(16, 1024);
+        let mut count = (parallelism * 16).next_power_of_two().clamp(64, 1024);
+        let per_shard = match max_keys {
+            None => usize::MAX,
+            Some(max) => {
+                // At least one key per shard, and never more than `max` in all.
+                let max = max.max(1);
+                if max < count {
+                    count = 1 << max.ilog2();
+                }
+                max / count
+            }
+        };
         let shards = (0..count)
             .map(|_| Shard {
                 tables: RwLock::new(Tables::new()),
@@ -103,6 +205,7 @@ impl<V: Default> Shards<V> {
         Self {
             shards,
             hasher: RandomState::default(),
+            per_shard,
         }
     }
 
@@ -128,28 +231,36 @@ impl<V: Default> Shards<V> {
     /// is [`hash`](Self::hash)`(key)`.
     #[inline]
     pub(crate) fn get_with<R>(&self, hash: u64, key: &Key, f: impl FnOnce(&V) -> R) -> Option<R> {
-        let probe = Probe::of(key);
         let tables = self
             .shard(hash)
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        let cell = match probe {
-            Probe::V4(w) => tables.v4.find(hash, |e| e.0 == w).map(|e| &e.1),
-            Probe::V6(w) => tables.v6.find(hash, |e| e.0 == w).map(|e| &e.1),
-            Probe::Int(n) => tables.ints.find(hash, |e| e.0 == n).map(|e| &e.1),
-            Probe::Other(key) => tables.other.find(hash, |e| e.0 == *key).map(|e| &e.1),
-        };
-        cell.map(f)
+        tables.find(hash, key).map(f)
     }
 
     /// Runs `f` on the key's cell under the shard's write lock, inserting a default cell first
-    /// if the key is absent. `hash` is [`hash`](Self::hash)`(&key)`.
-    pub(crate) fn get_or_insert_with<R>(&self, hash: u64, key: Key, f: impl FnOnce(&V) -> R) -> R {
+    /// if the key is absent. `hash` is [`hash`](Self::hash)`(&key)`. Before a key goes in, the
+    /// shard makes room ([`Forget`]): it sweeps out fresh keys once it has doubled since the
+    /// last sweep, and evicts the least limited keys when it is at its bound.
+    pub(crate) fn get_or_insert_with<R>(
+        &self,
+        hash: u64,
+        key: Key,
+        forget: &impl Forget<V>,
+        f: impl FnOnce(&V) -> R,
+    ) -> R {
         let mut tables = self
             .shard(hash)
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         let tables = &mut *tables;
+        // Another thread may have put the key in since the caller looked.
+        if let Some(cell) = tables.find(hash, &key) {
+            return f(cell);
+        }
+        if tables.len() >= tables.sweep_at.min(self.per_shard) {
+            tables.make_room(self.per_shard, forget);
+        }
         // Growing a table rehashes its entries: as keys again, so that they hash as they did
         // when they went in.
         let cell = match Probe::of(&key) {
@@ -201,6 +312,19 @@ mod tests {
 
     use super::*;
 
+    /// Keeps every key.
+    struct Never;
+
+    impl Forget<AtomicU64> for Never {
+        fn is_fresh(&self, _: &AtomicU64) -> bool {
+            false
+        }
+
+        fn weight(&self, _: &AtomicU64) -> (bool, u64) {
+            (false, 0)
+        }
+    }
+
     fn keys(i: u64) -> [Key; 5] {
         let word = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         [
@@ -220,7 +344,9 @@ mod tests {
             for (kind, key) in keys(i).into_iter().enumerate() {
                 let hash = map.hash(&key);
                 let value = i * 8 + kind as u64;
-                map.get_or_insert_with(hash, key, |cell| cell.store(value, Ordering::Relaxed));
+                map.get_or_insert_with(hash, key, &Never, |cell| {
+                    cell.store(value, Ordering::Relaxed)
+                });
             }
         }
         assert_eq!(map.len(), 5 * n as usize);
@@ -230,7 +356,8 @@ mod tests {
                 let found = map.get_with(hash, &key, |cell| cell.load(Ordering::Relaxed));
                 assert_eq!(found, Some(i * 8 + kind as u64), "{key:?}");
                 // Inserting again finds the same cell.
-                let again = map.get_or_insert_with(hash, key, |c| c.load(Ordering::Relaxed));
+                let again =
+                    map.get_or_insert_with(hash, key, &Never, |c| c.load(Ordering::Relaxed));
                 assert_eq!(again, i * 8 + kind as u64);
             }
         }

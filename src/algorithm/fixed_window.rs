@@ -1,0 +1,273 @@
+use std::time::Duration;
+
+use super::{Algorithm, Outcome};
+use crate::{Decision, Quota};
+
+/// A fixed window: `limit` requests per window of `period`, counted from the key's own first
+/// request.
+///
+/// A key's window opens at its first admitted request and lasts `period`, as the half-open
+/// interval `[start, start + period)`; the first request admitted after a window has ended
+/// opens the next one. Windows are per key, so keys do not all reset at the same instant. A
+/// request of cost `n` is allowed iff the window's count plus `n` is at most `limit`; a denied
+/// request does not count.
+///
+/// This is the cheapest window algorithm, and the coarsest: a client may spend a whole limit at
+/// the end of one window and another at the start of the next, `2 × limit` in a short time.
+/// [`SlidingWindow`](super::SlidingWindow) and [`SlidingLog`](super::SlidingLog) close that gap.
+/// The quota's burst is not used.
+///
+/// The reported figures: `remaining = limit − count`; `reset_after` is the time until the
+/// window ends (zero for a key without a window); a denied request may retry when the window
+/// ends, or never, when its cost is above `limit`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::algorithm::{Algorithm, FixedWindow, FixedWindowState};
+/// use tollgate::Quota;
+///
+/// let window = FixedWindow::new(&Quota::per_minute(2));
+/// let s = 1_000_000_000; // one second in nanoseconds
+/// let mut state = FixedWindowState::default();
+/// assert!(window.check_mut(&mut state, 10 * s, 1).allowed); // opens [10 s, 70 s)
+/// assert!(window.check_mut(&mut state, 30 * s, 1).allowed);
+/// let denied = window.check_mut(&mut state, 40 * s, 1);
+/// assert!(!denied.allowed);
+/// assert_eq!(denied.retry_after, Some(Duration::from_secs(30)));
+/// assert!(window.check_mut(&mut state, 70 * s, 1).allowed); // opens [70 s, 130 s)
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedWindow {
+    limit: u64,
+    /// The window length in nanoseconds, at least 1.
+    period: u64,
+}
+
+/// A key's [`FixedWindow`] state: its window's start and count. 16 bytes per key.
+///
+/// The default (count 0) is a key without a window: the fresh state. A window is over once
+/// `period` has passed since `start`, whatever the count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct FixedWindowState {
+    /// When the window opened, in nanoseconds.
+    pub start: u64,
+    /// The cost admitted in the window.
+    pub count: u64,
+}
+
+impl FixedWindow {
+    /// The algorithm for `quota`: `quota.limit()` per `quota.period()`. The burst is not used.
+    pub fn new(quota: &Quota) -> Self {
+        Self {
+            limit: quota.limit(),
+            // `Quota` guarantees a period of at least 1 ns that fits in a u64.
+            period: u64::try_from(quota.period().as_nanos())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        }
+    }
+
+    /// The window's count at `now`, and the window's end (exclusive, in nanoseconds), or
+    /// `None` when the key has no open window. A `now` before the window's start reads as its
+    /// start: no time has passed.
+    #[inline]
+    fn open_window(&self, state: &FixedWindowState, now: u64) -> Option<(u64, u128)> {
+        let open = state.count > 0 && now.saturating_sub(state.start) < self.period;
+        open.then(|| {
+            let end = u128::from(state.start) + u128::from(self.period);
+            (state.count, end)
+        })
+    }
+
+    /// `end − now`, saturated to what a `Duration` of u64 nanoseconds holds.
+    #[inline]
+    fn until(end: u128, now: u64) -> Duration {
+        let wait = end.saturating_sub(u128::from(now));
+        Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
+    }
+}
+
+impl Algorithm for FixedWindow {
+    type State = FixedWindowState;
+
+    #[inline]
+    fn check(&self, state: &FixedWindowState, now: u64, cost: u64) -> Outcome<FixedWindowState> {
+        let window = self.open_window(state, now);
+        let (count, reset_after) = match window {
+            Some((count, end)) => (count, Self::until(end, now)),
+            None => (0, Duration::ZERO),
+        };
+        let remaining = self.limit.saturating_sub(count);
+        if cost > remaining {
+            // A cost above the limit never passes; any other passes once the window is over.
+            let retry_after = match window {
+                Some((_, end)) if cost <= self.limit => Some(Self::until(end, now)),
+                _ => None,
+            };
+            let decision = Decision::deny(self.limit, remaining, reset_after, retry_after);
+            return Outcome::new(decision, None);
+        }
+        if cost == 0 {
+            let decision = Decision::allow(self.limit, remaining, reset_after);
+            return Outcome::new(decision, None);
+        }
+        let (next, reset_after) = match window {
+            Some((count, _)) => {
+                let next = FixedWindowState {
+                    start: state.start,
+                    count: count + cost,
+                };
+                (next, reset_after)
+            }
+            None => {
+                let next = FixedWindowState {
+                    start: now,
+                    count: cost,
+                };
+                (next, Duration::from_nanos(self.period))
+            }
+        };
+        let decision = Decision::allow(self.limit, remaining - cost, reset_after);
+        Outcome::new(decision, Some(next))
+    }
+
+    fn with_quota(&self, quota: &Quota) -> Self {
+        Self::new(quota)
+    }
+
+    /// Takes `cost` back from the open window's count (never below zero); `None` when the key
+    /// has no open window or `cost` is zero.
+    fn refund(&self, state: &FixedWindowState, now: u64, cost: u64) -> Option<FixedWindowState> {
+        let (count, _) = self.open_window(state, now)?;
+        if cost == 0 {
+            return None;
+        }
+        let count = count.saturating_sub(cost);
+        Some(if count == 0 {
+            FixedWindowState::default()
+        } else {
+            FixedWindowState {
+                start: state.start,
+                count,
+            }
+        })
+    }
+
+    #[inline]
+    fn is_fresh(&self, state: &FixedWindowState, now: u64) -> bool {
+        self.open_window(state, now).is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn state(start: u64, count: u64) -> FixedWindowState {
+        FixedWindowState { start, count }
+    }
+
+    #[test]
+    fn hand_checked_table() {
+        // 3 per 10 s.
+        let window = FixedWindow::new(&Quota::new(3, Duration::from_secs(10)));
+        // (start s, count, now s, cost) -> (allowed, remaining, reset_after s, retry_after s, next)
+        type Case = (
+            (u64, u64, u64, u64),
+            (bool, u64, u64, Option<u64>, Option<(u64, u64)>),
+        );
+        let cases: [Case; 12] = [
+            // fresh key: the request opens a window at its own time
+            ((0, 0, 100, 1), (true, 2, 10, None, Some((100, 1)))),
+            // the whole limit at once
+            ((0, 0, 100, 3), (true, 0, 10, None, Some((100, 3)))),
+            // above the limit: never
+            ((0, 0, 100, 4), (false, 3, 0, None, None)),
+            // peek on a fresh key
+            ((0, 0, 100, 0), (true, 3, 0, None, None)),
+            // peek into an open window
+            ((100, 2, 104, 0), (true, 1, 6, None, None)),
+            // the last request of a window
+            ((100, 2, 104, 1), (true, 0, 6, None, Some((100, 3)))),
+            // window full: retry when it ends
+            ((100, 3, 104, 1), (false, 0, 6, Some(6), None)),
+            // cost 2 with 1 left: the window must end first
+            ((100, 2, 109, 2), (false, 1, 1, Some(1), None)),
+            // the window's end is its first instant over: a new window opens
+            ((100, 3, 110, 1), (true, 2, 10, None, Some((110, 1)))),
+            // a clock before the window's start reads as the start
+            ((100, 3, 95, 1), (false, 0, 15, Some(15), None)),
+            ((100, 1, 95, 1), (true, 1, 15, None, Some((100, 2)))),
+            // a count above the limit (a smaller quota now) reports nothing remaining
+            ((100, 7, 101, 0), (true, 0, 9, None, None)),
+        ];
+        for ((start, count, now, cost), (allowed, remaining, reset, retry, next)) in cases {
+            let before = state(start * S, count);
+            let out = window.check(&before, now * S, cost);
+            let d = out.decision;
+            let case = format!("start={start} count={count} now={now} cost={cost}");
+            assert_eq!(d.allowed, allowed, "{case}");
+            assert_eq!(d.limit, 3, "{case}");
+            assert_eq!(d.remaining, remaining, "{case}");
+            assert_eq!(d.reset_after, Duration::from_secs(reset), "{case}");
+            assert_eq!(d.retry_after, retry.map(Duration::from_secs), "{case}");
+            assert_eq!(d.delay, Duration::ZERO, "{case}");
+            assert_eq!(out.state, next.map(|(s, c)| state(s * S, c)), "{case}");
+            let mut in_place = before;
+            assert_eq!(window.check_mut(&mut in_place, now * S, cost), d, "{case}");
+            assert_eq!(in_place, out.state.unwrap_or(before), "{case}");
+        }
+    }
+
+    #[test]
+    fn refunds_come_from_the_open_window_only() {
+        let window = FixedWindow::new(&Quota::new(3, Duration::from_secs(10)));
+        assert_eq!(
+            window.refund(&state(100 * S, 3), 105 * S, 1),
+            Some(state(100 * S, 2))
+        );
+        // Never below zero; an empty window is the fresh state.
+        assert_eq!(
+            window.refund(&state(100 * S, 2), 105 * S, 5),
+            Some(state(0, 0))
+        );
+        // The window is over: nothing to give back.
+        assert_eq!(window.refund(&state(100 * S, 3), 110 * S, 1), None);
+        assert_eq!(window.refund(&state(0, 0), 105 * S, 1), None);
+        assert_eq!(window.refund(&state(100 * S, 3), 105 * S, 0), None);
+    }
+
+    #[test]
+    fn freshness_follows_the_window() {
+        let window = FixedWindow::new(&Quota::new(3, Duration::from_secs(10)));
+        assert!(window.is_fresh(&state(0, 0), 0));
+        assert!(window.is_fresh(&state(100 * S, 0), 105 * S));
+        assert!(!window.is_fresh(&state(100 * S, 1), 105 * S));
+        assert!(!window.is_fresh(&state(100 * S, 1), 110 * S - 1));
+        assert!(window.is_fresh(&state(100 * S, 1), 110 * S));
+    }
+
+    #[test]
+    fn extreme_values_saturate_instead_of_overflowing() {
+        let window = FixedWindow::new(&Quota::new(u64::MAX, Duration::from_nanos(u64::MAX)));
+        let full = state(u64::MAX, u64::MAX);
+        let out = window.check(&full, u64::MAX, u64::MAX);
+        assert!(!out.decision.allowed);
+        assert_eq!(out.decision.reset_after, Duration::from_nanos(u64::MAX));
+        assert_eq!(
+            out.decision.retry_after,
+            Some(Duration::from_nanos(u64::MAX))
+        );
+        let out = window.check(&full, 0, 1);
+        assert!(!out.decision.allowed);
+        let out = window.check(&state(0, 0), u64::MAX, u64::MAX);
+        assert!(out.decision.allowed);
+        assert_eq!(out.state, Some(state(u64::MAX, u64::MAX)));
+        let small = FixedWindow::new(&Quota::per_second(1));
+        let out = small.check(&state(u64::MAX, 1), u64::MAX, u64::MAX);
+        assert_eq!(out.decision.retry_after, None);
+        assert_eq!(out.decision.reset_after, Duration::from_secs(1));
+    }
+}
