@@ -86,6 +86,50 @@ fn the_leaky_bucket_at_twice_the_rate() {
 }
 
 #[test]
+fn the_windows_at_twice_the_rate() {
+    let p = abuse_2x();
+    // Fixed window: the first request opens [0, 60 s); k = 0..=99 (up to 29.7 s) fill it and
+    // k = 100..=199 are denied. k = 200 at 60.0 s opens [60 s, 120 s): 100 more, then 100
+    // denied. Any 60 s holds the tail of one window's run and the head of the next, which
+    // add up to 100 (from 0.3·m s: 100 − m of the first, m of the second). The request
+    // denied at 30.0 s passes with the one at 60.0 s.
+    let fixed = run("fixed window", &p);
+    assert_eq!((fixed.admitted, fixed.denied), (200, 200));
+    assert_eq!(fixed.before_first_denial, Some(100));
+    assert_eq!((fixed.first_window, fixed.busiest_window), (100, 100));
+    assert_eq!(fixed.longest_wait, 30 * SECOND);
+
+    // Sliding log: the log of (now − 60 s, now] is full from 29.7 s; the request at 0 s
+    // leaves it at 60.0 s, the one at 0.3 s at 60.3 s, ...: the first minute's admissions
+    // are repeated 60 s later, exactly as under the fixed window.
+    let log = run("sliding log", &p);
+    assert_eq!(log.served, fixed.served);
+    assert_eq!(log.longest_wait, 30 * SECOND);
+
+    // Sliding window: [0, 60 s) takes k = 0..=99 as above. In [60 s, 120 s), e s into it,
+    // the estimate is 100·(60 − e)/60 + c for c admitted there; the next passes iff
+    // 100 − 100·e/60 + c + 1 <= 100, e >= 0.6·(c + 1) s: at 60.6, 61.2, ..., 119.4 s, 99 of
+    // them (the first at 60.0 s and 60.3 s are still over). 30.6 s after the first denial.
+    let sliding = run("sliding window", &p);
+    assert_eq!((sliding.admitted, sliding.denied), (199, 201));
+    assert_eq!(sliding.before_first_denial, Some(100));
+    assert_eq!((sliding.first_window, sliding.busiest_window), (100, 100));
+    assert_eq!(sliding.longest_wait, 30_600 * MS);
+
+    // Hybrid (seed 000): a bursty window of 100 at 0 s; the request taking the last token
+    // (k = 99, 29.7 s) switches to smooth mode with a bucket of −(60 − 29.7) s + T, one token
+    // being T. It refills by 300 ms per request, holding T (one token) at 60.0 s, and from
+    // then on every other request: k = 200, 202, ..., 398, 100 in [60 s, 120 s). Any 60 s
+    // holds at most 100: the seed's promise of no more than the quota before the window
+    // ends, then the rate.
+    let hybrid = run("hybrid", &p);
+    assert_eq!((hybrid.admitted, hybrid.denied), (200, 200));
+    assert_eq!(hybrid.before_first_denial, Some(100));
+    assert_eq!((hybrid.first_window, hybrid.busiest_window), (100, 100));
+    assert_eq!(hybrid.longest_wait, 30 * SECOND);
+}
+
+#[test]
 fn bursts_and_pauses() {
     let p = sim::burst_pause(&sim::quota());
     // 100 at 0 s, 100 at 45 s, 100 at 150 s.
@@ -107,6 +151,24 @@ fn bursts_and_pauses() {
     assert_eq!((leaky.first_window, leaky.busiest_window), (100, 100));
     assert_eq!(leaky.longest_wait, 99 * T);
     assert_eq!(leaky.served[100], 60 * SECOND);
+
+    // The windows: the first burst fills the key's first window [0, 60 s); at 45 s it is
+    // still full (the sliding ones count all 100 within the last 60 s; the hybrid's smooth
+    // bucket, at T − 60 s after the burst, has refilled to T − 15 s, less than a token). At
+    // 150 s the key is fresh for every one of them: the previous window [60 s, 120 s) is
+    // empty, and the hybrid's bucket (T + 90 s) holds more than a quota, so it starts over.
+    for algo in [
+        "fixed window",
+        "sliding window",
+        "sliding window, 6 sub-windows",
+        "sliding log",
+        "hybrid",
+    ] {
+        let o = run(algo, &p);
+        assert_eq!((o.admitted, o.denied), (200, 100), "{algo}");
+        assert_eq!(o.before_first_denial, Some(100), "{algo}");
+        assert_eq!((o.first_window, o.busiest_window), (100, 100), "{algo}");
+    }
 }
 
 #[test]
@@ -132,28 +194,110 @@ fn bursts_at_a_window_edge() {
     // request of the first burst waits only 99·590 ms).
     assert_eq!((leaky.first_window, leaky.busiest_window), (3, 100));
     assert_eq!(leaky.longest_wait, 99 * T);
+
+    // Fixed window: [0, 60 s) takes the request at 0 s and 99 of the first burst (the last,
+    // at 59.99 s, finds it full); at 60.00 s the window is over and the next one takes the
+    // whole second burst. [59 s, 119 s) holds 99 + 100: twice the quota less one, in two
+    // seconds.
+    let fixed = run("fixed window", &p);
+    assert_eq!((fixed.admitted, fixed.denied), (200, 1));
+    assert_eq!(fixed.before_first_denial, Some(100));
+    assert_eq!((fixed.first_window, fixed.busiest_window), (100, 199));
+
+    // Sliding log: the same 100 before 60 s; at 60.00 s the request at 0 s is no longer in
+    // (now − 60 s, now], so one more passes; the other 99 all arrive before 119 s, when the
+    // first burst starts to leave.
+    let log = run("sliding log", &p);
+    assert_eq!((log.admitted, log.denied), (101, 100));
+    assert_eq!((log.first_window, log.busiest_window), (100, 100));
+
+    // Hybrid: the request at 0 s opens a bursty window with 99 tokens left; the 99th request
+    // of the first burst (59.98 s) takes the last one and switches to smooth mode with
+    // T − 0.02 s, 20 ms short of a token. It is whole at 60.00 s (one passes), and again at
+    // 60.60 s. So 100 in the key's first window, as the seed promises, but 99 + 2 = 101 in
+    // [59 s, 119 s): the promise is per window of the key's own, not per any 60 s.
+    let hybrid = run("hybrid", &p);
+    assert_eq!((hybrid.admitted, hybrid.denied), (102, 99));
+    assert_eq!(hybrid.before_first_denial, Some(100));
+    assert_eq!((hybrid.first_window, hybrid.busiest_window), (100, 101));
 }
 
 #[test]
 fn polite_clients_are_never_denied() {
     let p = sim::polite(&sim::quota());
     let attempts = p.attempts.len() as u64;
-    for algo in ["GCRA", "leaky bucket"] {
-        let o = run(algo, &p);
-        // A client sending b at once every b·800 ms asks at most b + (t − s)/800 ms in any
-        // [s, t], never more than GCRA's burst + floor((t − s)/T) for b <= 5. The leaky
-        // bucket admits the same requests as GCRA.
-        assert_eq!((o.admitted, o.denied), (attempts, 0), "{algo}");
-        assert_eq!(o.before_first_denial, None, "{algo}");
-        // Clients sending 2 every 1.6 s or 4 every 3.2 s fit 38 (60 / 1.6 = 37.5) and 19
-        // (60 / 3.2 = 18.75) bursts in a minute: 76 requests. Client 1 (2 every 1.6 s from
-        // 0.1 s) does so in the first minute too: 0.1 s + 37·1.6 s = 59.3 s.
-        assert_eq!((o.first_window, o.busiest_window), (76, 76), "{algo}");
+    // A client sending b at once every p = b·800 ms sends at most b + L/800 ms in any
+    // stretch of L, and at most b·ceil(60 s / p) in any 60 s: 75 for b = 1, 3, 5 and 76 for
+    // b = 2 (38 bursts, 60 / 1.6 = 37.5) and b = 4 (19 bursts, 60 / 3.2 = 18.75). So:
+    // - GCRA and the token bucket: b + L/800 ms <= burst + floor(L/T) for b <= 5; the leaky
+    //   bucket admits the same requests as GCRA;
+    // - the fixed window, the sliding log and the hybrid's bursty windows see at most 76 in
+    //   any 60 s, never the quota (the hybrid never reaches smooth mode);
+    // - the sliding window's estimate, e into a window, is at most
+    //   (60 s/800 ms + 5)·(1 − e/60 s) + e/800 ms + 5 <= 85; with 6 sub-windows the counters
+    //   cover at most 70 s, at most 70 s/800 ms + 5 = 92.5 requests.
+    // None is ever denied. Served without delay, or spread by the leaky bucket within its
+    // own period, each client's requests stay periodic, b every p: 76 in the busiest minute,
+    // and in the first one too for client 1 (2 every 1.6 s from 0.1 s: 0.1 s + 37·1.6 s =
+    // 59.3 s, and the leaky bucket serves its second at 59.9 s).
+    for algo in sim::algorithms() {
+        let o = sim::simulate(&algo, &sim::quota(), &p);
+        let name = algo.name;
+        assert_eq!((o.admitted, o.denied), (attempts, 0), "{name}");
+        assert_eq!(o.before_first_denial, None, "{name}");
+        assert_eq!((o.first_window, o.busiest_window), (76, 76), "{name}");
     }
     // A burst of 5 finds the queue empty (the last one drained 5·T = 3 s after the previous
     // burst, which was 4 s earlier) and its last request waits 4·T.
     assert_eq!(run("leaky bucket", &p).longest_wait, 4 * T);
     assert_eq!(run("GCRA", &p).longest_wait, 0);
+}
+
+#[test]
+fn what_each_algorithm_promises_holds_in_every_pattern() {
+    let q = sim::quota();
+    for pattern in sim::patterns(&q) {
+        let slug = pattern.slug;
+        let gcra = run("GCRA", &pattern);
+        // The token bucket decides as GCRA does (its tokens are GCRA's TAT read the other way).
+        assert_eq!(
+            run("token bucket", &pattern),
+            Outcome {
+                algorithm: "token bucket",
+                ..gcra.clone()
+            },
+            "{slug}"
+        );
+        // The leaky bucket admits what GCRA admits, and serves one key at most every T
+        // (`served` mixes the keys: checked where there is one).
+        let leaky = run("leaky bucket", &pattern);
+        assert_eq!(
+            (leaky.admitted, leaky.before_first_denial),
+            (gcra.admitted, gcra.before_first_denial),
+            "{slug}"
+        );
+        let one_key = pattern.attempts.iter().all(|a| a.client == 0);
+        assert!(
+            !one_key || leaky.served.windows(2).all(|w| w[1] - w[0] >= T),
+            "{slug}"
+        );
+        // GCRA: at most burst + limit − 1 in any period.
+        assert!(gcra.busiest_window <= 199, "{slug}");
+        // The sliding log is exact: never more than the quota in any period.
+        assert!(run("sliding log", &pattern).busiest_window <= 100, "{slug}");
+        // Nothing but the leaky bucket delays.
+        for algo in sim::algorithms()
+            .iter()
+            .filter(|a| a.name != "leaky bucket")
+        {
+            let o = sim::simulate(algo, &q, &pattern);
+            assert!(
+                pattern.retries || o.longest_wait == 0,
+                "{slug} {}",
+                algo.name
+            );
+        }
+    }
 }
 
 #[test]

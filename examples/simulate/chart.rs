@@ -46,18 +46,20 @@ pub fn draw(path: &Path, pattern: &Pattern, outcomes: &[Outcome]) -> Result<(), 
         .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()?;
 
-    // Algorithms that agree draw on top of each other: earlier ones are drawn wider, so each
-    // stays visible as a border around the later ones.
-    let count = outcomes.len() as u32;
     for (i, outcome) in outcomes.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
-        let width = 2 + 2 * (count - 1 - i as u32);
+        // An algorithm that served exactly the same requests at the same times as one drawn
+        // before it hides under that line: the legend says so.
+        let label = match outcomes[..i].iter().find(|o| o.served == outcome.served) {
+            Some(same) => format!("{} (same as {})", outcome.algorithm, same.algorithm),
+            None => outcome.algorithm.to_owned(),
+        };
         chart
             .draw_series(LineSeries::new(
                 steps(&outcome.served, end),
-                colour.stroke_width(width),
+                colour.stroke_width(2),
             ))?
-            .label(outcome.algorithm)
+            .label(label)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], colour.stroke_width(3)));
     }
     chart

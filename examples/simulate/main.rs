@@ -14,7 +14,7 @@ mod sim;
 use std::error::Error;
 use std::path::PathBuf;
 
-use sim::{patterns, quota, secs, simulate_all, table, WAIT};
+use sim::{patterns, quota, secs, simulate_all, table, COLUMNS};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let out = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "docs".to_owned()));
@@ -28,17 +28,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         secs(period),
         secs(u64::try_from(q.emission_interval().as_nanos())?)
     );
-    println!("admitted, denied: requests allowed and denied.");
-    println!(
-        "first window: requests of one key served in the first {} (the most of any key).",
-        secs(period)
-    );
-    println!(
-        "busiest window: the most requests of one key served within any {} (sliding over all times).",
-        secs(period)
-    );
-    println!("before 1st denial: requests allowed, all clients together, before the first denial.");
-    println!("{WAIT}\n");
+    println!("{COLUMNS}\n");
 
     for pattern in patterns(&q) {
         let outcomes = simulate_all(&q, &pattern);

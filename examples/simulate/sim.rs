@@ -45,8 +45,32 @@ pub fn algorithms() -> Vec<Algo> {
             make: |q| on_manual_clock(RateLimiter::gcra(q)),
         },
         Algo {
+            name: "token bucket",
+            make: |q| on_manual_clock(RateLimiter::token_bucket(q)),
+        },
+        Algo {
             name: "leaky bucket",
             make: |q| on_manual_clock(RateLimiter::leaky_bucket(q)),
+        },
+        Algo {
+            name: "fixed window",
+            make: |q| on_manual_clock(RateLimiter::fixed_window(q)),
+        },
+        Algo {
+            name: "sliding window",
+            make: |q| on_manual_clock(RateLimiter::sliding_window(q)),
+        },
+        Algo {
+            name: "sliding window, 6 sub-windows",
+            make: |q| on_manual_clock(RateLimiter::sliding_window(q).sub_windows(6)),
+        },
+        Algo {
+            name: "sliding log",
+            make: |q| on_manual_clock(RateLimiter::sliding_log(q)),
+        },
+        Algo {
+            name: "hybrid",
+            make: |q| on_manual_clock(RateLimiter::hybrid(q)),
         },
     ]
 }
@@ -237,18 +261,25 @@ pub struct Outcome {
     /// Requests allowed, all clients together, before the first denial; `None` if none was
     /// denied.
     pub before_first_denial: Option<u64>,
-    /// The longest wait, in nanoseconds (see [`WAIT`]).
+    /// The longest wait, in nanoseconds (see [`COLUMNS`]).
     pub longest_wait: u64,
 }
 
-/// How the longest wait is measured, for the printed output.
-pub const WAIT: &str =
-    "longest wait: the longest time from a request being wanted to being served. \
-A served request waits Decision::delay (the leaky bucket's queueing) after it arrives. A client \
-that keeps trying (steady abuse, polite clients) retries a denied request with each of its next \
-requests, so its wait runs from its first attempt since its last served request to the moment \
-an attempt is served; a client sending bursts drops what is denied. Waits still open at the \
-end are not counted.";
+/// What the columns of [`table`] mean, for the printed output.
+pub const COLUMNS: &str = "\
+admitted, denied     requests allowed and denied.
+first window         the most requests of one key served in [0 s, 60 s).
+busiest window       the most requests of one key served within any 60 s, [t, t + 60 s)
+                     for every t.
+before 1st denial    requests allowed, all clients together, before the first denial.
+longest wait         the longest time from a request being wanted to being served. A served
+                     request waits its Decision::delay (the leaky bucket's queue) after it
+                     arrives. A client that keeps trying (steady abuse, polite clients)
+                     retries a denied request with each of its next requests, so its wait
+                     runs from its first attempt since its last served one until an attempt
+                     is served; a client sending bursts drops what is denied. Waits still
+                     open at the end are not counted.
+A request is served when it reaches the service: its arrival plus Decision::delay.";
 
 /// Runs `pattern` through a fresh limiter of `algo` for `q`.
 pub fn simulate(algo: &Algo, q: &Quota, pattern: &Pattern) -> Outcome {
@@ -327,7 +358,7 @@ pub fn secs(ns: u64) -> String {
 /// The table of outcomes, with a header line.
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut out = format!(
-        "{:<26} {:>8} {:>7} {:>12} {:>14} {:>17} {:>12}\n",
+        "{:<29} {:>8} {:>7} {:>12} {:>14} {:>17} {:>12}\n",
         "algorithm",
         "admitted",
         "denied",
@@ -341,7 +372,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
             .before_first_denial
             .map_or_else(|| "never denied".to_owned(), |n| n.to_string());
         out += &format!(
-            "{:<26} {:>8} {:>7} {:>12} {:>14} {:>17} {:>12}\n",
+            "{:<29} {:>8} {:>7} {:>12} {:>14} {:>17} {:>12}\n",
             o.algorithm,
             o.admitted,
             o.denied,
