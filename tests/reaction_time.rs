@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use tollgate::algorithm::{Algorithm, Gcra, Hybrid, TokenBucket};
+use tollgate::algorithm::{Algorithm, FixedWindow, Gcra, Hybrid, SlidingLog, TokenBucket};
 use tollgate::Quota;
 
 /// The quota per window.
@@ -109,6 +109,30 @@ fn hybrid_admits_exactly_q_in_the_first_window() {
     }
 }
 
-// Fixed window and sliding log: to be added here by the lead once those algorithms land
-// (expected: a fixed window admits exactly q in the first window, like Hybrid, but a whole quota
-// again at the start of every window; a sliding log admits exactly q in every window).
+/// The window algorithms hold the quota per window however hard the client pushes: exactly `q`
+/// before the first denial and in the first window. The fixed window gives a whole quota again
+/// at the start of each of its windows (which start at the client's first request, so they line
+/// up with `k·w` here); the sliding log never admits more than `q` in any window of length `w`.
+#[test]
+fn window_limiters_admit_exactly_q_in_the_first_window() {
+    let quota = quota();
+    for a in ABUSE {
+        let (num, den) = a;
+        let requests = 5 * Q * num / den; // five windows' worth
+        let fixed = run(&FixedWindow::new(&quota), gap(a), requests);
+        let log = run(&SlidingLog::new(&quota), gap(a), requests);
+        for (name, log) in [("fixed window", &fixed), ("sliding log", &log)] {
+            assert_eq!(before_first_denial(log), Q, "{name}, a = {num}/{den}");
+            assert_eq!(admitted_in(log, 0), Q, "{name}, a = {num}/{den}");
+        }
+        let per_window: Vec<u64> = (0..5).map(|k| admitted_in(&fixed, k * W)).collect();
+        assert_eq!(per_window, [Q; 5], "fixed window, a = {num}/{den}");
+        // Every window of length `w` that starts at an admission holds at most `q` of them.
+        let admitted: Vec<u64> = log.iter().filter(|e| e.1).map(|e| e.0).collect();
+        for &from in &admitted {
+            assert!(admitted_in(&log, from) <= Q, "sliding log from {from}");
+        }
+        // And it is not starved either: after the first window, a quota in each.
+        assert_eq!(admitted.len() as u64, 5 * Q, "sliding log, a = {num}/{den}");
+    }
+}

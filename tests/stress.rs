@@ -116,3 +116,49 @@ fn tiered_gcra() {
         RateLimiter::gcra([Quota::per_second(100), Quota::per_minute(30)])
     });
 }
+
+#[test]
+fn token_bucket() {
+    exactly("token bucket", 50, || {
+        RateLimiter::token_bucket(Quota::per_second(10).with_burst(50))
+    });
+}
+
+#[test]
+fn fixed_window() {
+    exactly("fixed window", 60, || {
+        RateLimiter::fixed_window(Quota::per_minute(60))
+    });
+}
+
+#[test]
+fn sliding_window() {
+    exactly("sliding window", 60, || {
+        RateLimiter::sliding_window(Quota::per_minute(60))
+    });
+    exactly("sliding window, 8 counters", 60, || {
+        RateLimiter::sliding_window(Quota::per_minute(60)).sub_windows(8)
+    });
+}
+
+#[test]
+fn sliding_log() {
+    exactly("sliding log", 60, || {
+        RateLimiter::sliding_log(Quota::per_minute(60))
+    });
+}
+
+#[test]
+fn hybrid() {
+    exactly("hybrid", 60, || RateLimiter::hybrid(Quota::per_minute(60)));
+}
+
+#[test]
+fn tiered_windows() {
+    exactly("tiered fixed window", 20, || {
+        RateLimiter::fixed_window([Quota::per_second(20), Quota::per_hour(1000)])
+    });
+    exactly("tiered sliding log", 25, || {
+        RateLimiter::sliding_log([Quota::per_minute(25), Quota::per_second(50)])
+    });
+}
