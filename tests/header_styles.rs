@@ -281,7 +281,7 @@ const STEPS_MS: [u64; 14] = [0, 0, 0, 0, 0, 0, 0, 0, 7_500, 0, 15_100, 400, 0, 9
 /// Runs the request sequence through a GCRA layer with `style` and checks each response
 /// against a twin limiter's decision.
 async fn run_sequence(style: HeaderStyle, quota: Quota) {
-    run_sequence_of(style, quota, |q| RateLimiter::gcra(q)).await;
+    run_sequence_of(style, quota, RateLimiter::gcra).await;
 }
 
 /// A request the layer is holding back (shaping), with what its response must say.
@@ -523,16 +523,16 @@ async fn per_key_quotas_use_the_layer_style() {
 async fn every_style_describes_every_algorithm() {
     let quota = Quota::per_minute(4).with_burst(6).named("api");
     for style in STYLES {
-        run_sequence_of(style, quota.clone(), |q| RateLimiter::token_bucket(q)).await;
-        run_sequence_of(style, quota.clone(), |q| RateLimiter::leaky_bucket(q)).await;
-        run_sequence_of(style, quota.clone(), |q| RateLimiter::fixed_window(q)).await;
-        run_sequence_of(style, quota.clone(), |q| RateLimiter::sliding_window(q)).await;
+        run_sequence_of(style, quota.clone(), RateLimiter::token_bucket).await;
+        run_sequence_of(style, quota.clone(), RateLimiter::leaky_bucket).await;
+        run_sequence_of(style, quota.clone(), RateLimiter::fixed_window).await;
+        run_sequence_of(style, quota.clone(), RateLimiter::sliding_window).await;
         run_sequence_of(style, quota.clone(), |q| {
             RateLimiter::sliding_window(q).sub_windows(4)
         })
         .await;
-        run_sequence_of(style, quota.clone(), |q| RateLimiter::sliding_log(q)).await;
-        run_sequence_of(style, quota.clone(), |q| RateLimiter::hybrid(q)).await;
+        run_sequence_of(style, quota.clone(), RateLimiter::sliding_log).await;
+        run_sequence_of(style, quota.clone(), RateLimiter::hybrid).await;
         run_sequence_of(style, quota.clone(), |q| {
             RateLimiter::gcra(q).max_delay(Duration::from_secs(20))
         })
@@ -624,11 +624,11 @@ where
 
 #[tokio::test]
 async fn tiered_quotas_are_described_tier_by_tier() {
-    run_tiers(|q| RateLimiter::gcra(q)).await;
-    run_tiers(|q| RateLimiter::token_bucket(q)).await;
-    run_tiers(|q| RateLimiter::leaky_bucket(q)).await;
-    run_tiers(|q| RateLimiter::fixed_window(q)).await;
-    run_tiers(|q| RateLimiter::sliding_window(q)).await;
-    run_tiers(|q| RateLimiter::sliding_log(q)).await;
-    run_tiers(|q| RateLimiter::hybrid(q)).await;
+    run_tiers(RateLimiter::gcra).await;
+    run_tiers(RateLimiter::token_bucket).await;
+    run_tiers(RateLimiter::leaky_bucket).await;
+    run_tiers(RateLimiter::fixed_window).await;
+    run_tiers(RateLimiter::sliding_window).await;
+    run_tiers(RateLimiter::sliding_log).await;
+    run_tiers(RateLimiter::hybrid).await;
 }
