@@ -152,3 +152,61 @@ async fn handlers_extract_the_decision() {
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header(&resp, "retry-after"), "18");
 }
+
+#[tokio::test]
+async fn a_leaky_bucket_holds_a_request_over_http_until_its_turn() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let clock = ManualClock::new();
+    let served = Arc::new(AtomicUsize::new(0));
+    // A queue of 3 drained at 10 per second: one request every 100 ms.
+    let layer =
+        RateLimitLayer::leaky_bucket(Quota::per_second(10).with_burst(3)).clock(clock.clone());
+    let limiter = layer.limiter().clone();
+    let app = Router::new()
+        .route(
+            "/",
+            get({
+                let served = served.clone();
+                move || async move {
+                    served.fetch_add(1, Ordering::SeqCst);
+                    "hello"
+                }
+            }),
+        )
+        .layer(layer);
+    let base = serve(app, true).await;
+    let client = client();
+    let peer = tollgate::Key::from(std::net::IpAddr::from([127, 0, 0, 1]));
+
+    let resp = client.get(&base).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let held = tokio::spawn({
+        let (client, base) = (client.clone(), base.clone());
+        async move { client.get(&base).send().await.unwrap() }
+    });
+    // Wait until the layer has decided the second request (its place in the queue is taken).
+    while limiter.check_n_now(peer.clone(), 0).remaining != 1 {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        served.load(Ordering::SeqCst),
+        1,
+        "held in the layer, not served"
+    );
+    assert!(!held.is_finished());
+
+    clock.advance(Duration::from_millis(100));
+    let resp = held.await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        header(&resp, "ratelimit"),
+        r#""10/s;burst=3";r=1;t=1"#,
+        "the decision made when it was queued"
+    );
+    assert_eq!(served.load(Ordering::SeqCst), 2);
+}
