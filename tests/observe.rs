@@ -30,6 +30,20 @@ fn decisions_are_counted_per_policy_and_outcome() {
         for _ in 0..2 {
             send(&mut dry, request(Some("192.0.2.1:1")));
         }
+        // A queue: the first request passes at once, the second is decided (in `call`, on the
+        // memory store) to wait its turn and its future is dropped, the third finds it full.
+        let mut queue =
+            RateLimitLayer::leaky_bucket(Quota::per_minute(1).with_burst(2).named("queue"))
+                .clock(ManualClock::new())
+                .layer(hello());
+        send(&mut queue, request(Some("192.0.2.1:1")));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(tower::Service::poll_ready(&mut queue, &mut cx).is_ready());
+        drop(tower::Service::call(
+            &mut queue,
+            request(Some("192.0.2.1:1")),
+        ));
+        send(&mut queue, request(Some("192.0.2.1:1")));
     });
 
     let mut counters = Vec::new();
@@ -66,10 +80,20 @@ fn decisions_are_counted_per_policy_and_outcome() {
             (label("api", "allowed"), 2),
             (label("api", "denied"), 1),
             (label("api", "key_error"), 1),
+            (label("queue", "allowed"), 1),
+            (label("queue", "delayed"), 1),
+            (label("queue", "denied"), 1),
             (label("trial", "allowed"), 1),
             (label("trial", "dry_run_denied"), 1),
         ]
     );
     let policy = |p: &str| vec![("policy".to_owned(), p.to_owned())];
-    assert_eq!(latencies, vec![(policy("api"), 3), (policy("trial"), 2)]);
+    assert_eq!(
+        latencies,
+        vec![
+            (policy("api"), 3),
+            (policy("queue"), 3),
+            (policy("trial"), 2)
+        ]
+    );
 }
