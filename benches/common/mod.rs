@@ -1,0 +1,28 @@
+//! Helpers shared by the benchmarks that drive the memory store with IPv6 client keys (the
+//! same keys and visiting order as `benches/memory.rs`).
+#![allow(dead_code)]
+
+use std::net::{IpAddr, Ipv6Addr};
+
+/// The `i`-th benchmark client: IPv6 addresses in `2001:db8::/32`, spread over the low 96 bits.
+pub fn ip(i: u64) -> IpAddr {
+    IpAddr::V6(Ipv6Addr::from(
+        0x2001_0db8_u128 << 96 | u128::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    ))
+}
+
+/// Clients `0..n`.
+pub fn keys(n: usize) -> Vec<IpAddr> {
+    (0..n as u64).map(ip).collect()
+}
+
+/// Visits every key in a scattered order (a stride coprime to the count), so consecutive checks
+/// do not touch neighbouring memory. Steps by subtraction, not `%`, so that the benchmark loop
+/// costs a few cycles, not a division.
+pub fn scattered(n: usize, start: usize) -> impl Iterator<Item = usize> {
+    let stride = if n > 1 { (7_919 % n) | 1 } else { 0 };
+    std::iter::successors(Some(start % n), move |&i| {
+        let next = i + stride;
+        Some(if next >= n { next - n } else { next })
+    })
+}
