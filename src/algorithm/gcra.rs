@@ -94,6 +94,13 @@ impl Gcra {
         self.max_delay
     }
 
+    /// The interval, the tolerance, the bound (tolerance and longest wait) and the capacity
+    /// that `remaining` counts against, in nanoseconds: what the Redis script decides with.
+    #[cfg(feature = "redis")]
+    pub(crate) fn parts(&self) -> [u64; 4] {
+        [self.interval, self.tolerance, self.bound, self.capacity]
+    }
+
     fn standing(&self, tat: u64, now: u64) -> (u64, u64) {
         let reset_after = tat.saturating_sub(now);
         let remaining = self

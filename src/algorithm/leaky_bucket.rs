@@ -39,6 +39,12 @@ impl LeakyBucket {
         self.gcra.interval_nanos()
     }
 
+    /// The GCRA that is this queue.
+    #[cfg(feature = "redis")]
+    pub(crate) fn gcra(&self) -> &Gcra {
+        &self.gcra
+    }
+
     /// The longest a request may wait in the queue.
     pub fn max_delay(&self) -> Duration {
         Duration::from_nanos(self.gcra.max_delay_nanos())

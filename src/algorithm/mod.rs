@@ -30,7 +30,7 @@ mod hybrid;
 mod leaky_bucket;
 mod sliding_log;
 mod sliding_window;
-mod tiered;
+pub(crate) mod tiered;
 mod token_bucket;
 
 pub use self::fixed_window::{FixedWindow, FixedWindowState};

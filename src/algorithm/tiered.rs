@@ -98,7 +98,7 @@ fn most_restrictive(decisions: &[Decision]) -> usize {
 }
 
 /// The reported decision: the most restrictive tier's, waiting as long as any tier asks.
-fn report(decisions: Arc<[Decision]>) -> Decision {
+pub(crate) fn report(decisions: Arc<[Decision]>) -> Decision {
     let delay = decisions.iter().map(|d| d.delay).max().unwrap_or_default();
     let mut decision = decisions[most_restrictive(&decisions)].clone();
     if decision.allowed {

@@ -27,9 +27,13 @@
 //! ```
 
 mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod shards;
 
 pub use self::memory::{LockedState, MemoryState, MemoryStore, MemoryTable};
+#[cfg(feature = "redis")]
+pub use self::redis::{OnFailure, RedisStore};
 
 use std::future::Future;
 

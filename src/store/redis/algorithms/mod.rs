@@ -1,0 +1,56 @@
+//! What the Redis store needs of each algorithm: its Lua module, and each tier's parameters.
+
+mod gcra;
+
+use crate::algorithm::{Algorithm, Tiered};
+
+/// An algorithm the [`RedisStore`](super::RedisStore) can run: every algorithm of this crate,
+/// and tiers of them.
+///
+/// Each has a Lua module that decides exactly as its Rust reference (the crate's tests run
+/// both on the same random sequences and compare every decision). The methods are the store's
+/// own business.
+pub trait RedisAlgorithm: Algorithm {
+    /// The Lua module that defines `ALG`, between the shared prelude and driver.
+    #[doc(hidden)]
+    const LUA: &'static str;
+
+    /// Whether decisions list one decision per tier ([`Tiered`]).
+    #[doc(hidden)]
+    const TIERED: bool = false;
+
+    /// Appends each tier's parameters, in order.
+    #[doc(hidden)]
+    fn redis_tiers(&self, tiers: &mut Vec<RedisTier>);
+}
+
+/// One tier as the script sees it: its parameters, and the `limit` its decisions report.
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct RedisTier {
+    pub(crate) params: Vec<u64>,
+    pub(crate) limit: u64,
+}
+
+impl RedisTier {
+    /// A tier of `algorithm` decided by the script with `params`.
+    pub(crate) fn new<A: Algorithm>(algorithm: &A, params: impl Into<Vec<u64>>) -> Self {
+        // Every decision of one algorithm reports the same limit; a peek at a fresh key tells it.
+        let limit = algorithm.check(&A::State::default(), 0, 0).decision.limit;
+        Self {
+            params: params.into(),
+            limit,
+        }
+    }
+}
+
+impl<A: RedisAlgorithm> RedisAlgorithm for Tiered<A> {
+    const LUA: &'static str = A::LUA;
+    const TIERED: bool = true;
+
+    fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
+        for tier in self.tiers() {
+            tier.redis_tiers(tiers);
+        }
+    }
+}

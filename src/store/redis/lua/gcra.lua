@@ -1,0 +1,68 @@
+-- GCRA (also the leaky bucket's queue, and shaping with a maximum delay): the state is the
+-- theoretical arrival time (TAT). Parameters: the emission interval T, the tolerance (what
+-- passes at once), the bound (the tolerance plus the longest wait) and the capacity that
+-- `remaining` counts against, all in ns.
+local ALG = { TAG = 'gcra', NPARAMS = 4 }
+
+function ALG.params(argv, i)
+  return {
+    interval = tonumber(argv[i]),
+    tolerance = tonumber(argv[i + 1]),
+    bound = tonumber(argv[i + 2]),
+    capacity = tonumber(argv[i + 3]),
+  }
+end
+
+-- A key never seen: its TAT is long past.
+function ALG.fresh(p)
+  return { tat = -math.huge }
+end
+
+function ALG.decode(text, p)
+  local tat = tparse(text)
+  return tat and { tat = tat }
+end
+
+function ALG.encode(state, p)
+  return tformat(state.tat)
+end
+
+local function standing(p, tat, now)
+  local reset_after = math.max(tat - now, 0)
+  return reset_after, idiv(math.max(p.capacity - reset_after, 0), p.interval)
+end
+
+function ALG.check(state, now, cost, p)
+  local reset_after, remaining = standing(p, state.tat, now)
+  local increment = cost * p.interval
+  -- A cost above the bound can never pass.
+  if increment > p.bound then
+    return deny(remaining, reset_after, -1)
+  end
+  local tat = math.max(state.tat, now) + increment
+  if tat - now > p.bound then
+    return deny(remaining, reset_after, tat - p.bound - now)
+  end
+  local after, left = standing(p, tat, now)
+  local delay = 0
+  if after > p.tolerance then
+    delay = after - p.tolerance
+  end
+  local next
+  if cost > 0 then
+    next = { tat = tat }
+  end
+  return allow(left, after, delay), next
+end
+
+-- Moves the TAT back by `cost` intervals, but not before now.
+function ALG.refund(state, now, cost, p)
+  if state.tat <= now or cost == 0 then
+    return nil
+  end
+  return { tat = math.max(state.tat - cost * p.interval, now) }
+end
+
+function ALG.fresh_in(state, now, p)
+  return state.tat - now
+end

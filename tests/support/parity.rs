@@ -1,0 +1,107 @@
+//! The Redis scripts against the Rust algorithms: the same operations, on the same manual
+//! clock, must give the same decisions (every field, every tier) from a limiter on the memory
+//! store and one on the Redis store.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tollgate::clock::ManualClock;
+use tollgate::store::redis::RedisAlgorithm;
+use tollgate::store::{MemoryState, MemoryStore, RedisStore};
+use tollgate::{Key, RateLimiter};
+
+/// Where the clock starts: about the Unix time of 2025 in ns, so the scripts' split of times into
+/// seconds and nanoseconds is exercised as with Redis `TIME`.
+pub const EPOCH: u64 = 1_750_000_000_123_456_789;
+
+/// One step: move the clock, then check (or refund) `cost`.
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub advance: u64,
+    pub cost: u64,
+    pub refund: bool,
+}
+
+/// Steps whose clock moves by up to `max_advance` ns (often not at all, often exactly a
+/// multiple of `unit`, so boundaries are hit) and whose cost is up to `max_cost` (0 peeks).
+pub fn ops(
+    max_len: usize,
+    unit: u64,
+    max_advance: u64,
+    max_cost: u64,
+) -> impl Strategy<Value = Vec<Op>> {
+    let advance = prop_oneof![
+        3 => Just(0u64),
+        3 => (0..=max_advance / unit.max(1)).prop_map(move |k| k * unit),
+        3 => 0..=max_advance,
+        1 => Just(unit.saturating_sub(1)),
+    ];
+    let cost = prop_oneof![6 => Just(1u64), 3 => 0..=max_cost, 1 => Just(u64::MAX / 2)];
+    let step = (advance, cost, prop::bool::weighted(0.1)).prop_map(|(advance, cost, refund)| Op {
+        advance,
+        cost,
+        refund,
+    });
+    prop::collection::vec(step, 1..max_len)
+}
+
+/// A runtime and a store on `url` with the caller's clock and no deny cache (so each check is a
+/// script run).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+pub async fn store(url: &str) -> RedisStore {
+    RedisStore::connect(url)
+        .await
+        .expect("redis connects")
+        .with_caller_clock()
+        .deny_cache(0)
+        .on_failure(tollgate::store::OnFailure::Closed)
+        .timeout(Duration::from_secs(5))
+}
+
+/// Runs `ops` for `key` on both limiters (which share `clock`, already at `EPOCH`) and fails at
+/// the first decision that differs.
+pub async fn same_decisions<A>(
+    memory: &RateLimiter<A, MemoryStore, ManualClock>,
+    redis: &RateLimiter<A, RedisStore, ManualClock>,
+    clock: &ManualClock,
+    key: &Key,
+    ops: &[Op],
+) -> Result<(), TestCaseError>
+where
+    A: RedisAlgorithm,
+    A::State: MemoryState,
+{
+    for (i, op) in ops.iter().enumerate() {
+        clock.advance(Duration::from_nanos(op.advance));
+        let (expected, got) = if op.refund {
+            (
+                memory.refund(key.clone(), op.cost).await,
+                redis.refund(key.clone(), op.cost).await,
+            )
+        } else {
+            (
+                memory.check_n(key.clone(), op.cost).await,
+                redis.check_n(key.clone(), op.cost).await,
+            )
+        };
+        let expected = expected.map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let got = got.map_err(|e| TestCaseError::fail(format!("step {i} {op:?}: {e}")))?;
+        prop_assert_eq!(&got, &expected, "step {} {:?} of {:?}", i, op, ops);
+        prop_assert_eq!(got.tiers(), expected.tiers(), "tiers, step {} {:?}", i, op);
+    }
+    Ok(())
+}
+
+/// A key no other case uses.
+pub fn fresh_key() -> Key {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    Key::from(format!("case-{}", NEXT.fetch_add(1, Ordering::Relaxed)))
+}

@@ -1,0 +1,208 @@
+//! Real `redis-server` processes for the Redis store's tests: one server on a free loopback
+//! port, or a three-master Redis Cluster. Without `redis-server` on PATH a test says so in one
+//! loud line and skips, unless `TOLLGATE_REQUIRE_REDIS=1` (set by CI), which makes it fail.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Whether `redis-server` can be run; panics when it cannot and CI requires it.
+pub fn available() -> bool {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        if std::env::var("TOLLGATE_REQUIRE_REDIS").is_ok_and(|v| v == "1") {
+            panic!("redis-server is not on PATH and TOLLGATE_REQUIRE_REDIS=1");
+        }
+        eprintln!(
+            "!!!!! SKIPPED: redis-server is not on PATH; the Redis store is not tested !!!!!"
+        );
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+    listener.local_addr().expect("a bound address").port()
+}
+
+/// Sends one inline command and returns the raw reply (enough for PING and INFO checks).
+pub fn command(port: u16, cmd: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(format!("{cmd}\r\n").as_bytes()).ok()?;
+    let mut buf = vec![0; 64 * 1024];
+    let mut reply = Vec::new();
+    loop {
+        let n = stream.read(&mut buf).ok()?;
+        reply.extend_from_slice(&buf[..n]);
+        // A simple or error reply ends at its first CRLF; a bulk reply after its length.
+        let text = String::from_utf8_lossy(&reply);
+        if n == 0 || complete(&text) {
+            return Some(text.into_owned());
+        }
+    }
+}
+
+fn complete(text: &str) -> bool {
+    match text.as_bytes().first() {
+        Some(b'$') => {
+            let Some((len, rest)) = text[1..].split_once("\r\n") else {
+                return false;
+            };
+            match len.parse::<i64>() {
+                Ok(len) if len >= 0 => rest.len() >= len as usize + 2,
+                _ => true,
+            }
+        }
+        Some(_) => text.contains("\r\n"),
+        None => false,
+    }
+}
+
+/// One `redis-server` on a loopback port, killed when dropped.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// A new server, or `None` (after a loud line) when `redis-server` is missing.
+    pub fn start() -> Option<Self> {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> Option<Self> {
+        if !available() {
+            return None;
+        }
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory for redis-server");
+        let mut server = Self {
+            child: None,
+            port,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        server.restart();
+        Some(server)
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Starts the server (again) on its port, and waits until it answers.
+    pub fn restart(&mut self) {
+        self.kill();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if command(self.port, "PING").is_some_and(|r| r.starts_with("+PONG")) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "redis-server on port {} did not answer within 10 s",
+            self.port
+        );
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// `INFO <section>` as text.
+    pub fn info(&self, section: &str) -> String {
+        command(self.port, &format!("INFO {section}")).unwrap_or_default()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of three masters on loopback, made with `redis-cli --cluster create`.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Option<Self> {
+        if !available() {
+            return None;
+        }
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let conf = format!("nodes-{port}.conf");
+            let node = RedisServer::start_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &conf,
+                "--cluster-node-timeout",
+                "5000",
+            ])?;
+            nodes.push(node);
+        }
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let status = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let ok = nodes.iter().all(|n| {
+                command(n.port, "CLUSTER INFO").is_some_and(|r| r.contains("cluster_state:ok"))
+            });
+            if ok {
+                return Some(Self { nodes });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the Redis Cluster did not become ready within 20 s");
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
