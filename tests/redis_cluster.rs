@@ -1,0 +1,77 @@
+//! The Redis store on a three-master Redis Cluster: keys spread over the masters, a key's tiers
+//! share one slot (one script updates them together), and one limit holds across connections.
+#![cfg(feature = "redis")]
+
+#[path = "support/redis.rs"]
+mod server;
+
+use std::time::Duration;
+
+use tollgate::store::{OnFailure, RedisStore};
+use tollgate::{Quota, RateLimiter};
+
+#[test]
+fn a_cluster_holds_every_limit_exactly() {
+    let Some(cluster) = server::RedisCluster::start() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let connect = || async {
+            RedisStore::cluster(cluster.urls())
+                .await
+                .unwrap()
+                .on_failure(OnFailure::Closed)
+                .timeout(Duration::from_secs(5))
+        };
+        // Tiers: 3 at once, 5 an hour. Keys hash to every master.
+        let tiered = RateLimiter::gcra([
+            Quota::per_second(1).with_burst(3).named("short"),
+            Quota::per_hour(5).named("long"),
+        ])
+        .with_store(connect().await);
+        for user in 0..60u64 {
+            for _ in 0..3 {
+                let d = tiered.check(user).await.unwrap();
+                assert!(d.allowed);
+                assert_eq!(d.tiers().len(), 2);
+            }
+            let d = tiered.check(user).await.unwrap();
+            assert!(!d.allowed, "the short tier is spent");
+        }
+        let mut masters_used = 0;
+        for node in &cluster.nodes {
+            let keys = server::command(node.port, "DBSIZE").unwrap_or_default();
+            let keys: u64 = keys.trim_start_matches(':').trim().parse().unwrap_or(0);
+            if keys > 0 {
+                masters_used += 1;
+            }
+        }
+        assert_eq!(masters_used, 3, "60 users' keys land on every master");
+
+        // Eight connections, one key: exactly the quota.
+        let quota = Quota::per_hour(40).named("hammer");
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let limiter = RateLimiter::gcra(quota.clone()).with_store(connect().await);
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for _ in 0..20 {
+                    if limiter.check("one-key").await.unwrap().allowed {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            }));
+        }
+        let mut admitted = 0;
+        for task in tasks {
+            admitted += task.await.unwrap();
+        }
+        assert_eq!(admitted, 40);
+    });
+}
