@@ -1,0 +1,84 @@
+//! Two axum servers share one limit through the Redis store: real servers, a real HTTP client,
+//! a real `redis-server`; time moves by a `ManualClock` the store decides on.
+#![cfg(feature = "redis")]
+
+#[path = "support/redis.rs"]
+mod server;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use reqwest::StatusCode;
+use tollgate::clock::ManualClock;
+use tollgate::store::{OnFailure, RedisStore};
+use tollgate::{Quota, RateLimitLayer};
+
+async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    );
+    tokio::spawn(async move { server.await.unwrap() });
+    format!("http://{addr}/")
+}
+
+fn header(resp: &reqwest::Response, name: &str) -> String {
+    resp.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_else(|| panic!("no {name} header in {:?}", resp.headers()))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn two_servers_share_one_limit_per_client_ip() {
+    let Some(redis) = server::RedisServer::start() else {
+        return;
+    };
+    let clock = ManualClock::new();
+    let mut urls = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect(&redis.url())
+            .await
+            .unwrap()
+            .with_caller_clock()
+            .on_failure(OnFailure::Closed);
+        let layer = RateLimitLayer::gcra(Quota::per_minute(3).named("shared"))
+            .store(store)
+            .clock(clock.clone());
+        urls.push(
+            serve(
+                Router::new()
+                    .route("/", get(|| async { "hello" }))
+                    .layer(layer),
+            )
+            .await,
+        );
+    }
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    // Three requests, whichever server answers them, then a denial from both.
+    for (i, remaining) in [2, 1, 0].into_iter().enumerate() {
+        let resp = client.get(&urls[i % 2]).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let expected = format!(r#""shared";r={remaining};t={}"#, 20 * (3 - remaining));
+        assert_eq!(header(&resp, "ratelimit"), expected);
+    }
+    for url in &urls {
+        let resp = client.get(url).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(header(&resp, "retry-after"), "20");
+    }
+    // 20 s later one more request passes, on either server, and only one.
+    clock.advance(Duration::from_secs(20));
+    let resp = client.get(&urls[1]).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = client.get(&urls[0]).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+}
