@@ -34,7 +34,7 @@
 //!
 //! Each call waits at most [`timeout`](RedisStore::timeout) (50 ms by default). A call that
 //! fails or times out is answered by the failure policy ([`OnFailure`]): by default a local
-//! [`MemoryStore`](crate::store::MemoryStore), so each server keeps limiting on its own until
+//! [`MemoryStore`], so each server keeps limiting on its own until
 //! Redis answers again. Failures are logged as warnings (at most one every 10 s per policy)
 //! and counted in `tollgate_store_failures_total{policy, on_failure}` (feature `metrics`). The
 //! connection is re-established by itself after Redis restarts.
