@@ -295,8 +295,14 @@ where
         match &self.fallback {
             Fallback::Closed => Err(error),
             Fallback::Open => {
-                let limit = self.limits.iter().copied().min().unwrap_or(0);
-                Ok(Decision::allow(limit, limit, Duration::ZERO))
+                // Allowed, reported as if every tier were fresh.
+                let fresh = |&limit: &u64| Decision::allow(limit, limit, Duration::ZERO);
+                let tiers: Vec<Decision> = self.limits.iter().map(fresh).collect();
+                if self.tiered {
+                    Ok(report(tiers.into()))
+                } else {
+                    tiers.into_iter().next().ok_or_else(|| error)
+                }
             }
             Fallback::Local(table) => Ok(if refund {
                 table.refund(key, now, cost)
