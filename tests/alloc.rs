@@ -1,70 +1,23 @@
 //! Checks on a key the memory store already holds allocate nothing, allowed or denied, for IP,
 //! integer and short string keys.
 //!
-//! A counting global allocator counts only on a thread that has switched counting on, so the
-//! test harness's own threads add no noise. This file holds a single test.
+//! The counting allocator (`support/counting_alloc.rs`) counts per thread, only while a test
+//! has switched it on, so the test harness's own threads add no noise.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate::clock::ManualClock;
 use tollgate::{Key, Quota, RateLimiter};
 
-struct Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-impl Counting {
-    fn note(&self) {
-        // `try_with`: the flag may already be gone while a thread shuts down.
-        if COUNTING.try_with(Cell::get).unwrap_or(false) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; counting touches only an
-// atomic and a const-initialised thread-local without a destructor, neither of which allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.note();
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        self.note();
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        self.note();
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use counting_alloc::{allocations, allocations_in};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Heap allocations made on this thread while `f` runs.
-fn allocations_in<R>(f: impl FnOnce() -> R) -> (u64, R) {
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
-    COUNTING.with(|c| c.set(true));
-    let out = f();
-    COUNTING.with(|c| c.set(false));
-    (ALLOCATIONS.load(Ordering::Relaxed) - before, out)
-}
+static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;
 
 const N: u64 = 10_000;
 
@@ -109,13 +62,9 @@ fn checks_on_an_existing_key_do_not_allocate() {
     let (n, boxed) = allocations_in(|| black_box(Box::new(1u64)));
     assert_eq!(n, 1, "the counting allocator does not count");
     drop(boxed);
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     drop(black_box(vec![0u8; 64]));
-    assert_eq!(
-        ALLOCATIONS.load(Ordering::Relaxed),
-        before,
-        "counted outside the region"
-    );
+    assert_eq!(allocations(), before, "counted outside the region");
     // A key too long to be stored inline allocates: the test can tell.
     let long = "an-api-key-longer-than-twenty-two-bytes";
     assert!(allocations_in(|| black_box(Key::from(long))).0 > 0);

@@ -2,65 +2,21 @@
 //! has its state: a sliding log that has reached its working size, a sliding window that has its
 //! counters, a fixed window always.
 //!
-//! A counting global allocator counts only on a thread that has switched counting on, so the
-//! test harness's own threads add no noise. This file holds a single test.
+//! The counting allocator (`support/counting_alloc.rs`) counts per thread, only while a test
+//! has switched it on, so the test harness's own threads add no noise.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use tollgate::algorithm::{Algorithm, FixedWindow, SlidingLog, SlidingWindow};
 use tollgate::Quota;
 
-struct Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-// SAFETY: every call goes unchanged to the system allocator; counting touches an atomic and a
-// const-initialised thread-local without a destructor, and neither allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-fn note() {
-    if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-    }
-}
+use counting_alloc::allocations_in;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Heap allocations made on this thread while `f` runs.
-fn allocations_in<R>(f: impl FnOnce() -> R) -> (u64, R) {
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
-    COUNTING.with(|c| c.set(true));
-    let out = f();
-    COUNTING.with(|c| c.set(false));
-    (ALLOCATIONS.load(Ordering::Relaxed) - before, out)
-}
+static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;
 
 /// Requests of cost 1 at a steady pace of `limit / 2` per period after a burst of the whole
 /// limit, `rounds` times, starting at `from`: allowed and denied ones both. Returns how many
