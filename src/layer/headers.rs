@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::response::ceil_secs;
+use super::text::{int_value, Text};
 use crate::{Decision, Quota};
 
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -168,8 +169,8 @@ struct Policy {
 }
 
 /// Writes one style's fields for a fixed list of quotas. The fields that describe only the
-/// quotas are built once; the ones that describe a decision are formatted per response, into
-/// one `String` per field.
+/// quotas are built once; the ones that describe a decision are formatted per response, each
+/// on the stack and then copied into its header value (one allocation per field).
 #[derive(Debug)]
 pub(crate) struct HeaderWriter {
     headers: Headers,
@@ -236,22 +237,23 @@ impl HeaderWriter {
         let reset = sf_int(ceil_secs(decision.reset_after));
         match self.headers.style {
             HeaderStyle::Ietf => {
-                let mut rate = String::with_capacity(32 * self.policies.len());
+                let mut rate = Text::new();
                 for (i, (p, d)) in pairs().enumerate() {
                     let sep = if i > 0 { ", " } else { "" };
                     let (r, t) = (sf_int(d.remaining), sf_int(ceil_secs(d.reset_after)));
                     let _ = write!(rate, "{sep}{};r={r};t={t}", p.name);
                 }
-                insert(out, &RATELIMIT, rate);
+                insert(out, &RATELIMIT, &rate);
             }
             HeaderStyle::Draft7 => {
-                let rate = format!("limit={limit}, remaining={remaining}, reset={reset}");
-                insert(out, &RATELIMIT, rate);
+                let mut rate = Text::new();
+                let _ = write!(rate, "limit={limit}, remaining={remaining}, reset={reset}");
+                insert(out, &RATELIMIT, &rate);
             }
             HeaderStyle::Draft6 => {
-                out.insert(RATELIMIT_LIMIT.clone(), HeaderValue::from(limit));
-                out.insert(RATELIMIT_REMAINING.clone(), HeaderValue::from(remaining));
-                out.insert(RATELIMIT_RESET.clone(), HeaderValue::from(reset));
+                out.insert(RATELIMIT_LIMIT.clone(), int_value(limit));
+                out.insert(RATELIMIT_REMAINING.clone(), int_value(remaining));
+                out.insert(RATELIMIT_RESET.clone(), int_value(reset));
             }
             HeaderStyle::GitHub => {
                 // The only wall clock read in the crate: GitHub clients want an epoch time.
@@ -260,10 +262,10 @@ impl HeaderWriter {
                     .unwrap_or_default();
                 let reset_at = ceil_secs(now.saturating_add(decision.reset_after));
                 let used = policy.limit.saturating_sub(decision.remaining);
-                out.insert(X_LIMIT.clone(), HeaderValue::from(policy.limit));
-                out.insert(X_REMAINING.clone(), HeaderValue::from(decision.remaining));
-                out.insert(X_USED.clone(), HeaderValue::from(used));
-                out.insert(X_RESET.clone(), HeaderValue::from(reset_at));
+                out.insert(X_LIMIT.clone(), int_value(policy.limit));
+                out.insert(X_REMAINING.clone(), int_value(decision.remaining));
+                out.insert(X_USED.clone(), int_value(used));
+                out.insert(X_RESET.clone(), int_value(reset_at));
             }
             HeaderStyle::None => {}
         }
@@ -273,8 +275,8 @@ impl HeaderWriter {
     }
 }
 
-fn insert(out: &mut HeaderMap, name: &HeaderName, value: String) {
-    if let Ok(value) = HeaderValue::try_from(value) {
+fn insert(out: &mut HeaderMap, name: &HeaderName, value: &Text) {
+    if let Some(value) = value.to_header_value() {
         out.insert(name.clone(), value);
     }
 }

@@ -56,6 +56,7 @@ mod observe;
 mod per_key;
 mod response;
 mod service;
+mod text;
 
 pub use self::future::ResponseFuture;
 pub use self::headers::{HeaderPlacement, HeaderStyle};

@@ -1,6 +1,6 @@
 //! The answers the layer writes itself; the rate limit headers are written by `headers`.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 
 use super::headers::{HeaderWriter, Headers};
 use super::observe::Observer;
+use super::text::{int_value, Text};
 use crate::key::{KeyError, RequestHead};
 use crate::{Decision, Error, Quota};
 
@@ -23,6 +24,11 @@ const GRPC_RESOURCE_EXHAUSTED: &str = "8";
 const GRPC_UNAVAILABLE: &str = "14";
 /// gRPC status INTERNAL.
 const GRPC_INTERNAL: &str = "13";
+
+/// The message of a denial that no wait would turn into an allowance.
+const TOO_LARGE: &str = "Request too large: it costs more than the rate limit ever allows.";
+/// The body of the answer when the store failed to decide.
+const UNAVAILABLE: &str = "Rate limiting is unavailable; try again shortly.\n";
 
 /// Whole seconds, rounded up: a client told to wait 0 s for a 300 ms wait would retry at once.
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
@@ -197,7 +203,7 @@ impl Responder {
             if let Some(wait) = decision.retry_after {
                 let headers = response.headers_mut();
                 if !headers.contains_key(RETRY_AFTER) {
-                    headers.insert(RETRY_AFTER, HeaderValue::from(ceil_secs(wait)));
+                    headers.insert(RETRY_AFTER, int_value(ceil_secs(wait)));
                 }
             }
             self.add_headers(response.headers_mut(), decision);
@@ -207,26 +213,30 @@ impl Responder {
             .settings
             .status
             .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-        let message = match decision.retry_after {
+        // Formatted on the stack and copied once, into the body or the gRPC message: a client
+        // over its limit can ask for denials as fast as it likes, so they are kept cheap.
+        let mut message = Text::new();
+        let _ = match decision.retry_after {
             Some(wait) => {
                 let secs = ceil_secs(wait);
                 let unit = if secs == 1 { "second" } else { "seconds" };
-                format!("Too many requests: retry in {secs} {unit}.")
+                write!(message, "Too many requests: retry in {secs} {unit}.")
             }
-            None => "Request too large: it costs more than the rate limit ever allows.".to_owned(),
+            None => message.write_str(TOO_LARGE),
         };
         let mut response = if grpc {
-            grpc_response(GRPC_RESOURCE_EXHAUSTED, &message)
+            grpc_response(GRPC_RESOURCE_EXHAUSTED, message.as_bytes())
         } else {
-            plain(status, message)
+            let _ = message.write_str("\n");
+            plain(status, message.to_bytes())
         };
         let headers = response.headers_mut();
         match (decision.retry_after, grpc) {
             (Some(wait), false) => {
-                headers.insert(RETRY_AFTER, HeaderValue::from(ceil_secs(wait)));
+                headers.insert(RETRY_AFTER, int_value(ceil_secs(wait)));
             }
             (Some(wait), true) => {
-                headers.insert(GRPC_PUSHBACK.clone(), HeaderValue::from(ceil_millis(wait)));
+                headers.insert(GRPC_PUSHBACK.clone(), int_value(ceil_millis(wait)));
             }
             // A negative pushback tells gRPC clients not to retry.
             (None, true) => {
@@ -267,10 +277,7 @@ pub fn problem_details(decision: &Decision, _head: RequestHead<'_>) -> Response<
                 secs.to_string(),
             )
         }
-        None => (
-            "Request too large: it costs more than the rate limit ever allows.".to_owned(),
-            "null".to_owned(),
-        ),
+        None => (TOO_LARGE.to_owned(), "null".to_owned()),
     };
     let body = format!(
         concat!(
@@ -291,25 +298,28 @@ pub fn problem_details(decision: &Decision, _head: RequestHead<'_>) -> Response<
 /// The answer to a request whose key could not be found.
 pub(crate) fn key_error(error: &KeyError, grpc: bool) -> Response<Bytes> {
     if grpc {
-        grpc_response(GRPC_INTERNAL, error.message())
+        grpc_response(GRPC_INTERNAL, error.message().as_bytes())
     } else {
-        plain(error.status(), error.message().to_owned())
+        plain(
+            error.status(),
+            Bytes::from(format!("{}\n", error.message())),
+        )
     }
 }
 
 /// The answer when the store failed to decide.
 pub(crate) fn store_error(_error: &Error, grpc: bool) -> Response<Bytes> {
-    let message = "Rate limiting is unavailable; try again shortly.";
     if grpc {
-        grpc_response(GRPC_UNAVAILABLE, message)
+        grpc_response(GRPC_UNAVAILABLE, UNAVAILABLE.trim_end().as_bytes())
     } else {
-        plain(StatusCode::SERVICE_UNAVAILABLE, message.to_owned())
+        let body = Bytes::from_static(UNAVAILABLE.as_bytes());
+        plain(StatusCode::SERVICE_UNAVAILABLE, body)
     }
 }
 
-fn plain(status: StatusCode, mut message: String) -> Response<Bytes> {
-    message.push('\n');
-    let mut response = Response::new(Bytes::from(message));
+/// A plain-text response; `body` ends with a newline.
+fn plain(status: StatusCode, body: Bytes) -> Response<Bytes> {
+    let mut response = Response::new(body);
     *response.status_mut() = status;
     response.headers_mut().insert(
         CONTENT_TYPE,
@@ -319,13 +329,13 @@ fn plain(status: StatusCode, mut message: String) -> Response<Bytes> {
 }
 
 /// A trailers-only gRPC response: HTTP 200 with the status in the headers and no body.
-fn grpc_response(code: &'static str, message: &str) -> Response<Bytes> {
+fn grpc_response(code: &'static str, message: &[u8]) -> Response<Bytes> {
     let mut response = Response::new(Bytes::new());
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert(GRPC_STATUS.clone(), HeaderValue::from_static(code));
     // Messages are ASCII without '%', so they need no percent-encoding.
-    if let Ok(value) = HeaderValue::try_from(message) {
+    if let Ok(value) = HeaderValue::from_bytes(message) {
         headers.insert(GRPC_MESSAGE.clone(), value);
     }
     response
