@@ -138,6 +138,13 @@ impl Hybrid {
         self.interval
     }
 
+    /// The limit, the period and the interval in nanoseconds: what the Redis script decides
+    /// with.
+    #[cfg(feature = "redis")]
+    pub(crate) fn parts(&self) -> [u64; 3] {
+        [self.limit, self.period, self.interval]
+    }
+
     /// Reads `state` at `now`. A `now` before the state's own time counts as no time elapsed.
     fn standing(&self, state: &HybridState, now: u64) -> Standing {
         match *state {

@@ -98,6 +98,14 @@ impl TokenBucket {
         self.capacity
     }
 
+    /// The interval, the capacity, the bound (capacity and longest wait) and the largest cost
+    /// that fits in the bound, in nanoseconds and tokens: what the Redis script decides with.
+    #[cfg(feature = "redis")]
+    pub(crate) fn parts(&self) -> [u64; 4] {
+        let bound = self.bound();
+        [self.interval, self.capacity, bound, bound / self.interval]
+    }
+
     /// Refills `state` up to `now`: the time to read it at (a `now` before the last refill
     /// counts as no time elapsed) and the deficit then.
     #[inline]

@@ -1,6 +1,8 @@
 //! What the Redis store needs of each algorithm: its Lua module, and each tier's parameters.
 
 mod gcra;
+mod hybrid;
+mod token_bucket;
 
 use crate::algorithm::{Algorithm, Tiered};
 

@@ -1,0 +1,18 @@
+use super::{RedisAlgorithm, RedisTier};
+use crate::algorithm::Hybrid;
+
+/// Every hybrid quota the store accepts (limit and period at most 2^53) decides exactly as in
+/// memory: the whole quota of smooth tokens (`limit × T`, up to 2^54 ns), the negative
+/// penalty, the times and the figures of the decision are wide integers (`wide.lua`), and
+/// figures above 2^53 are replied as decimal text.
+impl RedisAlgorithm for Hybrid {
+    const LUA: &'static str = concat!(
+        include_str!("../lua/wide.lua"),
+        "\n",
+        include_str!("../lua/hybrid.lua")
+    );
+
+    fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
+        tiers.push(RedisTier::new(self, self.parts()));
+    }
+}

@@ -1,0 +1,97 @@
+-- The token bucket (after wide.lua): the state is how many ns of tokens the bucket lacked at
+-- its last refill, and when that was. Parameters: the emission interval T (one token), the
+-- capacity T * burst, the bound (the capacity plus the longest wait, for shaping) and the
+-- largest cost that fits in the bound, floor(bound / T); all at most 2^53, so everything but
+-- the absolute times is an exact double, and the times are wide.
+local ALG = { TAG = 'token_bucket', NPARAMS = 4 }
+
+function ALG.params(argv, i)
+  return {
+    interval = tonumber(argv[i]),
+    capacity = tonumber(argv[i + 1]),
+    bound = tonumber(argv[i + 2]),
+    most = wide(tonumber(argv[i + 3])),
+  }
+end
+
+-- A full bucket: `TokenBucketState::default()`.
+function ALG.fresh(p)
+  return { at = { 0, 0 }, deficit = 0 }
+end
+
+-- '<refilled at, absolute ns>:<deficit ns>'; a deficit above 2^53 is no state this store
+-- wrote (every bound is at most 2^53).
+function ALG.decode(text, p)
+  local at, deficit = string.match(text, '^(%d+):(%d+)$')
+  at = wparse(at)
+  deficit = wparse(deficit)
+  if not at or not deficit or not wsmall(deficit) then
+    return nil
+  end
+  return { at = at, deficit = wnum(deficit) }
+end
+
+function ALG.encode(state, p)
+  return wformat(state.at) .. ':' .. string.format('%d', state.deficit)
+end
+
+-- The state read at `now`: the time to read it at (a `now` before the last refill counts as no
+-- time elapsed) and the deficit then.
+local function refill(state, now)
+  if wlt(now, state.at) then
+    return state.at, state.deficit
+  end
+  local short = wsub(wide(state.deficit), wsub(now, state.at))
+  if wneg(short) then
+    return now, 0
+  end
+  return now, wnum(short)
+end
+
+local function remaining(p, deficit)
+  return idiv(math.max(p.capacity - deficit, 0), p.interval)
+end
+
+function ALG.check(state, now, cost, p)
+  local at, deficit = refill(state, WNOW)
+  local function refuse(retry_after)
+    return deny(remaining(p, deficit), deficit, retry_after)
+  end
+  -- A cost above what the bound holds never fits; below it, `cost` is an exact double.
+  if wlt(p.most, wcost(cost)) then
+    return refuse(-1)
+  end
+  local take = cost * p.interval
+  -- Full again past u64::MAX ns: denied, as in Rust.
+  if wlt(U64MAX, wadd(wadd(at, wide(deficit)), wide(take))) then
+    return refuse(-1)
+  end
+  -- deficit + take > bound, without a sum above 2^53.
+  if deficit > p.bound - take then
+    return refuse(deficit - (p.bound - take))
+  end
+  local short = deficit + take
+  local next
+  if cost > 0 then
+    next = { at = at, deficit = short }
+  end
+  return allow(remaining(p, short), short, math.max(short - p.capacity, 0)), next
+end
+
+-- Puts `cost` tokens back, up to a full bucket.
+function ALG.refund(state, now, cost, p)
+  local at, deficit = refill(state, WNOW)
+  if deficit == 0 or cost == 0 then
+    return nil
+  end
+  -- Exact whenever cost * T < deficit <= 2^53; otherwise at least the deficit.
+  return { at = at, deficit = math.max(deficit - cost * p.interval, 0) }
+end
+
+-- Full at the last refill plus the deficit.
+function ALG.fresh_in(state, now, p)
+  if state.deficit == 0 then
+    return 0
+  end
+  return wttl(wsub(wadd(state.at, wide(state.deficit)), WNOW))
+end
