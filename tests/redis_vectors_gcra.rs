@@ -111,3 +111,77 @@ fn seed_003s_session_comes_out_the_same_in_redis() {
     ))
     .unwrap();
 }
+
+#[test]
+fn gcra_decides_alike_at_the_edges_of_what_the_store_accepts() {
+    let Some(server) = server::RedisServer::start() else {
+        return;
+    };
+    let rt = runtime();
+    let redis = rt.block_on(store(&server.url()));
+    let step = |advance, cost| Op {
+        advance,
+        cost,
+        refund: false,
+    };
+    let big = 1u64 << 52;
+    // T = 1 ns and a burst of 2^52: the largest tolerance the store accepts, and costs around
+    // it and around 2^53, where numbers in Lua stop being exact.
+    let cases: Vec<(Quota, u64, Vec<Op>)> = vec![
+        (
+            Quota::per_second(1_000_000_000).with_burst(big),
+            EPOCH,
+            vec![
+                step(0, (1 << 53) + 1),
+                step(0, 1 << 53),
+                step(0, big + 1),
+                step(1, big - 1),
+                step(0, 2),
+                step(0, 1),
+                step(0, u64::MAX),
+                step(3, 0),
+            ],
+        ),
+        // One request every 2^52 ns (52 days).
+        (
+            Quota::new(1, Duration::from_nanos(big)),
+            EPOCH + 1,
+            vec![
+                step(0, 1),
+                step(0, 1),
+                step(big - 3, 0),
+                step(3, 1),
+                step(1, 1),
+            ],
+        ),
+        // The end of the clock: nothing passes past 2^64 - 1 ns.
+        (
+            Quota::per_second(1).with_burst(3),
+            u64::MAX - 2_500_000_000,
+            vec![
+                step(0, 1),
+                step(0, 1),
+                step(0, 1),
+                step(0, 1),
+                step(1_000_000_000, 1),
+            ],
+        ),
+    ];
+    for (quota, start, ops) in cases {
+        let clock = ManualClock::new();
+        clock.advance(Duration::from_nanos(start));
+        let memory = RateLimiter::gcra(quota.clone()).with_clock(clock.clone());
+        let shared = RateLimiter::gcra(quota)
+            .with_clock(clock.clone())
+            .with_store(redis.clone());
+        rt.block_on(same_decisions(&memory, &shared, &clock, &fresh_key(), &ops))
+            .unwrap();
+    }
+    // Just past what the store accepts: an error, never a decision.
+    let clock = ManualClock::new();
+    let too_big = RateLimiter::gcra(Quota::new(1, Duration::from_nanos(big + 1)))
+        .with_clock(clock)
+        .with_store(redis.clone());
+    let error = rt.block_on(too_big.check("k")).unwrap_err();
+    assert!(error.to_string().contains("too large"), "{error}");
+}

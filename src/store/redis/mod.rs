@@ -119,7 +119,9 @@ impl RedisStore {
     /// When the URL is invalid or the server cannot be reached.
     pub async fn connect(url: &str) -> Result<Self, Error> {
         let client = redis::Client::open(url).map_err(Error::store)?;
+        // The store bounds each call with its own timeout, so the connection sets none.
         let config = ConnectionManagerConfig::new()
+            .set_response_timeout(None)
             .set_connection_timeout(Some(Duration::from_secs(1)))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
@@ -142,6 +144,8 @@ impl RedisStore {
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
         let client = ClusterClient::builder(urls)
             .connection_timeout(Duration::from_secs(1))
+            // The store bounds each call with its own timeout; this only backs it up.
+            .response_timeout(Duration::from_secs(3600))
             .build()
             .map_err(Error::store)?;
         let connection = client.get_async_connection().await.map_err(Error::store)?;

@@ -16,9 +16,6 @@ use crate::algorithm::tiered::report;
 use crate::store::{MemoryState, MemoryTable, Store};
 use crate::{Decision, Error, Key};
 
-/// The largest figure a script computes with exactly: Lua numbers are doubles.
-const EXACT: u64 = 1 << 53;
-
 /// How often a failing store logs its warning, at most: once per this many ns.
 const WARN_EVERY: u64 = 10_000_000_000;
 
@@ -106,12 +103,17 @@ where
             .flat_map(|t| t.params.iter().copied())
             .collect();
         let limits: Vec<u64> = tiers.iter().map(|t| t.limit).collect();
-        let invalid = params.iter().chain(&limits).any(|&v| v > EXACT).then(|| {
-            Arc::from(format!(
-                "the policy {policy:?} is too large for the Redis store: its figures must stay \
-                     under 2^53 (periods, bursts and waits up to 104 days, limits up to 2^53)"
-            ))
-        });
+        let invalid = params
+            .iter()
+            .chain(&limits)
+            .any(|&v| v > A::MAX_FIGURE)
+            .then(|| {
+                Arc::from(format!(
+                    "the policy {policy:?} is too large for the Redis store: its figures must stay \
+                     at most {} (periods, bursts and waits in ns, and limits)",
+                    A::MAX_FIGURE
+                ))
+            });
         let suffixes = (0..tiers.len())
             .map(|i| {
                 let mut suffix = format!("}}:{policy}").into_bytes();
@@ -301,7 +303,7 @@ where
                 if self.tiered {
                     Ok(report(tiers.into()))
                 } else {
-                    tiers.into_iter().next().ok_or_else(|| error)
+                    tiers.into_iter().next().ok_or(error)
                 }
             }
             Fallback::Local(table) => Ok(if refund {

@@ -21,6 +21,11 @@ pub trait RedisAlgorithm: Algorithm {
     #[doc(hidden)]
     const TIERED: bool = false;
 
+    /// The largest parameter or limit the module decides with exactly (Lua numbers are
+    /// doubles); the store refuses a policy with a larger one.
+    #[doc(hidden)]
+    const MAX_FIGURE: u64 = 1 << 53;
+
     /// Appends each tier's parameters, in order.
     #[doc(hidden)]
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>);
@@ -49,6 +54,7 @@ impl RedisTier {
 impl<A: RedisAlgorithm> RedisAlgorithm for Tiered<A> {
     const LUA: &'static str = A::LUA;
     const TIERED: bool = true;
+    const MAX_FIGURE: u64 = A::MAX_FIGURE;
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
         for tier in self.tiers() {

@@ -32,14 +32,29 @@ local function standing(p, tat, now)
   return reset_after, idiv(math.max(p.capacity - reset_after, 0), p.interval)
 end
 
+-- The last time a state can hold, 2^64 - 1 ns after the origin, as seconds and ns.
+local LAST_S, LAST_NS = 18446744073, 709551615
+
+-- Whether a relative time lies past the end of the clock.
+local function past_the_end(rel)
+  local secs = idiv(rel, E9)
+  local s = NOW_S + secs
+  return s > LAST_S or (s == LAST_S and rel - secs * E9 > LAST_NS)
+end
+
 function ALG.check(state, now, cost, p)
   local reset_after, remaining = standing(p, state.tat, now)
+  -- A cost above the bound can never pass. (A cost of 2^53 or more is not exact as a number,
+  -- but it rounds to 2^53 at least, and every bound is at most 2^52.)
   local increment = cost * p.interval
-  -- A cost above the bound can never pass.
   if increment > p.bound then
     return deny(remaining, reset_after, -1)
   end
   local tat = math.max(state.tat, now) + increment
+  -- Past the end of the clock nothing passes any more.
+  if past_the_end(tat) then
+    return deny(remaining, reset_after, -1)
+  end
   if tat - now > p.bound then
     return deny(remaining, reset_after, tat - p.bound - now)
   end

@@ -3,8 +3,9 @@
 -- A state keeps absolute times as decimal nanoseconds since the clock's origin (the Unix epoch
 -- for Redis TIME). Inside the script every time is relative to NOW_S whole seconds, in
 -- nanoseconds: Lua numbers are doubles, exact for integers up to 2^53 (104 days in ns), and the
--- store only accepts quotas whose figures stay below that, so every sum, product and
--- comparison below is exact, as in the Rust reference.
+-- store only accepts quotas whose figures keep each module's arithmetic below that (or a module
+-- works with wider integers), so every sum, product and comparison is exact, as in the Rust
+-- reference.
 --
 -- KEYS: one key per tier. ARGV: mode ('c' check, 'r' refund), cost, the caller's time as whole
 -- seconds and nanoseconds ('' and '' to read the server's TIME), then each tier's parameters.
