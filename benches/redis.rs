@@ -1,0 +1,319 @@
+//! Decisions per second of GCRA on the Redis store, at a fixed number of concurrent callers.
+//!
+//! A plain `main` (no criterion), driven by `benches/redis.sh`, which starts a fresh
+//! `redis-server` for every run, runs `redis-benchmark` on the same script with the same
+//! arguments, and prints the table. By hand:
+//!
+//! ```text
+//! cargo bench --features redis --bench redis -- script               # the Lua source
+//! cargo bench --features redis --bench redis -- args <url>           # EVALSHA as sent
+//! cargo bench --features redis --bench redis -- run <url> <mode> <callers> <stores> \
+//!     <workers> <warmup s> <seconds>
+//! ```
+//!
+//! `run` spawns `callers` tokio tasks on a multi-thread runtime of `workers` threads; each calls
+//! `limiter.check(key).await` in a loop. With `stores` > 1 it opens that many `RedisStore`s
+//! (one multiplexed connection each) and caller `i` uses store `i % stores`. Modes:
+//! - `allowed`: `Quota::per_minute(60).with_burst(1000)` named `bench`; every check is on a new
+//!   `u64` key of 12 digits (as `redis-benchmark -r` writes `__rand_int__`), so every check is
+//!   one `EVALSHA` that allows and writes one key with a 1 s TTL;
+//! - `denied`: `Quota::per_hour(1)` named `denied`, every caller on the same key: the first check
+//!   allows, every later one is denied, answered from the deny cache;
+//! - `denied-nocache`: the same with `.deny_cache(0)`, so every denial asks Redis.
+//!
+//! It measures for `seconds`, or until SIGTERM (how the runner ends it). The store fails closed
+//! (`OnFailure::Closed`) with a 1 s timeout, so a failed or late call is an error, never a
+//! decision made locally: errors are counted apart from decisions, and an unexpected decision
+//! fails the run. It prints one line: `decisions <measured> seconds <window> rate <decisions/s>
+//! total <all decisions, warm-up included> errors <n> slowest_ms <the longest check or failed
+//! call, warm-up included>`.
+//!
+//! `args` makes one allowed check with the slow log recording every command and prints the
+//! `EVALSHA` as Redis received it, one argument per line (for `redis-benchmark`: the real
+//! script with the real arguments).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tollgate::algorithm::Gcra;
+use tollgate::store::{OnFailure, RedisStore};
+use tollgate::{Quota, RateLimiter};
+
+type Limiter = RateLimiter<Gcra, RedisStore>;
+
+/// Longer than the default 50 ms: on a shared 2-CPU machine redis-server is at times
+/// descheduled for longer, and a late call would be an error, not a decision. A timer costs the
+/// same whatever its length.
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The first allowed-mode key: 12 digits, as `__rand_int__`.
+const FIRST_KEY: u64 = 100_000_000_000;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Allowed,
+    Denied,
+    DeniedNoCache,
+}
+
+impl Mode {
+    fn parse(text: &str) -> Self {
+        match text {
+            "allowed" => Self::Allowed,
+            "denied" => Self::Denied,
+            "denied-nocache" => Self::DeniedNoCache,
+            _ => usage(),
+        }
+    }
+
+    fn quota(self) -> Quota {
+        match self {
+            Self::Allowed => Quota::per_minute(60).with_burst(1000).named("bench"),
+            Self::Denied | Self::DeniedNoCache => Quota::per_hour(1).named("denied"),
+        }
+    }
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: redis script | args <url> | \
+         run <url> <allowed|denied|denied-nocache> <callers> <stores> <workers> <warmup s> <seconds>"
+    );
+    std::process::exit(2)
+}
+
+async fn limiter(url: &str, mode: Mode) -> Limiter {
+    let mut store = RedisStore::connect(url)
+        .await
+        .expect("connect to redis-server")
+        .on_failure(OnFailure::Closed)
+        .timeout(TIMEOUT);
+    if mode == Mode::DeniedNoCache {
+        store = store.deny_cache(0);
+    }
+    RateLimiter::gcra(mode.quota()).with_store(store)
+}
+
+/// One allowed check with every command in the slow log; prints the `EVALSHA` it sent.
+async fn print_evalsha(url: &str) {
+    let client = redis::Client::open(url).expect("a Redis URL");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to redis-server");
+    let set = |value: &'static str| {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET").arg("slowlog-log-slower-than").arg(value);
+        cmd
+    };
+    let () = set("0").query_async(&mut admin).await.expect("CONFIG SET");
+    let limiter = limiter(url, Mode::Allowed).await;
+    let decision = limiter.check(FIRST_KEY).await.expect("a decision");
+    assert!(decision.allowed);
+    let () = set("10000")
+        .query_async(&mut admin)
+        .await
+        .expect("CONFIG SET");
+    // Entries: [id, time, duration, [args...], client, name].
+    let log: Vec<(i64, i64, i64, Vec<Vec<u8>>)> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(128)
+        .query_async::<Vec<redis::Value>>(&mut admin)
+        .await
+        .expect("SLOWLOG GET")
+        .into_iter()
+        .map(|entry| {
+            let redis::Value::Array(fields) = entry else {
+                panic!("a slow log entry");
+            };
+            let mut fields = fields.into_iter();
+            let mut next = || fields.next().expect("a slow log field");
+            let id = redis::from_redis_value(next()).expect("an id");
+            let time = redis::from_redis_value(next()).expect("a time");
+            let duration = redis::from_redis_value(next()).expect("a duration");
+            let args = redis::from_redis_value(next()).expect("arguments");
+            (id, time, duration, args)
+        })
+        .collect();
+    let evalsha = log
+        .iter()
+        .map(|entry| &entry.3)
+        .find(|args| {
+            args.first()
+                .is_some_and(|a| a.eq_ignore_ascii_case(b"EVALSHA"))
+        })
+        .expect("an EVALSHA in the slow log");
+    for arg in evalsha {
+        println!(
+            "{}",
+            String::from_utf8(arg.clone()).expect("a text argument")
+        );
+    }
+}
+
+/// SIGTERM, by which `benches/redis.sh` ends a run when it has read the server's counts.
+struct Terminated {
+    #[cfg(unix)]
+    signal: tokio::signal::unix::Signal,
+}
+
+impl Terminated {
+    /// Listens from now on; call within the runtime.
+    fn new() -> Self {
+        Self {
+            #[cfg(unix)]
+            signal: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("a SIGTERM handler"),
+        }
+    }
+
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        self.signal.recv().await;
+        #[cfg(not(unix))]
+        std::future::pending::<()>().await;
+    }
+}
+
+struct Run {
+    mode: Mode,
+    callers: u64,
+    stores: usize,
+    workers: usize,
+    warmup: Duration,
+    measure: Duration,
+}
+
+fn run(url: &str, run: &Run) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(run.workers)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut limiters = Vec::new();
+    for _ in 0..run.stores {
+        limiters.push(runtime.block_on(limiter(url, run.mode)));
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let allowed = Arc::new(AtomicU64::new(0));
+    let slowest = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mode = run.mode;
+    let callers = run.callers;
+    let tasks: Vec<_> = (0..callers)
+        .map(|caller| {
+            let limiter = limiters[caller as usize % limiters.len()].clone();
+            let (done, errors, allowed, slowest, stop) = (
+                Arc::clone(&done),
+                Arc::clone(&errors),
+                Arc::clone(&allowed),
+                Arc::clone(&slowest),
+                Arc::clone(&stop),
+            );
+            runtime.spawn(async move {
+                let mut i = 0u64;
+                let mut longest = Duration::ZERO;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = match mode {
+                        Mode::Allowed => FIRST_KEY + 1 + i * callers + caller,
+                        Mode::Denied | Mode::DeniedNoCache => FIRST_KEY,
+                    };
+                    i += 1;
+                    let start = Instant::now();
+                    let result = limiter.check(key).await;
+                    longest = longest.max(start.elapsed());
+                    match result {
+                        Ok(decision) => {
+                            if decision.allowed {
+                                allowed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(error) => {
+                            if errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                                eprintln!("first error: {error}");
+                            }
+                        }
+                    }
+                    // A denial from the deny cache is ready at once and never yields: let the
+                    // other callers run when this one has used its share.
+                    tokio::task::coop::consume_budget().await;
+                }
+                slowest.fetch_max(longest.as_micros() as u64, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    let mut terminated = runtime.block_on(async { Terminated::new() });
+    std::thread::sleep(run.warmup);
+    let (d0, t0) = (done.load(Ordering::Relaxed), Instant::now());
+    runtime.block_on(async {
+        tokio::select! {
+            () = tokio::time::sleep(run.measure) => {}
+            () = terminated.recv() => {}
+        }
+    });
+    let (d1, t1) = (done.load(Ordering::Relaxed), Instant::now());
+    stop.store(true, Ordering::Relaxed);
+    runtime.block_on(async {
+        for task in tasks {
+            task.await.expect("a caller finishes");
+        }
+    });
+    let seconds = (t1 - t0).as_secs_f64();
+    let measured = d1 - d0;
+    let total = done.load(Ordering::Relaxed);
+    let errors = errors.load(Ordering::Relaxed);
+    let allowed = allowed.load(Ordering::Relaxed);
+    let slowest = slowest.load(Ordering::Relaxed) as f64 / 1000.0;
+    println!(
+        "decisions {measured} seconds {seconds:.3} rate {:.0} total {total} errors {errors} \
+         slowest_ms {slowest:.1}",
+        measured as f64 / seconds
+    );
+    if mode == Mode::Allowed {
+        assert_eq!(allowed, total, "allowed-mode checks were denied");
+    } else {
+        assert_eq!(
+            allowed, 1,
+            "only the first check on the hammered key is allowed"
+        );
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo bench` passes `--bench`; ignore it.
+    let args: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| *a != "--bench")
+        .collect();
+    let number = |text: &str| -> u64 { text.parse().unwrap_or_else(|_| usage()) };
+    match args.as_slice() {
+        ["script"] => print!("{}", RedisStore::script::<Gcra>()),
+        ["args", url] => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime");
+            runtime.block_on(print_evalsha(url));
+        }
+        ["run", url, mode, callers, stores, workers, warmup, seconds] => run(
+            url,
+            &Run {
+                mode: Mode::parse(mode),
+                callers: number(callers),
+                stores: number(stores) as usize,
+                workers: number(workers) as usize,
+                warmup: Duration::from_secs_f64(warmup.parse().unwrap_or_else(|_| usage())),
+                measure: Duration::from_secs_f64(seconds.parse().unwrap_or_else(|_| usage())),
+            },
+        ),
+        // `cargo bench` with no arguments (as `cargo bench --all-features` runs every bench):
+        // say how to run it, do not fail.
+        [] => eprintln!("benches/redis.rs is driven by benches/redis.sh"),
+        _ => usage(),
+    }
+}
