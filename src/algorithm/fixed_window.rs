@@ -67,6 +67,12 @@ impl FixedWindow {
         }
     }
 
+    /// The limit and the period in nanoseconds, for the Redis script.
+    #[cfg(feature = "redis")]
+    pub(crate) fn parts(&self) -> [u64; 2] {
+        [self.limit, self.period]
+    }
+
     /// The window's count at `now`, and the window's end (exclusive, in nanoseconds), or
     /// `None` when the key has no open window. A `now` before the window's start reads as its
     /// start: no time has passed.

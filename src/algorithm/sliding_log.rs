@@ -105,6 +105,12 @@ impl SlidingLog {
         }
     }
 
+    /// The limit and the period in nanoseconds, for the Redis script.
+    #[cfg(feature = "redis")]
+    pub(crate) fn parts(&self) -> [u64; 2] {
+        [self.limit, self.period]
+    }
+
     #[inline]
     fn read(&self, state: &SlidingLogState, now: u64) -> Reading {
         let at = state.newest().map_or(now, |t| t.max(now));

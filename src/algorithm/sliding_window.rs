@@ -132,6 +132,12 @@ impl SlidingWindow {
         self.sub_windows
     }
 
+    /// The limit and the period in nanoseconds, for the Redis script.
+    #[cfg(feature = "redis")]
+    pub(crate) fn parts(&self) -> [u64; 2] {
+        [self.limit, self.period]
+    }
+
     /// The decision, and whether the request is admitted with a cost.
     #[inline]
     fn evaluate(&self, state: &SlidingWindowState, now: u64, cost: u64) -> (Decision, bool) {

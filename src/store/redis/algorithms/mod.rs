@@ -3,6 +3,7 @@
 mod gcra;
 mod hybrid;
 mod token_bucket;
+mod windows;
 
 use crate::algorithm::{Algorithm, Tiered};
 

@@ -1,0 +1,71 @@
+use super::{RedisAlgorithm, RedisTier};
+use crate::algorithm::{FixedWindow, SlidingLog, SlidingWindow};
+
+/// The window scripts keep counts and times (relative to the current second) in doubles, exact
+/// to 2^53. With every figure below 2^53, a cost that is not exact as a number (2^53 + 1 reads
+/// as 2^53) is still above every limit, as it should be.
+const MAX_FIGURE: u64 = (1 << 53) - 1;
+
+/// Parameters: the limit and the period (ns), each below 2^53 (104 days).
+///
+/// The script is exact while a key's window starts at most 2^53 ns, less the period, after the
+/// clock's reading (it always does on one clock that does not jump back by weeks); a window
+/// further ahead is refused with an error rather than decided on rounded figures.
+impl RedisAlgorithm for FixedWindow {
+    const LUA: &'static str = concat!(
+        include_str!("../lua/windows.lua"),
+        "\n",
+        include_str!("../lua/fixed_window.lua")
+    );
+    const MAX_FIGURE: u64 = MAX_FIGURE;
+
+    fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
+        tiers.push(RedisTier::new(self, self.parts()));
+    }
+}
+
+/// Parameters: the limit, the period (ns), the sub-windows `k`, and the horizon
+/// `period + ⌈period / k⌉`: how long an admitted request weighs in the estimate, and so the
+/// longest `reset_after` and `retry_after` the script answers.
+///
+/// The horizon is a parameter so that the store's bound applies to it: it must stay below 2^53
+/// ns (104 days), which takes the period below 2^53 × k / (k + 1) (52 days for the two-window
+/// estimate); a longer one is refused rather than answered with a rounded wait. The script
+/// reproduces the reference's 128-bit products exactly (in 24-bit limbs). It is exact while a
+/// key's newest request is at most 2^53 ns, less the horizon, after the clock's reading; a
+/// state further ahead is refused with an error.
+impl RedisAlgorithm for SlidingWindow {
+    const LUA: &'static str = concat!(
+        include_str!("../lua/windows.lua"),
+        "\n",
+        include_str!("../lua/sliding_window.lua")
+    );
+    const MAX_FIGURE: u64 = MAX_FIGURE;
+
+    fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
+        let [limit, period] = self.parts();
+        // At most 64.
+        let k = self.sub_window_count() as u64;
+        let horizon = period.saturating_add(period.div_ceil(k));
+        tiers.push(RedisTier::new(self, [limit, period, k, horizon]));
+    }
+}
+
+/// Parameters: the limit and the period (ns), each below 2^53 (104 days). The log is stored
+/// whole and read whole, so a check takes time in the number of distinct instants with
+/// admitted requests in the window (at most the limit).
+///
+/// The script is exact while a key's newest request is at most 2^53 ns, less the period,
+/// after the clock's reading; a log further ahead is refused with an error.
+impl RedisAlgorithm for SlidingLog {
+    const LUA: &'static str = concat!(
+        include_str!("../lua/windows.lua"),
+        "\n",
+        include_str!("../lua/sliding_log.lua")
+    );
+    const MAX_FIGURE: u64 = MAX_FIGURE;
+
+    fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
+        tiers.push(RedisTier::new(self, self.parts()));
+    }
+}

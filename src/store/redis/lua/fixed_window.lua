@@ -1,0 +1,78 @@
+-- Fixed window, mirrored from src/algorithm/fixed_window.rs: the state is the window's start
+-- and the cost admitted in it, stored as '<start ns>:<count>'. Parameters: the limit, and the
+-- period in ns, both below 2^53. Counts are at most 2^53 (decode checks them), and so is every
+-- wait: a window that starts so far after now that its end would not be is refused (only a
+-- clock that jumped back by weeks sees one). A start long past may be inexact, but it is
+-- then more than a period past, exactly as it should read.
+local ALG = { TAG = 'fw', NPARAMS = 2 }
+
+function ALG.params(argv, i)
+  return { limit = tonumber(argv[i]), period = tonumber(argv[i + 1]) }
+end
+
+-- A key without a window (count 0: the start is never read).
+function ALG.fresh(p)
+  return { start = 0, count = 0 }
+end
+
+function ALG.decode(text, p)
+  local start, count = string.match(text, '^(%d+):(%d+)$')
+  start, count = tparse(start), natural(count)
+  if not start or not count or start - NOW > EXACT - p.period then
+    return nil
+  end
+  return { start = start, count = count }
+end
+
+function ALG.encode(state, p)
+  return tformat(state.start) .. ':' .. string.format('%d', state.count)
+end
+
+-- The wait until the open window ends, or nil when the key has none. A `now` before the
+-- window's start reads as its start.
+local function window_left(state, now, p)
+  local since = now - state.start
+  if state.count > 0 and math.max(since, 0) < p.period then
+    return p.period - since
+  end
+end
+
+function ALG.check(state, now, cost, p)
+  local left = window_left(state, now, p)
+  local count, reset_after = 0, 0
+  if left then
+    count, reset_after = state.count, left
+  end
+  local remaining = math.max(p.limit - count, 0)
+  if cost > remaining then
+    -- A cost above the limit never passes; any other passes once the window is over.
+    local retry_after = -1
+    if left and cost <= p.limit then
+      retry_after = reset_after
+    end
+    return deny(remaining, reset_after, retry_after)
+  end
+  if cost == 0 then
+    return allow(remaining, reset_after)
+  end
+  if left then
+    return allow(remaining - cost, reset_after), { start = state.start, count = count + cost }
+  end
+  return allow(remaining - cost, p.period), { start = now, count = cost }
+end
+
+-- Takes `cost` back from the open window's count, never below zero.
+function ALG.refund(state, now, cost, p)
+  if cost == 0 or not window_left(state, now, p) then
+    return nil
+  end
+  local count = math.max(state.count - cost, 0)
+  if count == 0 then
+    return ALG.fresh(p)
+  end
+  return { start = state.start, count = count }
+end
+
+function ALG.fresh_in(state, now, p)
+  return window_left(state, now, p) or 0
+end
