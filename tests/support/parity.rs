@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::cell::RefCell;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate::clock::ManualClock;
@@ -58,14 +58,15 @@ pub fn runtime() -> tokio::runtime::Runtime {
 
 thread_local! {
     /// A plain connection to the server of this thread's test, to keep its keys from expiring.
-    static KEEPER: RefCell<Option<redis::Connection>> = const { RefCell::new(None) };
+    static KEEPER: RefCell<Option<(redis::Connection, u64)>> = const { RefCell::new(None) };
 }
 
 pub async fn store(url: &str) -> RedisStore {
     let keeper = redis::Client::open(url)
         .and_then(|c| c.get_connection())
         .expect("a plain connection");
-    KEEPER.with(|k| *k.borrow_mut() = Some(keeper));
+    KEEPER.with(|k| *k.borrow_mut() = Some((keeper, 0)));
+    keep(&[]);
     RedisStore::connect(url)
         .await
         .expect("redis connects")
@@ -91,7 +92,6 @@ where
     let keys = redis_keys(redis, key);
     for (i, op) in ops.iter().enumerate() {
         clock.advance(Duration::from_nanos(op.advance));
-        let started = Instant::now();
         let (expected, got) = if op.refund {
             (
                 memory.refund(key.clone(), op.cost).await,
@@ -107,7 +107,7 @@ where
         let got = got.map_err(|e| TestCaseError::fail(format!("step {i} {op:?}: {e}")))?;
         prop_assert_eq!(&got, &expected, "step {} {:?} of {:?}", i, op, ops);
         prop_assert_eq!(got.tiers(), expected.tiers(), "tiers, step {} {:?}", i, op);
-        if !keep(&keys, started) {
+        if !keep(&keys) {
             // Redis may have expired a key on its own clock, which the manual clock does not
             // move: the rest of this case would compare a state the test lost, not the script.
             return Ok(());
@@ -135,20 +135,26 @@ where
 }
 
 /// Takes the TTL off `keys`, so that Redis, whose clock runs while the manual one stands
-/// still, keeps them for the next step. Returns whether the step can be trusted: a TTL is at
-/// least 1 ms, so within 1 ms of the check no key can have expired; after a slower step a
-/// missing key may have, and the case stops there.
-fn keep(keys: &[Vec<u8>], started: Instant) -> bool {
+/// still, keeps them for the next step. Returns whether the step can be trusted: whether no
+/// key expired on the server since the last step (its `expired_keys` count).
+fn keep(keys: &[Vec<u8>]) -> bool {
     KEEPER.with(|k| {
         let mut keeper = k.borrow_mut();
-        let conn = keeper.as_mut().expect("store() made the connection");
+        let (conn, expired) = keeper.as_mut().expect("store() made the connection");
         let mut pipe = redis::pipe();
         for key in keys {
             pipe.cmd("PERSIST").arg(key).ignore();
-            pipe.cmd("EXISTS").arg(key);
         }
-        let exists: Vec<bool> = pipe.query(conn).expect("PERSIST and EXISTS");
-        started.elapsed() < Duration::from_millis(1) || exists.iter().all(|&e| e)
+        pipe.cmd("INFO").arg("stats");
+        let (stats,): (String,) = pipe.query(conn).expect("PERSIST and INFO");
+        let now = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("expired_keys:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .expect("INFO stats has expired_keys");
+        let unchanged = now == *expired;
+        *expired = now;
+        unchanged
     })
 }
 
