@@ -122,8 +122,12 @@ where
     A: RedisAlgorithm,
     A::State: MemoryState,
 {
+    // Tests that keep their keys themselves may use other kinds of keys.
+    let Some(bytes) = key.as_bytes() else {
+        return Vec::new();
+    };
     let mut base = b"tollgate:{s:".to_vec();
-    base.extend_from_slice(key.as_bytes().expect("a string key"));
+    base.extend_from_slice(bytes);
     base.extend_from_slice(b"}:");
     base.extend_from_slice(limiter.policy().as_bytes());
     match limiter.quotas().len() {
@@ -136,11 +140,14 @@ where
 
 /// Takes the TTL off `keys`, so that Redis, whose clock runs while the manual one stands
 /// still, keeps them for the next step. Returns whether the step can be trusted: whether no
-/// key expired on the server since the last step (its `expired_keys` count).
+/// key expired on the server since the last step (its `expired_keys` count). Tests that made
+/// their store without [`store`] keep their keys themselves.
 fn keep(keys: &[Vec<u8>]) -> bool {
     KEEPER.with(|k| {
         let mut keeper = k.borrow_mut();
-        let (conn, expired) = keeper.as_mut().expect("store() made the connection");
+        let Some((conn, expired)) = keeper.as_mut() else {
+            return true;
+        };
         let mut pipe = redis::pipe();
         for key in keys {
             pipe.cmd("PERSIST").arg(key).ignore();
