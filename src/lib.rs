@@ -55,7 +55,7 @@
 //! | `tracing` | yes | logs for misconfigured servers, denials and store failures |
 //! | `tonic` | no | the peer IP from tonic's `TcpConnectInfo` |
 //! | `serde` | no | `Serialize`/`Deserialize` for [`Quota`], as its text form (`"100/min"`) |
-//! | `redis` | no | [`store::RedisStore`]: one limit across servers through Redis or Redis Cluster |
+//! | `redis` | no | `store::RedisStore`: one limit across servers through Redis or Redis Cluster |
 //! | `metrics` | no | `tollgate_decisions_total{policy, outcome}` and `tollgate_store_latency_seconds{policy}` through the `metrics` crate |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
