@@ -2,6 +2,8 @@
 //! share one slot (one script updates them together), and one limit holds across connections.
 #![cfg(feature = "redis")]
 
+#[path = "support/hammer.rs"]
+mod hammer;
 #[path = "support/redis.rs"]
 mod server;
 
@@ -55,23 +57,11 @@ fn a_cluster_holds_every_limit_exactly() {
 
         // Eight connections, one key: exactly the quota.
         let quota = Quota::per_hour(40).named("hammer");
-        let mut tasks = Vec::new();
+        let mut limiters = Vec::new();
         for _ in 0..8 {
-            let limiter = RateLimiter::gcra(quota.clone()).with_store(connect().await);
-            tasks.push(tokio::spawn(async move {
-                let mut admitted = 0u64;
-                for _ in 0..20 {
-                    if limiter.check("one-key").await.unwrap().allowed {
-                        admitted += 1;
-                    }
-                }
-                admitted
-            }));
+            limiters.push(RateLimiter::gcra(quota.clone()).with_store(connect().await));
         }
-        let mut admitted = 0;
-        for task in tasks {
-            admitted += task.await.unwrap();
-        }
+        let admitted = hammer::admitted_together(limiters, "one-key", 20).await;
         assert_eq!(admitted, 40);
     });
 }

@@ -3,6 +3,8 @@
 //! remembered denial, the failure policies when Redis dies or hangs, and garbage in Redis.
 #![cfg(feature = "redis")]
 
+#[path = "support/hammer.rs"]
+mod hammer;
 #[path = "support/redis.rs"]
 mod server;
 
@@ -22,6 +24,14 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A store on `url` that answers an error when Redis does not (fail closed).
+async fn closed(url: &str) -> RedisStore {
+    RedisStore::connect(url)
+        .await
+        .unwrap()
+        .on_failure(OnFailure::Closed)
+}
+
 async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
         .unwrap()
@@ -37,29 +47,13 @@ fn eight_connections_hammering_one_key_admit_exactly_the_quota() {
     };
     runtime().block_on(async {
         let quota = Quota::per_hour(100).named("hammer");
-        let mut tasks = Vec::new();
+        let mut limiters = Vec::new();
         for _ in 0..8 {
             // Eight stores: eight connections, as eight servers would have.
-            let store = RedisStore::connect(&server.url())
-                .await
-                .unwrap()
-                .on_failure(OnFailure::Closed)
-                .timeout(Duration::from_secs(5));
-            let limiter = RateLimiter::gcra(quota.clone()).with_store(store);
-            tasks.push(tokio::spawn(async move {
-                let mut admitted = 0u64;
-                for _ in 0..60 {
-                    if limiter.check("one-key").await.unwrap().allowed {
-                        admitted += 1;
-                    }
-                }
-                admitted
-            }));
+            let store = closed(&server.url()).await.timeout(Duration::from_secs(5));
+            limiters.push(RateLimiter::gcra(quota.clone()).with_store(store));
         }
-        let mut admitted = 0;
-        for task in tasks {
-            admitted += task.await.unwrap();
-        }
+        let admitted = hammer::admitted_together(limiters, "one-key", 60).await;
         assert_eq!(admitted, 100, "480 attempts on one key of 100 an hour");
     });
 }
@@ -71,11 +65,7 @@ fn worker_process() {
         return;
     };
     let admitted = runtime().block_on(async {
-        let store = RedisStore::connect(&url)
-            .await
-            .unwrap()
-            .on_failure(OnFailure::Closed)
-            .timeout(Duration::from_secs(5));
+        let store = closed(&url).await.timeout(Duration::from_secs(5));
         let limiter = RateLimiter::gcra(Quota::per_hour(50).named("processes")).with_store(store);
         let mut admitted = 0;
         for _ in 0..40 {
@@ -184,10 +174,7 @@ fn one_round_trip_per_decision_and_none_for_a_remembered_denial() {
         return;
     };
     runtime().block_on(async {
-        let store = RedisStore::connect(&server.url())
-            .await
-            .unwrap()
-            .on_failure(OnFailure::Closed);
+        let store = closed(&server.url()).await;
         let limiter = RateLimiter::gcra(Quota::per_hour(5).named("trips")).with_store(store);
         // The first call finds no script (NOSCRIPT) and loads it.
         assert!(limiter.check("warm").await.unwrap().allowed);
@@ -227,10 +214,7 @@ fn garbage_in_redis_is_an_error_never_a_panic() {
         return;
     };
     runtime().block_on(async {
-        let store = RedisStore::connect(&server.url())
-            .await
-            .unwrap()
-            .on_failure(OnFailure::Closed);
+        let store = closed(&server.url()).await;
         let limiter = RateLimiter::gcra(Quota::per_hour(5).named("g")).with_store(store);
         let mut conn = raw(&server.url()).await;
         let _: () = conn.rpush("tollgate:{s:list}:g", "x").await.unwrap();
@@ -360,10 +344,7 @@ fn keys_are_binary_safe() {
         return;
     };
     runtime().block_on(async {
-        let store = RedisStore::connect(&server.url())
-            .await
-            .unwrap()
-            .on_failure(OnFailure::Closed);
+        let store = closed(&server.url()).await;
         let limiter = RateLimiter::gcra(Quota::per_hour(1).named("bin")).with_store(store);
         let odd: &[u8] = b"\x00\xff}{\r\n ";
         assert!(limiter.check(Key::from(odd)).await.unwrap().allowed);
