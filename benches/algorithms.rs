@@ -121,12 +121,35 @@ fn algorithms(c: &mut Criterion) {
     group.finish();
 }
 
+/// A denied check on a key whose log holds `n` live entries (one request a microsecond, a
+/// period of an hour, the limit spent): the work must not grow with the log.
+fn sliding_log_depth(c: &mut Criterion) {
+    use tollgate::algorithm::{SlidingLog, SlidingLogState};
+    let mut group = c.benchmark_group("sliding-log-denied");
+    group.throughput(Throughput::Elements(1));
+    for n in [10u64, 1_000, 100_000] {
+        let log = SlidingLog::new(&Quota::new(n, Duration::from_secs(3600)));
+        let mut state = SlidingLogState::default();
+        for i in 0..n {
+            assert!(log.check_mut(&mut state, i * 1_000, 1).allowed);
+        }
+        assert_eq!(state.len() as u64, n);
+        let now = n * 1_000;
+        assert!(!log.check_mut(&mut state, now, 1).allowed);
+        group.bench_function(BenchmarkId::new("entries", n), |b| {
+            b.iter(|| black_box(log.check_mut(black_box(&mut state), black_box(now), 1)))
+        });
+        assert_eq!(state.len() as u64, n, "a denied check changed the log");
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .sample_size(30);
-    targets = algorithms
+    targets = algorithms, sliding_log_depth
 }
 criterion_main!(benches);

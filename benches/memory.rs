@@ -79,7 +79,10 @@ where
     MemoryStore: Store<tollgate::algorithm::Gcra>,
 {
     let quota = Quota::new(1, PERIOD).with_burst(u64::from(BURST));
-    let limiter = RateLimiter::gcra(quota).with_clock(clock);
+    // Every key is held, as in governor's map: above the store's default bound of half a
+    // million keys per policy it would forget some.
+    let store = MemoryStore::new().with_max_keys(keys.len().max(MemoryStore::DEFAULT_MAX_KEYS));
+    let limiter = RateLimiter::gcra(quota).with_store(store).with_clock(clock);
     for &ip in keys {
         let _: Decision = limiter.check_now(ip);
     }

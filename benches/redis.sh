@@ -13,7 +13,7 @@
 #   multi-thread runtime of WORKERS=1 worker) is pinned to CPU 1, when the machine has two CPUs
 #   and `taskset` exists. redis-benchmark is single-threaded, so each side has one core.
 # - Variants, in a rotated order each round: `redis-benchmark` (-c N -P 1, one connection per
-#   caller; the script loaded with SCRIPT LOAD first, keys `tollgate:{n:__rand_int__}:bench`
+#   caller; the script loaded with SCRIPT LOAD first, keys `tollgate:{n:__rand_int__}:bench:gcra.<fingerprint>`
 #   with -r 10^11: 12 digits, as the tollgate side's keys), `tollgate` (N tasks sharing one
 #   RedisStore: one multiplexed connection), `tollgate pool` (POOL stores, task i on store
 #   i % POOL; 16 and 64 callers), and for reference the server's ceiling with this script,
@@ -114,9 +114,11 @@ start_server
 mapfile -t EVALSHA < <("$BIN" args "redis://127.0.0.1:$PORT/")
 stop_server
 SHA=${EVALSHA[1]}
-[[ ${EVALSHA[0]^^} == EVALSHA && ${EVALSHA[2]} == 1 && ${EVALSHA[3]} == 'tollgate:{n:100000000000}:bench' ]] ||
+[[ ${EVALSHA[0]^^} == EVALSHA && ${EVALSHA[2]} == 1 && ${EVALSHA[3]} == 'tollgate:{n:100000000000}:bench:gcra.'* ]] ||
     fail "unexpected probe command: ${EVALSHA[*]}"
-BENCH_ARGS=(EVALSHA "$SHA" 1 'tollgate:{n:__rand_int__}:bench' "${EVALSHA[@]:4}")
+# What follows the client's key: the policy, the algorithm and its parameters' fingerprint.
+KEY_TAIL=${EVALSHA[3]#'tollgate:{n:100000000000}'}
+BENCH_ARGS=(EVALSHA "$SHA" 1 "tollgate:{n:__rand_int__}$KEY_TAIL" "${EVALSHA[@]:4}")
 echo "redis-benchmark sends: ${BENCH_ARGS[*]} (ARGV 3 and 4 are empty strings)" >&2
 
 now() { echo "$EPOCHREALTIME"; }

@@ -108,7 +108,9 @@ fn main() {
     for round in 1..=ROUNDS {
         // Unbounded: fresh keys go when a shard has doubled since its last sweep.
         let clock = ManualClock::new();
-        let limiter = RateLimiter::gcra(quota.clone()).with_clock(clock.clone());
+        let limiter = RateLimiter::gcra(quota.clone())
+            .with_store(MemoryStore::new().with_max_keys(usize::MAX))
+            .with_clock(clock.clone());
         report("unbounded", "fill", round, timed(&limiter, 0..FILL));
         assert_eq!(limiter.table().len(), FILL as usize);
         clock.advance(Duration::from_secs(3600));

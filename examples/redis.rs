@@ -14,7 +14,8 @@
 //!
 //! Each client IP may make 5 requests a minute in all, wherever they land: the sixth is
 //! refused whichever instance answers it. The state is visible in Redis:
-//! `redis-cli --scan --pattern 'tollgate:*'` and `redis-cli pttl 'tollgate:{ip:127.0.0.1}:demo'`.
+//! `redis-cli --scan --pattern 'tollgate:*'` lists the keys (`tollgate:{ip:127.0.0.1}:demo:gcra.<fingerprint>`),
+//! and `redis-cli pttl` on one shows how long it lives.
 //! Set `PORTS` (e.g. `PORTS=4001,4002`) to use other ports.
 
 use std::net::SocketAddr;

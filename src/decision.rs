@@ -7,7 +7,11 @@ use std::time::Duration;
 ///
 /// Every algorithm fills the fields with the same meaning, so the response headers are right
 /// whichever algorithm decided.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// Two decisions are equal when their public fields and tiers are; the [`receipt`](Self::receipt)
+/// an admission carries for its refund and the layer's [`policy`](Self::policy) are not
+/// compared.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Decision {
     /// Whether the request may pass.
@@ -27,6 +31,37 @@ pub struct Decision {
     pub delay: Duration,
     /// With tiered quotas, the decision of each quota in order (see [`tiers`](Self::tiers)).
     tiers: Option<Arc<[Decision]>>,
+    /// What the admission took, in the algorithm's terms, so that a refund gives back only
+    /// that (see [`receipt`](Self::receipt)).
+    receipt: u64,
+    /// The policy of the layer that made this decision, once a layer has handed it on.
+    policy: Option<Arc<str>>,
+}
+
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        self.allowed == other.allowed
+            && self.limit == other.limit
+            && self.remaining == other.remaining
+            && self.reset_after == other.reset_after
+            && self.retry_after == other.retry_after
+            && self.delay == other.delay
+            && self.tiers == other.tiers
+    }
+}
+
+impl Eq for Decision {}
+
+impl std::hash::Hash for Decision {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.allowed.hash(state);
+        self.limit.hash(state);
+        self.remaining.hash(state);
+        self.reset_after.hash(state);
+        self.retry_after.hash(state);
+        self.delay.hash(state);
+        self.tiers.hash(state);
+    }
 }
 
 impl Decision {
@@ -40,6 +75,8 @@ impl Decision {
             retry_after: None,
             delay: Duration::ZERO,
             tiers: None,
+            receipt: 0,
+            policy: None,
         }
     }
 
@@ -59,7 +96,39 @@ impl Decision {
             retry_after,
             delay: Duration::ZERO,
             tiers: None,
+            receipt: 0,
+            policy: None,
         }
+    }
+
+    /// The same decision, carrying `receipt`: what an algorithm needs to give this admission
+    /// back ([`Algorithm::refund`](crate::algorithm::Algorithm::refund)), in its own terms.
+    /// For algorithms outside this crate; stores carry it from the check to the refund.
+    #[must_use]
+    pub fn with_receipt(mut self, receipt: u64) -> Self {
+        self.receipt = receipt;
+        self
+    }
+
+    /// What an allowed request's admission took, in its algorithm's terms (GCRA: the
+    /// theoretical arrival time it set; a window: the window it was counted in; 0 when the
+    /// decision admitted nothing). Opaque to callers: hand the decision back to
+    /// [`RateLimiter::refund`](crate::RateLimiter::refund), which gives back only what this
+    /// admission took and only while it still counts.
+    pub fn receipt(&self) -> u64 {
+        self.receipt
+    }
+
+    /// The policy (a quota's name, or tiers' names joined by `+`) of the rate limit layer that
+    /// made this decision, for the decision a layer puts in the request's extensions; `None`
+    /// for a decision straight from a [`RateLimiter`](crate::RateLimiter).
+    pub fn policy(&self) -> Option<&str> {
+        self.policy.as_deref()
+    }
+
+    pub(crate) fn with_policy(mut self, policy: Arc<str>) -> Self {
+        self.policy = Some(policy);
+        self
     }
 
     /// The same decision, but allowed only after waiting `delay` (shaping).
@@ -93,5 +162,66 @@ impl Decision {
     /// Whether the request was denied.
     pub fn is_denied(&self) -> bool {
         !self.allowed
+    }
+}
+
+/// The decisions of every rate limit layer a request passed, outermost first: put in the
+/// request's extensions, beside the most restrictive one as [`Decision`], when two or more
+/// layers decided (a global limit around a per-route one around a per-plan one). With a single
+/// layer only the `Decision` is there.
+///
+/// ```
+/// use axum::{routing::get, Extension, Router};
+/// use tollgate::{Decision, Decisions, Quota, RateLimitLayer};
+///
+/// async fn handler(
+///     Extension(strictest): Extension<Decision>,
+///     all: Option<Extension<Decisions>>,
+/// ) -> String {
+///     let layers = all.map_or(1, |Extension(all)| all.len());
+///     format!("{} left of {:?}, {layers} layers", strictest.remaining, strictest.policy())
+/// }
+///
+/// let app: Router = Router::new()
+///     .route("/", get(handler))
+///     .layer(RateLimitLayer::gcra(Quota::per_minute(10).named("plan")))
+///     .layer(RateLimitLayer::gcra(Quota::per_minute(100).named("global")));
+/// # let _ = app;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decisions(Vec<Decision>);
+
+impl Decisions {
+    /// Each layer's decision, outermost first; [`Decision::policy`] names its layer.
+    pub fn iter(&self) -> std::slice::Iter<'_, Decision> {
+        self.0.iter()
+    }
+
+    /// How many layers decided.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no layer decided (never, for the value a layer puts in the extensions).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The decision of the layer whose policy is `policy`.
+    pub fn get(&self, policy: &str) -> Option<&Decision> {
+        self.0.iter().find(|d| d.policy() == Some(policy))
+    }
+
+    pub(crate) fn push(&mut self, decision: Decision) {
+        self.0.push(decision);
+    }
+}
+
+impl<'a> IntoIterator for &'a Decisions {
+    type Item = &'a Decision;
+    type IntoIter = std::slice::Iter<'a, Decision>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
     }
 }

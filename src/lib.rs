@@ -72,7 +72,7 @@ mod limiter;
 mod quota;
 pub mod store;
 
-pub use self::decision::Decision;
+pub use self::decision::{Decision, Decisions};
 pub use self::error::Error;
 pub use self::key::Key;
 pub use self::layer::{HeaderPlacement, HeaderStyle, RateLimit, RateLimitLayer};

@@ -191,9 +191,32 @@ where
     ///
     /// The policy is the quota's name, or for tiers the names joined by `+`. State is shared
     /// under that name only when every quota was named ([`Quota::named`]).
+    #[track_caller]
     pub(crate) fn bind(quotas: Arc<[Quota]>, algorithm: A, store: St, clock: C) -> Self {
         let shared = quotas.iter().all(|q| q.explicit_name().is_some());
-        let policy: Arc<str> = match &*quotas {
+        Self::bind_as(quotas, algorithm, store, clock, shared)
+    }
+
+    /// [`bind`](Self::bind), with the state shared under the policy name whether or not the
+    /// quotas were named: for a layer's per-key quotas, whose limiters are dropped and made
+    /// again, and must find the state they left. Made while serving a request, so a store that
+    /// cannot keep these quotas is an error ([`Store::refusal`]), never a panic.
+    pub(crate) fn try_bind_shared(
+        quotas: Arc<[Quota]>,
+        algorithm: A,
+        store: St,
+        clock: C,
+    ) -> Result<Self, String> {
+        let policy = Self::policy_of(&quotas);
+        match store.refusal(&policy, &algorithm) {
+            Some(refused) => Err(refused),
+            None => Ok(Self::bind_as(quotas, algorithm, store, clock, true)),
+        }
+    }
+
+    /// The policy name of `quotas`: the quota's name, or the tiers' names joined by `+`.
+    fn policy_of(quotas: &[Quota]) -> Arc<str> {
+        match quotas {
             [quota] => quota.name().into(),
             tiers => tiers
                 .iter()
@@ -201,7 +224,12 @@ where
                 .collect::<Vec<_>>()
                 .join("+")
                 .into(),
-        };
+        }
+    }
+
+    #[track_caller]
+    fn bind_as(quotas: Arc<[Quota]>, algorithm: A, store: St, clock: C, shared: bool) -> Self {
+        let policy = Self::policy_of(&quotas);
         let table = store.table(&policy, shared, &algorithm);
         Self {
             quotas,
@@ -214,7 +242,13 @@ where
     }
 
     /// Keeps state in `store` (a shared [`MemoryStore`], or a store shared between servers).
+    ///
+    /// # Panics
+    ///
+    /// When `store` cannot keep this limiter's quotas ([`Store::table`]): the Redis store
+    /// refuses figures its scripts cannot decide exactly, naming the figure and the fix.
     #[must_use]
+    #[track_caller]
     pub fn with_store<St2: Store<A>>(self, store: St2) -> RateLimiter<A, St2, C> {
         RateLimiter::bind(self.quotas, self.algorithm, store, self.clock)
     }
@@ -254,10 +288,18 @@ where
         St::check(&self.table, key.into(), self.clock.now_nanos(), cost)
     }
 
-    /// Gives back `cost` requests' worth of capacity that an allowed request took, for a
-    /// request that turned out not to count (such as a successful login when only failures
-    /// are limited), and answers with the key's standing afterwards. Capacity that has come
-    /// back with time already is not given back twice.
+    /// Gives back what an allowed request took, for a request that turned out not to count
+    /// (such as a successful login when only failures are limited), and answers with the key's
+    /// standing afterwards. `admission` is the decision [`check_n`](Self::check_n) returned for
+    /// it and `cost` its cost.
+    ///
+    /// A refund gives back only what that admission took, and only while it still counts:
+    /// capacity that has come back with time is not given back twice, a request counted in a
+    /// window that has closed gives nothing to the next one, and for GCRA, the token bucket and
+    /// the leaky bucket a place that a later admission stands behind is kept. So the requests
+    /// that count never exceed the quota in any window or burst, whatever the order in which
+    /// refunds arrive. Algorithms that cannot give capacity back (the hybrid) leave the key as
+    /// it is ([`Algorithm::refunds`]).
     ///
     /// ```
     /// use tollgate::{Quota, RateLimiter};
@@ -265,14 +307,21 @@ where
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), tollgate::Error> {
     /// let limiter = RateLimiter::gcra(Quota::per_minute(1));
-    /// assert!(limiter.check("alice").await?.allowed);
-    /// assert_eq!(limiter.refund("alice", 1).await?.remaining, 1);
+    /// let admission = limiter.check("alice").await?;
+    /// assert!(admission.allowed);
+    /// assert_eq!(limiter.refund("alice", &admission, 1).await?.remaining, 1);
     /// assert!(limiter.check("alice").await?.allowed); // the refunded request did not count
     /// # Ok(())
     /// # }
     /// ```
-    pub fn refund(&self, key: impl Into<Key>, cost: u64) -> St::Future {
-        St::refund(&self.table, key.into(), self.clock.now_nanos(), cost)
+    pub fn refund(&self, key: impl Into<Key>, admission: &Decision, cost: u64) -> St::Future {
+        St::refund(
+            &self.table,
+            key.into(),
+            admission,
+            self.clock.now_nanos(),
+            cost,
+        )
     }
 }
 

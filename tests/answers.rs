@@ -1,5 +1,7 @@
 //! What denied clients get: a configurable status, a custom response, RFC 9457 problem details,
-//! and dry runs that only report.
+//! dry runs that only report, and gRPC answers only to gRPC clients (gRPC over HTTP/2, gRPC-Web)
+//! in their own content type, with the gRPC code of a key error's status and a percent-encoded
+//! message.
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -7,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use http::{Request, Response, StatusCode};
+use http::{Request, Response, StatusCode, Version};
 use http_body_util::BodyExt;
 use tollgate::body::ResponseBody;
 use tollgate::clock::ManualClock;
@@ -16,10 +18,13 @@ use tollgate::layer::problem_details;
 use tollgate::{Decision, Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
 
+/// A request from 192.0.2.1; with `grpc`, a gRPC one (over HTTP/2, as gRPC always is).
 fn request(grpc: bool) -> Request<String> {
     let mut builder = Request::builder().uri("/orders");
     if grpc {
-        builder = builder.header("content-type", "application/grpc");
+        builder = builder
+            .version(Version::HTTP_2)
+            .header("content-type", "application/grpc");
     }
     let mut req = builder.body(String::new()).unwrap();
     req.extensions_mut()
@@ -226,4 +231,254 @@ async fn dry_run_refuses_nothing_and_reports_what_it_would_have_done() {
             .all(|l| l.contains("policy=\"orders\"") && l.contains("retry_after_ms=30000")),
         "{text}"
     );
+}
+
+/// A request from 192.0.2.1 over `version` with `content_type`.
+fn typed(version: Version, content_type: &str) -> Request<String> {
+    let mut req = Request::builder()
+        .uri("/orders")
+        .version(version)
+        .header("content-type", content_type)
+        .body(String::new())
+        .unwrap();
+    req.extensions_mut()
+        .insert(PeerAddr("192.0.2.1:1".parse::<SocketAddr>().unwrap()));
+    req
+}
+
+/// A layer that has already used up 192.0.2.1's one request a minute.
+async fn spent(
+    layer: RateLimitLayer,
+) -> impl Service<Request<String>, Response = Response<ResponseBody<String>>, Error = Infallible> + Clone
+{
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = layer.clock(ManualClock::new()).layer(handler(&calls));
+    assert_eq!(send(&svc, request(false)).await.0.status(), StatusCode::OK);
+    svc
+}
+
+#[tokio::test]
+async fn only_grpc_over_http2_and_grpc_web_get_grpc_answers_in_their_own_content_type() {
+    let svc = spent(RateLimitLayer::gcra(Quota::per_minute(1))).await;
+    let grpc_answers = [
+        (Version::HTTP_2, "application/grpc", "application/grpc"),
+        (
+            Version::HTTP_2,
+            "application/grpc+proto",
+            "application/grpc+proto",
+        ),
+        (
+            Version::HTTP_2,
+            "Application/GRPC+Proto",
+            "application/grpc+proto",
+        ),
+        (
+            Version::HTTP_2,
+            "application/grpc+json",
+            "application/grpc+json",
+        ),
+        (
+            Version::HTTP_2,
+            "application/grpc; charset=utf-8",
+            "application/grpc",
+        ),
+        (
+            Version::HTTP_11,
+            "application/grpc-web",
+            "application/grpc-web",
+        ),
+        (
+            Version::HTTP_11,
+            "application/grpc-web+proto",
+            "application/grpc-web+proto",
+        ),
+        (
+            Version::HTTP_2,
+            "application/grpc-web+proto",
+            "application/grpc-web+proto",
+        ),
+        (
+            Version::HTTP_11,
+            "application/grpc-web-text",
+            "application/grpc-web-text",
+        ),
+        (
+            Version::HTTP_11,
+            "application/grpc-web-text+proto",
+            "application/grpc-web-text+proto",
+        ),
+        (
+            Version::HTTP_10,
+            "application/grpc-web+json",
+            "application/grpc-web+json",
+        ),
+    ];
+    for (version, sent, answered) in grpc_answers {
+        let (response, body) = send(&svc, typed(version, sent)).await;
+        assert_eq!(response.status(), StatusCode::OK, "{version:?} {sent}");
+        assert_eq!(header(&response, "grpc-status"), Some("8"), "{sent}");
+        assert_eq!(header(&response, "content-type"), Some(answered), "{sent}");
+        assert_eq!(header(&response, "grpc-retry-pushback-ms"), Some("60000"));
+        assert!(response.headers().get("retry-after").is_none(), "{sent}");
+        assert_eq!(body, "", "{sent}");
+    }
+    // gRPC runs over HTTP/2 only: anything else is plain HTTP, and so are look-alike types.
+    let plain_answers = [
+        (Version::HTTP_11, "application/grpc"),
+        (Version::HTTP_10, "application/grpc+proto"),
+        (Version::HTTP_2, "application/grpcx"),
+        (Version::HTTP_2, "application/grpc+"),
+        (Version::HTTP_2, "application/grpc-webby"),
+        (Version::HTTP_11, "application/grpc-web+"),
+        (Version::HTTP_2, "text/plain; x=application/grpc"),
+    ];
+    for (version, sent) in plain_answers {
+        let (response, body) = send(&svc, typed(version, sent)).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{version:?} {sent}"
+        );
+        assert!(response.headers().get("grpc-status").is_none(), "{sent}");
+        assert_eq!(header(&response, "retry-after"), Some("60"), "{sent}");
+        assert!(body.contains("retry in 60 seconds"), "{sent}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn grpc_answers_can_be_turned_off() {
+    let svc = spent(RateLimitLayer::gcra(Quota::per_minute(1)).grpc(false)).await;
+    for (version, sent) in [
+        (Version::HTTP_2, "application/grpc"),
+        (Version::HTTP_11, "application/grpc-web+proto"),
+    ] {
+        let (response, _) = send(&svc, typed(version, sent)).await;
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS, "{sent}");
+        assert!(response.headers().get("grpc-status").is_none(), "{sent}");
+        assert_eq!(
+            header(&response, "content-type"),
+            Some("text/plain; charset=utf-8")
+        );
+    }
+}
+
+/// The gRPC status a key error with `status` and `message` is answered with, and its
+/// `grpc-message`.
+async fn key_error_answer(status: StatusCode, message: String) -> (String, Option<String>) {
+    let key = move |_: tollgate::key::RequestHead<'_>| {
+        Err::<Option<tollgate::Key>, _>(tollgate::key::KeyError::new(status, message.clone()))
+    };
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = RateLimitLayer::gcra(Quota::per_minute(1))
+        .clock(ManualClock::new())
+        .key(key)
+        .layer(handler(&calls));
+    let (response, body) = send(&svc, request(true)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(body, "");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    (
+        header(&response, "grpc-status").unwrap().to_owned(),
+        header(&response, "grpc-message").map(str::to_owned),
+    )
+}
+
+#[tokio::test]
+async fn key_errors_map_to_the_grpc_code_of_their_http_status() {
+    let codes = [
+        (400, "3"),  // INVALID_ARGUMENT
+        (401, "16"), // UNAUTHENTICATED
+        (403, "7"),  // PERMISSION_DENIED
+        (404, "5"),  // NOT_FOUND
+        (409, "10"), // ABORTED
+        (412, "9"),  // FAILED_PRECONDITION
+        (416, "11"), // OUT_OF_RANGE
+        (429, "8"),  // RESOURCE_EXHAUSTED
+        (499, "1"),  // CANCELLED
+        (500, "13"), // INTERNAL
+        (501, "12"), // UNIMPLEMENTED
+        (502, "14"), // UNAVAILABLE
+        (503, "14"), // UNAVAILABLE
+        (504, "4"),  // DEADLINE_EXCEEDED
+        (418, "2"),  // UNKNOWN
+        (507, "2"),  // UNKNOWN
+    ];
+    for (status, code) in codes {
+        let status = StatusCode::from_u16(status).unwrap();
+        let (answered, message) = key_error_answer(status, "no key".to_owned()).await;
+        assert_eq!(answered, code, "{status}");
+        assert_eq!(message.as_deref(), Some("no key"));
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// `grpc-message` holds only printable ASCII other than '%' and `%XX` escapes (upper-case
+    /// hex), and decodes back to the message exactly.
+    #[test]
+    fn grpc_messages_are_percent_encoded(message in "\\PC{0,40}|[ -~%\\t\\n\\r\\x00\\x7f]{0,40}") {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let (_, encoded) = runtime.block_on(key_error_answer(StatusCode::BAD_REQUEST, message.clone()));
+        let encoded = encoded.unwrap_or_default();
+        let bytes = encoded.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'%' {
+                let hex = &bytes[i + 1..i + 3];
+                proptest::prop_assert!(
+                    hex.iter().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(b)),
+                    "{encoded}"
+                );
+                i += 3;
+            } else {
+                proptest::prop_assert!((0x20..=0x7E).contains(&bytes[i]), "{encoded}");
+                i += 1;
+            }
+        }
+        let decoded = percent_encoding::percent_decode_str(&encoded).decode_utf8().unwrap();
+        proptest::prop_assert_eq!(decoded, message);
+    }
+}
+
+/// The same over the wire: an axum server, a real HTTP/1.1 client.
+#[tokio::test]
+async fn over_http1_a_grpc_content_type_gets_a_429_and_grpc_web_its_own_answer() {
+    use axum::routing::post;
+    let app = axum::Router::new()
+        .route("/orders", post(|| async { "ordered" }))
+        .layer(RateLimitLayer::gcra(Quota::per_minute(1)).clock(ManualClock::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    );
+    tokio::spawn(async move { server.await.unwrap() });
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let url = format!("http://{addr}/orders");
+    let post = |content_type: &'static str| {
+        client
+            .post(&url)
+            .header("content-type", content_type)
+            .send()
+    };
+
+    let resp = post("application/json").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = post("application/grpc").await.unwrap();
+    assert_eq!(resp.version(), reqwest::Version::HTTP_11);
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(resp.headers().get("grpc-status").is_none());
+    assert_eq!(resp.headers()["retry-after"], "60");
+
+    let resp = post("application/grpc-web+proto").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["grpc-status"], "8");
+    assert_eq!(resp.headers()["content-type"], "application/grpc-web+proto");
+    assert_eq!(resp.headers()["grpc-retry-pushback-ms"], "60000");
+    assert_eq!(resp.text().await.unwrap(), "");
 }

@@ -74,3 +74,18 @@ fn key_spraying_never_grows_the_table_past_its_bound_nor_frees_a_limited_client(
     assert!(limiter.table().len() >= MAX * 3 / 4, "the bound is used");
     assert!(!limiter.check_now(abuser).allowed);
 }
+
+#[test]
+fn the_default_store_is_bounded() {
+    // A client inventing a key per request (an API key or header value of its choosing) on a
+    // layer with the default store, on a long window where no key goes fresh.
+    let limiter = RateLimiter::fixed_window(Quota::per_day(100)).with_clock(ManualClock::new());
+    assert_eq!(limiter.store().max_keys(), MemoryStore::DEFAULT_MAX_KEYS);
+    let sprayed = MemoryStore::DEFAULT_MAX_KEYS as u64 * 3 / 2;
+    for i in 0..sprayed {
+        assert!(limiter.check_now(Key::from(format!("key-{i}"))).allowed);
+    }
+    let len = limiter.table().len();
+    assert!(len <= MemoryStore::DEFAULT_MAX_KEYS, "{len} keys held");
+    assert!(len >= MemoryStore::DEFAULT_MAX_KEYS / 2, "{len} keys held");
+}

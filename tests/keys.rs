@@ -153,14 +153,81 @@ async fn a_missing_bearer_token_is_answered_without_calling_the_handler() {
 }
 
 #[test]
-fn long_header_values_make_keys_of_bounded_size() {
+fn long_header_values_keep_their_bytes_and_stand_for_a_digest() {
     let long = "k".repeat(64 * 1024);
     let req = request("192.0.2.1:1", "/", &[("x-api-key", &long)]);
     let key = Header::new("x-api-key").extract(&req).unwrap().unwrap();
-    assert!(
-        key.as_bytes()
-            .is_none_or(|b| b.len() <= tollgate::Key::MAX_LEN),
-        "{key:?}"
+    // Callbacks see the value as sent; stores see its 32-byte digest.
+    assert_eq!(key.as_bytes(), Some(long.as_bytes()));
+    assert!(key.as_digest().is_some(), "{key:?}");
+    assert_eq!(key.kind(), "digest");
+    // A tuple with the long value in it stays small: the value enters as its digest.
+    let pair = (Header::new("x-api-key"), Route)
+        .extract(&req)
+        .unwrap()
+        .unwrap();
+    assert!(pair.is_tuple());
+    assert!(pair
+        .as_bytes()
+        .is_some_and(|b| b.len() <= 2 * (2 + tollgate::Key::MAX_LEN)));
+}
+
+/// A JWT-sized value: longer than `Key::MAX_LEN`, told apart from another only by its end.
+fn jwt(client: char) -> String {
+    format!("eyJhbGciOiJIUzI1NiJ9.{}.{client}", "e".repeat(300))
+}
+
+#[tokio::test]
+async fn tuples_with_long_values_give_each_client_its_own_budget() {
+    let (calls, handler) = counting_handler();
+    let svc = RateLimitLayer::gcra(Quota::per_minute(1))
+        .clock(ManualClock::new())
+        .key((Header::new("x-api-key"), Route))
+        .layer(handler);
+    let (a, b) = (jwt('a'), jwt('b'));
+    let with = |key: &str| request("192.0.2.1:1", "/api", &[("x-api-key", key)]);
+    assert_eq!(status(&svc, with(&a)).await, StatusCode::OK);
+    assert_eq!(status(&svc, with(&b)).await, StatusCode::OK);
+    assert_eq!(status(&svc, with(&a)).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(status(&svc, with(&b)).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    let (calls, handler) = counting_handler();
+    let svc = RateLimitLayer::gcra(Quota::per_minute(1))
+        .clock(ManualClock::new())
+        .key((BearerToken, PeerIp))
+        .layer(handler);
+    let bearer = |token: &str| format!("Bearer {token}");
+    let (a, b) = (bearer(&jwt('a')), bearer(&jwt('b')));
+    let with = |auth: &str| request("192.0.2.1:1", "/", &[("authorization", auth)]);
+    assert_eq!(status(&svc, with(&a)).await, StatusCode::OK);
+    assert_eq!(status(&svc, with(&b)).await, StatusCode::OK);
+    assert_eq!(status(&svc, with(&b)).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// A fallback that is a tuple never shares a budget with the first extractor's keys: a client
+/// cannot send another client's user id as its session id.
+#[tokio::test]
+async fn a_tuple_fallback_keeps_its_keys_apart() {
+    use tollgate::key::Global;
+    let (_, handler) = counting_handler();
+    let svc = RateLimitLayer::gcra(Quota::per_minute(1))
+        .clock(ManualClock::new())
+        .key(Header::new("x-user").or((Header::new("x-session"), Global)))
+        .layer(handler);
+    let ip = "192.0.2.1:1";
+    assert_eq!(
+        status(&svc, request(ip, "/", &[("x-user", "42")])).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&svc, request(ip, "/", &[("x-session", "42")])).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&svc, request(ip, "/", &[("x-user", "42")])).await,
+        StatusCode::TOO_MANY_REQUESTS
     );
 }
 
@@ -245,11 +312,44 @@ mod per_key_quotas {
         );
     }
 
+    /// `quota_for` sees the key as sent, whatever its length: an 84-byte pro key is on the
+    /// pro plan, not the free one a digest would have given it.
+    #[tokio::test]
+    async fn long_keys_are_seen_whole_by_quota_for() {
+        let (_, handler) = counting_handler();
+        let svc = RateLimitLayer::gcra(Quota::per_minute(2).named("free"))
+            .key(Header::new("x-api-key"))
+            .quota_for(plans())
+            .clock(ManualClock::new())
+            .layer(handler);
+        let pro = format!("pro_{}", "7".repeat(80));
+        assert_eq!(pro.len(), 84);
+        for remaining in (0..5).rev() {
+            let (status, rate) = header(&svc, &pro, "ratelimit").await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(
+                rate,
+                format!("\"pro\";r={remaining};t={}", 12 * (5 - remaining))
+            );
+        }
+        assert_eq!(
+            header(&svc, &pro, "ratelimit").await.0,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        // Another long pro key is a fresh budget.
+        let other = format!("pro_{}", "8".repeat(80));
+        assert_eq!(
+            header(&svc, &other, "ratelimit").await,
+            (StatusCode::OK, "\"pro\";r=4;t=12".to_owned())
+        );
+    }
+
     #[tokio::test]
     async fn made_up_quotas_are_bounded() {
         let (_, handler) = counting_handler();
-        // A selector that makes a distinct quota from every key: past the cap, the layer's own
-        // quota (1 per minute) applies instead of a fresh limiter per request.
+        // A selector that makes a distinct quota from every key: past the 256 limiters a layer
+        // keeps, the least recently used is dropped (its state stays in the store), so every
+        // plan is honoured.
         let svc = RateLimitLayer::gcra(Quota::per_minute(1).named("default"))
             .key(Header::new("x-api-key"))
             .quota_for(|key: &Key, _head: RequestHead<'_>| {
@@ -269,11 +369,12 @@ mod per_key_quotas {
         let key = 257.to_string();
         assert_eq!(
             header(&svc, &key, "ratelimit-policy").await,
-            (StatusCode::OK, "\"default\";q=1;w=60".to_owned())
+            (StatusCode::OK, "\"made-up-257\";q=357;w=60".to_owned())
         );
+        // The first plan, whose limiter was dropped to make room, is honoured again.
         assert_eq!(
-            header(&svc, &key, "ratelimit-policy").await.0,
-            StatusCode::TOO_MANY_REQUESTS
+            header(&svc, "1", "ratelimit-policy").await,
+            (StatusCode::OK, "\"made-up-1\";q=101;w=60".to_owned())
         );
     }
 }

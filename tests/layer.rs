@@ -36,9 +36,10 @@ fn from(peer: &str) -> Request<Body> {
     req
 }
 
-/// A gRPC request from `peer`.
+/// A gRPC request from `peer` (over HTTP/2, as gRPC always is).
 fn grpc_from(peer: &str, content_type: &str) -> Request<Body> {
     let mut req = from(peer);
+    *req.version_mut() = http::Version::HTTP_2;
     req.headers_mut()
         .insert(CONTENT_TYPE, content_type.parse().unwrap());
     req
@@ -398,7 +399,8 @@ async fn grpc_denial_is_resource_exhausted_in_trailers_only_form() {
         assert_eq!(header(&resp, "grpc-status"), "8");
         assert!(!header(&resp, "grpc-message").is_empty());
         assert_eq!(header(&resp, "grpc-retry-pushback-ms"), pushback);
-        assert_eq!(header(&resp, "content-type"), "application/grpc");
+        // The answer speaks the request's own gRPC content type.
+        assert_eq!(header(&resp, "content-type"), content_type);
         assert!(resp.headers().get(RETRY_AFTER).is_none());
         assert_eq!(body_text(resp).await, "");
     }
@@ -559,8 +561,9 @@ impl Store<Gcra> for SlowStore {
         }
     }
 
-    fn refund(table: &SlowTable, key: Key, now: u64, cost: u64) -> SlowCheck {
-        let mut refund = <MemoryStore as Store<Gcra>>::refund(&table.memory, key, now, cost);
+    fn refund(table: &SlowTable, key: Key, admission: &Decision, now: u64, cost: u64) -> SlowCheck {
+        let mut refund =
+            <MemoryStore as Store<Gcra>>::refund(&table.memory, key, admission, now, cost);
         let waker = std::task::Waker::noop();
         let result = match Pin::new(&mut refund).poll(&mut Context::from_waker(waker)) {
             Poll::Ready(result) => result,
@@ -835,4 +838,40 @@ async fn a_dry_run_never_holds_requests_back() {
         assert!(matches!(poll_once(&mut fut), Poll::Ready(Ok(_))));
     }
     assert_eq!(calls.load(Ordering::SeqCst), 4);
+}
+
+/// A request that a remote store's answer delays gives back the inner service's readiness
+/// while it waits: behind a concurrency limit of 1, another client is served meanwhile.
+#[tokio::test]
+async fn a_request_delayed_after_an_asynchronous_check_holds_no_permit() {
+    let clock = ManualClock::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::gcra(Quota::per_second(10).with_burst(1))
+                .max_delay(Duration::from_millis(200))
+                .store(SlowStore::default())
+                .clock(clock.clone()),
+        )
+        .layer(tower::limit::ConcurrencyLimitLayer::new(1))
+        .service(echo(&calls));
+    let resp = svc.clone().oneshot(from("192.0.2.1:1")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut delayed = Box::pin(svc.clone().oneshot(from("192.0.2.1:1")));
+    // The store answers on the second poll; then the request waits 100 ms.
+    for _ in 0..3 {
+        assert!(poll_once(&mut delayed).is_pending());
+    }
+    let mut other = Box::pin(svc.clone().oneshot(from("192.0.2.2:1")));
+    let mut answered = None;
+    for _ in 0..3 {
+        if let Poll::Ready(resp) = poll_once(&mut other) {
+            answered = Some(resp.unwrap().status());
+            break;
+        }
+    }
+    assert_eq!(answered, Some(StatusCode::OK), "served during the delay");
+    clock.advance(Duration::from_millis(100));
+    assert!(matches!(poll_once(&mut delayed), Poll::Ready(Ok(_))));
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
 }

@@ -63,5 +63,42 @@ fn a_cluster_holds_every_limit_exactly() {
         }
         let admitted = hammer::admitted_together(limiters, "one-key", 20).await;
         assert_eq!(admitted, 40);
+
+        // Keys a client starts (or fills) with `}` cannot shorten the hash tag: they spread
+        // over the masters like any others, and each lands in its own tag's slot.
+        let braces = RateLimiter::gcra(Quota::per_hour(5).named("b"))
+            .with_store(connect().await.prefix("brace"));
+        let mut slots = std::collections::HashSet::new();
+        for n in 0..60u64 {
+            let key = match n % 3 {
+                0 => format!("}}{n}"),
+                1 => format!("}}}}{{{n}}}"),
+                _ => format!("x}}{n}"),
+            };
+            assert!(braces.check(key.as_str()).await.unwrap().allowed);
+            let name = braces.table().redis_keys(&key.as_str().into()).remove(0);
+            let name = String::from_utf8(name).unwrap();
+            let tag = &name[name.find('{').unwrap() + 1..name.find('}').unwrap()];
+            let port = cluster.nodes[0].port;
+            let slot =
+                |k: &str| server::command(port, &format!("CLUSTER KEYSLOT \"{k}\"")).unwrap();
+            assert_eq!(slot(&name), slot(tag), "{name}");
+            slots.insert(slot(&name));
+        }
+        assert!(slots.len() > 50, "60 keys in {} slots", slots.len());
+        let count = "EVAL \"return #redis.call('KEYS', 'brace:*')\" 0";
+        let per_master: Vec<u64> = cluster
+            .nodes
+            .iter()
+            .map(|node| {
+                let reply = server::command(node.port, count).unwrap_or_default();
+                reply.trim().trim_start_matches(':').parse().unwrap_or(0)
+            })
+            .collect();
+        assert_eq!(per_master.iter().sum::<u64>(), 60, "{per_master:?}");
+        assert!(
+            per_master.iter().all(|&n| n >= 5),
+            "`}}`-keys spread over every master: {per_master:?}"
+        );
     });
 }

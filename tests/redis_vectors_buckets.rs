@@ -14,7 +14,7 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parity::{ops, runtime, same_decisions, Op, EPOCH};
+use parity::{nothing, ops, pick, runtime, same_decisions_with, Op, EPOCH};
 use proptest::prelude::*;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncCommands, AsyncConnectionConfig};
@@ -24,7 +24,7 @@ use tollgate::algorithm::{
 use tollgate::clock::{Clock, ManualClock};
 use tollgate::store::redis::RedisAlgorithm;
 use tollgate::store::{MemoryState, MemoryStore, OnFailure, RedisStore};
-use tollgate::{Key, Quota, RateLimiter};
+use tollgate::{Decision, Key, Quota, RateLimiter};
 
 const MAX53: u64 = 1 << 53;
 const S: u64 = 1_000_000_000;
@@ -66,11 +66,19 @@ impl Bench {
     }
 }
 
-/// A key no other case uses, and its name in Redis under `policy`.
-fn fresh_key(policy: &str) -> (Key, String) {
+/// A key no other case uses, and its name in Redis under `redis`'s policy (for tiers, the name
+/// that `:<tier>` follows).
+fn fresh_key<A: Stored>(redis: &RateLimiter<A, RedisStore, ManualClock>) -> (Key, String)
+where
+    A::State: MemoryState,
+{
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    (Key::from(n), format!("tollgate:{{n:{n}}}:{policy}"))
+    let key = Key::from(NEXT.fetch_add(1, Ordering::Relaxed));
+    let mut name = String::from_utf8(redis.table().redis_keys(&key).remove(0)).unwrap();
+    if A::TIERED {
+        name.truncate(name.rfind(':').unwrap());
+    }
+    (key, name)
 }
 
 fn clock_at(nanos: u64) -> ManualClock {
@@ -95,12 +103,20 @@ where
     /// For each tier of `state` at `now`: the text the script stores, and the time until the
     /// tier is fresh (zero: fresh).
     fn stored(&self, state: &Self::State, now: u64) -> Vec<(String, Duration)>;
+
+    /// The admission a refund of `state` gives back: the one that wrote it last.
+    fn last_admission(&self, state: &Self::State) -> Decision;
 }
 
 impl Stored for TokenBucket {
     fn stored(&self, s: &TokenBucketState, now: u64) -> Vec<(String, Duration)> {
         let text = format!("token_bucket:{}:{}", s.refilled_at, s.deficit);
         vec![(text, self.check(s, now, 0).decision.reset_after)]
+    }
+
+    fn last_admission(&self, s: &TokenBucketState) -> Decision {
+        // Full again at the end of the last request's slot.
+        Decision::allow(0, 0, Duration::ZERO).with_receipt(s.refilled_at.saturating_add(s.deficit))
     }
 }
 
@@ -112,6 +128,10 @@ impl Stored for Hybrid {
             HybridState::Smooth { time, empty_at } => format!("hybrid:s:{time}:{empty_at}"),
         };
         vec![(text, self.check(s, now, 0).decision.reset_after)]
+    }
+
+    fn last_admission(&self, _: &HybridState) -> Decision {
+        Decision::allow(0, 0, Duration::ZERO)
     }
 }
 
@@ -126,6 +146,15 @@ where
         tiers
             .flat_map(|(i, tier)| tier.stored(states.get(i).unwrap_or(&fresh), now))
             .collect()
+    }
+
+    fn last_admission(&self, state: &TieredState<A::State>) -> Decision {
+        let fresh = A::State::default();
+        let states = state.states();
+        let tiers: Vec<Decision> = (self.tiers().iter().enumerate())
+            .map(|(i, tier)| tier.last_admission(states.get(i).unwrap_or(&fresh)))
+            .collect();
+        Decision::allow(0, 0, Duration::ZERO).with_tiers(tiers)
     }
 }
 
@@ -143,7 +172,6 @@ where
     memory: RateLimiter<A, MemoryStore, ManualClock>,
     redis: RateLimiter<A, RedisStore, ManualClock>,
     clock: ManualClock,
-    policy: String,
 }
 
 impl<A: Stored> Pair<A>
@@ -151,14 +179,14 @@ where
     A::State: MemoryState + Debug,
 {
     /// `limiter`'s policy in memory and in Redis, on a clock at `start` ns.
-    fn new(limiter: RateLimiter<A>, store: &RedisStore, policy: &str, start: u64) -> Self {
+    /// (`_policy` is the quota's name, for the reader: the store names the keys.)
+    fn new(limiter: RateLimiter<A>, store: &RedisStore, _policy: &str, start: u64) -> Self {
         let clock = clock_at(start);
         let memory = limiter.with_clock(clock.clone());
         Self {
             redis: memory.clone().with_store(store.clone()),
             memory,
             clock,
-            policy: policy.into(),
         }
     }
 
@@ -172,18 +200,30 @@ where
     /// For the same reason a key may vanish before it is read when its TTL is a few ms; it is
     /// written back.
     async fn run(&self, mut conn: MultiplexedConnection, ops: &[Op]) -> Result<(), TestCaseError> {
-        let (key, name) = fresh_key(&self.policy);
+        let (key, name) = fresh_key(&self.redis);
         let algorithm = self.memory.algorithm();
         let mut state = A::State::default();
+        let mut admitted: Vec<(Decision, Decision)> = Vec::new();
         for (i, op) in ops.iter().enumerate() {
             let step = std::slice::from_ref(op);
             let since = Instant::now();
-            same_decisions(&self.memory, &self.redis, &self.clock, &key, step)
-                .await
-                .map_err(|e| TestCaseError::fail(format!("step {i} of {ops:?}: {e}")))?;
+            // The admission a refund gives back, as `same_decisions_with` picks it.
+            let admission = (op.refund && !admitted.is_empty())
+                .then(|| admitted[pick(op, admitted.len())].0.clone());
+            same_decisions_with(
+                &self.memory,
+                &self.redis,
+                &self.clock,
+                &key,
+                step,
+                &mut admitted,
+            )
+            .await
+            .map_err(|e| TestCaseError::fail(format!("step {i} of {ops:?}: {e}")))?;
             let now = self.clock.now_nanos();
             let next = if op.refund {
-                algorithm.refund(&state, now, op.cost)
+                let admission = admission.unwrap_or_else(|| nothing(&self.memory));
+                algorithm.refund(&state, &admission, now, op.cost)
             } else {
                 algorithm.check(&state, now, op.cost).state
             };
@@ -411,14 +451,15 @@ where
 {
     let algorithm = redis.algorithm();
     let text = |s: &A::State| algorithm.stored(s, EPOCH).remove(0).0;
-    let (key, name) = fresh_key("handmade");
+    let (key, name) = fresh_key(&redis);
     let () = conn.set(&name, text(state)).await.expect("SET");
     let since = Instant::now();
     let (decision, next, got) = if refund {
-        let next = algorithm.refund(state, EPOCH, cost);
+        let admission = algorithm.last_admission(state);
+        let next = algorithm.refund(state, &admission, EPOCH, cost);
         let after = next.clone().unwrap_or_else(|| state.clone());
         let decision = algorithm.check(&after, EPOCH, 0).decision;
-        (decision, next, redis.refund(key, cost).await)
+        (decision, next, redis.refund(key, &admission, cost).await)
     } else {
         let outcome = algorithm.check(state, EPOCH, cost);
         let got = redis.check_n(key, cost).await;
@@ -530,11 +571,11 @@ fn keys_live_until_their_state_is_fresh() {
             .max_delay(Duration::from_secs(10))
             .with_clock(clock.clone())
             .with_store(bench.store.clone());
-        let (key, name) = fresh_key("ttl-tb");
+        let (key, name) = fresh_key(&bucket);
         let since = Instant::now();
-        let d = bucket.check_n(key.clone(), 3).await.unwrap();
-        assert_eq!(d.reset_after, Duration::from_secs(18));
-        assert_ttl(conn, &name, d.reset_after, since).await;
+        let first = bucket.check_n(key.clone(), 3).await.unwrap();
+        assert_eq!(first.reset_after, Duration::from_secs(18));
+        assert_ttl(conn, &name, first.reset_after, since).await;
         clock.advance(Duration::from_nanos(2_500_000_001));
         let since = Instant::now();
         let d = bucket.check_n(key.clone(), 9).await.unwrap();
@@ -544,7 +585,11 @@ fn keys_live_until_their_state_is_fresh() {
         let _ = bucket.check_n(key.clone(), 0).await.unwrap();
         assert!(!bucket.check_n(key.clone(), 5).await.unwrap().allowed);
         assert_ttl(conn, &name, d.reset_after, since).await;
-        let d = bucket.refund(key.clone(), 12).await.unwrap();
+        // The first admission is not the last one: nothing comes back for it yet.
+        let kept = bucket.refund(key.clone(), &first, 3).await.unwrap();
+        assert_eq!(kept.remaining, 0);
+        let _ = bucket.refund(key.clone(), &d, 9).await.unwrap();
+        let d = bucket.refund(key.clone(), &first, 3).await.unwrap();
         assert_eq!(d.remaining, 10);
         assert!(
             !conn.exists::<_, bool>(&name).await.unwrap(),
@@ -555,7 +600,7 @@ fn keys_live_until_their_state_is_fresh() {
         let hybrid = RateLimiter::hybrid(Quota::per_second(4).named("ttl-hq"))
             .with_clock(clock.clone())
             .with_store(bench.store.clone());
-        let (key, name) = fresh_key("ttl-hq");
+        let (key, name) = fresh_key(&hybrid);
         let since = Instant::now();
         let d = hybrid.check(key.clone()).await.unwrap();
         assert_ttl(conn, &name, d.reset_after, since).await;
@@ -582,7 +627,7 @@ fn keys_live_until_their_state_is_fresh() {
             .with_store(bench.store.clone());
         for _ in 0..40 {
             clock.advance(Duration::from_nanos(123_457));
-            let (key, name) = fresh_key("ttl-big");
+            let (key, name) = fresh_key(&hybrid);
             assert!(hybrid.check_n(key.clone(), 2).await.unwrap().allowed);
             let since = Instant::now();
             let d = hybrid.check(key.clone()).await.unwrap();
@@ -664,7 +709,7 @@ fn corrupt_states_are_errors() {
             &format!("token_bucket:{}:0", "9".repeat(400)),
             "hybrid:b:1:2",
         ] {
-            let (key, name) = fresh_key("bad");
+            let (key, name) = fresh_key(&bucket);
             let () = bench.conn.clone().set(&name, text).await.unwrap();
             let error = bucket.check(key).await.unwrap_err().to_string();
             assert!(error.contains("token_bucket"), "{text}: {error}");
@@ -681,7 +726,7 @@ fn corrupt_states_are_errors() {
             &format!("hybrid:b:1:{huge}"),
             "token_bucket:1:2",
         ] {
-            let (key, name) = fresh_key("bad");
+            let (key, name) = fresh_key(&hybrid);
             let () = bench.conn.clone().set(&name, text).await.unwrap();
             let error = hybrid.check(key).await.unwrap_err().to_string();
             assert!(error.contains("hybrid"), "{text}: {error}");

@@ -21,18 +21,20 @@ mod server;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use parity::{ops, runtime, same_decisions, store, Op, EPOCH};
+use parity::{ops, pick, runtime, same_decisions, store, Op, EPOCH};
 use proptest::prelude::*;
 use tollgate::algorithm::{Algorithm, FixedWindow, SlidingLog, SlidingWindow};
 use tollgate::clock::{Clock, ManualClock};
 use tollgate::store::redis::RedisAlgorithm;
 use tollgate::store::{MemoryState, MemoryStore, RedisStore};
-use tollgate::{Key, Quota, RateLimiter};
+use tollgate::{Decision, Key, Quota, RateLimiter};
 
 const S: u64 = 1_000_000_000;
 const EXACT: u64 = 1 << 53;
 /// The largest limit, period or horizon the window scripts take.
 const MAX: u64 = EXACT - 1;
+/// The largest sliding log limit the Redis store keeps.
+const MAX_LOG: u64 = 500;
 /// A TTL that certainly outlives the real time from a write to the next `persist`.
 const SHORT: Duration = Duration::from_millis(100);
 
@@ -42,6 +44,22 @@ fn quota() -> impl Strategy<Value = Quota> {
     let period = prop_oneof![(1u64..=120).prop_map(|s| s * S), 1_000_000..120 * S];
     (1u64..40, period)
         .prop_map(|(limit, ns)| Quota::new(limit, Duration::from_nanos(ns)).named("w"))
+}
+
+/// A sliding log's quota: `q`'s, its limit within the store's bound for the log.
+fn log_quota(q: &Quota) -> Quota {
+    Quota::new(q.limit().min(MAX_LOG), q.period()).named("w")
+}
+
+/// Sliding log limits up to the store's bound, periods up to the largest it takes, and steps
+/// of up to two periods with costs up to the limit.
+fn extreme_log() -> impl Strategy<Value = (Quota, Vec<Op>)> {
+    let limit = prop_oneof![Just(MAX_LOG), 1..=MAX_LOG];
+    let period = prop_oneof![Just(MAX), MAX - 64..=MAX, 1..=MAX];
+    (limit, period).prop_flat_map(|(limit, period)| {
+        let q = Quota::new(limit, Duration::from_nanos(period)).named("w");
+        (Just(q), ops(40, period, period.saturating_mul(2), limit))
+    })
 }
 
 /// Steps of up to 40 s, costs up to 12.
@@ -255,20 +273,34 @@ impl Rig {
             .with_clock(clock.clone())
             .with_store(self.store.clone());
         let (key, name) = key();
-        let redis_key = format!("tollgate:{{s:{name}}}:ttl");
+        let redis_key = String::from_utf8(redis.table().redis_keys(&key).remove(0)).unwrap();
         let expired = self.persist(&name);
         let mut state = A::State::default();
+        // The admissions so far, as Redis and the algorithm answered them; a refund gives one
+        // back.
+        let mut admitted: Vec<(Decision, Decision)> = Vec::new();
         for op in ops {
             clock.advance(Duration::from_nanos(op.advance));
             let now = clock.now_nanos();
             let before = self.integer("TIME");
             let next = if op.refund {
-                let _ = self.rt.block_on(redis.refund(key.clone(), op.cost));
-                algorithm.refund(&state, now, op.cost)
+                let Some((on_redis, mine)) =
+                    (!admitted.is_empty()).then(|| admitted.swap_remove(pick(op, admitted.len())))
+                else {
+                    continue;
+                };
+                let _ = self
+                    .rt
+                    .block_on(redis.refund(key.clone(), &on_redis, op.cost));
+                algorithm.refund(&state, &mine, now, op.cost)
             } else {
                 let got = self.rt.block_on(redis.check_n(key.clone(), op.cost));
                 let out = algorithm.check(&state, now, op.cost);
-                prop_assert_eq!(got.ok(), Some(out.decision), "{:?}", op);
+                prop_assert_eq!(got.as_ref().ok(), Some(&out.decision), "{:?}", op);
+                if let (Ok(got), true) = (got, out.state.is_some()) {
+                    prop_assert_eq!(got.receipt(), out.decision.receipt(), "{:?}", op);
+                    admitted.push((got, out.decision));
+                }
                 out.state
             };
             let Some(next) = next else { continue };
@@ -361,7 +393,7 @@ fn the_sliding_log_decides_in_redis_as_in_memory() {
     proptest!(config(), |(q in quota(), ops in steps())| {
         rig.parity(|| RateLimiter::sliding_log(q.clone()), (EPOCH, 0), &one_clock(ops))?;
     });
-    proptest!(config(), |((q, ops) in extreme(MAX))| {
+    proptest!(config(), |((q, ops) in extreme_log())| {
         rig.parity(|| RateLimiter::sliding_log(q.clone()), (EPOCH, 0), &one_clock(ops))?;
     });
     proptest!(config(), |(a in quota(), b in quota(), ops in steps())| {
@@ -383,7 +415,8 @@ fn a_clock_behind_the_newest_request_reads_as_its_time_in_redis_too() {
     proptest!(config(), |(((q, ops), clocks, k) in prop_oneof![usual, far])| {
         rig.parity(|| RateLimiter::fixed_window(q.clone()), clocks, &ops)?;
         rig.parity(|| RateLimiter::sliding_window(q.clone()).sub_windows(k), clocks, &ops)?;
-        rig.parity(|| RateLimiter::sliding_log(q.clone()), clocks, &ops)?;
+        let log = log_quota(&q);
+        rig.parity(|| RateLimiter::sliding_log(log.clone()), clocks, &ops)?;
     });
 }
 
@@ -425,15 +458,28 @@ where
     check_at(rig, make, &clock(EPOCH), &key().0)
 }
 
+/// [`first_check`], with a panic where the limiter is built as its error.
+fn built_first_check<A>(rig: &Rig, make: impl Fn() -> RateLimiter<A>) -> Result<bool, String>
+where
+    A: RedisAlgorithm,
+    A::State: MemoryState,
+{
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| first_check(rig, make)))
+        .unwrap_or_else(|panic| Err(panic.downcast_ref::<String>().cloned().unwrap_or_default()))
+}
+
 #[test]
 fn figures_of_2_pow_53_are_refused() {
     let Some(rig) = rig() else { return };
-    let refused = |got: Result<bool, String>| got.is_err_and(|e| e.contains("too large"));
+    // Refused where the limiter gets the store: a panic, never a decision.
+    let refused =
+        |got: Result<bool, String>| got.is_err_and(|e| e.contains("cannot be kept in Redis"));
     for (limit, period, accepted) in [(MAX, MAX, true), (EXACT, 1, false), (1, EXACT, false)] {
         let q = Quota::new(limit, Duration::from_nanos(period));
-        let fixed = first_check(&rig, || RateLimiter::fixed_window(q.clone()));
-        let log = first_check(&rig, || RateLimiter::sliding_log(q.clone()));
-        for got in [fixed, log] {
+        let fixed = built_first_check(&rig, || RateLimiter::fixed_window(q.clone()));
+        // The sliding log's limit has a bound of its own (below).
+        let log = built_first_check(&rig, || RateLimiter::sliding_log(log_quota(&q)));
+        for (got, accepted) in [(fixed, accepted), (log, period <= MAX)] {
             if accepted {
                 assert_eq!(got, Ok(true), "{limit}/{period}ns");
             } else {
@@ -446,7 +492,7 @@ fn figures_of_2_pow_53_are_refused() {
         let longest = longest_sliding_period(k);
         for (period, accepted) in [(longest, true), (longest + 1, false)] {
             let q = Quota::new(5, Duration::from_nanos(period));
-            let got = first_check(&rig, || {
+            let got = built_first_check(&rig, || {
                 RateLimiter::sliding_window(q.clone()).sub_windows(k)
             });
             if accepted {
@@ -454,6 +500,31 @@ fn figures_of_2_pow_53_are_refused() {
             } else {
                 assert!(refused(got), "k={k} period={period}");
             }
+        }
+    }
+}
+
+#[test]
+fn a_sliding_log_limit_over_the_bound_is_refused_where_the_limiter_is_built() {
+    let Some(rig) = rig() else { return };
+    let q = Quota::new(MAX_LOG, Duration::from_secs(60));
+    assert_eq!(
+        first_check(&rig, || RateLimiter::sliding_log(q.clone())),
+        Ok(true)
+    );
+    for limit in [MAX_LOG + 1, 100_000, MAX] {
+        let q = Quota::new(limit, Duration::from_secs(60));
+        let store = rig.store.clone();
+        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _ = RateLimiter::sliding_log(q).with_store(store);
+        }));
+        let message = built.expect_err("an over-bound sliding log limit was accepted");
+        let message = message
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        for part in [&limit.to_string(), &MAX_LOG.to_string(), "sliding_window"] {
+            assert!(message.contains(part), "{part:?} not in {message:?}");
         }
     }
 }
@@ -542,6 +613,12 @@ fn a_malformed_state_is_an_error_not_a_decision() {
         "log:7:1:1,2:1,0:1",
         "log:7:1:9007199254740992,0:1",
         "log:7:0:1:2",
+        "log:7:0|",
+        "log:7|0123456789abcdef",
+        "log:x:0|0123456789abcdef",
+        "log:7:0|0123456789abcde",
+        "log:7:0|0123456789abcdef",
+        "log:7:9007199254740993|0123456789abcdef",
         "fw:7:1",
     ];
     fn each<A>(rig: &Rig, make: impl Fn() -> RateLimiter<A>, states: &[&str])
@@ -550,11 +627,10 @@ fn a_malformed_state_is_an_error_not_a_decision() {
         A::State: MemoryState,
     {
         for state in states {
-            let (key, name) = key();
-            let set = server::command(
-                rig.server.port,
-                &format!("SET tollgate:{{s:{name}}}:w {state}"),
-            );
+            let (key, _) = key();
+            let redis = make().with_store(rig.store.clone());
+            let redis_key = String::from_utf8(redis.table().redis_keys(&key).remove(0)).unwrap();
+            let set = server::command(rig.server.port, &format!("SET {redis_key} {state}"));
             assert!(set.is_some_and(|r| r.starts_with("+OK")));
             let got = check_at(rig, &make, &clock(EPOCH), &key);
             let clear = got

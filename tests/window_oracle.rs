@@ -574,12 +574,13 @@ where
         let db = algo.check_mut(&mut b, now, cost);
         prop_assert_eq!(&da, &db, "at {}", now);
         let peek = algo.check(&a, now, 0).decision;
-        // Any refund: None iff nothing to give back; capacity never beyond fresh.
-        let r = back % (limit + 2);
-        let out = algo.refund(&a, now, r);
+        // A refund of this admission by up to its cost: something comes back iff it took
+        // something; never more than it took, never beyond fresh.
+        let r = back % (cost.min(limit) + 1);
+        let out = algo.refund(&a, &da, now, r);
         prop_assert_eq!(
             out.is_none(),
-            r == 0 || algo.is_fresh(&a, now),
+            r == 0 || !da.allowed || cost == 0,
             "refund {} at {}",
             r,
             now
@@ -597,7 +598,7 @@ where
         // An admitted request refunded at once, by at most its cost.
         if refund && da.allowed && cost > 0 && cost <= limit {
             let r = back % cost + 1;
-            a = algo.refund(&a, now, r).unwrap_or_default();
+            a = algo.refund(&a, &da, now, r).unwrap_or_else(|| a.clone());
             b = before_b;
             let kept = cost - r;
             prop_assert!(algo.check_mut(&mut b, now, kept).allowed);
@@ -660,7 +661,7 @@ where
         if d.allowed {
             prop_assert!(d.retry_after.is_none());
         }
-        let _ = algo.refund(&state, now, cost);
+        let _ = algo.refund(&state, &d, now, cost);
         let _ = algo.is_fresh(&state, now);
         state = in_place;
     }

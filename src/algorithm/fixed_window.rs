@@ -133,7 +133,9 @@ impl Algorithm for FixedWindow {
                 (next, Duration::from_nanos(self.period))
             }
         };
-        let decision = Decision::allow(self.limit, remaining - cost, reset_after);
+        // The receipt is the window the request was counted in.
+        let decision =
+            Decision::allow(self.limit, remaining - cost, reset_after).with_receipt(next.start);
         Outcome::new(decision, Some(next))
     }
 
@@ -143,9 +145,17 @@ impl Algorithm for FixedWindow {
 
     /// Takes `cost` back from the open window's count (never below zero); `None` when the key
     /// has no open window or `cost` is zero.
-    fn refund(&self, state: &FixedWindowState, now: u64, cost: u64) -> Option<FixedWindowState> {
+    /// Takes the admission back from its window's count, while that window is open: a request
+    /// counted in a window that has closed is not given back to the next one.
+    fn refund(
+        &self,
+        state: &FixedWindowState,
+        admission: &Decision,
+        now: u64,
+        cost: u64,
+    ) -> Option<FixedWindowState> {
         let (count, _) = self.open_window(state, now)?;
-        if cost == 0 {
+        if cost == 0 || state.start != admission.receipt() {
             return None;
         }
         let count = count.saturating_sub(cost);
@@ -157,6 +167,11 @@ impl Algorithm for FixedWindow {
                 count,
             }
         })
+    }
+
+    #[inline]
+    fn refunds(&self) -> bool {
+        true
     }
 
     #[inline]
@@ -228,21 +243,57 @@ mod tests {
     }
 
     #[test]
-    fn refunds_come_from_the_open_window_only() {
+    fn refunds_come_from_the_admissions_window_only() {
         let window = FixedWindow::new(&Quota::new(3, Duration::from_secs(10)));
+        let in_window = |start| Decision::allow(3, 0, Duration::ZERO).with_receipt(start);
+        let this = in_window(100 * S);
         assert_eq!(
-            window.refund(&state(100 * S, 3), 105 * S, 1),
+            window.refund(&state(100 * S, 3), &this, 105 * S, 1),
             Some(state(100 * S, 2))
         );
         // Never below zero; an empty window is the fresh state.
         assert_eq!(
-            window.refund(&state(100 * S, 2), 105 * S, 5),
+            window.refund(&state(100 * S, 2), &this, 105 * S, 5),
             Some(state(0, 0))
         );
         // The window is over: nothing to give back.
-        assert_eq!(window.refund(&state(100 * S, 3), 110 * S, 1), None);
-        assert_eq!(window.refund(&state(0, 0), 105 * S, 1), None);
-        assert_eq!(window.refund(&state(100 * S, 3), 105 * S, 0), None);
+        assert_eq!(window.refund(&state(100 * S, 3), &this, 110 * S, 1), None);
+        assert_eq!(window.refund(&state(0, 0), &this, 105 * S, 1), None);
+        assert_eq!(window.refund(&state(100 * S, 3), &this, 105 * S, 0), None);
+        // Counted in a window that has closed: the next window keeps its count.
+        let earlier = in_window(90 * S);
+        assert_eq!(
+            window.refund(&state(100 * S, 3), &earlier, 105 * S, 1),
+            None
+        );
+    }
+
+    #[test]
+    fn the_audits_window_edge() {
+        // 5 a minute: four requests that do not count are admitted at 59.9 s, a new window
+        // opens at 60 s and takes its 5; the four refunds land after that.
+        let window = FixedWindow::new(&Quota::per_minute(5));
+        let mut st = state(0, 0);
+        let first = window.check(&st, 0, 1);
+        st = first.state.unwrap();
+        let late: Vec<Decision> = (0..4)
+            .map(|_| {
+                let out = window.check(&st, 59_900_000_000, 1);
+                st = out.state.unwrap();
+                out.decision
+            })
+            .collect();
+        for _ in 0..5 {
+            let out = window.check(&st, 60 * S, 1);
+            assert!(out.decision.allowed);
+            st = out.state.unwrap();
+        }
+        for admission in &late {
+            if let Some(next) = window.refund(&st, admission, 60 * S + 1, 1) {
+                st = next;
+            }
+        }
+        assert!(!window.check(&st, 60 * S + 2, 1).decision.allowed);
     }
 
     #[test]

@@ -111,9 +111,11 @@ impl Gcra {
 
     /// The decision for an allowed request that moved the TAT to `new_tat`.
     #[inline]
-    fn allowed(&self, new_tat: u64, now: u64) -> Decision {
+    fn allowed(&self, new_tat: u64, now: u64, cost: u64) -> Decision {
         let (reset_after, remaining) = self.standing(new_tat, now);
-        let decision = Decision::allow(self.burst, remaining, Duration::from_nanos(reset_after));
+        // The receipt is the TAT the request set: the end of its slot in the schedule.
+        let decision = Decision::allow(self.burst, remaining, Duration::from_nanos(reset_after))
+            .with_receipt(if cost > 0 { new_tat } else { 0 });
         if reset_after > self.tolerance {
             decision.delayed(Duration::from_nanos(reset_after - self.tolerance))
         } else {
@@ -149,7 +151,10 @@ impl Algorithm for Gcra {
         if new_tat - now > self.bound {
             return deny(Some(Duration::from_nanos(new_tat - self.bound - now)));
         }
-        Outcome::new(self.allowed(new_tat, now), (cost > 0).then_some(new_tat))
+        Outcome::new(
+            self.allowed(new_tat, now, cost),
+            (cost > 0).then_some(new_tat),
+        )
     }
 
     #[inline]
@@ -167,20 +172,29 @@ impl Algorithm for Gcra {
     fn decide(&self, tat: &u64, next: Option<&u64>, now: u64, cost: u64) -> Decision {
         match next {
             // A new TAT means the request was allowed, so `now <= new_tat <= now + bound`.
-            Some(&new_tat) => self.allowed(new_tat, now),
+            Some(&new_tat) => self.allowed(new_tat, now, cost),
             None => self.check(tat, now, cost).decision,
         }
     }
 
-    /// Moves the TAT back by `cost` intervals, but not before `now`: what has drained since the
-    /// request was admitted is not given back twice.
+    /// Takes the admission's place in the schedule back, when nothing was admitted after it:
+    /// the TAT moves back to where the admission found it (`receipt − cost·T`), but not
+    /// before `now`, so what has drained since is not given back twice. While a later
+    /// admission stands after it (responses finishing out of order), its place is kept: moving
+    /// the later ones forward could let the counted requests exceed the burst.
     #[inline]
-    fn refund(&self, &tat: &u64, now: u64, cost: u64) -> Option<u64> {
-        if tat <= now || cost == 0 {
-            return None;
-        }
-        let back = cost.saturating_mul(self.interval);
-        Some(tat.saturating_sub(back).max(now))
+    fn refund(&self, &tat: &u64, admission: &Decision, now: u64, cost: u64) -> Option<u64> {
+        refund_slot(
+            tat,
+            admission.receipt(),
+            cost.saturating_mul(self.interval),
+            now,
+        )
+    }
+
+    #[inline]
+    fn refunds(&self) -> bool {
+        true
     }
 
     #[inline]
@@ -189,23 +203,60 @@ impl Algorithm for Gcra {
     }
 }
 
+/// A schedule's end (`tat`) after giving back the slot of length `len` that ended at `end`
+/// (the TAT its admission set): only when that slot is still the schedule's last and ends
+/// after `now`; never before `now`. `None`: nothing to give back.
+#[inline]
+pub(crate) fn refund_slot(tat: u64, end: u64, len: u64, now: u64) -> Option<u64> {
+    if len == 0 || tat <= now || end != tat {
+        return None;
+    }
+    Some(end.saturating_sub(len).max(now))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn refunds_give_back_what_has_not_drained() {
+    fn refunds_give_back_only_the_last_slot_while_it_lasts() {
         // T = 100 ms, τ = 500 ms.
         let gcra = Gcra::new(&Quota::per_second(10).with_burst(5));
         let ms = 1_000_000;
-        assert_eq!(gcra.refund(&(1300 * ms), 1000 * ms, 1), Some(1200 * ms));
-        assert_eq!(gcra.refund(&(1300 * ms), 1000 * ms, 5), Some(1000 * ms));
-        assert_eq!(gcra.refund(&(1300 * ms), 1250 * ms, 1), Some(1250 * ms));
-        assert_eq!(gcra.refund(&(900 * ms), 1000 * ms, 1), None);
-        assert_eq!(gcra.refund(&(1300 * ms), 1000 * ms, 0), None);
-        // Admit one request and refund it: the key is back where it was.
-        let tat = gcra.transition(&(1200 * ms), 1000 * ms, 1).unwrap();
-        assert_eq!(gcra.refund(&tat, 1000 * ms, 1), Some(1200 * ms));
+        let admit = |tat: u64, now: u64| {
+            let out = gcra.check(&tat, now, 1);
+            assert!(out.decision.allowed);
+            (out.state.unwrap(), out.decision)
+        };
+        // Admit one request and refund it at once: the key is back where it was.
+        let (tat, first) = admit(1200 * ms, 1000 * ms);
+        assert_eq!(tat, 1300 * ms);
+        assert_eq!(gcra.refund(&tat, &first, 1000 * ms, 1), Some(1200 * ms));
+        // Refunded later: what drained since is not given back twice.
+        assert_eq!(gcra.refund(&tat, &first, 1250 * ms, 1), Some(1250 * ms));
+        assert_eq!(gcra.refund(&tat, &first, 1300 * ms, 1), None);
+        assert_eq!(gcra.refund(&tat, &first, 1000 * ms, 0), None);
+        // A later admission stands after it: its place is kept.
+        let (later, second) = admit(tat, 1010 * ms);
+        assert_eq!(gcra.refund(&later, &first, 1020 * ms, 1), None);
+        // The last one goes back; then the first is the last again.
+        let back = gcra.refund(&later, &second, 1020 * ms, 1).unwrap();
+        assert_eq!(back, 1300 * ms);
+        assert_eq!(gcra.refund(&back, &first, 1020 * ms, 1), Some(1200 * ms));
+    }
+
+    #[test]
+    fn a_refund_after_the_slot_drained_gives_nothing_to_a_later_request() {
+        // The audit's case: 10/s, burst 1. A request that does not count is admitted at 0 and
+        // answered at 500 ms; meanwhile a counted one took the slot at 450 ms.
+        let gcra = Gcra::new(&Quota::per_second(10).with_burst(1));
+        let ms = 1_000_000;
+        let first = gcra.check(&0, 0, 1);
+        let tat = first.state.unwrap();
+        let counted = gcra.check(&tat, 450 * ms, 1);
+        let tat = counted.state.unwrap();
+        assert_eq!(gcra.refund(&tat, &first.decision, 500 * ms, 1), None);
+        assert!(!gcra.check(&tat, 500 * ms, 1).decision.allowed);
     }
 
     #[test]

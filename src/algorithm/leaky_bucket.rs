@@ -74,11 +74,16 @@ impl Algorithm for LeakyBucket {
         Self::new(quota)
     }
 
-    /// Gives back places that have not left the queue yet. The requests queued behind keep
-    /// the times they were given.
+    /// Gives back the admission's place in the queue while it is the last one and has not
+    /// left yet. The requests queued behind keep the times they were given.
     #[inline]
-    fn refund(&self, state: &u64, now: u64, cost: u64) -> Option<u64> {
-        self.gcra.refund(state, now, cost)
+    fn refund(&self, state: &u64, admission: &Decision, now: u64, cost: u64) -> Option<u64> {
+        self.gcra.refund(state, admission, now, cost)
+    }
+
+    #[inline]
+    fn refunds(&self) -> bool {
+        true
     }
 
     #[inline]

@@ -46,7 +46,11 @@ use crate::{Decision, Quota};
 
 /// An algorithm: a pure function from a key's state, the time and the request's cost to a
 /// decision and the key's next state.
-pub trait Algorithm: Clone + Send + Sync + 'static {
+///
+/// Its `Debug` form names the algorithm and every option that gives its state a meaning (the
+/// quota's figures, sub-windows, shaping): a store keeps the states of limiters that share a
+/// name apart unless that form is the same, so that one never reads, or resets, another's.
+pub trait Algorithm: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// A key's state. `Default` is the state of a key never seen (or back to fresh).
     type State: Clone + Default + Send + Sync + 'static;
 
@@ -95,14 +99,34 @@ pub trait Algorithm: Clone + Send + Sync + 'static {
         self.check(state, now, cost).decision
     }
 
-    /// Gives back `cost` requests' worth of capacity that an allowed request took, for a request
-    /// that turned out not to count (the layer's `count_if`). Returns the next state, or `None`
-    /// when there is nothing to give back (the capacity has come back with time already) or the
-    /// algorithm cannot give capacity back (the default).
+    /// Gives back what the allowed request `admission` took (it cost `cost`), for a request
+    /// that turned out not to count (the layer's `count_if`), and only while that still
+    /// counts: capacity that has come back with time is not given back twice, and capacity
+    /// that a later admission stands on is not given back at all. `admission` is the decision
+    /// the check returned; its [`receipt`](Decision::receipt) says, in the algorithm's terms,
+    /// what it took (the window it was counted in, the slot it took in a schedule). Returns
+    /// the next state, or `None` when there is nothing to give back or the algorithm cannot
+    /// give capacity back (the default: see [`refunds`](Self::refunds)).
+    ///
+    /// The guarantee every refund keeps: the requests that count (those not refunded) never
+    /// exceed the quota in any window or burst, whatever the order and timing of refunds.
     #[inline]
-    fn refund(&self, state: &Self::State, now: u64, cost: u64) -> Option<Self::State> {
-        let _ = (state, now, cost);
+    fn refund(
+        &self,
+        state: &Self::State,
+        admission: &Decision,
+        now: u64,
+        cost: u64,
+    ) -> Option<Self::State> {
+        let _ = (state, admission, now, cost);
         None
+    }
+
+    /// Whether [`refund`](Self::refund) can give capacity back. A layer's `count_if` refuses
+    /// an algorithm that cannot, where the layer is built.
+    #[inline]
+    fn refunds(&self) -> bool {
+        false
     }
 
     /// Whether `state` is back to fresh at `now`, so the store may forget the key.

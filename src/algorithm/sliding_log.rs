@@ -1,6 +1,6 @@
-use std::collections::VecDeque;
 use std::time::Duration;
 
+pub use self::state::SlidingLogState;
 use super::{Algorithm, Outcome};
 use crate::{Decision, Quota};
 
@@ -13,11 +13,17 @@ use crate::{Decision, Quota};
 /// boundary effects and no estimate. A denied request is not logged. The quota's burst is not
 /// used.
 ///
-/// The price is memory and time: the log holds one entry per distinct instant with an admitted
-/// request still in the window (equal instants share an entry), so at most `limit` entries, 16
-/// bytes each, and a decision reads the entries in the window. Prefer it for small limits
-/// (logins, password resets, expensive jobs); for large ones
-/// [`SlidingWindow`](super::SlidingWindow) estimates the same window in fixed memory and time.
+/// The price is memory: the log holds one entry per distinct instant with an admitted request
+/// still in the window (equal instants share an entry), so at most `limit` entries, 16 bytes
+/// each. The work per check does not grow with the limit: each entry keeps the running total
+/// of the cost logged up to it, so the cost in the window is one subtraction, an admission
+/// drops the entries that have left the window from the front (each once) and appends, and a
+/// denial finds the entry it must wait for by a search from the oldest (`O(log k)` for the
+/// `k`-th entry: one step for a request of cost 1). A [refund](Algorithm::refund) rewrites
+/// the totals on the shorter side of the refunded entry. Prefer it for small and moderate
+/// limits (logins, password resets, expensive jobs; the Redis store keeps limits up to 500);
+/// for large ones [`SlidingWindow`](super::SlidingWindow) estimates the same window in fixed
+/// memory.
 ///
 /// The reported figures: `remaining = limit − cost in the window`; `reset_after` is the time
 /// until the newest entry leaves the window; a denied request may retry once enough of the
@@ -45,42 +51,6 @@ pub struct SlidingLog {
     period: u64,
 }
 
-/// A key's [`SlidingLog`] state: `(time, cost)` of its admitted requests, oldest first, one
-/// entry per instant.
-///
-/// 32 bytes per key, plus 16 bytes per entry of the log's capacity on the heap: at most `limit`
-/// entries are in use (every entry holds a cost of at least 1 and the window at most `limit`),
-/// and the capacity grows by doubling. The default (an empty log) is the fresh state and holds
-/// no heap memory. Entries that have left the window are dropped when the next request is
-/// admitted.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct SlidingLogState {
-    entries: VecDeque<(u64, u64)>,
-}
-
-impl SlidingLogState {
-    /// The log's `(time in nanoseconds, cost)` entries, oldest first. Entries that have left the
-    /// window may remain until the next admitted request.
-    pub fn entries(&self) -> impl ExactSizeIterator<Item = (u64, u64)> + '_ {
-        self.entries.iter().copied()
-    }
-
-    /// How many entries the log holds.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether the log is empty.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// The newest entry's time.
-    fn newest(&self) -> Option<u64> {
-        self.entries.back().map(|&(t, _)| t)
-    }
-}
-
 /// A log read at one instant.
 struct Reading {
     /// The instant the window ends at: `now`, or the newest entry's time when the clock reads
@@ -89,7 +59,7 @@ struct Reading {
     /// The index of the oldest entry in the window `(at − period, at]`.
     first_live: usize,
     /// The cost in the window.
-    used: u128,
+    used: u64,
 }
 
 impl SlidingLog {
@@ -111,22 +81,16 @@ impl SlidingLog {
         [self.limit, self.period]
     }
 
+    /// Reads the log at `now`: `O(1)` while its oldest entry is in the window, and
+    /// `O(log k)` when `k` entries have left it since the last admission.
     #[inline]
     fn read(&self, state: &SlidingLogState, now: u64) -> Reading {
         let at = state.newest().map_or(now, |t| t.max(now));
-        // Entries are in time order, so those out of the window are a prefix.
-        let first_live = state
-            .entries
-            .partition_point(|&(t, _)| at.saturating_sub(t) >= self.period);
-        let used = state
-            .entries
-            .range(first_live..)
-            .map(|&(_, c)| u128::from(c))
-            .sum();
+        let first_live = state.first_live(at, self.period);
         Reading {
             at,
             first_live,
-            used,
+            used: state.cost_from(first_live),
         }
     }
 
@@ -145,10 +109,8 @@ impl SlidingLog {
             first_live,
             used,
         } = self.read(state, now);
-        let limit = u128::from(self.limit);
-        // At most `limit`, so it fits.
-        let remaining = u64::try_from(limit.saturating_sub(used)).unwrap_or(0);
-        let live = state.entries.len() > first_live;
+        let remaining = self.limit.saturating_sub(used);
+        let live = first_live < state.len();
         let reset_after = match state.newest() {
             Some(t) if live => self.until_expiry(t, now),
             _ => Duration::ZERO,
@@ -156,13 +118,11 @@ impl SlidingLog {
         if cost > remaining {
             let retry_after = (cost <= self.limit)
                 .then(|| {
-                    // Wait until the oldest entries have freed `used + cost − limit`.
-                    let need = used + u128::from(cost) - limit;
-                    let mut freed = 0u128;
-                    state.entries.range(first_live..).find_map(|&(t, c)| {
-                        freed += u128::from(c);
-                        (freed >= need).then(|| self.until_expiry(t, now))
-                    })
+                    // Wait until the oldest entries have freed `used + cost − limit`: at most
+                    // `used`, as `cost` is at most `limit`.
+                    let need = used - (self.limit - cost);
+                    let index = state.covering(first_live, need);
+                    state.time(index).map(|t| self.until_expiry(t, now))
                 })
                 .flatten();
             let decision = Decision::deny(self.limit, remaining, reset_after, retry_after);
@@ -177,20 +137,12 @@ impl SlidingLog {
     }
 
     /// Logs `cost` at `at` (not before the newest entry), dropping the entries that have left
-    /// the window. Allocates only when the log outgrows its capacity.
+    /// the window: amortised `O(1)`, as each entry is dropped once. Allocates only when the
+    /// log outgrows its capacity.
     #[inline]
     fn admit(&self, state: &mut SlidingLogState, at: u64, cost: u64) {
-        let entries = &mut state.entries;
-        while entries
-            .front()
-            .is_some_and(|&(t, _)| at.saturating_sub(t) >= self.period)
-        {
-            entries.pop_front();
-        }
-        match entries.back_mut() {
-            Some((t, c)) if *t == at => *c = c.saturating_add(cost),
-            _ => entries.push_back((at, cost)),
-        }
+        state.drop_before(state.first_live(at, self.period));
+        state.push(at, cost);
     }
 }
 
@@ -204,6 +156,11 @@ impl Algorithm for SlidingLog {
             self.admit(&mut next, at, cost);
             next
         });
+        // The receipt is the time the request was logged at.
+        let decision = match admit_at {
+            Some(at) => decision.with_receipt(at),
+            None => decision,
+        };
         Outcome::new(decision, next)
     }
 
@@ -212,42 +169,48 @@ impl Algorithm for SlidingLog {
     #[inline]
     fn check_mut(&self, state: &mut SlidingLogState, now: u64, cost: u64) -> Decision {
         let (decision, admit_at) = self.evaluate(state, now, cost);
-        if let Some(at) = admit_at {
-            self.admit(state, at, cost);
+        match admit_at {
+            Some(at) => {
+                self.admit(state, at, cost);
+                decision.with_receipt(at)
+            }
+            None => decision,
         }
-        decision
     }
 
     fn with_quota(&self, quota: &Quota) -> Self {
         Self::new(quota)
     }
 
-    /// Takes `cost` back from the newest entries in the window (newest first, never below
-    /// zero); `None` when the window is empty or `cost` is zero.
-    fn refund(&self, state: &SlidingLogState, now: u64, cost: u64) -> Option<SlidingLogState> {
-        let reading = self.read(state, now);
-        if cost == 0 || reading.used == 0 {
+    /// Takes up to `cost` back from the admission's entry (the entry logged at its receipt),
+    /// while it is in the window; `None` when it has left the window, `cost` is zero or the
+    /// decision was a denial. Admissions at one instant share an entry, so `cost` must be what
+    /// the admission cost (as the layer passes it): more would take from the others.
+    fn refund(
+        &self,
+        state: &SlidingLogState,
+        admission: &Decision,
+        now: u64,
+        cost: u64,
+    ) -> Option<SlidingLogState> {
+        if cost == 0 || !admission.allowed {
             return None;
         }
+        let first_live = self.read(state, now).first_live;
+        let index = state.find(first_live, admission.receipt())?;
         let mut next = state.clone();
-        next.entries.drain(..reading.first_live);
-        let mut left = cost;
-        while left > 0 {
-            let Some((_, c)) = next.entries.back_mut() else {
-                break;
-            };
-            let take = left.min(*c);
-            *c -= take;
-            left -= take;
-            if *c == 0 {
-                next.entries.pop_back();
-            }
-        }
-        Some(if next.entries.is_empty() {
+        next.drop_before(first_live);
+        next.take(index - first_live, cost);
+        Some(if next.is_empty() {
             SlidingLogState::default()
         } else {
             next
         })
+    }
+
+    #[inline]
+    fn refunds(&self) -> bool {
+        true
     }
 
     #[inline]
@@ -258,5 +221,6 @@ impl Algorithm for SlidingLog {
     }
 }
 
+mod state;
 #[cfg(test)]
 mod tests;

@@ -229,6 +229,10 @@ impl Algorithm for SlidingWindow {
             self.admit(&mut next, now, cost);
             next
         });
+        let decision = match &next {
+            Some(next) => decision.with_receipt(next.last),
+            None => decision,
+        };
         Outcome::new(decision, next)
     }
 
@@ -236,10 +240,12 @@ impl Algorithm for SlidingWindow {
     #[inline]
     fn check_mut(&self, state: &mut SlidingWindowState, now: u64, cost: u64) -> Decision {
         let (decision, admit) = self.evaluate(state, now, cost);
-        if admit {
-            self.admit(state, now, cost);
+        if !admit {
+            return decision;
         }
-        decision
+        self.admit(state, now, cost);
+        // The receipt is a time in the sub-window the request was counted in.
+        decision.with_receipt(state.last)
     }
 
     fn with_quota(&self, quota: &Quota) -> Self {
@@ -251,9 +257,13 @@ impl Algorithm for SlidingWindow {
 
     /// Takes `cost` back from the counters in the window, newest first (never below zero);
     /// `None` when nothing weighs in the estimate or `cost` is zero.
+    /// Takes the admission back from the counter it was added to, while that counter still
+    /// weighs in: a request counted in a sub-window that has left the window is not given
+    /// back to a newer one.
     fn refund(
         &self,
         state: &SlidingWindowState,
+        admission: &Decision,
         now: u64,
         cost: u64,
     ) -> Option<SlidingWindowState> {
@@ -261,20 +271,25 @@ impl Algorithm for SlidingWindow {
         if cost == 0 {
             return None;
         }
-        let first_live = state.counts.len() - frame.live.len();
+        let counter = self.counter_of(state, &frame, admission.receipt())?;
         let mut next = state.clone();
-        let mut left = cost;
-        for c in next.counts.get_mut(first_live..)?.iter_mut().rev() {
-            let take = left.min(*c);
-            *c -= take;
-            left -= take;
+        let slot = next.counts.get_mut(counter)?;
+        if *slot == 0 {
+            return None;
         }
+        *slot -= cost.min(*slot);
+        let first_live = state.counts.len() - frame.live.len();
         let any = next.counts.get(first_live..)?.iter().any(|&c| c > 0);
         Some(if any {
             next
         } else {
             SlidingWindowState::default()
         })
+    }
+
+    #[inline]
+    fn refunds(&self) -> bool {
+        true
     }
 
     #[inline]

@@ -72,7 +72,7 @@ impl<S: Clone + Default> TieredState<S> {
 }
 
 /// The index of the tier whose decision is reported for the request.
-fn most_restrictive(decisions: &[Decision]) -> usize {
+pub(crate) fn most_restrictive(decisions: &[Decision]) -> usize {
     let denied = decisions.iter().any(|d| !d.allowed);
     let mut best = 0;
     for (i, d) in decisions.iter().enumerate() {
@@ -171,16 +171,32 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
         Self::new([self.tiers[0].with_quota(quota)])
     }
 
-    fn refund(&self, state: &Self::State, now: u64, cost: u64) -> Option<Self::State> {
+    /// Gives each tier back what the admission took from it ([`Decision::tiers`]).
+    fn refund(
+        &self,
+        state: &Self::State,
+        admission: &Decision,
+        now: u64,
+        cost: u64,
+    ) -> Option<Self::State> {
+        let admitted = admission.tiers();
+        if admitted.len() != self.tiers.len() {
+            return None;
+        }
         let mut next = state.clone();
         let mut changed = false;
-        for (tier, s) in self.tiers.iter().zip(next.sized(self.tiers.len())) {
-            if let Some(refunded) = tier.refund(s, now, cost) {
+        let tiers = self.tiers.iter().zip(admitted);
+        for ((tier, admission), s) in tiers.zip(next.sized(self.tiers.len())) {
+            if let Some(refunded) = tier.refund(s, admission, now, cost) {
                 *s = refunded;
                 changed = true;
             }
         }
         changed.then_some(next)
+    }
+
+    fn refunds(&self) -> bool {
+        self.tiers.iter().all(Algorithm::refunds)
     }
 
     fn is_fresh(&self, state: &Self::State, now: u64) -> bool {
@@ -302,11 +318,16 @@ mod tests {
             Gcra::new(&Quota::per_second(1)),
             Gcra::new(&Quota::per_minute(2)),
         ]);
-        let state = tiered.check(&TieredState::default(), 0, 1).state.unwrap();
+        let out = tiered.check(&TieredState::default(), 0, 1);
+        let (state, admission) = (out.state.unwrap(), out.decision);
         assert!(!tiered.is_fresh(&state, 1_000_000_000));
         assert!(tiered.is_fresh(&state, 30_000_000_000));
-        let refunded = tiered.refund(&state, 0, 1).unwrap();
+        let refunded = tiered.refund(&state, &admission, 0, 1).unwrap();
         assert!(tiered.is_fresh(&refunded, 0));
-        assert_eq!(tiered.refund(&refunded, 0, 1), None);
+        assert_eq!(tiered.refund(&refunded, &admission, 0, 1), None);
+        // A decision of another shape (one tier) refunds nothing.
+        let single = Gcra::new(&Quota::per_second(1)).check(&0, 0, 1).decision;
+        assert_eq!(tiered.refund(&state, &single, 0, 1), None);
+        assert!(tiered.refunds());
     }
 }

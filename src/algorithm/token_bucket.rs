@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use super::divisor::Divisor;
+use super::gcra::refund_slot;
 use super::{Algorithm, Outcome};
 use crate::{Decision, Quota};
 
@@ -161,11 +162,14 @@ impl Algorithm for TokenBucket {
         if short > self.bound() {
             return deny(Some(Duration::from_nanos(short - self.bound())));
         }
+        // The receipt is when the bucket would be full again after this request: the end of
+        // its slot, as GCRA's TAT.
         let mut decision = Decision::allow(
             self.burst,
             self.remaining(short),
             Duration::from_nanos(short),
-        );
+        )
+        .with_receipt(if cost > 0 { now + short } else { 0 });
         if short > self.capacity {
             decision = decision.delayed(Duration::from_nanos(short - self.capacity));
         }
@@ -180,18 +184,30 @@ impl Algorithm for TokenBucket {
         Self::new(quota).max_delay(Duration::from_nanos(self.max_delay))
     }
 
-    /// Puts `cost` tokens back, up to a full bucket: the tokens that have come back with time
-    /// since the request are not given back twice.
+    /// Puts the admission's tokens back while nothing was taken after it, up to a full bucket:
+    /// the tokens that have come back with time since are not given back twice, and tokens a
+    /// later request took after it are not given back at all (as GCRA).
     #[inline]
-    fn refund(&self, state: &TokenBucketState, now: u64, cost: u64) -> Option<TokenBucketState> {
+    fn refund(
+        &self,
+        state: &TokenBucketState,
+        admission: &Decision,
+        now: u64,
+        cost: u64,
+    ) -> Option<TokenBucketState> {
         let (now, deficit) = Self::refill(state, now);
-        if deficit == 0 || cost == 0 {
-            return None;
-        }
+        let full_at = now.checked_add(deficit)?;
+        let len = cost.saturating_mul(self.interval);
+        let full_at = refund_slot(full_at, admission.receipt(), len, now)?;
         Some(TokenBucketState {
-            deficit: deficit.saturating_sub(cost.saturating_mul(self.interval)),
+            deficit: full_at - now,
             refilled_at: now,
         })
+    }
+
+    #[inline]
+    fn refunds(&self) -> bool {
+        true
     }
 
     #[inline]
@@ -279,22 +295,33 @@ mod tests {
     fn refunds_match_gcra() {
         let quota = Quota::per_second(10).with_burst(5);
         let (bucket, gcra) = (TokenBucket::new(&quota), Gcra::new(&quota));
-        // A bucket 300 ms short at 1000 ms is a TAT of 1300 ms.
-        let state = at(300, 1000);
+        // A bucket 200 ms short at 1000 ms is a TAT of 1200 ms; one more request makes 1300.
+        let state = at(200, 1000);
+        let taken = bucket.check(&state, 1000 * MS, 1);
+        let tat = gcra.check(&(1200 * MS), 1000 * MS, 1);
+        assert_eq!(taken.decision.receipt(), tat.decision.receipt());
+        let (taken_state, tat_state) = (taken.state.unwrap(), tat.state.unwrap());
         for (now, cost) in [(1000, 1), (1000, 5), (1250, 1), (1400, 1), (1000, 0)] {
-            let got = bucket.refund(&state, now * MS, cost);
-            let want = gcra.refund(&(1300 * MS), now * MS, cost);
+            let got = bucket.refund(&taken_state, &taken.decision, now * MS, cost);
+            let want = gcra.refund(&tat_state, &tat.decision, now * MS, cost);
             assert_eq!(
                 got.map(|s| s.refilled_at + s.deficit),
                 want,
                 "now={now} cost={cost}"
             );
         }
-        assert_eq!(bucket.refund(&state, 1000 * MS, 1), Some(at(200, 1000)));
-        assert_eq!(bucket.refund(&state, 1250 * MS, 1), Some(at(0, 1250)));
         // Taking one token and refunding it leaves the bucket where it was.
-        let taken = bucket.check(&state, 1000 * MS, 1).state.unwrap();
-        assert_eq!(bucket.refund(&taken, 1000 * MS, 1), Some(state));
+        assert_eq!(
+            bucket.refund(&taken_state, &taken.decision, 1000 * MS, 1),
+            Some(state)
+        );
+        assert_eq!(
+            bucket.refund(&taken_state, &taken.decision, 1250 * MS, 1),
+            Some(at(0, 1250))
+        );
+        // A later request took tokens after it: nothing is given back.
+        let later = bucket.check(&taken_state, 1010 * MS, 1).state.unwrap();
+        assert_eq!(bucket.refund(&later, &taken.decision, 1020 * MS, 1), None);
     }
 
     #[test]
@@ -314,11 +341,10 @@ mod tests {
         let out = bucket.check(&worst, 0, 1);
         assert!(!out.decision.allowed);
         assert_eq!(out.decision.remaining, 0);
-        let refunded = TokenBucketState {
-            deficit: 0,
-            refilled_at: u64::MAX,
-        };
-        assert_eq!(bucket.refund(&worst, 0, u64::MAX), Some(refunded));
+        for receipt in [0, u64::MAX] {
+            let admission = Decision::allow(0, 0, Duration::ZERO).with_receipt(receipt);
+            assert_eq!(bucket.refund(&worst, &admission, 0, u64::MAX), None);
+        }
         assert!(!bucket.is_fresh(&worst, 0));
         assert!(bucket.is_fresh(&full, u64::MAX));
     }

@@ -51,13 +51,43 @@ impl IpList {
     }
 }
 
-/// Leaves requests whose key is an IP address in an [`IpList`] unlimited, and keys the rest with
-/// an inner extractor: made by the layer's `allow`.
+/// Leaves clients whose own IP address is in an [`IpList`] unlimited, and keys the rest with an
+/// inner extractor: made by the layer's `allow`.
 ///
-/// The address checked is the key itself: the peer's address with [`PeerIp`](struct@super::PeerIp), the
-/// client's behind trusted proxies with [`ClientIp`](super::ClientIp). Keys that are not IP
-/// addresses (API keys, say) are never on the list. With an IPv6 prefix set on the extractor the
-/// key is the masked address, so list whole networks rather than single IPv6 hosts.
+/// The address checked is the client's own, whole, as the inner extractor reports it
+/// ([`KeyExtractor::client_ip`]): the peer's with [`PeerIp`](struct@super::PeerIp), the
+/// client's behind trusted proxies with [`ClientIp`](super::ClientIp), whatever IPv6 prefix
+/// groups their keys. Allowing `2001:db8::7` leaves that one host unlimited, not the `/64` its
+/// key stands for. With `or`, the address of the extractor that finds the key is checked; an
+/// extractor that reports no address (an API key, a tuple) is checked by its key, which is
+/// never on the list unless it is itself an IP address.
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use tollgate::key::{IpList, PeerAddr};
+/// use tollgate::{Quota, RateLimitLayer};
+/// use tower::{Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let layer = RateLimitLayer::gcra(Quota::per_minute(1)).allow(IpList::new(["2001:db8::7"])?);
+/// let svc = layer.layer(tower::service_fn(|_req: http::Request<()>| async {
+///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+/// }));
+/// let from = |peer: &str| {
+///     let mut req = http::Request::new(());
+///     req.extensions_mut().insert(PeerAddr(peer.parse::<SocketAddr>().unwrap()));
+///     req
+/// };
+/// // The listed host is unlimited; its neighbour in the same /64 (one key) is not.
+/// for _ in 0..3 {
+///     assert_eq!(svc.clone().oneshot(from("[2001:db8::7]:1")).await?.status(), 200);
+/// }
+/// assert_eq!(svc.clone().oneshot(from("[2001:db8::8]:1")).await?.status(), 200);
+/// assert_eq!(svc.clone().oneshot(from("[2001:db8::8]:1")).await?.status(), 429);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Allow<K> {
     inner: K,
@@ -73,10 +103,20 @@ impl<K> Allow<K> {
 impl<K: KeyExtractor> KeyExtractor for Allow<K> {
     #[inline]
     fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
+        if let Some(ip) = self.inner.client_ip(req) {
+            if self.list.contains(ip) {
+                return Ok(None);
+            }
+            return self.inner.extract(req);
+        }
         let key = self.inner.extract(req)?;
         match key.as_ref().and_then(Key::as_ip) {
             Some(ip) if self.list.contains(ip) => Ok(None),
             _ => Ok(key),
         }
+    }
+
+    fn client_ip<B>(&self, req: &Request<B>) -> Option<IpAddr> {
+        self.inner.client_ip(req)
     }
 }

@@ -274,4 +274,9 @@ impl KeyExtractor for ClientIp {
             None => Err(KeyError::missing_peer_addr()),
         }
     }
+
+    /// The client's address, whole: [`client_addr`](ClientIp::client_addr).
+    fn client_ip<B>(&self, req: &Request<B>) -> Option<IpAddr> {
+        self.client_addr(req)
+    }
 }

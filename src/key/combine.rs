@@ -1,9 +1,15 @@
 use http::Request;
 
+use super::value::PART_MAX;
 use super::{Key, KeyError, KeyExtractor, RequestHead};
 
 /// Tries one extractor, and another when the first finds no key: made by
 /// [`KeyExtractor::or`].
+///
+/// The key is the one the branch found, unchanged, so one client has one budget whichever
+/// branch found it, and callbacks (`quota_for`, the allow list, ...) see a plain key. Keys of
+/// different kinds never meet (an address and an API key are always two keys); two branches
+/// that find byte strings share one namespace. See [`KeyExtractor::or`] to keep them apart.
 #[derive(Debug, Clone)]
 pub struct Or<A, B> {
     first: A,
@@ -22,6 +28,14 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
         self.first
             .extract(req)
             .or_else(|_| self.second.extract(req))
+    }
+
+    /// The address of the extractor that finds the key.
+    fn client_ip<R>(&self, req: &Request<R>) -> Option<std::net::IpAddr> {
+        match self.first.extract(req) {
+            Ok(_) => self.first.client_ip(req),
+            Err(_) => self.second.client_ip(req),
+        }
     }
 }
 
@@ -59,58 +73,71 @@ where
         }
         self.inner.extract(req)
     }
+
+    fn client_ip<B>(&self, req: &Request<B>) -> Option<std::net::IpAddr> {
+        self.inner.client_ip(req)
+    }
 }
 
-/// Appends `key` to `out` so that distinct sequences of keys give distinct bytes: a kind tag,
-/// then the value (length-prefixed for byte strings).
-fn encode(key: &Key, out: &mut Vec<u8>) {
-    if let Some(ip) = key.as_ip() {
-        match ip {
-            std::net::IpAddr::V4(v4) => {
-                out.push(1);
-                out.extend_from_slice(&v4.octets());
-            }
-            std::net::IpAddr::V6(v6) => {
-                out.push(2);
-                out.extend_from_slice(&v6.octets());
-            }
+/// A tuple's key under construction: its parts' encodings ([`Key::encode_part`]) one after
+/// the other, on the stack. `N` is the tuple's arity times [`PART_MAX`], so the parts always
+/// fit: a tuple's key is at most 66 bytes per part, whatever the request.
+struct Parts<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Parts<N> {
+    #[inline]
+    fn new() -> Self {
+        Self {
+            buf: [0; N],
+            len: 0,
         }
-    } else if let Some(n) = key.as_u64() {
-        out.push(3);
-        out.extend_from_slice(&n.to_be_bytes());
-    } else {
-        let bytes = key.as_bytes().unwrap_or_default();
-        out.push(4);
-        out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
-        out.extend_from_slice(bytes);
+    }
+
+    #[inline]
+    fn push(&mut self, key: &Key) {
+        // At least PART_MAX bytes are left: one per part of the tuple.
+        self.len += key.encode_part(&mut self.buf[self.len..]);
+    }
+
+    #[inline]
+    fn key(&self) -> Key {
+        Key::tuple(&self.buf[..self.len])
     }
 }
 
 macro_rules! tuple_extractor {
-    ($($name:ident),+) => {
+    ($arity:literal; $($name:ident),+) => {
         /// A tuple of extractors keys a request on all their keys together, such as
         /// `(Route, PeerIp)`: one budget per client per route. If any part leaves the request
         /// unlimited, it is unlimited; if any part fails, the request fails with that error.
+        ///
+        /// The key is a tuple key ([`Key::is_tuple`]): distinct parts always give distinct
+        /// keys, whatever their kinds and lengths (a part longer than [`Key::MAX_LEN`] enters
+        /// as its digest, so the key stays small), and a tuple's key never equals a plain
+        /// key.
         impl<$($name: KeyExtractor),+> KeyExtractor for ($($name,)+) {
             #[allow(non_snake_case)]
             fn extract<Body>(&self, req: &Request<Body>) -> Result<Option<Key>, KeyError> {
                 let ($($name,)+) = self;
-                let mut bytes = Vec::with_capacity(32);
+                let mut parts = Parts::<{ $arity * PART_MAX }>::new();
                 $(
                     match $name.extract(req)? {
-                        Some(key) => encode(&key, &mut bytes),
+                        Some(key) => parts.push(&key),
                         None => return Ok(None),
                     }
                 )+
-                Ok(Some(Key::from(bytes.as_slice())))
+                Ok(Some(parts.key()))
             }
         }
     };
 }
 
-tuple_extractor!(A, B);
-tuple_extractor!(A, B, C);
-tuple_extractor!(A, B, C, D);
+tuple_extractor!(2; A, B);
+tuple_extractor!(3; A, B, C);
+tuple_extractor!(4; A, B, C, D);
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,13 @@ pub struct KeyError {
 
 impl KeyError {
     /// An error answered with `status` and `message` (a short plain-text explanation).
+    ///
+    /// A 4xx status says the client is at fault (a missing header): the layer logs it at debug
+    /// level. A 5xx says the server is misconfigured: logged at error level the first time each
+    /// kind (status and message) is seen. gRPC requests get the gRPC code of `status`
+    /// (`INVALID_ARGUMENT` for 400, `UNAUTHENTICATED` for 401, `INTERNAL` for 500, ...) with the
+    /// message in `grpc-message`. The message is logged: keep the request's bytes (its key) out
+    /// of it.
     pub fn new(status: StatusCode, message: impl Into<Cow<'static, str>>) -> Self {
         Self {
             status,
@@ -20,13 +27,18 @@ impl KeyError {
         }
     }
 
-    /// The server did not record the peer address: a misconfiguration, answered with 500.
+    /// The server did not record the peer address: a misconfiguration, answered with 500. The
+    /// message says how to fix each server.
     pub fn missing_peer_addr() -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "tollgate: the request carries no peer address, so it cannot be rate limited by client IP. \
-             With axum, serve the app with `app.into_make_service_with_connect_info::<SocketAddr>()`; \
-             with tonic, use `Server::builder()` over TCP; with plain hyper, insert \
+             With axum (tollgate feature `axum`), serve the app with \
+             `app.into_make_service_with_connect_info::<SocketAddr>()`. \
+             With tonic, enable tollgate's feature `tonic` and serve over TCP with `Server::builder()` \
+             (`serve`, or `serve_with_incoming` over a `TcpIncoming`), with or without TLS: tollgate reads \
+             `TcpConnectInfo` and, over TLS, `TlsConnectInfo<TcpConnectInfo>`; a custom incoming stream \
+             must implement `Connected` with one of them. With plain hyper, insert \
              `tollgate::key::PeerAddr` into the request extensions.",
         )
     }

@@ -7,8 +7,9 @@ use super::{Key, KeyError, KeyExtractor};
 ///
 /// A request without the header, or with it more than once, cannot be keyed and is answered
 /// `400 Bad Request`; use [`or`](KeyExtractor::or) to fall back to another key instead, such as
-/// the client IP. Values longer than [`Key`]'s bound are hashed, so a client cannot use long
-/// values to exhaust memory.
+/// the client IP. The key is the value as sent, whatever its length (your HTTP server bounds
+/// the size of a request's headers); stores keep the SHA-256 digest of a value longer than
+/// [`Key::MAX_LEN`], so a client cannot use long values to exhaust memory.
 ///
 /// A header is chosen by the client: one that sends a new value with each request starts a new
 /// budget each time. Key on a header only once something has checked it (an authentication

@@ -11,7 +11,7 @@
 //! | [`BearerToken`] | the token of `Authorization: Bearer` |
 //! | [`Route`], [`Method`] | the matched route or the method; in tuples, a budget per route |
 //! | [`Global`] | one key for every request |
-//! | a tuple `(A, B)` | all parts together, such as `(Route, PeerIp)` |
+//! | a tuple `(A, B)` (up to four parts) | all parts together, such as `(Route, PeerIp)`; never equal to a plain key |
 //! | a closure over a [`RequestHead`], or [`from_fn`] | your own |
 //!
 //! [`KeyExtractor::or`] falls back to a second extractor when the first finds no key; the
@@ -80,8 +80,35 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// The request's key; `Ok(None)` when the request is not limited at all.
     fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError>;
 
+    /// The client's own IP address, whole (before an IPv6 prefix groups it into a network),
+    /// when this extractor keys `req` by the client's address: [`PeerIp`](struct@PeerIp) and [`ClientIp`] do.
+    /// `None` (the default) otherwise. The layer's `allow` list ([`Allow`]) is checked against
+    /// this address, so that allowing one host never allows its whole network.
+    fn client_ip<B>(&self, _req: &Request<B>) -> Option<std::net::IpAddr> {
+        None
+    }
+
     /// Uses `other` when this extractor cannot find a key (returns an error): for example an
     /// API key for clients that send one, and the client IP for the rest.
+    ///
+    /// The key is the one the branch found, unchanged: the same value found by either branch
+    /// is the same key, so a client that can present one credential two ways still has one
+    /// budget, and `quota_for` or an allow list sees the key itself. Kinds never meet: an IP
+    /// address from `other` is never the key of a string from `self`. When both branches find
+    /// byte strings from different namespaces (a verified user id, and a session id the client
+    /// picks), make the fallback a tuple: a tuple's key never equals a plain key, so a client
+    /// cannot send another client's user id as its session id to spend that client's budget.
+    ///
+    /// ```
+    /// use tollgate::key::{Global, Header, KeyExtractor};
+    /// use tollgate::Key;
+    ///
+    /// let key = Header::new("x-user").or((Header::new("x-session"), Global));
+    /// let user = http::Request::builder().header("x-user", "42").body(()).unwrap();
+    /// let session = http::Request::builder().header("x-session", "42").body(()).unwrap();
+    /// assert_eq!(key.extract(&user).unwrap(), Some(Key::from("42")));
+    /// assert_ne!(key.extract(&session).unwrap(), key.extract(&user).unwrap());
+    /// ```
     fn or<O: KeyExtractor>(self, other: O) -> Or<Self, O>
     where
         Self: Sized,

@@ -7,8 +7,8 @@ use super::{Key, KeyError, KeyExtractor};
 
 /// The address of the connection's peer, for servers that are not axum or tonic.
 ///
-/// axum's `ConnectInfo<SocketAddr>` and tonic's `TcpConnectInfo` are read directly (features
-/// `axum` and `tonic`). A plain hyper server inserts this into each request's extensions
+/// axum's `ConnectInfo<SocketAddr>` and tonic's `TcpConnectInfo` (or, over TLS,
+/// `TlsConnectInfo<TcpConnectInfo>`) are read directly (features `axum` and `tonic`). A plain hyper server inserts this into each request's extensions
 /// before the rate limit layer sees it:
 ///
 /// ```
@@ -24,16 +24,17 @@ pub struct PeerAddr(pub SocketAddr);
 
 /// The key is the IP address of the connection's peer. The default key.
 ///
-/// Reads, in order, [`PeerAddr`], axum's `ConnectInfo<SocketAddr>` and tonic's
-/// `TcpConnectInfo` from the request extensions. IPv4-mapped IPv6 addresses
+/// Reads, in order, [`PeerAddr`], axum's `ConnectInfo<SocketAddr>` (feature `axum`), and
+/// tonic's `TcpConnectInfo` or, over TLS, `TlsConnectInfo<TcpConnectInfo>` (feature `tonic`)
+/// from the request extensions. IPv4-mapped IPv6 addresses
 /// (`::ffff:192.0.2.1`) count as the IPv4 address, so a dual-stack listener cannot give one
 /// client two keys. IPv6 addresses are grouped by their first 64 bits
 /// ([`ipv6_prefix`](Self::ipv6_prefix)): a subscriber commonly holds a whole `/64` and could
 /// otherwise take a fresh address, and a fresh budget, for every request.
 ///
 /// Without any of them the request cannot be keyed: the layer answers 500 and logs how to fix
-/// the server (serve the app with `into_make_service_with_connect_info::<SocketAddr>()`), rather
-/// than letting the request through unlimited.
+/// the server (see [`KeyError::missing_peer_addr`]), rather than letting the request through
+/// unlimited.
 ///
 /// Behind a reverse proxy every request comes from the proxy: use
 /// [`ClientIp`](super::ClientIp) with the proxy's address instead.
@@ -90,11 +91,17 @@ fn peer_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
         return Some(*addr);
     }
     #[cfg(feature = "tonic")]
-    if let Some(addr) = ext
-        .get::<tonic::transport::server::TcpConnectInfo>()
-        .and_then(|info| info.remote_addr())
     {
-        return Some(addr);
+        use tonic::transport::server::{Connected, TcpConnectInfo};
+        // `TlsConnectInfo<TcpConnectInfo>`: what tonic records when its server has a TLS config.
+        type TlsConnectInfo =
+            <tokio_rustls::server::TlsStream<tokio::net::TcpStream> as Connected>::ConnectInfo;
+        let tcp = ext
+            .get::<TcpConnectInfo>()
+            .or_else(|| ext.get::<TlsConnectInfo>().map(|tls| tls.get_ref()));
+        if let Some(addr) = tcp.and_then(TcpConnectInfo::remote_addr) {
+            return Some(addr);
+        }
     }
     None
 }
@@ -106,5 +113,10 @@ impl KeyExtractor for PeerIp {
             Some(ip) => Ok(Some(Key::from(group_v6(ip, self.ipv6_prefix)))),
             None => Err(KeyError::missing_peer_addr()),
         }
+    }
+
+    /// The peer's address, whole.
+    fn client_ip<B>(&self, req: &Request<B>) -> Option<IpAddr> {
+        Self::peer_ip(req)
     }
 }

@@ -5,17 +5,42 @@ use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
 
+/// The longest byte string kept inline in the key itself.
 const INLINE: usize = 22;
+
+/// The bit of [`Repr::Inline`]'s `len` that marks a tuple's encoding (lengths need five bits).
+const INLINE_TUPLE: u8 = 0x80;
+
+/// The bytes of a SHA-256 digest.
+const DIGEST: usize = 32;
+
+/// The most bytes one key takes in a tuple's encoding: a tag, a length byte and at most
+/// [`Key::MAX_LEN`] bytes (a longer key takes its tag and its digest).
+pub(crate) const PART_MAX: usize = 2 + Key::MAX_LEN;
 
 /// The identity a limit is counted against: a client IP, an API key, a user id, ...
 ///
 /// Owned and cheap to clone. IP addresses, integers and byte strings of up to 22 bytes are
 /// stored inline, so making, cloning or dropping such a key never allocates; longer keys share
-/// one reference-counted buffer. Byte strings longer than [`Key::MAX_LEN`] are replaced by
-/// their SHA-256 digest, so that clients cannot use long values (a 64 KiB header, say) to make
-/// the store hold large keys; the digest is the same in every process, so a limit shared
-/// between servers still sees one key. Keys of different kinds are never equal: the IP `10.0.0.1` and
-/// the string `"10.0.0.1"` are different keys.
+/// one reference-counted buffer.
+///
+/// **Long keys.** A byte string longer than [`Key::MAX_LEN`] keeps its bytes *and* its SHA-256
+/// digest: [`as_bytes`](Key::as_bytes) gives what the extractor found, whatever its length (so
+/// `quota_for`, `skip`, `on_limited`, cost functions and your own extractors see the key as it
+/// was sent), while the stores only ever see the digest ([`as_digest`](Key::as_digest)): the
+/// memory store keeps 32 bytes for such a key, never the long value, and Redis stores the digest
+/// in hex. Two long keys are equal (and hash alike) when their digests are; the digest is the
+/// same in every process, so a limit shared between servers still sees one key. The bytes a key
+/// holds while a request is handled are whatever the extractor read: header values are bounded
+/// by your HTTP server's limit on the size of a request head, and a closure that builds its own
+/// keys is responsible for bounding them.
+///
+/// **Kinds never meet.** Keys of different kinds are never equal: the IP `10.0.0.1`, the string
+/// `"10.0.0.1"` and the integer `167772161` are three keys. A tuple of extractors such as
+/// `(Route, PeerIp)` makes a key of its own kind ([`is_tuple`](Key::is_tuple)), encoded so that
+/// distinct parts (any kind, any length, nested tuples included) always give distinct keys, and
+/// never equal to a plain byte string, whatever its bytes. The encoding of a tuple is bounded
+/// (a long part enters it as its digest): at most 66 bytes per part.
 ///
 /// ```
 /// use std::net::{IpAddr, Ipv4Addr};
@@ -25,31 +50,53 @@ const INLINE: usize = 22;
 /// assert_eq!(ip.as_ip(), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
 /// assert_ne!(ip, Key::from("127.0.0.1"));
 /// assert_eq!(Key::from("user-1"), Key::from(String::from("user-1")));
+///
+/// // A long key keeps its bytes for your callbacks; stores see its digest.
+/// let jwt = format!("pro_{}", "x".repeat(80));
+/// let key = Key::from(jwt.as_str());
+/// assert_eq!(key.as_bytes(), Some(jwt.as_bytes()));
+/// assert!(key.as_bytes().is_some_and(|k| k.starts_with(b"pro_")));
+/// assert!(key.as_digest().is_some());
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Key(Repr);
+
+/// What a byte string stands for: bytes from the request, or the encoding of a tuple's parts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Domain {
+    Bytes,
+    Tuple,
+}
 
 // IP addresses are kept as aligned words, not byte arrays: a key is usually built just before it
 // is hashed and compared, and word-sized stores that the hash then reads back as the same words
 // are forwarded to those loads, where byte arrays at odd offsets make the processor wait for the
 // stores to reach the cache.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 enum Repr {
     /// The octets in memory order (`u32::from_ne_bytes`).
     V4(u32),
     /// The octets in memory order, as two native-endian halves.
     V6([u64; 2]),
     U64(u64),
+    /// At most [`INLINE`] bytes; `len` carries [`INLINE_TUPLE`] for a tuple. Bytes past `len`
+    /// are zero.
     Inline {
         len: u8,
         buf: [u8; INLINE],
     },
-    Shared(Arc<[u8]>),
-    Digest(Arc<[u8; 32]>),
+    /// More than [`INLINE`] bytes, at most [`Key::MAX_LEN`].
+    Shared(Domain, Arc<[u8]>),
+    /// More than [`Key::MAX_LEN`] bytes: the digest of the bytes, then the bytes.
+    Long(Domain, Arc<[u8]>),
+    /// A long key as the memory store keeps it: its digest alone.
+    Digest(Domain, Arc<[u8; DIGEST]>),
 }
 
 impl Key {
-    /// The longest byte string kept as it is; longer ones are replaced by their SHA-256 digest.
+    /// The longest byte string whose bytes the stores keep as they are; a longer one is
+    /// stored as its SHA-256 digest ([`as_digest`](Key::as_digest)).
     pub const MAX_LEN: usize = 64;
 
     /// The IP address, when the key is one.
@@ -68,31 +115,46 @@ impl Key {
     }
 
     /// What kind of key this is, for logs and metrics that must not show the key itself:
-    /// `"ipv4"`, `"ipv6"`, `"u64"`, `"bytes"` or `"digest"` (a long byte string, hashed).
+    /// `"ipv4"`, `"ipv6"`, `"u64"`, `"bytes"`, `"digest"` (a byte string longer than
+    /// [`Key::MAX_LEN`], which stores see as its digest) or `"tuple"` (made by a tuple of
+    /// extractors).
     pub fn kind(&self) -> &'static str {
-        match self.0 {
-            Repr::V4(_) => "ipv4",
-            Repr::V6(_) => "ipv6",
-            Repr::U64(_) => "u64",
-            Repr::Inline { .. } | Repr::Shared(_) => "bytes",
-            Repr::Digest(_) => "digest",
+        match (&self.0, self.domain()) {
+            (Repr::V4(_), _) => "ipv4",
+            (Repr::V6(_), _) => "ipv6",
+            (Repr::U64(_), _) => "u64",
+            (_, Some(Domain::Tuple)) => "tuple",
+            (Repr::Long(..) | Repr::Digest(..), _) => "digest",
+            _ => "bytes",
         }
     }
 
-    /// The SHA-256 digest that stands for a byte string longer than [`Key::MAX_LEN`].
+    /// Whether the key was made by a tuple of extractors, such as `(Route, PeerIp)`. Its
+    /// [`as_bytes`](Key::as_bytes) are then the encoding of its parts, which never equals a
+    /// plain byte string's key: a store that writes keys out must mark tuples apart.
+    #[inline]
+    pub fn is_tuple(&self) -> bool {
+        self.domain() == Some(Domain::Tuple)
+    }
+
+    /// The SHA-256 digest that stands for the key in stores: `Some` exactly for a byte string
+    /// (or a tuple's encoding) longer than [`Key::MAX_LEN`] bytes.
     pub fn as_digest(&self) -> Option<&[u8; 32]> {
         match &self.0 {
-            Repr::Digest(digest) => Some(digest),
+            Repr::Long(_, long) => long.first_chunk(),
+            Repr::Digest(_, digest) => Some(digest),
             _ => None,
         }
     }
 
-    /// The bytes, when the key was made from a string or bytes of at most [`Key::MAX_LEN`]
-    /// bytes.
+    /// The bytes, when the key was made from a string or bytes, at any length: for a key longer
+    /// than [`Key::MAX_LEN`], the bytes as they were given, not their digest. For a tuple, the
+    /// encoding of its parts.
     pub fn as_bytes(&self) -> Option<&[u8]> {
         match &self.0 {
-            Repr::Inline { len, buf } => Some(&buf[..usize::from(*len)]),
-            Repr::Shared(bytes) => Some(bytes),
+            Repr::Inline { len, buf } => buf.get(..usize::from(len & !INLINE_TUPLE)),
+            Repr::Shared(_, bytes) => Some(bytes),
+            Repr::Long(_, long) => long.get(DIGEST..),
             _ => None,
         }
     }
@@ -106,35 +168,146 @@ impl Key {
         }
     }
 
+    /// The key as a store keeps it: a long key without its bytes (its digest alone), so that
+    /// a store holds at most [`Key::MAX_LEN`] bytes per key. Equal to `self`.
+    pub(crate) fn stored(self) -> Self {
+        match &self.0 {
+            Repr::Long(domain, long) => match long.first_chunk::<DIGEST>() {
+                Some(digest) => Self(Repr::Digest(*domain, Arc::new(*digest))),
+                None => self,
+            },
+            _ => self,
+        }
+    }
+
+    /// The key of a tuple whose parts [`encode_part`](Key::encode_part) wrote into `encoding`.
+    pub(crate) fn tuple(encoding: &[u8]) -> Self {
+        Self::from_bytes_in(Domain::Tuple, encoding)
+    }
+
+    /// Writes the key as one part of a tuple at the start of `out`, which holds at least
+    /// [`PART_MAX`] bytes, and returns how many bytes it took: a tag for its kind, then its
+    /// value, so that any sequence of parts reads back in one way only. Integers and addresses
+    /// take their fixed size; byte strings of at most [`Key::MAX_LEN`] bytes a length byte and
+    /// the bytes; longer ones their digest.
+    #[inline]
+    pub(crate) fn encode_part(&self, out: &mut [u8]) -> usize {
+        let mut put = |tag: u8, value: &[u8]| {
+            out[0] = tag;
+            out[1..=value.len()].copy_from_slice(value);
+            1 + value.len()
+        };
+        match &self.0 {
+            Repr::V4(w) => put(1, &w.to_ne_bytes()),
+            Repr::V6([hi, lo]) => {
+                let mut octets = [0; 16];
+                octets[..8].copy_from_slice(&hi.to_ne_bytes());
+                octets[8..].copy_from_slice(&lo.to_ne_bytes());
+                put(2, &octets)
+            }
+            Repr::U64(n) => put(3, &n.to_be_bytes()),
+            Repr::Long(domain, _) | Repr::Digest(domain, _) => {
+                let tag = if *domain == Domain::Tuple { 7 } else { 5 };
+                put(tag, self.as_digest().map_or(&[0; DIGEST], |d| d))
+            }
+            Repr::Inline { .. } | Repr::Shared(..) => {
+                let bytes = self.as_bytes().unwrap_or_default();
+                out[0] = if self.is_tuple() { 6 } else { 4 };
+                // At most MAX_LEN (64) bytes: the length fits in a byte.
+                out[1] = bytes.len() as u8;
+                out[2..2 + bytes.len()].copy_from_slice(bytes);
+                2 + bytes.len()
+            }
+        }
+    }
+
+    #[inline]
+    fn domain(&self) -> Option<Domain> {
+        match &self.0 {
+            Repr::Inline { len, .. } if len & INLINE_TUPLE != 0 => Some(Domain::Tuple),
+            Repr::Inline { .. } => Some(Domain::Bytes),
+            Repr::Shared(domain, _) | Repr::Long(domain, _) | Repr::Digest(domain, _) => {
+                Some(*domain)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the key is an IPv4 address: the one kind whose values clients cannot choose
+    /// freely (see the memory store's hasher).
+    #[inline]
+    pub(crate) fn is_ipv4(&self) -> bool {
+        matches!(self.0, Repr::V4(_))
+    }
+
     fn from_bytes(bytes: &[u8]) -> Self {
+        Self::from_bytes_in(Domain::Bytes, bytes)
+    }
+
+    fn from_bytes_in(domain: Domain, bytes: &[u8]) -> Self {
         if bytes.len() > Self::MAX_LEN {
-            let digest: [u8; 32] = Sha256::digest(bytes).into();
-            Self(Repr::Digest(Arc::new(digest)))
+            let digest: [u8; DIGEST] = Sha256::digest(bytes).into();
+            let mut long = Vec::with_capacity(DIGEST + bytes.len());
+            long.extend_from_slice(&digest);
+            long.extend_from_slice(bytes);
+            Self(Repr::Long(domain, long.into()))
         } else if bytes.len() <= INLINE {
             let mut buf = [0; INLINE];
             buf[..bytes.len()].copy_from_slice(bytes);
-            // The length fits: INLINE < 256.
+            // The length fits in the low five bits: INLINE < 32.
+            let tuple = if domain == Domain::Tuple {
+                INLINE_TUPLE
+            } else {
+                0
+            };
             Self(Repr::Inline {
-                len: bytes.len() as u8,
+                len: bytes.len() as u8 | tuple,
                 buf,
             })
         } else {
-            Self(Repr::Shared(bytes.into()))
+            Self(Repr::Shared(domain, bytes.into()))
         }
     }
 }
 
-/// Hashes the value alone, in one or two word-sized writes for the common IP keys. Keys of
-/// different kinds may hash alike; they still never compare equal.
+/// Long keys are equal when their kinds and digests are (with or without their bytes); other
+/// keys when their kinds and values are.
+impl PartialEq for Key {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Repr::V4(a), Repr::V4(b)) => a == b,
+            (Repr::V6(a), Repr::V6(b)) => a == b,
+            (Repr::U64(a), Repr::U64(b)) => a == b,
+            // The unused bytes are zero: comparing whole buffers compares the values.
+            (Repr::Inline { len: a, buf: x }, Repr::Inline { len: b, buf: y }) => a == b && x == y,
+            (Repr::Shared(d, a), Repr::Shared(e, b)) => d == e && a == b,
+            (Repr::Long(..) | Repr::Digest(..), Repr::Long(..) | Repr::Digest(..)) => {
+                self.domain() == other.domain() && self.as_digest() == other.as_digest()
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Key {}
+
+/// Hashes the value alone, in one or two word-sized writes for the common IP keys, and a long
+/// key by its digest. Keys of different kinds may hash alike; they still never compare equal.
 impl Hash for Key {
     #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
         match &self.0 {
             Repr::V4(w) => state.write_u32(*w),
-            Repr::V6([hi, lo]) => state.write_u128(u128::from(*hi) << 64 | u128::from(*lo)),
+            Repr::V6([hi, lo]) => {
+                state.write_u64(*hi);
+                state.write_u64(*lo);
+            }
             Repr::U64(n) => state.write_u64(*n),
-            Repr::Digest(digest) => state.write(&digest[..]),
-            Repr::Inline { .. } | Repr::Shared(_) => {
+            Repr::Long(..) | Repr::Digest(..) => {
+                hash_bytes(self.as_digest().map_or(&[][..], |d| &d[..]), state);
+            }
+            Repr::Inline { .. } | Repr::Shared(..) => {
                 hash_bytes(self.as_bytes().unwrap_or_default(), state);
             }
         }
@@ -220,18 +393,32 @@ impl From<&Key> for Key {
     }
 }
 
+/// Shows IP addresses, integers and short byte strings; a long key shows the start of its
+/// digest, never its bytes, and a tuple its encoding in hex.
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (&self.0, self.as_ip(), self.as_bytes()) {
-            (_, Some(ip), _) => write!(f, "Key({ip})"),
-            (_, _, Some(bytes)) => write!(f, "Key({:?})", String::from_utf8_lossy(bytes)),
-            (Repr::U64(n), _, _) => write!(f, "Key({n})"),
-            (Repr::Digest(d), _, _) => {
-                f.write_str("Key(sha256:")?;
-                d.iter().take(8).try_for_each(|b| write!(f, "{b:02x}"))?;
-                f.write_str("…)")
-            }
-            _ => f.write_str("Key(?)"),
+        let hex = |f: &mut fmt::Formatter<'_>, bytes: &[u8]| {
+            bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        };
+        if let Some(ip) = self.as_ip() {
+            return write!(f, "Key({ip})");
+        }
+        if let Some(n) = self.as_u64() {
+            return write!(f, "Key({n})");
+        }
+        let tuple = if self.is_tuple() { "tuple " } else { "" };
+        if let Some(digest) = self.as_digest() {
+            write!(f, "Key({tuple}sha256:")?;
+            hex(f, &digest[..8])?;
+            return f.write_str("…)");
+        }
+        let bytes = self.as_bytes().unwrap_or_default();
+        if self.is_tuple() {
+            f.write_str("Key(tuple ")?;
+            hex(f, bytes)?;
+            f.write_str(")")
+        } else {
+            write!(f, "Key({:?})", String::from_utf8_lossy(bytes))
         }
     }
 }
@@ -255,31 +442,71 @@ mod tests {
         let v6: IpAddr = "2001:db8::1".parse().unwrap();
         assert_eq!(Key::from(v6).as_ip(), Some(v6));
         assert_eq!(format!("{:?}", Key::from(v6)), "Key(2001:db8::1)");
+        for key in [Key::from(v6), Key::from(7u64), Key::from(long)] {
+            assert!(!key.is_tuple());
+            assert_eq!(key.as_digest(), None);
+        }
+    }
+
+    fn hex(digest: &[u8; 32]) -> String {
+        digest.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     #[test]
-    fn long_keys_become_digests() {
+    fn long_keys_keep_their_bytes_and_are_stored_as_digests() {
         let at_bound = "x".repeat(Key::MAX_LEN);
-        assert_eq!(
-            Key::from(at_bound.as_str()).as_bytes(),
-            Some(at_bound.as_bytes())
-        );
+        let key = Key::from(at_bound.as_str());
+        assert_eq!(key.as_bytes(), Some(at_bound.as_bytes()));
+        assert_eq!(key.as_digest(), None);
+        assert_eq!(key.kind(), "bytes");
+
         let over = "x".repeat(Key::MAX_LEN + 1);
         let key = Key::from(over.as_str());
-        assert_eq!(key.as_bytes(), None);
+        assert_eq!(key.as_bytes(), Some(over.as_bytes()));
+        assert_eq!(key.kind(), "digest");
         // SHA-256 of 65 'x' bytes, as `printf 'x%.0s' $(seq 65) | sha256sum` prints it.
-        let hex: String = key
-            .as_digest()
-            .unwrap()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
         assert_eq!(
-            hex,
+            hex(key.as_digest().unwrap()),
             "9537c5fdf120482f7d58d25e9ed583f52c02b4e304ea814db1633ad565aed7e9"
         );
-        assert_eq!(key, Key::from(over.into_bytes().as_slice()));
+        assert_eq!(key, Key::from(over.clone().into_bytes().as_slice()));
         assert_ne!(key, Key::from("x".repeat(Key::MAX_LEN + 2).as_str()));
+
+        // What a store keeps: the digest alone, equal to the full key and hashed alike.
+        let stored = key.clone().stored();
+        assert_eq!(stored.as_bytes(), None);
+        assert_eq!(stored.as_digest(), key.as_digest());
+        assert_eq!(stored.kind(), "digest");
+        assert_eq!(stored, key);
+        assert_eq!(key, stored);
+        let state = std::hash::RandomState::new();
+        assert_eq!(
+            std::hash::BuildHasher::hash_one(&state, &stored),
+            std::hash::BuildHasher::hash_one(&state, &key)
+        );
+        // Short keys are stored as they are.
+        for short in [
+            Key::from("k"),
+            Key::from(at_bound.as_str()),
+            Key::from(1u64),
+        ] {
+            let stored = short.clone().stored();
+            assert_eq!(stored.as_bytes(), short.as_bytes());
+            assert_eq!(stored, short);
+        }
+        // A 64 KiB value: its bytes while the request is handled, 32 bytes once stored.
+        let huge = "k".repeat(64 * 1024);
+        let key = Key::from(huge.as_str());
+        assert_eq!(key.as_bytes().map(<[u8]>::len), Some(huge.len()));
+        assert_eq!(key.stored().as_bytes(), None);
+    }
+
+    #[test]
+    fn debug_never_shows_a_long_key() {
+        let secret = format!("secret-{}", "s".repeat(100));
+        let shown = format!("{:?}", Key::from(secret.as_str()));
+        assert!(shown.starts_with("Key(sha256:"), "{shown}");
+        assert!(!shown.contains("secret"), "{shown}");
     }
 
     #[test]
@@ -288,5 +515,53 @@ mod tests {
         let b = Key::from("x".repeat(INLINE + 1).as_str());
         assert_ne!(a, b);
         assert_ne!(Key::from("a"), Key::from("a\0"));
+    }
+
+    #[test]
+    fn tuples_are_never_plain_byte_strings() {
+        for len in [
+            0,
+            1,
+            INLINE,
+            INLINE + 1,
+            Key::MAX_LEN,
+            Key::MAX_LEN + 1,
+            300,
+        ] {
+            let bytes = vec![b'z'; len];
+            let tuple = Key::tuple(&bytes);
+            let plain = Key::from(bytes.as_slice());
+            assert!(tuple.is_tuple() && !plain.is_tuple(), "{len}");
+            assert_eq!(tuple.kind(), "tuple");
+            assert_ne!(tuple, plain, "{len}");
+            assert_ne!(tuple.clone().stored(), plain.clone().stored(), "{len}");
+            assert_eq!(tuple.as_bytes(), Some(bytes.as_slice()), "{len}");
+            assert_eq!(tuple.as_digest(), plain.as_digest(), "{len}");
+            assert_eq!(tuple.clone().stored(), tuple, "{len}");
+        }
+    }
+
+    #[test]
+    fn parts_read_back_one_way() {
+        let mut out = [0; PART_MAX];
+        let long = Key::from("y".repeat(100).as_str());
+        let cases: [(Key, usize); 8] = [
+            (Key::from(Ipv4Addr::new(192, 0, 2, 1)), 5),
+            (Key::from(Ipv6Addr::LOCALHOST), 17),
+            (Key::from(9u64), 9),
+            (Key::from(""), 2),
+            (Key::from("x".repeat(Key::MAX_LEN).as_str()), PART_MAX),
+            (long.clone(), 33),
+            (long.stored(), 33),
+            (Key::tuple(b"ab"), 4),
+        ];
+        for (key, len) in cases {
+            assert_eq!(key.encode_part(&mut out), len, "{key:?}");
+        }
+        assert_eq!(
+            Key::from(Ipv4Addr::new(192, 0, 2, 1)).encode_part(&mut out),
+            5
+        );
+        assert_eq!(out[..5], [1, 192, 0, 2, 1]);
     }
 }

@@ -3,8 +3,12 @@ use std::sync::Arc;
 use super::per_key::PerKey;
 use super::response::Responder;
 use crate::algorithm::Algorithm;
+use crate::key::RequestHead;
 use crate::store::Store;
-use crate::RateLimiter;
+use crate::{Key, RateLimiter};
+
+/// Prices a request: how much of the quota it takes (`RateLimitLayer::cost`).
+pub(crate) type Cost = dyn Fn(&Key, RequestHead<'_>) -> u64 + Send + Sync;
 
 /// Everything a [`RateLimit`](super::RateLimit) service needs besides its inner service.
 pub(crate) struct Config<A: Algorithm, K, St: Store<A>, C> {
@@ -13,6 +17,8 @@ pub(crate) struct Config<A: Algorithm, K, St: Store<A>, C> {
     pub(crate) responder: Arc<Responder>,
     /// Per-key quotas, when the layer has a `quota_for` selector.
     pub(crate) per_key: Option<Arc<PerKey<A, St, C>>>,
+    /// The cost of each request; `None`: 1.
+    pub(crate) cost: Option<Arc<Cost>>,
 }
 
 impl<A: Algorithm, K: Clone, St: Store<A>, C: Clone> Clone for Config<A, K, St, C> {
@@ -22,6 +28,7 @@ impl<A: Algorithm, K: Clone, St: Store<A>, C: Clone> Clone for Config<A, K, St, 
             key: self.key.clone(),
             responder: self.responder.clone(),
             per_key: self.per_key.clone(),
+            cost: self.cost.clone(),
         }
     }
 }
@@ -34,17 +41,20 @@ impl<A: Algorithm, K, St: Store<A>, C> Config<A, K, St, C> {
             key,
             responder,
             per_key,
+            cost,
         } = self;
         Config {
             limiter,
             key: f(key),
             responder,
             per_key,
+            cost,
         }
     }
 
-    /// The same configuration with another limiter (another store or clock). Limiters made for
-    /// per-key quotas start over, since they belonged to the old store or clock.
+    /// The same configuration with another limiter (another store or clock, or other
+    /// algorithm options). Limiters made for per-key quotas start over, since they belonged to
+    /// the old limiter.
     pub(crate) fn map_limiter<St2: Store<A>, C2>(
         self,
         f: impl FnOnce(RateLimiter<A, St, C>) -> RateLimiter<A, St2, C2>,
@@ -54,6 +64,7 @@ impl<A: Algorithm, K, St: Store<A>, C> Config<A, K, St, C> {
             key,
             responder,
             per_key,
+            cost,
         } = self;
         let per_key = per_key.map(|p| Arc::new(p.fresh()));
         Config {
@@ -61,6 +72,13 @@ impl<A: Algorithm, K, St: Store<A>, C> Config<A, K, St, C> {
             key,
             responder,
             per_key,
+            cost,
         }
+    }
+
+    /// The cost of a request for `key` with `head`.
+    #[inline]
+    pub(crate) fn cost(&self, key: &Key, head: RequestHead<'_>) -> u64 {
+        self.cost.as_ref().map_or(1, |cost| cost(key, head))
     }
 }

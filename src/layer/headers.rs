@@ -2,12 +2,13 @@
 //! ([`HeaderPlacement`]), and the writer that fills them in from a [`Decision`].
 
 use std::fmt::Write as _;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::response::ceil_secs;
 use super::text::{int_value, Text};
+use crate::algorithm::tiered::most_restrictive;
 use crate::{Decision, Quota};
 
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -36,7 +37,16 @@ const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 /// | reset (`t`) | [`Decision::reset_after`] in whole seconds, rounded up |
 ///
 /// A quota whose burst is above its limit may report more remaining than its limit: a fresh
-/// client may send the whole burst at once.
+/// client may send the whole burst at once. (GitHub's style reports the capacity instead: see
+/// [`HeaderStyle::GitHub`].)
+///
+/// Reset times are what is left when the response leaves: a request held back by shaping, or
+/// answered slowly, reports its wait less the time that has passed since it was decided.
+///
+/// Layers stack: a global limit around a per-route one around a per-plan one each describe
+/// their own quotas. The IETF fields and `RateLimit-Policy` are lists, to which each layer adds
+/// its items; the single-value styles (drafts 6 and 7, GitHub) report the most restrictive of
+/// the layers (the fewest remaining, then the latest reset).
 ///
 /// `Retry-After` on a denied request is not a rate limit header: every style, even
 /// [`HeaderStyle::None`], sends it.
@@ -106,8 +116,9 @@ pub enum HeaderStyle {
     /// X-RateLimit-Reset: 1767225617
     /// ```
     ///
-    /// `Used` is the limit minus the remaining (zero when the remaining is above the limit).
-    /// `Reset` is the UNIX time, in whole seconds rounded up, when the quota is back to full:
+    /// `Limit` is the capacity `Remaining` counts against ([`Decision::limit`]: the burst for
+    /// GCRA and the buckets, the limit per window for window algorithms), and `Used` is that
+    /// capacity minus the remaining, so that the three always add up. `Reset` is the UNIX time, in whole seconds rounded up, when the quota is back to full:
     /// the wall clock ([`SystemTime`]) when the response is written plus the reset time. It is
     /// the only place the crate reads the wall clock; limits themselves never depend on it.
     GitHub,
@@ -224,54 +235,125 @@ impl HeaderWriter {
         self.headers.placement.covers(decision)
     }
 
-    /// Adds the fields describing `decisions`, one for each quota in order: the pairs of quota
-    /// and decision. Single-value styles (drafts 6 and 7, GitHub) report the quota with the
-    /// fewest remaining requests.
-    pub(crate) fn write(&self, decisions: &[Decision], out: &mut HeaderMap) {
+    /// Adds the fields describing `decisions`, one for each quota in order, `elapsed` after
+    /// they were made (a shaping delay, a slow handler): the waits they report are what is left
+    /// of them when the response leaves.
+    ///
+    /// Fields that another layer (one inside this one) already wrote are kept: the IETF fields
+    /// and `RateLimit-Policy` are lists, so this layer adds its items to them; single-value
+    /// styles (drafts 6 and 7, GitHub) keep whichever layer's figures are the more restrictive.
+    /// Within one layer they report the tier that the decision reports (the one that makes the
+    /// client wait longest when denied, else the one with the fewest remaining).
+    pub(crate) fn write(&self, decisions: &[Decision], elapsed: Duration, out: &mut HeaderMap) {
         let pairs = || self.policies.iter().zip(decisions);
-        let Some((policy, decision)) = pairs().min_by_key(|(_, d)| d.remaining) else {
+        let reported = most_restrictive(decisions);
+        let (Some(policy), Some(decision)) = (self.policies.get(reported), decisions.get(reported))
+        else {
             return;
         };
+        let left = |d: &Decision| d.reset_after.saturating_sub(elapsed);
         let limit = sf_int(policy.limit);
         let remaining = sf_int(decision.remaining);
-        let reset = sf_int(ceil_secs(decision.reset_after));
+        let reset = sf_int(ceil_secs(left(decision)));
         match self.headers.style {
             HeaderStyle::Ietf => {
                 let mut rate = Text::new();
                 for (i, (p, d)) in pairs().enumerate() {
                     let sep = if i > 0 { ", " } else { "" };
-                    let (r, t) = (sf_int(d.remaining), sf_int(ceil_secs(d.reset_after)));
+                    let (r, t) = (sf_int(d.remaining), sf_int(ceil_secs(left(d))));
                     let _ = write!(rate, "{sep}{};r={r};t={t}", p.name);
                 }
-                insert(out, &RATELIMIT, &rate);
+                append(out, &RATELIMIT, &rate);
             }
             HeaderStyle::Draft7 => {
-                let mut rate = Text::new();
-                let _ = write!(rate, "limit={limit}, remaining={remaining}, reset={reset}");
-                insert(out, &RATELIMIT, &rate);
+                let theirs = out
+                    .get(&RATELIMIT)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(draft7_figures);
+                if !stricter(theirs, (remaining, reset)) {
+                    let mut rate = Text::new();
+                    let _ = write!(rate, "limit={limit}, remaining={remaining}, reset={reset}");
+                    insert(out, &RATELIMIT, &rate);
+                }
             }
             HeaderStyle::Draft6 => {
-                out.insert(RATELIMIT_LIMIT.clone(), int_value(limit));
-                out.insert(RATELIMIT_REMAINING.clone(), int_value(remaining));
-                out.insert(RATELIMIT_RESET.clone(), int_value(reset));
+                let theirs =
+                    int_field(out, &RATELIMIT_REMAINING).zip(int_field(out, &RATELIMIT_RESET));
+                if !stricter(theirs, (remaining, reset)) {
+                    out.insert(RATELIMIT_LIMIT.clone(), int_value(limit));
+                    out.insert(RATELIMIT_REMAINING.clone(), int_value(remaining));
+                    out.insert(RATELIMIT_RESET.clone(), int_value(reset));
+                }
             }
             HeaderStyle::GitHub => {
                 // The only wall clock read in the crate: GitHub clients want an epoch time.
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .unwrap_or_default();
-                let reset_at = ceil_secs(now.saturating_add(decision.reset_after));
-                let used = policy.limit.saturating_sub(decision.remaining);
-                out.insert(X_LIMIT.clone(), int_value(policy.limit));
-                out.insert(X_REMAINING.clone(), int_value(decision.remaining));
-                out.insert(X_USED.clone(), int_value(used));
-                out.insert(X_RESET.clone(), int_value(reset_at));
+                let reset_at = ceil_secs(now.saturating_add(left(decision)));
+                let theirs = int_field(out, &X_REMAINING).zip(int_field(out, &X_RESET));
+                if !stricter(theirs, (decision.remaining, reset_at)) {
+                    // The capacity `Remaining` counts against (the burst, for the buckets), so
+                    // that `Used` is what of it is taken and the three add up.
+                    let used = decision.limit.saturating_sub(decision.remaining);
+                    out.insert(X_LIMIT.clone(), int_value(decision.limit));
+                    out.insert(X_REMAINING.clone(), int_value(decision.remaining));
+                    out.insert(X_USED.clone(), int_value(used));
+                    out.insert(X_RESET.clone(), int_value(reset_at));
+                }
             }
             HeaderStyle::None => {}
         }
         if let Some(policy_value) = &self.policy_value {
-            out.insert(RATELIMIT_POLICY.clone(), policy_value.clone());
+            match out.get(&RATELIMIT_POLICY).map(HeaderValue::as_bytes) {
+                Some(theirs) => {
+                    let mut both = theirs.to_vec();
+                    both.extend_from_slice(b", ");
+                    both.extend_from_slice(policy_value.as_bytes());
+                    if let Ok(value) = HeaderValue::from_bytes(&both) {
+                        out.insert(RATELIMIT_POLICY.clone(), value);
+                    }
+                }
+                None => {
+                    out.insert(RATELIMIT_POLICY.clone(), policy_value.clone());
+                }
+            }
         }
+    }
+}
+
+/// Whether figures another layer wrote, `(remaining, reset)`, are more restrictive than
+/// `ours`: fewer remaining, or as few and a later reset.
+fn stricter(theirs: Option<(u64, u64)>, ours: (u64, u64)) -> bool {
+    theirs.is_some_and(|(r, t)| r < ours.0 || (r == ours.0 && t > ours.1))
+}
+
+/// An integer field another layer wrote.
+fn int_field(out: &HeaderMap, name: &HeaderName) -> Option<u64> {
+    out.get(name)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// `remaining` and `reset` of a draft-7 `RateLimit` field.
+fn draft7_figures(value: &str) -> Option<(u64, u64)> {
+    let figure = |name: &str| {
+        value.split(',').find_map(|part| {
+            let (key, n) = part.trim().split_once('=')?;
+            (key == name).then(|| n.trim().parse::<u64>().ok())?
+        })
+    };
+    figure("remaining").zip(figure("reset"))
+}
+
+/// Adds `value`'s items to the list field `name`, after those already there.
+fn append(out: &mut HeaderMap, name: &HeaderName, value: &Text) {
+    let Some(theirs) = out.get(name) else {
+        return insert(out, name, value);
+    };
+    let mut both = theirs.as_bytes().to_vec();
+    both.extend_from_slice(b", ");
+    both.extend_from_slice(value.as_bytes());
+    if let Ok(value) = HeaderValue::from_bytes(&both) {
+        out.insert(name.clone(), value);
     }
 }
 
@@ -302,8 +384,6 @@ fn sf_string(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     fn written(style: HeaderStyle, quotas: &[Quota], decisions: &[Decision]) -> Vec<String> {
@@ -314,7 +394,7 @@ mod tests {
         };
         let writer = HeaderWriter::new(quotas.iter().zip(names.iter().map(|n| &**n)), headers);
         let mut out = HeaderMap::new();
-        writer.write(decisions, &mut out);
+        writer.write(decisions, Duration::ZERO, &mut out);
         let mut fields: Vec<String> = out
             .iter()
             .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap()))

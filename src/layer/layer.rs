@@ -6,7 +6,7 @@ use tower_layer::Layer;
 
 use super::config::Config;
 use super::headers::{HeaderPlacement, HeaderStyle, Headers};
-use super::per_key::{PerKey, Select};
+use super::per_key::{self, PerKey, Plan};
 use super::response::Responder;
 use super::response::{OnLimited, Settings};
 use super::RateLimit;
@@ -17,7 +17,9 @@ use crate::algorithm::{
 use crate::clock::{Clock, SystemClock};
 use crate::key::{Allow, IpList, KeyExtractor, PeerIp, RequestHead, Skip};
 use crate::store::{MemoryState, MemoryStore, Store};
-use crate::{Decision, Key, Quota, RateLimiter};
+#[cfg(doc)]
+use crate::Quota;
+use crate::{Decision, Key, RateLimiter};
 
 /// Applies a rate limit to every request of a service. See the [module docs](super).
 ///
@@ -52,7 +54,9 @@ impl RateLimitLayer<Gcra> {
     /// service one every `period / limit`, never in a burst. A request that finds others
     /// queued waits its turn in the layer before the service is called; one that finds the
     /// queue of `burst` places full is refused. If the client goes away while waiting, its
-    /// request never reaches the service. See [`LeakyBucket`].
+    /// request never reaches the service. A waiting request holds nothing of the inner
+    /// service's readiness (see [the module docs](super#the-inner-services-readiness)). See
+    /// [`LeakyBucket`].
     pub fn leaky_bucket<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<LeakyBucket>>
     where
         <Q::Algorithm<LeakyBucket> as Algorithm>::State: MemoryState,
@@ -138,6 +142,12 @@ where
     /// Shapes instead of rejecting (nginx's `burst` without `nodelay`): a request that could
     /// pass within `max_delay` waits in the layer for its turn and then goes on; only requests
     /// that would wait longer are refused. For GCRA and the token bucket.
+    ///
+    /// A waiting request holds nothing of the inner service: it gives back the readiness
+    /// `poll_ready` took, and readies the inner service again when its turn comes (see
+    /// [the module docs](super#the-inner-services-readiness)). It does hold its connection
+    /// and the request itself, so keep `max_delay` short where clients can open many
+    /// connections.
     #[must_use]
     pub fn max_delay(self, max_delay: std::time::Duration) -> Self {
         RateLimitLayer {
@@ -162,6 +172,7 @@ impl<A: Algorithm, St: Store<A>, C: Clock> RateLimitLayer<A, PeerIp, St, C> {
                 key: PeerIp,
                 responder,
                 per_key: None,
+                cost: None,
             },
         }
     }
@@ -182,13 +193,25 @@ where
         }
     }
 
-    /// Picks a quota for each request, such as a customer's plan found from its API key; requests
-    /// the selector gives the layer's own quota use the layer's limiter.
+    /// Picks the quotas of each request's plan, such as a customer's plan found from its API
+    /// key: a [`Quota`], or for a layer built with tiers several quotas that must all allow the
+    /// request (see [`Plan`](super::Plan)). Requests the selector gives the layer's own quotas
+    /// use the layer's limiter.
     ///
-    /// Each distinct quota gets its own limiter (same algorithm options, store and clock), made
-    /// on first use, and its own policy name in the headers and the store: name each one
-    /// (`Quota::named`). At most 256 distinct quotas are kept per layer; past that, requests get
-    /// the layer's own quota and a warning is logged once.
+    /// Each plan gets its own limiter: the layer's algorithm with its options (shaping,
+    /// sub-windows) for each of the plan's quotas, the layer's store and clock, and its own
+    /// policy name in the headers and the store. Name each plan's quotas (`Quota::named`).
+    /// Limiters are made on first use and kept for the 256 plans used most recently; past
+    /// that, the least recently used one is dropped and made again when its plan comes back
+    /// (a warning is logged once). Its state is not lost with it: a plan's state lives in the
+    /// store under the plan's policy name, or under its text form (such as `100/min`) when the
+    /// plan's quotas are unnamed, and the limiter made again finds it. So clients on an unnamed
+    /// plan share its state with every layer on the same store that picks the same unnamed
+    /// plan; name plans to keep them apart.
+    ///
+    /// The selector runs for every limited request: keep it cheap. Returning a clone of a
+    /// `Quota` (or of an `Arc<[Quota]>` for tiers) allocates nothing, nor does finding the
+    /// plan's limiter.
     ///
     /// ```
     /// use tollgate::key::Header;
@@ -204,13 +227,77 @@ where
     ///     });
     /// # let _ = layer;
     /// ```
+    ///
+    /// Plans with tiers, on a layer built with tiers:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::key::Header;
+    /// use tollgate::{Key, Quota, RateLimitLayer};
+    ///
+    /// let free: Arc<[Quota]> = Arc::new([
+    ///     Quota::per_second(1).named("free-s"),
+    ///     Quota::per_day(100).named("free-d"),
+    /// ]);
+    /// let pro: Arc<[Quota]> = Arc::new([
+    ///     Quota::per_second(10).named("pro-s"),
+    ///     Quota::per_day(1000).named("pro-d"),
+    /// ]);
+    /// let layer = RateLimitLayer::gcra(free.to_vec())
+    ///     .key(Header::new("x-api-key"))
+    ///     .quota_for(move |key: &Key, _head| {
+    ///         let is_pro = key.as_bytes().is_some_and(|k| k.starts_with(b"pro_"));
+    ///         if is_pro { pro.clone() } else { free.clone() }
+    ///     });
+    /// # let _ = layer;
+    /// ```
     #[must_use]
-    pub fn quota_for<F>(mut self, select: F) -> Self
+    pub fn quota_for<F, P>(mut self, select: F) -> Self
     where
-        F: Fn(&Key, RequestHead<'_>) -> Quota + Send + Sync + 'static,
+        F: Fn(&Key, RequestHead<'_>) -> P + Send + Sync + 'static,
+        P: Plan<A>,
     {
-        let select: Arc<Select> = Arc::new(select);
-        self.config.per_key = Some(Arc::new(PerKey::new(select)));
+        self.config.per_key = Some(Arc::new(PerKey::new(per_key::select(select))));
+        self
+    }
+
+    /// Charges each request what `cost` says, instead of 1: the cost of a request from its key
+    /// and its head (route, method, a header a trusted layer set), such as 10 for a bulk
+    /// export. A request passes only if the whole cost is available, and then takes all of it.
+    ///
+    /// - Cost 0 takes nothing: the request passes and its headers show the key's standing (a
+    ///   peek). It is never held back by shaping.
+    /// - A cost above what the quota ever allows (its burst) is refused with no `Retry-After`
+    ///   (gRPC: `grpc-retry-pushback-ms: -1`), since no wait would let it pass.
+    /// - It applies to every tier, to per-key quotas ([`quota_for`](Self::quota_for)) and to
+    ///   shaping (a request of cost 3 waits as long as 3 requests). With
+    ///   [`count_if`](Self::count_if), a response that does not count gives the same cost back.
+    ///
+    /// **The cost must not be the client's choice.** A cost read from the request (a header, a
+    /// query parameter, the body's announced length) lets a client pick it: 0 makes every
+    /// request free. Compute the cost from what the server decides (the route and method, or
+    /// a header a trusted layer in front of this one set and clients cannot send), or, when it
+    /// must come from the client, clamp it to at least 1 (`n.max(1)`), and to at most what a
+    /// request may cost.
+    ///
+    /// ```
+    /// use http::Method;
+    /// use tollgate::{Key, Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::gcra(Quota::per_minute(100)).cost(|_key: &Key, head| {
+    ///     match (head.method(), head.uri().path()) {
+    ///         (&Method::POST, "/export") => 10,
+    ///         _ => 1,
+    ///     }
+    /// });
+    /// # let _ = layer;
+    /// ```
+    #[must_use]
+    pub fn cost<F>(mut self, cost: F) -> Self
+    where
+        F: Fn(&Key, RequestHead<'_>) -> u64 + Send + Sync + 'static,
+    {
+        self.config.cost = Some(Arc::new(cost));
         self
     }
 
@@ -262,6 +349,27 @@ where
         );
         let mut settings = self.config.responder.settings().clone();
         settings.status = Some(status);
+        self.with_settings(settings)
+    }
+
+    /// Whether gRPC requests get gRPC answers (on by default): HTTP 200 with `grpc-status`
+    /// (RESOURCE_EXHAUSTED for a denial), in the request's content type. gRPC is recognised by
+    /// `application/grpc[+subtype]` over HTTP/2, and gRPC-Web by `application/grpc-web[-text]`
+    /// over any version; `application/grpc` over HTTP/1.1 is plain HTTP and gets a 429.
+    ///
+    /// Turn it off on a service that serves no gRPC: then every request gets the plain HTTP
+    /// answers (429, `on_limited`, the key errors' statuses), whatever its content type.
+    ///
+    /// ```
+    /// use tollgate::{Quota, RateLimitLayer};
+    ///
+    /// let rest_only = RateLimitLayer::gcra(Quota::per_minute(60)).grpc(false);
+    /// # let _ = rest_only;
+    /// ```
+    #[must_use]
+    pub fn grpc(self, enabled: bool) -> Self {
+        let mut settings = self.config.responder.settings().clone();
+        settings.grpc = enabled;
         self.with_settings(settings)
     }
 
@@ -327,11 +435,27 @@ where
     ///     .count_if(|response| response.status == StatusCode::UNAUTHORIZED);
     /// # let _ = failed_logins;
     /// ```
+    ///
+    /// A request that does not count gives back only what its own admission took, and only
+    /// while that still counts (see [`RateLimiter::refund`]): the requests that count never
+    /// exceed the quota in any window or burst, whatever the order in which responses finish.
+    ///
+    /// # Panics
+    ///
+    /// When the layer's algorithm cannot give capacity back (the hybrid algorithm): its
+    /// requests would all count, whatever `counts` says.
     #[must_use]
+    #[track_caller]
     pub fn count_if<F>(self, counts: F) -> Self
     where
         F: Fn(&http::response::Parts) -> bool + Send + Sync + 'static,
     {
+        assert!(
+            self.config.limiter.algorithm().refunds(),
+            "RateLimitLayer::count_if: this layer's algorithm (the hybrid) cannot give capacity \
+             back, so every request would count; use gcra, token_bucket, leaky_bucket, \
+             fixed_window, sliding_window or sliding_log with count_if"
+        );
         let mut settings = self.config.responder.settings().clone();
         settings.count_if = Some(Arc::new(counts));
         self.with_settings(settings)
@@ -387,6 +511,11 @@ where
 
     /// Keeps state in `store`: a [`MemoryStore`] shared with other layers, or a store shared
     /// between servers.
+    ///
+    /// # Panics
+    ///
+    /// When `store` cannot keep this layer's quotas: the Redis store refuses figures its scripts
+    /// cannot decide exactly, naming the figure and the fix.
     #[must_use]
     pub fn store<St2: Store<A>>(self, store: St2) -> RateLimitLayer<A, K, St2, C> {
         RateLimitLayer {

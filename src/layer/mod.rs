@@ -43,6 +43,26 @@
 //! # }
 //! ```
 //!
+//! # The inner service's readiness
+//!
+//! `poll_ready` asks the inner service, as tower middleware does: the layer only knows a
+//! request's key, and so its fate, once the request is in `call`. So a request the layer will
+//! refuse also waits until the inner service is ready, like any other; the layer then answers
+//! it without calling the inner service, and gives back what readiness held (a
+//! `ConcurrencyLimit` permit, a `Buffer` slot) at once. To answer refusals without waiting
+//! for a busy inner service, put tower's `LoadShed` between the two: the layer then refuses
+//! over-limit requests at once, and requests it allows are shed while the inner service is
+//! busy. (In axum, `Router::layer` puts a `Route` in between, which is always ready: the
+//! readiness of a limit layered inside it is taken when the request is called.)
+//!
+//! A request that waits in the layer holds nothing of the inner service. One held back by
+//! shaping (the leaky bucket, [`max_delay`](RateLimitLayer::max_delay)) gives back the
+//! readiness `poll_ready` took as soon as it is put to wait, and readies the inner service
+//! again once its turn comes, waiting there like a new request: one client's queue of
+//! delayed requests never keeps other clients from a concurrency limit. A request waiting for
+//! a remote store's answer holds the readiness it was given until the answer comes (bounded by
+//! the store's timeout), then calls the inner service, or gives the readiness back.
+//!
 //! Layers of this crate work with any tower service whose responses are `http::Response`:
 //! axum's `Router::layer` and `route_layer`, tonic's `Server::builder().layer`, and
 //! `tower::ServiceBuilder` over a hyper service.
@@ -61,5 +81,6 @@ mod text;
 pub use self::future::ResponseFuture;
 pub use self::headers::{HeaderPlacement, HeaderStyle};
 pub use self::layer::RateLimitLayer;
+pub use self::per_key::Plan;
 pub use self::response::problem_details;
 pub use self::service::RateLimit;

@@ -29,21 +29,22 @@ pub(crate) fn outcome(decision: &Decision, dry_run: bool) -> &'static str {
 pub(crate) struct Observer {
     #[cfg(feature = "metrics")]
     policy: metrics::SharedString,
-    #[cfg(feature = "tracing")]
     name: std::sync::Arc<str>,
 }
 
 impl Observer {
     pub(crate) fn new(policy: &str) -> Self {
         let name: std::sync::Arc<str> = policy.into();
-        #[cfg(not(any(feature = "tracing", feature = "metrics")))]
-        let _ = name;
         Self {
             #[cfg(feature = "metrics")]
             policy: metrics::SharedString::from_shared(name.clone()),
-            #[cfg(feature = "tracing")]
             name,
         }
+    }
+
+    /// The policy name, shared.
+    pub(crate) fn policy_name(&self) -> &std::sync::Arc<str> {
+        &self.name
     }
 
     /// The policy name.

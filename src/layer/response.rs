@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Version};
 
 use super::headers::{HeaderWriter, Headers};
 use super::observe::Observer;
@@ -22,8 +22,6 @@ static GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-
 const GRPC_RESOURCE_EXHAUSTED: &str = "8";
 /// gRPC status UNAVAILABLE.
 const GRPC_UNAVAILABLE: &str = "14";
-/// gRPC status INTERNAL.
-const GRPC_INTERNAL: &str = "13";
 
 /// The message of a denial that no wait would turn into an allowance.
 const TOO_LARGE: &str = "Request too large: it costs more than the rate limit ever allows.";
@@ -40,11 +38,99 @@ fn ceil_millis(d: Duration) -> u64 {
     u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
-/// Whether the request is gRPC, whose clients read errors from `grpc-status`, not HTTP status.
-pub(crate) fn is_grpc<B>(req: &Request<B>) -> bool {
-    req.headers()
-        .get(CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+/// A request answered the gRPC way: HTTP 200, the outcome in `grpc-status`, and the content
+/// type the client speaks.
+#[derive(Debug, Clone)]
+pub(crate) struct Grpc {
+    content_type: HeaderValue,
+}
+
+impl Grpc {
+    /// The gRPC form of `req`, if it has one: `application/grpc[+subtype]` over HTTP/2 (gRPC runs
+    /// over nothing else), or gRPC-Web (`application/grpc-web[-text][+subtype]`) over any
+    /// version. Anything else, `application/grpc` over HTTP/1.1 included, is plain HTTP.
+    fn of<B>(req: &Request<B>) -> Option<Self> {
+        let value = req.headers().get(CONTENT_TYPE)?.as_bytes();
+        // The media type, without parameters (`; charset=...`).
+        let end = value.iter().position(|&b| b == b';').unwrap_or(value.len());
+        let media = value[..end].trim_ascii();
+        let rest = strip_prefix_ignore_case(media, b"application/grpc")?;
+        let (web, rest) = match strip_prefix_ignore_case(rest, b"-web-text") {
+            Some(rest) => (true, rest),
+            None => match strip_prefix_ignore_case(rest, b"-web") {
+                Some(rest) => (true, rest),
+                None => (false, rest),
+            },
+        };
+        if !web && req.version() != Version::HTTP_2 {
+            return None;
+        }
+        // Nothing more, or `+` and a subtype (`proto`, `json`, ...).
+        let common = match rest {
+            [] => true,
+            [b'+', subtype @ ..] if !subtype.is_empty() && subtype.iter().all(|&b| is_tchar(b)) => {
+                subtype.eq_ignore_ascii_case(b"proto")
+            }
+            _ => return None,
+        };
+        let content_type = if common {
+            // The common types, without allocating.
+            let base = &media[..media.len() - rest.len()];
+            HeaderValue::from_static(common_type(base, rest.is_empty()))
+        } else {
+            HeaderValue::from_bytes(&media.to_ascii_lowercase()).ok()?
+        };
+        Some(Self { content_type })
+    }
+}
+
+/// `application/grpc`, `application/grpc-web` or `application/grpc-web-text` (as `base` is),
+/// bare or with `+proto`.
+fn common_type(base: &[u8], bare: bool) -> &'static str {
+    let web_text = base.len() == "application/grpc-web-text".len();
+    let web = base.len() == "application/grpc-web".len();
+    match (web_text, web, bare) {
+        (true, _, true) => "application/grpc-web-text",
+        (true, _, false) => "application/grpc-web-text+proto",
+        (_, true, true) => "application/grpc-web",
+        (_, true, false) => "application/grpc-web+proto",
+        (_, _, true) => "application/grpc",
+        (_, _, false) => "application/grpc+proto",
+    }
+}
+
+fn strip_prefix_ignore_case<'a>(bytes: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
+    let (head, rest) = bytes.split_at_checked(prefix.len())?;
+    head.eq_ignore_ascii_case(prefix).then_some(rest)
+}
+
+/// A character of an HTTP token (RFC 9110 §5.6.2).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// The gRPC status code (as its decimal text) for an HTTP status, after the HTTP mapping of
+/// `google.rpc.Code`: 400 INVALID_ARGUMENT, 401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 404
+/// NOT_FOUND, 409 ABORTED, 412 FAILED_PRECONDITION, 416 OUT_OF_RANGE, 429 RESOURCE_EXHAUSTED,
+/// 499 CANCELLED, 500 INTERNAL, 501 UNIMPLEMENTED, 502 and 503 UNAVAILABLE, 504
+/// DEADLINE_EXCEEDED; any other status UNKNOWN.
+pub(crate) fn grpc_code(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "3",
+        401 => "16",
+        403 => "7",
+        404 => "5",
+        409 => "10",
+        412 => "9",
+        416 => "11",
+        429 => GRPC_RESOURCE_EXHAUSTED,
+        499 => "1",
+        500 => "13",
+        501 => "12",
+        502 | 503 => GRPC_UNAVAILABLE,
+        504 => "4",
+        _ => "2",
+    }
 }
 
 /// What the layer does with a request once its check is done.
@@ -62,8 +148,8 @@ pub(crate) type OnLimited = dyn Fn(&Decision, RequestHead<'_>) -> Response<Bytes
 pub(crate) type CountIf = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
 
 /// How a layer answers: its header settings, the status of denials, a custom denial response,
-/// and whether it only reports (dry run).
-#[derive(Clone, Default)]
+/// whether gRPC requests get gRPC answers, and whether it only reports (dry run).
+#[derive(Clone)]
 pub(crate) struct Settings {
     pub(crate) headers: Headers,
     /// The status of denied HTTP requests; `None` for 429.
@@ -72,6 +158,22 @@ pub(crate) struct Settings {
     pub(crate) dry_run: bool,
     /// Which responses count against the quota; `None`: all of them.
     pub(crate) count_if: Option<Arc<CountIf>>,
+    /// Whether gRPC and gRPC-Web requests get gRPC answers (`grpc-status`); when off, every
+    /// request gets the plain HTTP ones.
+    pub(crate) grpc: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            headers: Headers::default(),
+            status: None,
+            on_limited: None,
+            dry_run: false,
+            count_if: None,
+            grpc: true,
+        }
+    }
 }
 
 impl fmt::Debug for Settings {
@@ -82,6 +184,7 @@ impl fmt::Debug for Settings {
             .field("on_limited", &self.on_limited.is_some())
             .field("dry_run", &self.dry_run)
             .field("count_if", &self.count_if.is_some())
+            .field("grpc", &self.grpc)
             .finish()
     }
 }
@@ -120,6 +223,16 @@ impl Responder {
         &self.settings
     }
 
+    /// How `req` is answered: the gRPC way, with its content type, when it is a gRPC or
+    /// gRPC-Web request and the layer answers those the gRPC way; `None` for plain HTTP.
+    pub(crate) fn grpc<B>(&self, req: &Request<B>) -> Option<Grpc> {
+        if self.settings.grpc {
+            Grpc::of(req)
+        } else {
+            None
+        }
+    }
+
     /// The policy's instruments (logs and metrics).
     pub(crate) fn observer(&self) -> &Observer {
         &self.observer
@@ -147,7 +260,7 @@ impl Responder {
                             "dry run: request would have been rate limited"
                         );
                     }
-                    req.extensions_mut().insert(decision.clone());
+                    hand_on(req.extensions_mut(), &decision, self.observer.policy_name());
                     Admission::Allowed(decision)
                 } else {
                     Admission::Answered(self.limited(&decision, req))
@@ -157,7 +270,7 @@ impl Responder {
                 self.observer.count("store_error");
                 #[cfg(feature = "tracing")]
                 tracing::error!(policy = self.observer.policy(), %error, "rate limit check failed");
-                Admission::Answered(store_error(&error, is_grpc(req)))
+                Admission::Answered(store_error(&error, self.grpc(req)))
             }
         }
     }
@@ -190,15 +303,16 @@ impl Responder {
     /// on this response.
     pub(crate) fn add_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
         if self.headers.covers(decision) {
-            self.headers.write(decision.tiers(), headers);
+            self.headers
+                .write(decision.tiers(), Duration::ZERO, headers);
         }
     }
 
     /// The answer to a denied request: 429 (or the layer's status, or `on_limited`'s response)
     /// with `Retry-After`, or a gRPC RESOURCE_EXHAUSTED.
     pub(crate) fn limited<B>(&self, decision: &Decision, req: &Request<B>) -> Response<Bytes> {
-        let grpc = is_grpc(req);
-        if let (Some(on_limited), false) = (&self.settings.on_limited, grpc) {
+        let grpc = self.grpc(req);
+        if let (Some(on_limited), None) = (&self.settings.on_limited, &grpc) {
             let mut response = on_limited(decision, RequestHead::new(req));
             if let Some(wait) = decision.retry_after {
                 let headers = response.headers_mut();
@@ -224,14 +338,15 @@ impl Responder {
             }
             None => message.write_str(TOO_LARGE),
         };
-        let mut response = if grpc {
-            grpc_response(GRPC_RESOURCE_EXHAUSTED, message.as_bytes())
-        } else {
-            let _ = message.write_str("\n");
-            plain(status, message.to_bytes())
+        let mut response = match &grpc {
+            Some(form) => grpc_response(form, GRPC_RESOURCE_EXHAUSTED, message.as_bytes()),
+            None => {
+                let _ = message.write_str("\n");
+                plain(status, message.to_bytes())
+            }
         };
         let headers = response.headers_mut();
-        match (decision.retry_after, grpc) {
+        match (decision.retry_after, grpc.is_some()) {
             (Some(wait), false) => {
                 headers.insert(RETRY_AFTER, int_value(ceil_secs(wait)));
             }
@@ -295,25 +410,26 @@ pub fn problem_details(decision: &Decision, _head: RequestHead<'_>) -> Response<
     response
 }
 
-/// The answer to a request whose key could not be found.
-pub(crate) fn key_error(error: &KeyError, grpc: bool) -> Response<Bytes> {
-    if grpc {
-        grpc_response(GRPC_INTERNAL, error.message().as_bytes())
-    } else {
-        plain(
+/// The answer to a request whose key could not be found: the error's status and message, or
+/// for gRPC the status code of that HTTP status.
+pub(crate) fn key_error(error: &KeyError, grpc: Option<Grpc>) -> Response<Bytes> {
+    match grpc {
+        Some(form) => grpc_response(&form, grpc_code(error.status()), error.message().as_bytes()),
+        None => plain(
             error.status(),
             Bytes::from(format!("{}\n", error.message())),
-        )
+        ),
     }
 }
 
 /// The answer when the store failed to decide.
-pub(crate) fn store_error(_error: &Error, grpc: bool) -> Response<Bytes> {
-    if grpc {
-        grpc_response(GRPC_UNAVAILABLE, UNAVAILABLE.trim_end().as_bytes())
-    } else {
-        let body = Bytes::from_static(UNAVAILABLE.as_bytes());
-        plain(StatusCode::SERVICE_UNAVAILABLE, body)
+pub(crate) fn store_error(_error: &Error, grpc: Option<Grpc>) -> Response<Bytes> {
+    match grpc {
+        Some(form) => grpc_response(&form, GRPC_UNAVAILABLE, UNAVAILABLE.trim_end().as_bytes()),
+        None => {
+            let body = Bytes::from_static(UNAVAILABLE.as_bytes());
+            plain(StatusCode::SERVICE_UNAVAILABLE, body)
+        }
     }
 }
 
@@ -328,17 +444,72 @@ fn plain(status: StatusCode, body: Bytes) -> Response<Bytes> {
     response
 }
 
-/// A trailers-only gRPC response: HTTP 200 with the status in the headers and no body.
-fn grpc_response(code: &'static str, message: &[u8]) -> Response<Bytes> {
+/// A trailers-only gRPC response: HTTP 200 with the status in the headers and no body, in the
+/// content type the request was sent in.
+fn grpc_response(form: &Grpc, code: &'static str, message: &[u8]) -> Response<Bytes> {
     let mut response = Response::new(Bytes::new());
     let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert(CONTENT_TYPE, form.content_type.clone());
     headers.insert(GRPC_STATUS.clone(), HeaderValue::from_static(code));
-    // Messages are ASCII without '%', so they need no percent-encoding.
-    if let Ok(value) = HeaderValue::from_bytes(message) {
+    let mut encoded = Text::new();
+    percent_encode(message, &mut encoded);
+    if let Some(value) = encoded.to_header_value() {
         headers.insert(GRPC_MESSAGE.clone(), value);
     }
     response
+}
+
+/// Writes `message` percent-encoded as `grpc-message` must be: every byte outside `0x20..=0x7E`,
+/// and `%` itself, as `%XX` (upper-case hex); the rest as it is.
+fn percent_encode(message: &[u8], out: &mut Text) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut rest = message;
+    while !rest.is_empty() {
+        let plain = rest
+            .iter()
+            .position(|&b| !(0x20..=0x7E).contains(&b) || b == b'%')
+            .unwrap_or(rest.len());
+        let (kept, tail) = rest.split_at(plain);
+        // Printable ASCII: valid UTF-8.
+        let _ = out.write_str(std::str::from_utf8(kept).unwrap_or_default());
+        if let Some((&byte, tail)) = tail.split_first() {
+            let escape = [
+                b'%',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xF)],
+            ];
+            let _ = out.write_str(std::str::from_utf8(&escape).unwrap_or_default());
+            rest = tail;
+        } else {
+            rest = tail;
+        }
+    }
+}
+
+/// Puts this layer's decision in the request's extensions for the handler: as the
+/// [`Decision`] when no other layer decided, else the most restrictive of all as the
+/// `Decision` and every layer's in [`Decisions`](crate::Decisions), outermost first. A single
+/// layer allocates nothing here beyond the extension itself.
+fn hand_on(extensions: &mut http::Extensions, decision: &Decision, policy: &std::sync::Arc<str>) {
+    let ours = decision.clone().with_policy(policy.clone());
+    let Some(outer) = extensions.get::<Decision>().cloned() else {
+        extensions.insert(ours);
+        return;
+    };
+    let strictest = {
+        let pair = [outer.clone(), ours.clone()];
+        pair[crate::algorithm::tiered::most_restrictive(&pair)].clone()
+    };
+    match extensions.get_mut::<crate::Decisions>() {
+        Some(all) => all.push(ours),
+        None => {
+            let mut all = crate::Decisions::default();
+            all.push(outer);
+            all.push(ours);
+            extensions.insert(all);
+        }
+    }
+    extensions.insert(strictest);
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 use std::future::Future as _;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -10,9 +10,9 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::config::Config;
-use super::future::{Delayed, Pending, Refund, ResponseFuture};
+use super::future::{Pending, Refund, ResponseFuture};
 use super::observe;
-use super::response::{self, Admission};
+use super::response;
 use crate::algorithm::{Algorithm, Gcra};
 use crate::body::ResponseBody;
 use crate::clock::{Clock, SystemClock};
@@ -92,7 +92,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let config = &*self.config;
         let responder = config.responder.clone();
         let key = match config.key.extract(&req) {
@@ -102,7 +102,7 @@ where
                 config.responder.observer().count("key_error");
                 log_key_error(&error);
                 return ResponseFuture::answered(
-                    response::key_error(&error, response::is_grpc(&req)),
+                    response::key_error(&error, config.responder.grpc(&req)),
                     responder,
                 );
             }
@@ -120,46 +120,34 @@ where
             Some(policy) => (&policy.limiter, policy.responder.clone()),
             None => (&config.limiter, responder),
         };
-        // With `count_if`, a request whose response does not count gives its capacity back.
-        let refund: Option<Refund<St::Future>> = responder.counts_some().then(|| {
+        let cost = config.cost(&key, RequestHead::new(&req));
+        // With `count_if`, a request whose response does not count gives back what it took.
+        let refund: Option<Refund<St::Future>> = (responder.counts_some() && cost > 0).then(|| {
             let (limiter, key) = (limiter.clone(), key.clone());
-            Box::new(move || limiter.refund(key, 1)) as Refund<St::Future>
+            Box::new(move |admission: &crate::Decision| limiter.refund(key, admission, cost))
+                as Refund<St::Future>
         });
         observe::trace_key(&key);
         let key_kind = key.kind();
         let observer = responder.observer();
         let timer = observer.start();
-        let mut check = observer.in_span(key_kind, || limiter.check(key));
-        // A local store decides at once: then the inner service, already readied by
-        // `poll_ready`, is called right here and never cloned. A remote store's check goes on
-        // in the response future, which takes the readied service and leaves a clone here.
+        let mut check = observer.in_span(key_kind, || limiter.check_n(key, cost));
+        // A local store decides at once: then the inner service, readied by `poll_ready`, is
+        // called right here (or, for a request that is delayed or refused, released). A remote
+        // store's check goes on in the response future, which takes the readied service and
+        // leaves a clone here.
         let mut cx = Context::from_waker(Waker::noop());
         match Pin::new(&mut check).poll(&mut cx) {
             Poll::Ready(result) => {
                 observer.finish(timer);
-                let admission =
-                    observer.in_span(key_kind, || responder.admit(result, &mut req, key_kind));
-                match admission {
-                    Admission::Allowed(decision) => match responder.delay(&decision) {
-                        None => ResponseFuture::allowed(
-                            self.inner.call(req),
-                            decision,
-                            refund,
-                            responder,
-                        ),
-                        Some(delay) => {
-                            // The request goes on later: the readied service goes with it.
-                            let clone = self.inner.clone();
-                            let inner = std::mem::replace(&mut self.inner, clone);
-                            let sleep = limiter.clock().sleep(delay);
-                            let delayed = Delayed { inner, req };
-                            ResponseFuture::delayed(sleep, delayed, decision, refund, responder)
-                        }
-                    },
-                    Admission::Answered(rejection) => {
-                        ResponseFuture::answered(rejection, responder)
-                    }
-                }
+                let clock = limiter.clock();
+                ResponseFuture::decided(
+                    result,
+                    (&mut self.inner, req, cost, key_kind),
+                    |delay| clock.sleep(delay),
+                    refund,
+                    responder,
+                )
             }
             Poll::Pending => {
                 let clone = self.inner.clone();
@@ -168,6 +156,7 @@ where
                 let pending = Pending {
                     inner,
                     req,
+                    cost,
                     key_kind,
                     timer,
                     sleep: Box::new(move |delay| clock.sleep(delay)),
@@ -178,20 +167,44 @@ where
     }
 }
 
-/// Logs a key error: the first at error level, since it means the server is misconfigured
-/// and every request will fail the same way; the rest at debug level, so a flood of requests
-/// does not flood the log.
+/// Logs a key error. One the client caused (a 4xx: a missing or malformed header) is its own
+/// mistake and is logged at debug level. One the server causes (a 5xx, such as no peer address
+/// recorded) fails every request alike: it is logged at error level the first time each kind
+/// is seen (kinds told apart by status and message), then at debug level, so that a flood of
+/// requests does not flood the log while a second misconfiguration still shows. The message
+/// names the server's settings, never the request's key.
 fn log_key_error(error: &crate::key::KeyError) {
-    static LOGGED: AtomicBool = AtomicBool::new(false);
-    let first = !LOGGED.swap(true, Ordering::Relaxed);
+    let first = error.status().is_server_error() && first_of_kind(error);
     #[cfg(feature = "tracing")]
     if first {
-        tracing::error!("{error}");
+        tracing::error!(status = error.status().as_u16(), "{error}");
     } else {
-        tracing::debug!("{error}");
+        tracing::debug!(status = error.status().as_u16(), "{error}");
     }
     #[cfg(not(feature = "tracing"))]
     if first {
         eprintln!("{error}");
     }
+}
+
+/// Whether `error` is the first of its kind (status and message) this process has seen. At most
+/// [`KINDS`] kinds are remembered; later ones count as seen.
+fn first_of_kind(error: &crate::key::KeyError) -> bool {
+    use std::hash::{Hash, Hasher};
+    use std::sync::atomic::AtomicU64;
+
+    const KINDS: usize = 64;
+    static SEEN: [AtomicU64; KINDS] = [const { AtomicU64::new(0) }; KINDS];
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (error.status().as_u16(), error.message()).hash(&mut hasher);
+    // 0 marks a free slot.
+    let kind = hasher.finish().max(1);
+    for slot in &SEEN {
+        match slot.compare_exchange(0, kind, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return true,
+            Err(seen) if seen == kind => return false,
+            Err(_) => {}
+        }
+    }
+    false
 }

@@ -13,8 +13,9 @@ use crate::algorithm::{
 };
 use crate::{Decision, Error, Key};
 
-/// Each policy's table, by policy name and state type.
-type Tables = HashMap<(Box<str>, TypeId), Arc<dyn Any + Send + Sync>>;
+/// Each named policy's table, by its name, its algorithm's type and that algorithm's options
+/// (its `Debug` form: the quota's figures, sub-windows, shaping).
+type Tables = HashMap<(Box<str>, TypeId, Box<str>), Arc<dyn Any + Send + Sync>>;
 
 /// Per-key state in process memory: the default store.
 ///
@@ -24,24 +25,46 @@ type Tables = HashMap<(Box<str>, TypeId), Arc<dyn Any + Send + Sync>>;
 /// update. An allowed or denied request for a key already present allocates nothing.
 ///
 /// Clones share the same state. Each named policy ([`Quota::named`](crate::Quota::named)) gets
-/// one table, shared by every limiter with that name; an unnamed quota's limiter gets a table
-/// of its own.
-#[derive(Clone, Default)]
+/// one table, shared by every limiter with that name, algorithm and quota (and options such as
+/// sub-windows); the same name with another algorithm or quota gets a table of its own, so
+/// that no limiter ever reads or resets another's state. An unnamed quota's limiter gets a
+/// table of its own.
+#[derive(Clone)]
 pub struct MemoryStore {
     tables: Arc<Mutex<Tables>>,
-    max_keys: Option<usize>,
+    max_keys: usize,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self {
+            tables: Arc::default(),
+            max_keys: Self::DEFAULT_MAX_KEYS,
+        }
+    }
 }
 
 impl MemoryStore {
-    /// An empty store. Keys whose state is back to fresh are removed as new keys come in (a
-    /// shard sweeps its fresh keys out each time it has doubled since its last sweep), so the
-    /// store holds at most about twice the keys that are not fresh. Under key spraying (every
-    /// request a new key), bound it with [`with_max_keys`](Self::with_max_keys).
+    /// How many keys each policy's table holds at most unless told otherwise
+    /// ([`with_max_keys`](Self::with_max_keys)): some 26 MB for GCRA and the leaky bucket at
+    /// their fullest (about 53 bytes per key), up to some 100 MB for a sliding window with 8
+    /// sub-windows or a sliding log of a few entries per key (BENCHMARKS.md, "Bytes per key").
+    /// Clients that invent keys (a new API key or header value per request) can never make the
+    /// store grow past it.
+    pub const DEFAULT_MAX_KEYS: usize = 500_000;
+
+    /// An empty store, each policy's table bounded to [`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS)
+    /// keys. Keys whose state is back to fresh are removed as new keys come in (a shard sweeps
+    /// its fresh keys out each time it has doubled since its last sweep), so the store holds at
+    /// most about twice the keys that are not fresh, and never more than the bound: see
+    /// [`with_max_keys`](Self::with_max_keys) for what happens at the bound.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// An empty store in which each policy's table holds at most `max_keys` keys.
+    /// An empty store in which each policy's table holds at most `max_keys` keys (the default
+    /// is [`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS); `usize::MAX` takes the bound away, for a
+    /// key space that clients cannot grow, such as peer IPv4 addresses behind a firewall).
     ///
     /// A new key that finds its shard full first sweeps out the fresh keys; when none are
     /// fresh, the shard forgets the eighth of its keys that forgetting costs least: keys that
@@ -64,12 +87,12 @@ impl MemoryStore {
     /// ```
     #[must_use]
     pub fn with_max_keys(mut self, max_keys: usize) -> Self {
-        self.max_keys = Some(max_keys);
+        self.max_keys = max_keys;
         self
     }
 
-    /// The bound set by [`with_max_keys`](Self::with_max_keys).
-    pub fn max_keys(&self) -> Option<usize> {
+    /// The bound on each policy's table ([`with_max_keys`](Self::with_max_keys)).
+    pub fn max_keys(&self) -> usize {
         self.max_keys
     }
 }
@@ -124,10 +147,12 @@ pub trait MemoryState: Clone + Default + Send + Sync + 'static {
         cost: u64,
     ) -> Decision;
 
-    /// Gives back capacity ([`Algorithm::refund`]) atomically and returns the state afterwards.
+    /// Gives back what `admission` took ([`Algorithm::refund`]) atomically and returns the
+    /// state afterwards.
     fn refund<A: Algorithm<State = Self>>(
         cell: &Self::Cell,
         algorithm: &A,
+        admission: &Decision,
         now: u64,
         cost: u64,
     ) -> Self;
@@ -192,11 +217,14 @@ impl MemoryState for u64 {
     fn refund<A: Algorithm<State = u64>>(
         cell: &AtomicU64,
         algorithm: &A,
+        admission: &Decision,
         now: u64,
         cost: u64,
     ) -> u64 {
-        let seen = update(cell, |state| algorithm.refund(&state, now, cost));
-        algorithm.refund(&seen, now, cost).unwrap_or(seen)
+        let seen = update(cell, |state| algorithm.refund(&state, admission, now, cost));
+        algorithm
+            .refund(&seen, admission, now, cost)
+            .unwrap_or(seen)
     }
 
     fn is_fresh<A: Algorithm<State = u64>>(cell: &AtomicU64, algorithm: &A, now: u64) -> bool {
@@ -258,9 +286,15 @@ impl<S: LockedState> MemoryState for S {
         seen
     }
 
-    fn refund<A: Algorithm<State = S>>(cell: &Mutex<S>, algorithm: &A, now: u64, cost: u64) -> S {
+    fn refund<A: Algorithm<State = S>>(
+        cell: &Mutex<S>,
+        algorithm: &A,
+        admission: &Decision,
+        now: u64,
+        cost: u64,
+    ) -> S {
         let mut state = lock(cell);
-        if let Some(next) = algorithm.refund(&state, now, cost) {
+        if let Some(next) = algorithm.refund(&state, admission, now, cost) {
             *state = next;
         }
         state.clone()
@@ -329,12 +363,13 @@ where
         A::State::decide(seen, &self.algorithm, now, cost)
     }
 
-    /// Gives capacity back to `key` and returns its standing afterwards.
-    pub(crate) fn refund(&self, key: Key, now: u64, cost: u64) -> Decision {
+    /// Gives back what `admission` took from `key` and returns the key's standing afterwards.
+    pub(crate) fn refund(&self, key: Key, admission: &Decision, now: u64, cost: u64) -> Decision {
         let algorithm = &self.algorithm;
         let hash = self.map.hash(&key);
-        let refund =
-            |cell: &<A::State as MemoryState>::Cell| A::State::refund(cell, algorithm, now, cost);
+        let refund = |cell: &<A::State as MemoryState>::Cell| {
+            A::State::refund(cell, algorithm, admission, now, cost)
+        };
         // A key the store does not hold has nothing to give back.
         let after = self.map.get_with(hash, &key, refund).unwrap_or_default();
         algorithm.check(&after, now, 0).decision
@@ -364,7 +399,9 @@ where
                     A::State::unchanged(&fresh, algorithm, now, cost)
                 } else {
                     let forget = Forgetting { algorithm, now };
-                    self.map.get_or_insert_with(hash, key, &forget, apply)
+                    // The map keeps a long key's digest, never its bytes.
+                    self.map
+                        .get_or_insert_with(hash, key.stored(), &forget, apply)
                 }
             }
         }
@@ -403,14 +440,22 @@ where
         let algorithm = algorithm.clone();
         if !shared {
             return MemoryTable {
-                map: Arc::new(Map::<A>::bounded(self.max_keys)),
+                map: Arc::new(Map::<A>::bounded(Some(self.max_keys))),
                 algorithm,
             };
         }
+        // One name used with another algorithm, quota or option gets a table of its own: a
+        // per-hour limit named "login" and a per-second one of the same name must never read
+        // or reset each other's state.
+        let identity = (
+            policy.into(),
+            TypeId::of::<A>(),
+            format!("{algorithm:?}").into_boxed_str(),
+        );
         let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
         let slot = tables
-            .entry((policy.into(), TypeId::of::<Map<A>>()))
-            .or_insert_with(|| Arc::new(Map::<A>::bounded(self.max_keys)));
+            .entry(identity)
+            .or_insert_with(|| Arc::new(Map::<A>::bounded(Some(self.max_keys))));
         let map = match Arc::clone(slot).downcast::<Map<A>>() {
             Ok(map) => map,
             // The slot's type is part of its key, so it always matches.
@@ -424,7 +469,13 @@ where
         ready(Ok(table.decide(key, now, cost)))
     }
 
-    fn refund(table: &MemoryTable<A>, key: Key, now: u64, cost: u64) -> Self::Future {
-        ready(Ok(table.refund(key, now, cost)))
+    fn refund(
+        table: &MemoryTable<A>,
+        key: Key,
+        admission: &Decision,
+        now: u64,
+        cost: u64,
+    ) -> Self::Future {
+        ready(Ok(table.refund(key, admission, now, cost)))
     }
 }

@@ -52,19 +52,35 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
     /// The table for the policy named `policy` decided by `algorithm`.
     ///
     /// `shared` is true when the name was given by the user ([`Quota::named`](crate::Quota::named)):
-    /// then every limiter with that name and algorithm type shares state, across the process
-    /// (and across servers, for a shared store). When it is false the name is only the quota's
+    /// then every limiter with that name and the same algorithm (its options and quota, as its
+    /// `Debug` form shows them) shares state, across the process (and across servers, for a
+    /// shared store); a limiter whose algorithm differs never reads that state. When it is false the name is only the quota's
     /// text form, and a local store gives this limiter state of its own, so that two layers
     /// that happen to have equal unnamed quotas never share a budget. Different names never
     /// share state.
     fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Self::Table;
 
+    /// Why this store cannot keep the policy `policy` decided by `algorithm` (a quota too large
+    /// for it), with a message that names the figure and how to fix it; `None` (the default)
+    /// when it can. [`table`](Self::table) panics with this message; code that makes limiters
+    /// while serving requests (per-key quotas) asks first and never panics.
+    fn refusal(&self, policy: &str, algorithm: &A) -> Option<String> {
+        let _ = (policy, algorithm);
+        None
+    }
+
     /// Decides one request of `cost` for `key` at `now` (nanoseconds), applying the new state
     /// atomically.
     fn check(table: &Self::Table, key: Key, now: u64, cost: u64) -> Self::Future;
 
-    /// Gives back `cost` requests' worth of capacity to `key` ([`Algorithm::refund`]), for an
-    /// allowed request that turned out not to count, and answers with the key's standing
-    /// afterwards (a decision as for a request of cost 0).
-    fn refund(table: &Self::Table, key: Key, now: u64, cost: u64) -> Self::Future;
+    /// Gives back to `key` what the allowed request `admission` (of `cost`) took
+    /// ([`Algorithm::refund`]), for a request that turned out not to count, and answers with
+    /// the key's standing afterwards (a decision as for a request of cost 0).
+    fn refund(
+        table: &Self::Table,
+        key: Key,
+        admission: &Decision,
+        now: u64,
+        cost: u64,
+    ) -> Self::Future;
 }

@@ -4,7 +4,6 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{PoisonError, RwLock};
 
-use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
 use crate::Key;
@@ -162,12 +161,53 @@ fn v6_key(w: [u64; 2]) -> Key {
     Key::from(Ipv6Addr::from(octets))
 }
 
-/// Keys are hashed once, with a hasher seeded at random per map: clients choose keys, and must
-/// not be able to choose ones that collide. The hash picks the shard from bits the table does
-/// not use for its own bucket index or control bytes.
+/// The memory store's hash of a [`Key`], keyed with 128 random bits per map.
+///
+/// Keys that clients choose freely (byte strings, tuples, integers from your own extractors,
+/// IPv6 addresses and their `/64` groups) are hashed with SipHash-1-3 (the standard library's
+/// `RandomState`), a keyed function designed so that whoever does not know the key cannot
+/// find inputs that collide, even after watching the program answer (timing). IPv4 addresses
+/// are hashed with foldhash, which is several times faster but only "minimally DoS-resistant":
+/// a client cannot choose its IPv4 address (the TCP handshake proves it, and a trusted proxy
+/// reports the one it saw), so it cannot pick, among addresses, the ones that collide.
+pub(crate) struct KeyHasher {
+    keyed: std::hash::RandomState,
+    fast: foldhash::fast::RandomState,
+}
+
+impl KeyHasher {
+    fn new() -> Self {
+        Self {
+            keyed: std::hash::RandomState::new(),
+            fast: foldhash::fast::RandomState::default(),
+        }
+    }
+
+    /// `hash_one` by hand: `hash_one` itself is not inlined into the lookup, and the call
+    /// costs a tenth of a check's instructions.
+    #[inline]
+    #[allow(clippy::manual_hash_one)]
+    fn hash(&self, key: &Key) -> u64 {
+        if key.is_ipv4() {
+            let mut hasher = self.fast.build_hasher();
+            key.hash(&mut hasher);
+            hasher.finish()
+        } else {
+            let mut hasher = self.keyed.build_hasher();
+            key.hash(&mut hasher);
+            hasher.finish()
+        }
+    }
+}
+
+/// Keys are hashed once per check, with keys drawn at random per map, by a hash made for input
+/// an attacker chooses: clients choose keys (byte strings freely, IPv6 `/64` groups by the
+/// billions within their own allocation), and must not be able to choose keys that collide,
+/// which would turn every lookup in a shard into a scan. The hash picks the shard from bits the
+/// table does not use for its own bucket index or control bytes. See [`KeyHasher`].
 pub(crate) struct Shards<V> {
     shards: Box<[Shard<V>]>,
-    hasher: RandomState,
+    hasher: KeyHasher,
     /// The most keys one shard holds: the map's bound divided among its shards.
     per_shard: usize,
 }
@@ -205,19 +245,14 @@ impl<V: Default> Shards<V> {
             .collect();
         Self {
             shards,
-            hasher: RandomState::default(),
+            hasher: KeyHasher::new(),
             per_shard,
         }
     }
 
-    /// `hash_one` by hand: `hash_one` itself is not inlined into the lookup, and the call
-    /// costs a tenth of a check's instructions.
     #[inline]
-    #[allow(clippy::manual_hash_one)]
     pub(crate) fn hash(&self, key: &Key) -> u64 {
-        let mut hasher = self.hasher.build_hasher();
-        key.hash(&mut hasher);
-        hasher.finish()
+        self.hasher.hash(key)
     }
 
     #[inline]

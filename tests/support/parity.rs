@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use tollgate::clock::ManualClock;
 use tollgate::store::redis::RedisAlgorithm;
 use tollgate::store::{MemoryState, MemoryStore, RedisStore};
-use tollgate::{Key, RateLimiter};
+use tollgate::{Decision, Key, RateLimiter};
 
 /// Where the clock starts: about the Unix time of 2025 in ns, so the scripts' split of times into
 /// seconds and nanoseconds is exercised as with Redis `TIME`.
@@ -89,13 +89,39 @@ where
     A: RedisAlgorithm,
     A::State: MemoryState,
 {
+    same_decisions_with(memory, redis, clock, key, ops, &mut Vec::new()).await
+}
+
+/// Which of `n` admissions a refund step gives back.
+pub fn pick(op: &Op, n: usize) -> usize {
+    usize::try_from(op.advance).unwrap_or(0) % n
+}
+
+/// [`same_decisions`], with the admissions so far (as memory and Redis answered them) kept in
+/// `admitted`: a refund step gives one of them back ([`pick`]), or one that took nothing.
+pub async fn same_decisions_with<A>(
+    memory: &RateLimiter<A, MemoryStore, ManualClock>,
+    redis: &RateLimiter<A, RedisStore, ManualClock>,
+    clock: &ManualClock,
+    key: &Key,
+    ops: &[Op],
+    admitted: &mut Vec<(Decision, Decision)>,
+) -> Result<(), TestCaseError>
+where
+    A: RedisAlgorithm,
+    A::State: MemoryState,
+{
     let keys = redis_keys(redis, key);
     for (i, op) in ops.iter().enumerate() {
         clock.advance(Duration::from_nanos(op.advance));
         let (expected, got) = if op.refund {
+            let (on_memory, on_redis) = match admitted.len() {
+                0 => (nothing(memory), nothing(memory)),
+                n => admitted.swap_remove(pick(op, n)),
+            };
             (
-                memory.refund(key.clone(), op.cost).await,
-                redis.refund(key.clone(), op.cost).await,
+                memory.refund(key.clone(), &on_memory, op.cost).await,
+                redis.refund(key.clone(), &on_redis, op.cost).await,
             )
         } else {
             (
@@ -107,6 +133,17 @@ where
         let got = got.map_err(|e| TestCaseError::fail(format!("step {i} {op:?}: {e}")))?;
         prop_assert_eq!(&got, &expected, "step {} {:?} of {:?}", i, op, ops);
         prop_assert_eq!(got.tiers(), expected.tiers(), "tiers, step {} {:?}", i, op);
+        let receipts = |d: &Decision| d.tiers().iter().map(Decision::receipt).collect::<Vec<_>>();
+        prop_assert_eq!(
+            receipts(&got),
+            receipts(&expected),
+            "receipts, step {} {:?}",
+            i,
+            op
+        );
+        if !op.refund && op.cost > 0 && got.allowed {
+            admitted.push((expected, got));
+        }
         if !keep(&keys) {
             // Redis may have expired a key on its own clock, which the manual clock does not
             // move: the rest of this case would compare a state the test lost, not the script.
@@ -116,33 +153,41 @@ where
     Ok(())
 }
 
+/// An admission that took nothing, in the shape of `limiter`'s decisions (one per tier).
+pub fn nothing<A, St, C>(limiter: &RateLimiter<A, St, C>) -> Decision
+where
+    A: RedisAlgorithm,
+    St: tollgate::store::Store<A>,
+{
+    let tiers: Vec<Decision> = limiter
+        .quotas()
+        .iter()
+        .map(|q| Decision::allow(q.burst(), 0, Duration::ZERO))
+        .collect();
+    match &tiers[..] {
+        [one] => one.clone(),
+        _ => Decision::allow(0, 0, Duration::ZERO).with_tiers(tiers),
+    }
+}
+
 /// The Redis keys of `key` under `limiter`'s policy, as the store names them.
-fn redis_keys<A>(limiter: &RateLimiter<A, RedisStore, ManualClock>, key: &Key) -> Vec<Vec<u8>>
+pub fn redis_keys<A>(limiter: &RateLimiter<A, RedisStore, ManualClock>, key: &Key) -> Vec<Vec<u8>>
 where
     A: RedisAlgorithm,
     A::State: MemoryState,
 {
     // Tests that keep their keys themselves may use other kinds of keys.
-    let Some(bytes) = key.as_bytes() else {
+    if key.as_bytes().is_none() {
         return Vec::new();
-    };
-    let mut base = b"tollgate:{s:".to_vec();
-    base.extend_from_slice(bytes);
-    base.extend_from_slice(b"}:");
-    base.extend_from_slice(limiter.policy().as_bytes());
-    match limiter.quotas().len() {
-        1 => vec![base],
-        n => (0..n)
-            .map(|i| [&base[..], format!(":{i}").as_bytes()].concat())
-            .collect(),
     }
+    limiter.table().redis_keys(key)
 }
 
 /// Takes the TTL off `keys`, so that Redis, whose clock runs while the manual one stands
 /// still, keeps them for the next step. Returns whether the step can be trusted: whether no
 /// key expired on the server since the last step (its `expired_keys` count). Tests that made
 /// their store without [`store`] keep their keys themselves.
-fn keep(keys: &[Vec<u8>]) -> bool {
+pub fn keep(keys: &[Vec<u8>]) -> bool {
     KEEPER.with(|k| {
         let mut keeper = k.borrow_mut();
         let Some((conn, expired)) = keeper.as_mut() else {

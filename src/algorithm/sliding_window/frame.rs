@@ -49,6 +49,29 @@ impl SlidingWindow {
 
     /// The counter straddling the window's start and the sum of those wholly inside, `ahead`
     /// sub-windows from the frame's.
+    /// Which of `state`'s counters holds the requests counted at `at` (a time in the
+    /// sub-window they were added to), when that counter is still live in `frame`.
+    pub(super) fn counter_of(
+        &self,
+        state: &SlidingWindowState,
+        frame: &Frame<'_>,
+        at: u64,
+    ) -> Option<usize> {
+        let (k, p) = (self.k() as i128, i128::from(self.period));
+        // Times before the base (which moves up by whole periods) fall in sub-windows of
+        // negative index.
+        let index = |t: u64| {
+            let units = (i128::from(t) - i128::from(state.base)) * k;
+            units.div_euclid(p)
+        };
+        let back = index(state.last) - index(at);
+        let counter = i128::try_from(self.sub_windows).ok()? - back;
+        let first_live = state.counts.len() - frame.live.len();
+        usize::try_from(counter)
+            .ok()
+            .filter(|&c| c >= first_live && c < state.counts.len())
+    }
+
     pub(super) fn split(&self, frame: &Frame<'_>, ahead: usize) -> (u128, u128) {
         let partial = frame.live.get(ahead).copied().map_or(0, u128::from);
         let full = frame

@@ -1,4 +1,5 @@
 use super::*;
+use crate::Decision;
 
 const S: u64 = 1_000_000_000;
 
@@ -118,24 +119,51 @@ fn hand_checked_sub_windows() {
 }
 
 #[test]
-fn refunds_come_from_the_newest_counters_in_the_window() {
+fn refunds_come_from_the_admissions_counter_while_it_is_live() {
+    let at = |t: u64| Decision::allow(10, 0, Duration::ZERO).with_receipt(t);
     let algo = SlidingWindow::new(&Quota::new(10, Duration::from_secs(60)));
     let a = state(0, 10, &[0, 6]);
-    assert_eq!(algo.refund(&a, 30 * S, 2), Some(state(0, 10, &[0, 4])));
     assert_eq!(
-        algo.refund(&a, 30 * S, 10),
+        algo.refund(&a, &at(10 * S), 30 * S, 2),
+        Some(state(0, 10, &[0, 4]))
+    );
+    assert_eq!(
+        algo.refund(&a, &at(10 * S), 30 * S, 10),
         Some(SlidingWindowState::default())
     );
-    assert_eq!(algo.refund(&a, 30 * S, 0), None);
-    assert_eq!(algo.refund(&a, 120 * S, 1), None);
+    assert_eq!(algo.refund(&a, &at(10 * S), 30 * S, 0), None);
+    assert_eq!(algo.refund(&a, &at(10 * S), 120 * S, 1), None);
+    // Counted in the previous window: taken from it, not from the current one.
+    let prev = state(0, 70, &[3, 6]);
+    assert_eq!(
+        algo.refund(&prev, &at(10 * S), 80 * S, 1),
+        Some(state(0, 70, &[2, 6]))
+    );
     let sub = SlidingWindow::new(&Quota::new(6, Duration::from_secs(30))).sub_windows(3);
+    // Base 0, newest request at 25 s: the counters are -10..0, 0..10, 10..20 and 20..30 s.
     let b = state(0, 25, &[5, 1, 2, 3]);
-    // At 35 s the first counter is out of the window: it is not refunded.
-    assert_eq!(sub.refund(&b, 35 * S, 4), Some(state(0, 25, &[5, 1, 1, 0])));
     assert_eq!(
-        sub.refund(&b, 35 * S, 7),
-        Some(SlidingWindowState::default())
+        sub.refund(&b, &at(15 * S), 35 * S, 1),
+        Some(state(0, 25, &[5, 1, 1, 3]))
     );
+    assert_eq!(
+        sub.refund(&b, &at(15 * S), 35 * S, 4),
+        Some(state(0, 25, &[5, 1, 0, 3]))
+    );
+    // 0 s is in the counter of 0..10 s.
+    assert_eq!(
+        sub.refund(&b, &at(0), 35 * S, 1),
+        Some(state(0, 25, &[5, 0, 2, 3]))
+    );
+    assert_eq!(sub.refund(&b, &at(u64::MAX), 35 * S, 1), None);
+    // Base 30 s, newest at 55 s: 25 s (before the base) is in the counter of 20..30 s...
+    let c = state(30, 55, &[5, 1, 2, 3]);
+    assert_eq!(
+        sub.refund(&c, &at(25 * S), 56 * S, 1),
+        Some(state(30, 55, &[4, 1, 2, 3]))
+    );
+    // ... which is out of the window at 61 s: it is not refunded to a newer counter.
+    assert_eq!(sub.refund(&c, &at(25 * S), 61 * S, 1), None);
 }
 
 #[test]
@@ -219,7 +247,11 @@ fn extreme_values_saturate_instead_of_overflowing() {
                 for &t in &times {
                     for &c in &costs {
                         let out = algo.check(s, t, c);
-                        let _ = algo.refund(s, t, c);
+                        for receipt in [0, t, s.last, u64::MAX] {
+                            let admission =
+                                Decision::allow(0, 0, Duration::ZERO).with_receipt(receipt);
+                            let _ = algo.refund(s, &admission, t, c);
+                        }
                         let _ = algo.is_fresh(s, t);
                         if let Some(next) = out.state {
                             let _ = algo.check(&next, t, c);

@@ -6,15 +6,30 @@
 //! every server decides on one clock. Every write sets a TTL equal to the time until the key's
 //! state is fresh again, so no idle key stays in Redis.
 //!
-//! Keys are `tollgate:{<key>}:<policy>` (tiers add `:<n>`): the braces are a hash tag, so a
-//! key's tiers live in one Redis Cluster slot and one script updates them together. The
-//! client's key is written as `ip:<address>`, `n:<integer>`, `s:<bytes>` (binary-safe) or
-//! `h:<hex SHA-256>` for keys longer than [`Key::MAX_LEN`](crate::Key::MAX_LEN).
+//! Redis 5.0 or newer is required (the scripts read `TIME` before they write, which older
+//! servers refuse); [`connect`](RedisStore::connect) and [`cluster`](RedisStore::cluster) read
+//! the version once and refuse an older server with a message that names it.
 //!
-//! Policies are identified by name in Redis: limiters on every server with the same quota name
-//! and algorithm share one limit. Two different limits in one application need different names
-//! ([`Quota::named`](crate::Quota::named)); an unnamed quota is named by its text form
-//! (`"60/min"`).
+//! Keys are `tollgate:{<key>}:<policy>:<algorithm>.<fingerprint>` (tiers add `:<n>`): the
+//! braces are a hash tag, so a key's tiers live in one Redis Cluster slot and one script
+//! updates them together. The client's key is written as `ip:<address>`, `n:<integer>`,
+//! `s:<bytes>` (binary-safe, with `%`, `{` and `}` escaped as `%25`, `%7B`, `%7D`, so no client
+//! byte can end the hash tag) or `h:<hex SHA-256>` for keys longer than
+//! [`Key::MAX_LEN`](crate::Key::MAX_LEN). [`RedisTable::redis_keys`] tells a key's names.
+//!
+//! Policies are identified by name, algorithm and parameters: limiters on every server with
+//! the same configuration share one limit, and two limiters never read each other's state
+//! (a GCRA and a fixed window of one quota, or one name given to two different quotas, keep
+//! apart; changing a quota starts its keys afresh). An unnamed quota is named by its text form
+//! (`"60/min"`), so two layers with equal unnamed quotas and algorithms share one limit: give
+//! them different names ([`Quota::named`](crate::Quota::named)) to keep them apart.
+//!
+//! A policy whose figures the algorithm's script cannot decide exactly (GCRA and the leaky
+//! bucket: periods, bursts and waits up to 2^52 ns, about 52 days; the others up to 2^53 ns or
+//! requests, about 104 days) is refused where the limiter or layer gets the store, with a
+//! panic that names the figure, the bound and the fix.
+//!
+//! Errors and logs never carry a client's key: they name the policy and the tier, not the key.
 //!
 //! ```no_run
 //! use tollgate::store::RedisStore;
@@ -48,12 +63,15 @@
 
 mod algorithms;
 mod deny_cache;
+mod keys;
 mod table;
+mod version;
 
 pub use self::algorithms::{RedisAlgorithm, RedisTier};
 pub use self::table::{RedisFuture, RedisTable};
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -61,7 +79,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 use super::{MemoryState, MemoryStore, Store};
-use crate::{Error, Key};
+use crate::{Decision, Error, Key};
 
 /// What a check does when Redis fails or does not answer within the timeout.
 #[derive(Debug, Clone)]
@@ -101,6 +119,8 @@ pub struct RedisStore {
     on_failure: OnFailure,
     deny_cache: usize,
     caller_clock: bool,
+    /// Whether the server is recent enough, once known.
+    version: Arc<version::VersionCheck>,
 }
 
 impl RedisStore {
@@ -116,7 +136,8 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// When the URL is invalid or the server cannot be reached.
+    /// When the URL is invalid, the server cannot be reached, or it runs a Redis older than
+    /// 5.0 (the message names the version found and the minimum).
     pub async fn connect(url: &str) -> Result<Self, Error> {
         let client = redis::Client::open(url).map_err(Error::store)?;
         // The store bounds each call with its own timeout, so the connection sets none.
@@ -128,14 +149,15 @@ impl RedisStore {
         let manager = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(Error::store)?;
-        Ok(Self::from_connection_manager(manager))
+        Self::from_connection_manager(manager).verified().await
     }
 
     /// Connects to a Redis Cluster through any of its nodes.
     ///
     /// # Errors
     ///
-    /// When a URL is invalid or the cluster cannot be reached.
+    /// When a URL is invalid, the cluster cannot be reached, or a master runs a Redis older
+    /// than 5.0 (the message names the version found and the minimum).
     pub async fn cluster<I, U>(urls: I) -> Result<Self, Error>
     where
         I: IntoIterator<Item = U>,
@@ -149,17 +171,35 @@ impl RedisStore {
             .build()
             .map_err(Error::store)?;
         let connection = client.get_async_connection().await.map_err(Error::store)?;
-        Ok(Self::from_cluster_connection(connection))
+        Self::from_cluster_connection(connection).verified().await
     }
 
-    /// A store over a connection manager you made.
+    /// A store over a connection manager you made. The server's version is checked on the
+    /// first call (a Redis older than 5.0 answers every call with an error that names it).
     pub fn from_connection_manager(manager: ConnectionManager) -> Self {
         Self::new(Connection::Single(manager))
     }
 
-    /// A store over a Redis Cluster connection you made.
+    /// A store over a Redis Cluster connection you made. The masters' versions are checked on
+    /// the first call (a Redis older than 5.0 answers every call with an error that names it).
     pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
         Self::new(Connection::Cluster(connection))
+    }
+
+    /// Reads the server's version once (`INFO server`), and refuses a Redis older than 5.0.
+    async fn verified(self) -> Result<Self, Error> {
+        // As long as the connection itself may take to come up, and then some.
+        let bound = Duration::from_secs(5);
+        match tokio::time::timeout(bound, version::check(&self.connection)).await {
+            Ok(checked) => checked?,
+            Err(_) => {
+                return Err(Error::store(format!(
+                    "Redis did not answer INFO within {bound:?} while connecting"
+                )))
+            }
+        }
+        self.version.done();
+        Ok(self)
     }
 
     fn new(connection: Connection) -> Self {
@@ -170,14 +210,28 @@ impl RedisStore {
             on_failure: OnFailure::default(),
             deny_cache: Self::DEFAULT_DENY_CACHE,
             caller_clock: false,
+            version: Arc::default(),
         }
     }
 
     /// Starts every key with `prefix` instead of `tollgate`, to keep several applications
     /// apart in one Redis.
+    ///
+    /// # Panics
+    ///
+    /// When `prefix` holds `{` or `}`: Redis Cluster would take the prefix for the key's hash
+    /// tag and put every client in one slot.
     #[must_use]
+    #[track_caller]
     pub fn prefix(mut self, prefix: impl AsRef<str>) -> Self {
-        self.prefix = prefix.as_ref().into();
+        let prefix = prefix.as_ref();
+        assert!(
+            !prefix.contains(['{', '}']),
+            "tollgate::RedisStore::prefix: {prefix:?} holds a brace, which Redis Cluster would \
+             read as the keys' hash tag (every client in one slot); choose a prefix without `{{` \
+             or `}}`"
+        );
+        self.prefix = prefix.into();
         self
     }
 
@@ -198,7 +252,9 @@ impl RedisStore {
 
     /// Remembers at most `capacity` denials per policy locally, each until its
     /// `retry_after` (10 000 by default; 0 turns it off). Only requests of cost 1 are
-    /// answered from it.
+    /// answered from it. The cache is sharded by key (a seeded hash), and a full shard evicts
+    /// in constant time: an ended denial, else the one that ends first among a few; an evicted
+    /// denial only costs its next check a round trip.
     #[must_use]
     pub fn deny_cache(mut self, capacity: usize) -> Self {
         self.deny_cache = capacity;
@@ -244,15 +300,32 @@ where
     type Table = RedisTable<A>;
     type Future = RedisFuture;
 
+    /// # Panics
+    ///
+    /// When a figure of the policy is larger than the algorithm's script decides exactly
+    /// (see the [module docs](self)); the message names the figure, its value, the bound and
+    /// how to bring it within.
+    #[track_caller]
     fn table(&self, policy: &str, shared: bool, algorithm: &A) -> RedisTable<A> {
         RedisTable::new(self, policy, shared, algorithm)
     }
 
-    fn check(table: &RedisTable<A>, key: Key, now: u64, cost: u64) -> RedisFuture {
-        table.run(key, now, cost, false)
+    fn refusal(&self, policy: &str, algorithm: &A) -> Option<String> {
+        table::refusal(policy, algorithm)
     }
 
-    fn refund(table: &RedisTable<A>, key: Key, now: u64, cost: u64) -> RedisFuture {
-        table.run(key, now, cost, true)
+    fn check(table: &RedisTable<A>, key: Key, now: u64, cost: u64) -> RedisFuture {
+        table.run(key, now, cost, None)
+    }
+
+    fn refund(
+        table: &RedisTable<A>,
+        key: Key,
+        admission: &Decision,
+        now: u64,
+        cost: u64,
+    ) -> RedisFuture {
+        let receipts = admission.tiers().iter().map(Decision::receipt).collect();
+        table.run(key, now, cost, Some(receipts))
     }
 }

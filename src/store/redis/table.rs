@@ -11,6 +11,8 @@ use redis::Script;
 
 use super::algorithms::{RedisAlgorithm, RedisTier};
 use super::deny_cache::DenyCache;
+use super::keys::{redact, KeyNames};
+use super::version::{self, VersionCheck};
 use super::{Connection, OnFailure, RedisStore};
 use crate::algorithm::tiered::report;
 use crate::store::{MemoryState, MemoryTable, Store};
@@ -25,6 +27,26 @@ const DRIVER: &str = include_str!("lua/driver.lua");
 /// The full script of an algorithm: the prelude, its module, the driver.
 pub(crate) fn script_source<A: RedisAlgorithm>() -> String {
     format!("{PRELUDE}\n{}\n{DRIVER}", A::LUA)
+}
+
+/// One figure of a script's reply: an integer, or an integer as text (past what Lua replies
+/// as an integer exactly).
+#[derive(Debug, Clone, Copy)]
+struct Figure(i128);
+
+impl redis::FromRedisValue for Figure {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        let figure = match &v {
+            redis::Value::Int(n) => Some(i128::from(*n)),
+            redis::Value::BulkString(text) => {
+                std::str::from_utf8(text).ok().and_then(|t| t.parse().ok())
+            }
+            _ => None,
+        };
+        figure
+            .map(Figure)
+            .ok_or_else(|| format!("not a figure: {v:?}").into())
+    }
 }
 
 /// A [`RedisStore`]'s view of one policy.
@@ -74,9 +96,8 @@ where
     connection: Connection,
     script: Script,
     policy: Box<str>,
-    prefix: Box<str>,
-    /// Each tier's key after the client's key: `}:<policy>`, then `:<tier>` for tiers.
-    suffixes: Vec<Vec<u8>>,
+    /// The Redis keys of each tier, but for the client's part.
+    names: KeyNames,
     params: Vec<u64>,
     limits: Vec<u64>,
     tiered: bool,
@@ -84,8 +105,8 @@ where
     caller_clock: bool,
     fallback: Fallback<A>,
     denials: DenyCache,
-    /// Why this policy cannot run in Redis, when it cannot.
-    invalid: Option<Arc<str>>,
+    /// Whether the server's version was found good (checked once per store).
+    version: Arc<VersionCheck>,
     /// When the last failure was logged (the limiter's time, ns), plus one.
     warned: AtomicU64,
 }
@@ -94,35 +115,21 @@ impl<A: RedisAlgorithm> RedisTable<A>
 where
     A::State: MemoryState,
 {
+    /// # Panics
+    ///
+    /// When a figure of the policy is too large for the algorithm's script ([`bounds`]).
+    #[track_caller]
     pub(crate) fn new(store: &RedisStore, policy: &str, shared: bool, algorithm: &A) -> Self {
+        if let Some(message) = refusal(policy, algorithm) {
+            panic!("{message}");
+        }
         let mut tiers: Vec<RedisTier> = Vec::new();
         algorithm.redis_tiers(&mut tiers);
-        let tiered = A::TIERED;
         let params: Vec<u64> = tiers
             .iter()
             .flat_map(|t| t.params.iter().copied())
             .collect();
         let limits: Vec<u64> = tiers.iter().map(|t| t.limit).collect();
-        let invalid = params
-            .iter()
-            .chain(&limits)
-            .any(|&v| v > A::MAX_FIGURE)
-            .then(|| {
-                Arc::from(format!(
-                    "the policy {policy:?} is too large for the Redis store: its figures must stay \
-                     at most {} (periods, bursts and waits in ns, and limits)",
-                    A::MAX_FIGURE
-                ))
-            });
-        let suffixes = (0..tiers.len())
-            .map(|i| {
-                let mut suffix = format!("}}:{policy}").into_bytes();
-                if tiered {
-                    suffix.extend_from_slice(format!(":{i}").as_bytes());
-                }
-                suffix
-            })
-            .collect();
         let fallback = match &store.on_failure {
             OnFailure::Open => Fallback::Open,
             OnFailure::Closed => Fallback::Closed,
@@ -135,37 +142,25 @@ where
                 connection: store.connection.clone(),
                 script: Script::new(&script_source::<A>()),
                 policy: policy.into(),
-                prefix: store.prefix.clone(),
-                suffixes,
+                names: KeyNames::new::<A>(&store.prefix, policy, &tiers),
                 params,
                 limits,
-                tiered,
+                tiered: A::TIERED,
                 timeout: store.timeout,
                 caller_clock: store.caller_clock,
                 fallback,
                 denials: DenyCache::new(store.deny_cache),
-                invalid,
+                version: Arc::clone(&store.version),
                 warned: AtomicU64::new(0),
             }),
         }
     }
 
-    /// The Redis key of each tier for `key`.
-    pub(crate) fn keys(&self, key: &Key) -> Vec<Vec<u8>> {
-        let inner = &self.inner;
-        let mut base = Vec::with_capacity(inner.prefix.len() + 48);
-        base.extend_from_slice(inner.prefix.as_bytes());
-        base.extend_from_slice(b":{");
-        encode_key(key, &mut base);
-        inner
-            .suffixes
-            .iter()
-            .map(|suffix| {
-                let mut k = base.clone();
-                k.extend_from_slice(suffix);
-                k
-            })
-            .collect()
+    /// The Redis keys that hold `key`'s state under this policy, one per tier:
+    /// `<prefix>:{<key>}:<policy>:<algorithm>.<fingerprint>`, tiers adding `:<n>` (see the
+    /// [module docs](super)). For operators who inspect or delete a client's state by hand.
+    pub fn redis_keys(&self, key: &Key) -> Vec<Vec<u8>> {
+        self.inner.names.keys(key)
     }
 
     /// How many denials the table remembers locally right now.
@@ -173,12 +168,17 @@ where
         self.inner.denials.len()
     }
 
-    pub(crate) fn run(&self, key: Key, now: u64, cost: u64, refund: bool) -> RedisFuture {
+    /// Checks a request of `cost` for `key`; or, with `refund` (each tier's receipt from the
+    /// admission), gives back what that admission took.
+    pub(crate) fn run(
+        &self,
+        key: Key,
+        now: u64,
+        cost: u64,
+        refund: Option<Vec<u64>>,
+    ) -> RedisFuture {
         let inner = &self.inner;
-        if let Some(reason) = &inner.invalid {
-            return RedisFuture::ready(Err(Error::store(reason.to_string())));
-        }
-        if refund {
+        if refund.is_some() {
             inner.denials.remove(&key);
         } else if cost == 1 {
             if let Some(denied) = inner.denials.get(&key, now) {
@@ -187,48 +187,62 @@ where
         }
         let table = self.clone();
         RedisFuture::pending(Box::pin(async move {
-            let result = table.call(&key, now, cost, refund).await;
+            let result = table.call(&key, now, cost, refund.as_deref()).await;
             let inner = &table.inner;
             match result {
                 Ok(decision) => {
-                    if cost == 1 && !refund && !decision.allowed {
+                    if cost == 1 && refund.is_none() && !decision.allowed {
                         inner.denials.insert(key, now, &decision);
                     }
                     Ok(decision)
                 }
-                Err(error) => inner.failed(error, key, now, cost, refund),
+                Err(error) => inner.failed(error, key, now, cost, refund.is_some()),
             }
         }))
     }
 
     /// One round trip: the script, bounded by the timeout.
-    async fn call(&self, key: &Key, now: u64, cost: u64, refund: bool) -> Result<Decision, Error> {
+    async fn call(
+        &self,
+        key: &Key,
+        now: u64,
+        cost: u64,
+        refund: Option<&[u64]>,
+    ) -> Result<Decision, Error> {
         let inner = &self.inner;
+        if !inner.version.is_done() {
+            match tokio::time::timeout(inner.timeout, version::check(&inner.connection)).await {
+                Ok(Ok(())) => inner.version.done(),
+                Ok(Err(error)) => return Err(error),
+                Err(_) => return Err(timed_out(inner.timeout)),
+            }
+        }
         let mut invocation = inner.script.prepare_invoke();
-        for k in self.keys(key) {
+        for k in inner.names.keys(key) {
             invocation.key(k);
         }
-        invocation.arg(if refund { "r" } else { "c" }).arg(cost);
+        invocation
+            .arg(if refund.is_some() { "r" } else { "c" })
+            .arg(cost);
         if inner.caller_clock {
             invocation.arg(now / 1_000_000_000).arg(now % 1_000_000_000);
         } else {
             invocation.arg("").arg("");
         }
         invocation.arg(&inner.params[..]);
+        // A refund names what each tier's admission took, after the parameters.
+        if let Some(receipts) = refund {
+            invocation.arg(receipts);
+        }
         let call = async {
             match inner.connection.clone() {
-                Connection::Single(mut c) => invocation.invoke_async::<Vec<i64>>(&mut c).await,
-                Connection::Cluster(mut c) => invocation.invoke_async::<Vec<i64>>(&mut c).await,
+                Connection::Single(mut c) => invocation.invoke_async::<Vec<Figure>>(&mut c).await,
+                Connection::Cluster(mut c) => invocation.invoke_async::<Vec<Figure>>(&mut c).await,
             }
         };
         let reply = match tokio::time::timeout(inner.timeout, call).await {
-            Ok(reply) => reply.map_err(Error::store)?,
-            Err(_) => {
-                return Err(Error::store(format!(
-                    "Redis did not answer within {:?}",
-                    inner.timeout
-                )))
-            }
+            Ok(reply) => reply.map_err(|e| Error::store(redact(&e.to_string(), key)))?,
+            Err(_) => return Err(timed_out(inner.timeout)),
         };
         inner.decision(&reply)
     }
@@ -238,25 +252,30 @@ impl<A: RedisAlgorithm> Inner<A>
 where
     A::State: MemoryState,
 {
-    /// The decision from the script's reply: five integers per tier.
-    fn decision(&self, reply: &[i64]) -> Result<Decision, Error> {
+    /// The decision from the script's reply: six integers per tier (the sixth is the
+    /// admission's receipt, which may pass `i64::MAX` and comes as text).
+    fn decision(&self, reply: &[Figure]) -> Result<Decision, Error> {
         let bad = || Error::store(format!("unexpected reply from the Redis script: {reply:?}"));
-        if reply.len() != 5 * self.limits.len() {
+        if reply.len() != 6 * self.limits.len() {
             return Err(bad());
         }
-        let nanos = |v: i64| {
+        let reply: Vec<i128> = reply.iter().map(|f| f.0).collect();
+        let nanos = |v: i128| {
             u64::try_from(v)
                 .map(Duration::from_nanos)
                 .map_err(|_| bad())
         };
         let decisions = reply
-            .chunks_exact(5)
+            .chunks_exact(6)
             .zip(&self.limits)
             .map(|(d, &limit)| {
                 let remaining = u64::try_from(d[1]).map_err(|_| bad())?;
                 let reset_after = nanos(d[2])?;
+                let receipt = u64::try_from(d[5]).map_err(|_| bad())?;
                 match d[0] {
-                    1 => Ok(Decision::allow(limit, remaining, reset_after).delayed(nanos(d[4])?)),
+                    1 => Ok(Decision::allow(limit, remaining, reset_after)
+                        .delayed(nanos(d[4])?)
+                        .with_receipt(receipt)),
                     0 => {
                         let retry_after = if d[3] == -1 { None } else { Some(nanos(d[3])?) };
                         Ok(Decision::deny(limit, remaining, reset_after, retry_after))
@@ -306,11 +325,10 @@ where
                     tiers.into_iter().next().ok_or(error)
                 }
             }
-            Fallback::Local(table) => Ok(if refund {
-                table.refund(key, now, cost)
-            } else {
-                table.decide(key, now, cost)
-            }),
+            // The admission's receipt is in Redis's terms, which the local table cannot read:
+            // a refund while Redis is away gives nothing back (the request keeps counting),
+            // and reports the local standing.
+            Fallback::Local(table) => Ok(table.decide(key, now, if refund { 0 } else { cost })),
         }
     }
 
@@ -342,25 +360,57 @@ where
     }
 }
 
-/// Writes `key` so that keys of different kinds never meet: `ip:` + the address, `n:` + the
-/// integer, `s:` + the bytes as they are, `h:` + the hex SHA-256 of a long key.
-fn encode_key(key: &Key, out: &mut Vec<u8>) {
-    use std::io::Write as _;
-    // Writes into a Vec cannot fail.
-    let _ = if let Some(ip) = key.as_ip() {
-        write!(out, "ip:{ip}")
-    } else if let Some(n) = key.as_u64() {
-        write!(out, "n:{n}")
-    } else if let Some(bytes) = key.as_bytes() {
-        out.extend_from_slice(b"s:");
-        out.extend_from_slice(bytes);
-        Ok(())
-    } else if let Some(digest) = key.as_digest() {
-        out.extend_from_slice(b"h:");
-        digest.iter().try_for_each(|b| write!(out, "{b:02x}"))
-    } else {
-        Ok(())
-    };
+fn timed_out(timeout: Duration) -> Error {
+    Error::store(format!("Redis did not answer within {timeout:?}"))
+}
+
+/// Why a policy decided by `algorithm` cannot be kept in Redis (a figure too large for its
+/// script, a sliding log too long), with a message that says how to fix it; `None` when it can.
+pub(crate) fn refusal<A: RedisAlgorithm>(policy: &str, algorithm: &A) -> Option<String> {
+    if let Some(message) = algorithm.refusal() {
+        return Some(message);
+    }
+    let mut tiers: Vec<RedisTier> = Vec::new();
+    algorithm.redis_tiers(&mut tiers);
+    bounds::<A>(policy, &tiers).err()
+}
+
+/// Refuses a policy that a figure makes too large for `A`'s script, with a message that names
+/// the figure, its value, the bound and how to bring it within.
+fn bounds<A: RedisAlgorithm>(policy: &str, tiers: &[RedisTier]) -> Result<(), String> {
+    let max = A::MAX_FIGURE;
+    for (n, tier) in tiers.iter().enumerate() {
+        let named = tier.params.iter().enumerate().map(|(i, &value)| {
+            let (figure, fix) = A::FIGURES
+                .get(i)
+                .copied()
+                .unwrap_or(("parameter", "a shorter period or a smaller limit"));
+            (figure, fix, value)
+        });
+        let limit = (
+            "reported limit (burst)",
+            "a smaller burst or limit",
+            tier.limit,
+        );
+        for (figure, fix, value) in named.chain([limit]) {
+            if value > max {
+                let tier = if A::TIERED {
+                    format!(" (tier {n})")
+                } else {
+                    String::new()
+                };
+                return Err(format!(
+                    "tollgate::RedisStore: the policy {policy:?}{tier} cannot be kept in Redis: its \
+                     {alg} {figure} is {value}, above the bound of {max} ({days} days) within \
+                     which the Redis script decides exactly; choose {fix} so that it is at most \
+                     {max}, or keep this limit in a MemoryStore",
+                    alg = A::NAME,
+                    days = max / 86_400_000_000_000,
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The future of a check on the [`RedisStore`]: ready at once when the answer is local (a
@@ -407,31 +457,5 @@ impl Future for RedisFuture {
             },
             FutureState::Pending(future) => future.as_mut().poll(cx),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::IpAddr;
-
-    fn encoded(key: Key) -> Vec<u8> {
-        let mut out = Vec::new();
-        encode_key(&key, &mut out);
-        out
-    }
-
-    #[test]
-    fn keys_of_different_kinds_never_meet() {
-        let ip: IpAddr = "192.0.2.1".parse().unwrap();
-        assert_eq!(encoded(Key::from(ip)), b"ip:192.0.2.1");
-        assert_eq!(encoded(Key::from("192.0.2.1")), b"s:192.0.2.1");
-        assert_eq!(encoded(Key::from(7u64)), b"n:7");
-        assert_eq!(encoded(Key::from("7")), b"s:7");
-        assert_eq!(encoded(Key::from(&b"\xff{}\x00"[..])), b"s:\xff{}\x00");
-        let long = "x".repeat(100);
-        let digest = encoded(Key::from(long.as_str()));
-        assert!(digest.starts_with(b"h:"));
-        assert_eq!(digest.len(), 2 + 64);
     }
 }

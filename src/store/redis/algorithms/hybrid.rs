@@ -11,6 +11,15 @@ impl RedisAlgorithm for Hybrid {
         "\n",
         include_str!("../lua/hybrid.lua")
     );
+    const NAME: &'static str = "hybrid";
+    const FIGURES: &'static [(&'static str, &'static str)] = &[
+        ("limit", "a smaller limit"),
+        ("period (in ns)", "a shorter period"),
+        (
+            "emission interval (period / limit, in ns)",
+            "a shorter period or a larger limit",
+        ),
+    ];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
         tiers.push(RedisTier::new(self, self.parts()));

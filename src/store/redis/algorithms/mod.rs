@@ -23,13 +23,30 @@ pub trait RedisAlgorithm: Algorithm {
     const TIERED: bool = false;
 
     /// The largest parameter or limit the module decides with exactly (Lua numbers are
-    /// doubles); the store refuses a policy with a larger one.
+    /// doubles); the store refuses a policy with a larger one when it is built.
     #[doc(hidden)]
     const MAX_FIGURE: u64 = 1 << 53;
+
+    /// The algorithm's name in the Redis keys of its states (`gcra`, `fixed_window`, ...): two
+    /// algorithms never read each other's state.
+    #[doc(hidden)]
+    const NAME: &'static str;
+
+    /// What each of a tier's parameters is and how to make it smaller, for the message that
+    /// refuses a policy whose figures are too large: `(figure, fix)`.
+    #[doc(hidden)]
+    const FIGURES: &'static [(&'static str, &'static str)];
 
     /// Appends each tier's parameters, in order.
     #[doc(hidden)]
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>);
+
+    /// Why the store cannot keep this algorithm's state within its time bound, beyond the
+    /// bound on figures; `None` when it can.
+    #[doc(hidden)]
+    fn refusal(&self) -> Option<String> {
+        None
+    }
 }
 
 /// One tier as the script sees it: its parameters, and the `limit` its decisions report.
@@ -56,10 +73,16 @@ impl<A: RedisAlgorithm> RedisAlgorithm for Tiered<A> {
     const LUA: &'static str = A::LUA;
     const TIERED: bool = true;
     const MAX_FIGURE: u64 = A::MAX_FIGURE;
+    const NAME: &'static str = A::NAME;
+    const FIGURES: &'static [(&'static str, &'static str)] = A::FIGURES;
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
         for tier in self.tiers() {
             tier.redis_tiers(tiers);
         }
+    }
+
+    fn refusal(&self) -> Option<String> {
+        self.tiers().iter().find_map(A::refusal)
     }
 }

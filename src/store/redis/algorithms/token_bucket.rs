@@ -10,6 +10,25 @@ impl RedisAlgorithm for TokenBucket {
         "\n",
         include_str!("../lua/token_bucket.lua")
     );
+    const NAME: &'static str = "token_bucket";
+    const FIGURES: &'static [(&'static str, &'static str)] = &[
+        (
+            "emission interval (period / limit, in ns)",
+            "a shorter period or a larger limit",
+        ),
+        (
+            "capacity (interval x burst, in ns)",
+            "a shorter period or a smaller burst",
+        ),
+        (
+            "capacity plus max_delay (in ns)",
+            "a shorter period, a smaller burst or a shorter max_delay",
+        ),
+        (
+            "tokens in the capacity plus max_delay",
+            "a smaller burst or a shorter max_delay",
+        ),
+    ];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
         tiers.push(RedisTier::new(self, self.parts()));

@@ -6,6 +6,12 @@ use crate::algorithm::{FixedWindow, SlidingLog, SlidingWindow};
 /// as 2^53) is still above every limit, as it should be.
 const MAX_FIGURE: u64 = (1 << 53) - 1;
 
+/// A window's limit and period.
+const LIMIT_AND_PERIOD: &[(&str, &str)] = &[
+    ("limit", "a smaller limit"),
+    ("period (in ns)", "a shorter period"),
+];
+
 /// Parameters: the limit and the period (ns), each below 2^53 (104 days).
 ///
 /// The script is exact while a key's window starts at most 2^53 ns, less the period, after the
@@ -18,6 +24,8 @@ impl RedisAlgorithm for FixedWindow {
         include_str!("../lua/fixed_window.lua")
     );
     const MAX_FIGURE: u64 = MAX_FIGURE;
+    const NAME: &'static str = "fixed_window";
+    const FIGURES: &'static [(&'static str, &'static str)] = LIMIT_AND_PERIOD;
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
         tiers.push(RedisTier::new(self, self.parts()));
@@ -41,6 +49,16 @@ impl RedisAlgorithm for SlidingWindow {
         include_str!("../lua/sliding_window.lua")
     );
     const MAX_FIGURE: u64 = MAX_FIGURE;
+    const NAME: &'static str = "sliding_window";
+    const FIGURES: &'static [(&'static str, &'static str)] = &[
+        ("limit", "a smaller limit"),
+        ("period (in ns)", "a shorter period"),
+        ("sub-window count", "fewer sub-windows"),
+        (
+            "horizon (period + period / sub-windows, in ns)",
+            "a shorter period or more sub-windows",
+        ),
+    ];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
         let [limit, period] = self.parts();
@@ -51,9 +69,14 @@ impl RedisAlgorithm for SlidingWindow {
     }
 }
 
-/// Parameters: the limit and the period (ns), each below 2^53 (104 days). The log is stored
-/// whole and read whole, so a check takes time in the number of distinct instants with
-/// admitted requests in the window (at most the limit).
+/// The largest sliding log limit the Redis store keeps: a log holds at most `limit` entries,
+/// and a call that rewrites it (a refund, or an admission that moves the log's base) stays
+/// under a millisecond at this size (BENCHMARKS.md, "Sliding log in Redis").
+pub(crate) const MAX_LOG_LIMIT: u64 = 500;
+
+/// Parameters: the limit (at most `MAX_LOG_LIMIT`, 500) and the period (ns, below 2^53: 104
+/// days). The log is one string of 16 bytes per entry, read where needed: a check costs a copy
+/// of the live entries and `O(log k)` reads, a refund rewrites up to half of them.
 ///
 /// The script is exact while a key's newest request is at most 2^53 ns, less the period,
 /// after the clock's reading; a log further ahead is refused with an error.
@@ -64,8 +87,26 @@ impl RedisAlgorithm for SlidingLog {
         include_str!("../lua/sliding_log.lua")
     );
     const MAX_FIGURE: u64 = MAX_FIGURE;
+    const NAME: &'static str = "sliding_log";
+    const FIGURES: &'static [(&'static str, &'static str)] = LIMIT_AND_PERIOD;
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
-        tiers.push(RedisTier::new(self, self.parts()));
+        let [limit, period] = self.parts();
+        tiers.push(RedisTier::new(self, [limit, period]));
+    }
+
+    /// A limit above `MAX_LOG_LIMIT` (500): the store is being built with a quota it cannot
+    /// keep within its time bound.
+    fn refusal(&self) -> Option<String> {
+        let [limit, _] = self.parts();
+        (limit > MAX_LOG_LIMIT).then(|| {
+            format!(
+                "tollgate::RedisStore: a sliding_log limit of {limit} cannot be kept in Redis: the \
+                 bound is {MAX_LOG_LIMIT} requests per period, within which every Redis call on a \
+                 log stays under a millisecond; use sliding_window for this limit (fixed memory and \
+                 time per key, an estimate of the same window), or keep the sliding log in a \
+                 MemoryStore"
+            )
+        })
     }
 }

@@ -7,7 +7,9 @@
 -- ALG.decode(text, p)           a stored state; nil when the text is not one
 -- ALG.encode(state, p)          the text to store
 -- ALG.check(state, now, cost, p)   the decision, and the next state or nil when unchanged
--- ALG.refund(state, now, cost, p)  the state after giving `cost` back, or nil when unchanged
+-- ALG.refund(state, now, cost, p, receipt)  the state after giving back what the admission
+--                               with that receipt (decimal text, as ALG.check returned it) took,
+--                               or nil when unchanged
 -- ALG.fresh_in(state, now, p)   nanoseconds until the state is fresh again (<= 0: fresh now)
 --
 -- Every tier must allow a request, and a denied request changes no tier (all or nothing).
@@ -21,11 +23,11 @@ for i = 1, tiers do
   if stored then
     local tag = ALG.TAG .. ':'
     if string.sub(stored, 1, #tag) ~= tag then
-      return redis.error_reply('tollgate: ' .. KEYS[i] .. ' holds no ' .. ALG.TAG .. ' state')
+      return redis.error_reply('ERR tollgate: the key of tier ' .. i .. ' holds no ' .. ALG.TAG .. ' state')
     end
     states[i] = ALG.decode(string.sub(stored, #tag + 1), p)
     if not states[i] then
-      return redis.error_reply('tollgate: ' .. KEYS[i] .. ' holds a corrupt ' .. ALG.TAG .. ' state')
+      return redis.error_reply('ERR tollgate: the key of tier ' .. i .. ' holds a corrupt ' .. ALG.TAG .. ' state')
     end
   else
     states[i] = ALG.fresh(p)
@@ -44,14 +46,16 @@ end
 
 local reply = {}
 local function answer(decision)
-  for j = 1, 5 do
+  for j = 1, 6 do
     reply[#reply + 1] = decision[j]
   end
 end
 
 if ARGV[1] == 'r' then
+  -- Each tier's receipt follows the parameters.
+  local receipts = 5 + tiers * ALG.NPARAMS
   for i = 1, tiers do
-    local refunded = ALG.refund(states[i], NOW, cost, params[i])
+    local refunded = ALG.refund(states[i], NOW, cost, params[i], ARGV[receipts + i - 1])
     if refunded then
       save(i, refunded)
       states[i] = refunded

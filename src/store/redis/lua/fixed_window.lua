@@ -55,15 +55,18 @@ function ALG.check(state, now, cost, p)
   if cost == 0 then
     return allow(remaining, reset_after)
   end
+  -- The receipt is the start of the window the request is counted in.
   if left then
-    return allow(remaining - cost, reset_after), { start = state.start, count = count + cost }
+    return allow(remaining - cost, reset_after, 0, tformat(state.start)),
+      { start = state.start, count = count + cost }
   end
-  return allow(remaining - cost, p.period), { start = now, count = cost }
+  return allow(remaining - cost, p.period, 0, tformat(now)), { start = now, count = cost }
 end
 
--- Takes `cost` back from the open window's count, never below zero.
-function ALG.refund(state, now, cost, p)
-  if cost == 0 or not window_left(state, now, p) then
+-- Takes the admission back from its window's count (never below zero), while that window
+-- (its receipt) is the open one.
+function ALG.refund(state, now, cost, p, receipt)
+  if cost == 0 or not window_left(state, now, p) or tparse(receipt) ~= state.start then
     return nil
   end
   local count = math.max(state.count - cost, 0)

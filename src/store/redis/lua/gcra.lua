@@ -67,15 +67,18 @@ function ALG.check(state, now, cost, p)
   if cost > 0 then
     next = { tat = tat }
   end
-  return allow(left, after, delay), next
+  -- The receipt is the TAT this request set: the end of its slot.
+  return allow(left, after, delay, cost > 0 and tformat(tat) or 0), next
 end
 
--- Moves the TAT back by `cost` intervals, but not before now.
-function ALG.refund(state, now, cost, p)
-  if state.tat <= now or cost == 0 then
+-- Takes the admission's slot back when it is still the last one (its receipt is the TAT) and
+-- ends after now: the TAT goes back to where the admission found it, but not before now.
+function ALG.refund(state, now, cost, p, receipt)
+  local slot_end = tparse(receipt)
+  if cost == 0 or state.tat <= now or slot_end ~= state.tat then
     return nil
   end
-  return { tat = math.max(state.tat - cost * p.interval, now) }
+  return { tat = math.max(slot_end - cost * p.interval, now) }
 end
 
 function ALG.fresh_in(state, now, p)

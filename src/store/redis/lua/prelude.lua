@@ -51,11 +51,13 @@ local function tformat(rel)
   return string.format('%d%09d', NOW_S + secs, rel - secs * E9)
 end
 
--- A decision: allowed (1 or 0), remaining, reset_after, retry_after (-1: none) and delay, in ns.
-local function allow(remaining, reset_after, delay)
-  return { 1, remaining, reset_after, -1, delay or 0 }
+-- A decision: allowed (1 or 0), remaining, reset_after, retry_after (-1: none) and delay, in ns,
+-- then the admission's receipt: what a refund needs to give back only what it took (an
+-- absolute time as decimal ns, from tformat; 0 when nothing was taken).
+local function allow(remaining, reset_after, delay, receipt)
+  return { 1, remaining, reset_after, -1, delay or 0, receipt or 0 }
 end
 
 local function deny(remaining, reset_after, retry_after)
-  return { 0, remaining, reset_after, retry_after or -1, 0 }
+  return { 0, remaining, reset_after, retry_after or -1, 0, 0 }
 end

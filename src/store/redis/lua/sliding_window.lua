@@ -280,7 +280,7 @@ function ALG.check(state, now, cost, p)
     if cost == 0 then
       return allow(p.limit, 0)
     end
-    return allow(p.limit - cost, p.horizon), admit(state, now, cost, p, nil)
+    return allow(p.limit - cost, p.horizon, 0, tformat(now)), admit(state, now, cost, p, nil)
   end
   local counts = state.counts
   local partial, full = split(counts, f, 0)
@@ -292,28 +292,49 @@ function ALG.check(state, now, cost, p)
     end
     return deny(remaining(p, counts, f, 0), reset_after(p, counts, f, 0, now), retry)
   end
-  local decision = allow(remaining(p, counts, f, cost), reset_after(p, counts, f, cost, now))
   if cost > 0 then
+    -- The receipt is a time in the sub-window the request is counted in: the newest's.
+    local decision = allow(remaining(p, counts, f, cost), reset_after(p, counts, f, cost, now),
+      0, tformat(f.at))
     return decision, admit(state, now, cost, p, f)
   end
-  return decision
+  return allow(remaining(p, counts, f, cost), reset_after(p, counts, f, cost, now))
 end
 
--- Takes `cost` back from the counters in the window, newest first, never below zero.
-function ALG.refund(state, now, cost, p)
+-- The sub-window index of a time x ns after the base, plus 2k, for -2 * period <= x < period:
+-- floor((x + 2 * period) * k / period), one whole period at a time.
+local function index_2k(x, p)
+  local shifted = x + 2 * p.period
+  local q = idiv(shifted, p.period)
+  return q * p.k + scale(shifted - q * p.period, p)
+end
+
+-- Takes the admission back from the counter it was added to (the one holding its receipt, a
+-- time in that sub-window), never below zero, while that counter is in the window.
+function ALG.refund(state, now, cost, p, receipt)
   local f = frame(state, now, p)
-  if not f or cost == 0 then
+  local at = tparse(receipt)
+  if not f or cost == 0 or not at or at > state.last then
     return nil
   end
-  local counts, left, any = {}, cost, false
-  for j, count in ipairs(state.counts) do
-    counts[j] = count
+  -- The receipt's time from the base; before it by less than the window's k + 1 sub-windows
+  -- (at most two periods) when its counter can still be live.
+  local x = state.span - (state.last - at)
+  if x < -2 * p.period then
+    return nil
   end
-  for j = p.k + 1, f.first, -1 do
-    local take = math.min(left, counts[j])
-    counts[j] = counts[j] - take
-    left = left - take
-    any = any or counts[j] > 0
+  local back = index_2k(state.span, p) - index_2k(x, p)
+  local j = p.k + 1 - back
+  if j < f.first or j > p.k + 1 or state.counts[j] == 0 then
+    return nil
+  end
+  local counts, any = {}, false
+  for i, count in ipairs(state.counts) do
+    counts[i] = count
+  end
+  counts[j] = counts[j] - math.min(cost, counts[j])
+  for i = f.first, p.k + 1 do
+    any = any or counts[i] > 0
   end
   if not any then
     return ALG.fresh(p)

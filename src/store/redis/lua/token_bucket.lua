@@ -75,13 +75,23 @@ function ALG.check(state, now, cost, p)
   if cost > 0 then
     next = { at = at, deficit = short }
   end
-  return allow(remaining(p, short), short, math.max(short - p.capacity, 0)), next
+  -- The receipt is when the bucket is full again after this request: the end of its slot.
+  local receipt = 0
+  if cost > 0 then
+    receipt = wformat(wadd(at, wide(short)))
+  end
+  return allow(remaining(p, short), short, math.max(short - p.capacity, 0), receipt), next
 end
 
--- Puts `cost` tokens back, up to a full bucket.
-function ALG.refund(state, now, cost, p)
+-- Puts the admission's tokens back while nothing was taken after it (the bucket is full again
+-- exactly at its receipt), up to a full bucket.
+function ALG.refund(state, now, cost, p, receipt)
   local at, deficit = refill(state, WNOW)
   if deficit == 0 or cost == 0 then
+    return nil
+  end
+  local full_at, slot_end = wadd(at, wide(deficit)), wparse(receipt)
+  if not slot_end or wlt(full_at, slot_end) or wlt(slot_end, full_at) then
     return nil
   end
   -- Exact whenever cost * T < deficit <= 2^53; otherwise at least the deficit.

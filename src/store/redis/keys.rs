@@ -1,0 +1,218 @@
+//! The Redis keys of a policy's states: `<prefix>:{<client key>}:<policy>:<algorithm>.<fingerprint>`,
+//! tiers adding `:<n>`.
+//!
+//! The braces are a Redis Cluster hash tag: a key's tiers share one slot, and the slot is chosen
+//! by the client key alone. No client byte can end the tag early: the encoded client key never
+//! holds `{` or `}`. The algorithm's name and a fingerprint of its parameters follow the policy,
+//! so that two limiters read one state only when they decide it with the same math (two servers
+//! with the same configuration share; a GCRA and a fixed window of the same quota, or one name
+//! given to two quotas, do not).
+
+use std::io::Write as _;
+
+use sha2::{Digest as _, Sha256};
+
+use super::algorithms::{RedisAlgorithm, RedisTier};
+use crate::Key;
+
+/// How many bytes of the SHA-256 of a policy's parameters name it (as hex): 64 bits, enough to
+/// keep apart every configuration an application will ever have.
+const FINGERPRINT: usize = 8;
+
+/// The keys of one policy: everything but the client's part, computed once.
+#[derive(Debug)]
+pub(crate) struct KeyNames {
+    /// `<prefix>:{`
+    head: Vec<u8>,
+    /// Each tier's end: `}:<policy>:<algorithm>.<fingerprint>`, then `:<n>` for tiers.
+    tails: Vec<Vec<u8>>,
+}
+
+impl KeyNames {
+    pub(crate) fn new<A: RedisAlgorithm>(prefix: &str, policy: &str, tiers: &[RedisTier]) -> Self {
+        let mut head = Vec::with_capacity(prefix.len() + 2);
+        head.extend_from_slice(prefix.as_bytes());
+        head.extend_from_slice(b":{");
+        let identity = identity::<A>(tiers);
+        let tails = (0..tiers.len())
+            .map(|i| {
+                let mut tail = format!("}}:{policy}:{identity}").into_bytes();
+                if A::TIERED {
+                    tail.extend_from_slice(format!(":{i}").as_bytes());
+                }
+                tail
+            })
+            .collect();
+        Self { head, tails }
+    }
+
+    /// The Redis key of each tier for `key`.
+    pub(crate) fn keys(&self, key: &Key) -> Vec<Vec<u8>> {
+        let mut base = Vec::with_capacity(self.head.len() + 2 * Key::MAX_LEN + 4);
+        base.extend_from_slice(&self.head);
+        encode_key(key, &mut base);
+        let mut keys = Vec::with_capacity(self.tails.len());
+        for (i, tail) in self.tails.iter().enumerate() {
+            let mut k = if i + 1 == self.tails.len() {
+                std::mem::take(&mut base)
+            } else {
+                base.clone()
+            };
+            k.extend_from_slice(tail);
+            keys.push(k);
+        }
+        keys
+    }
+}
+
+/// `<algorithm>.<fingerprint>`: the algorithm's name and the first bytes (as hex) of the
+/// SHA-256 of everything that gives its state a meaning: whether it is tiered, and each tier's
+/// parameters and reported limit, as little-endian words.
+fn identity<A: RedisAlgorithm>(tiers: &[RedisTier]) -> String {
+    let mut hash = Sha256::new();
+    hash.update(b"tollgate redis state v1\0");
+    hash.update(A::NAME.as_bytes());
+    hash.update([0, u8::from(A::TIERED)]);
+    hash.update((tiers.len() as u64).to_le_bytes());
+    for tier in tiers {
+        hash.update((tier.params.len() as u64).to_le_bytes());
+        for param in &tier.params {
+            hash.update(param.to_le_bytes());
+        }
+        hash.update(tier.limit.to_le_bytes());
+    }
+    let digest = hash.finalize();
+    let mut out = String::with_capacity(A::NAME.len() + 1 + 2 * FINGERPRINT);
+    out.push_str(A::NAME);
+    out.push('.');
+    for b in &digest[..FINGERPRINT] {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    out
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Writes `key` so that keys of different kinds never meet and no byte can end a hash tag:
+/// `ip:` + the address, `n:` + the integer, `h:` + the hex SHA-256 that stands for a long key,
+/// `s:` + the bytes with `%`, `{` and `}` written `%25`, `%7B` and `%7D` (injective, and
+/// never a brace).
+pub(crate) fn encode_key(key: &Key, out: &mut Vec<u8>) {
+    // A tuple is a kind of its own (`t`), so that it never meets a plain key whose bytes are
+    // its encoding; then the digest (a long key may also keep its bytes, and those must not
+    // reach Redis).
+    if key.is_tuple() {
+        out.extend_from_slice(b"t");
+    }
+    if let Some(digest) = key.as_digest() {
+        out.extend_from_slice(b"h:");
+        for b in digest {
+            out.push(HEX[usize::from(b >> 4)]);
+            out.push(HEX[usize::from(b & 15)]);
+        }
+    } else if let Some(ip) = key.as_ip() {
+        // Writes into a Vec cannot fail.
+        let _ = write!(out, "ip:{ip}");
+    } else if let Some(n) = key.as_u64() {
+        let _ = write!(out, "n:{n}");
+    } else if let Some(bytes) = key.as_bytes() {
+        out.extend_from_slice(b"s:");
+        for &b in bytes {
+            match b {
+                b'%' => out.extend_from_slice(b"%25"),
+                b'{' => out.extend_from_slice(b"%7B"),
+                b'}' => out.extend_from_slice(b"%7D"),
+                _ => out.push(b),
+            }
+        }
+    } else {
+        // Every kind of key is handled above. A kind added later and not taught here would be
+        // named by its kind alone: such clients would share one budget (stricter, never looser).
+        let _ = write!(out, "?:{}", key.kind());
+    }
+}
+
+/// `text` with every occurrence of `key`'s encoded form replaced by `<key>`, for error messages
+/// that come back from Redis: they must never carry a client's key into a log.
+pub(crate) fn redact(text: &str, key: &Key) -> String {
+    let mut encoded = Vec::new();
+    encode_key(key, &mut encoded);
+    let mut out = text.to_owned();
+    if let Ok(encoded) = std::str::from_utf8(&encoded) {
+        out = out.replace(encoded, "<key>");
+    }
+    // Raw bytes of a byte-string key, as far as they are text: long enough not to blank
+    // unrelated words.
+    if let Some(bytes) = key.as_bytes().filter(|b| b.len() >= 4) {
+        if let Ok(raw) = std::str::from_utf8(bytes) {
+            out = out.replace(raw, "<key>");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+
+    fn encoded(key: Key) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_key(&key, &mut out);
+        out
+    }
+
+    #[test]
+    fn keys_of_different_kinds_never_meet() {
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        assert_eq!(encoded(Key::from(ip)), b"ip:192.0.2.1");
+        assert_eq!(encoded(Key::from("192.0.2.1")), b"s:192.0.2.1");
+        assert_eq!(encoded(Key::from(7u64)), b"n:7");
+        assert_eq!(encoded(Key::from("7")), b"s:7");
+        assert_eq!(
+            encoded(Key::from(&b"\xff{}%\x00"[..])),
+            b"s:\xff%7B%7D%25\x00"
+        );
+        let long = "x".repeat(100);
+        let digest = encoded(Key::from(long.as_str()));
+        assert!(digest.starts_with(b"h:"));
+        assert_eq!(digest.len(), 2 + 64);
+    }
+
+    #[test]
+    fn tuples_never_meet_plain_keys() {
+        use crate::key::{KeyExtractor, RequestHead};
+        let pair = |a: &'static str, b: &'static str| {
+            let fa = move |_: RequestHead<'_>| Ok(Some(Key::from(a)));
+            let fb = move |_: RequestHead<'_>| Ok(Some(Key::from(b)));
+            (fa, fb).extract(&http::Request::new(())).unwrap().unwrap()
+        };
+        let short = pair("a", "b");
+        let long = pair("a", "y".repeat(100).leak());
+        for tuple in [short, long] {
+            assert!(tuple.is_tuple());
+            let enc = encoded(tuple.clone());
+            assert_eq!(enc[0], b't', "{enc:?}");
+            // A plain key of the same bytes, or of the same digest, is written apart.
+            if let Some(bytes) = tuple.as_bytes() {
+                assert_ne!(encoded(Key::from(bytes)), enc);
+            }
+            // Stored (without a long key's bytes), it is written the same.
+            assert_eq!(encoded(tuple.clone().stored()), enc);
+        }
+    }
+
+    #[test]
+    fn redaction_hides_the_encoded_and_the_raw_key() {
+        let key = Key::from("tok{en}-secret");
+        let text =
+            "tollgate: tollgate:{s:tok%7Ben%7D-secret}:p holds no gcra state, tok{en}-secret";
+        let clean = redact(text, &key);
+        assert!(!clean.contains("secret"), "{clean}");
+        assert_eq!(
+            clean,
+            "tollgate: tollgate:{<key>}:p holds no gcra state, <key>"
+        );
+    }
+}

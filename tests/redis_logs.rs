@@ -1,0 +1,185 @@
+//! No error and no log line above trace carries a client's key when the Redis store fails:
+//! corrupt and foreign state under the key's Redis key, a key of the wrong type, through the
+//! limiter (every failure policy) and through the layer (which logs the error). Alone in its
+//! test binary, for the `tracing` subscriber (see `tests/logs.rs`).
+#![cfg(all(feature = "redis", feature = "tracing"))]
+
+#[path = "support/redis.rs"]
+mod server;
+
+use std::error::Error as _;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, StatusCode};
+use redis::AsyncCommands;
+use tollgate::clock::ManualClock;
+use tollgate::key::Header;
+use tollgate::store::{MemoryStore, OnFailure, RedisStore};
+use tollgate::{Key, Quota, RateLimitLayer, RateLimiter};
+use tower::{Layer, ServiceExt};
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Every text an error shows: its message, its debug form, and its sources'.
+fn texts(error: &tollgate::Error) -> String {
+    let mut out = format!("{error}\n{error:?}\n");
+    let mut source = error.source();
+    while let Some(s) = source {
+        out.push_str(&format!("{s}\n{s:?}\n"));
+        source = s.source();
+    }
+    out
+}
+
+/// The secret's forms that must not show: its bytes, and the bytes the store writes for it.
+fn forms(secret: &str, redis_key: &[u8]) -> Vec<String> {
+    let redis_key = String::from_utf8_lossy(redis_key).into_owned();
+    let open = redis_key.find('{').unwrap();
+    let close = redis_key.find('}').unwrap();
+    let mut forms = vec![redis_key[open + 1..close].to_owned(), redis_key.clone()];
+    if secret.len() <= Key::MAX_LEN {
+        forms.push(secret.to_owned());
+    } else {
+        // A long key shows neither whole nor in part.
+        forms.push(secret[..16].to_owned());
+    }
+    forms
+}
+
+#[test]
+fn store_failures_never_show_a_key_above_trace() {
+    let Some(server) = server::RedisServer::start() else {
+        return;
+    };
+    let log = Captured::default();
+    let sink = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .finish();
+    let short = "sk_live_{SECRET}_4242".to_owned();
+    let long = format!("Bearer LONGSECRET-{}", "x9".repeat(40));
+    let mut errors = String::new();
+    let mut must_not_show: Vec<String> = Vec::new();
+    tracing::subscriber::with_default(subscriber, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let clock = ManualClock::new();
+            let connect = |policy: OnFailure| {
+                let url = server.url();
+                async move {
+                    RedisStore::connect(&url)
+                        .await
+                        .unwrap()
+                        .on_failure(policy)
+                        .deny_cache(0)
+                }
+            };
+            let q = Quota::per_minute(5).named("p");
+            let closed = RateLimiter::gcra(q.clone())
+                .with_clock(clock.clone())
+                .with_store(connect(OnFailure::Closed).await);
+            let open = RateLimiter::gcra(q.clone())
+                .with_clock(clock.clone())
+                .with_store(connect(OnFailure::Open).await);
+            let local = RateLimiter::gcra(q.clone())
+                .with_clock(clock.clone())
+                .with_store(connect(OnFailure::Local(MemoryStore::new())).await);
+            let mut conn = redis::Client::open(server.url())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            for secret in [&short, &long] {
+                let key = Key::from(secret.as_str());
+                let name = closed.table().redis_keys(&key).remove(0);
+                must_not_show.extend(forms(secret, &name));
+                for (what, corrupt) in [
+                    ("corrupt", Some("gcra:not-a-time")),
+                    ("foreign", Some("fw:1:2")),
+                    ("wrong type", None),
+                ] {
+                    let _: () = conn.del(&name).await.unwrap();
+                    match corrupt {
+                        Some(text) => conn.set::<_, _, ()>(&name, text).await.unwrap(),
+                        None => conn.rpush::<_, _, ()>(&name, "x").await.unwrap(),
+                    }
+                    let error = closed.check(key.clone()).await.unwrap_err();
+                    let shown = texts(&error);
+                    if what != "wrong type" {
+                        assert!(shown.contains("gcra state"), "{what}: {shown}");
+                    }
+                    errors.push_str(&shown);
+                    // Open and local answer, and log the failure (once per 10 s: move on).
+                    assert!(open.check(key.clone()).await.unwrap().allowed);
+                    assert!(local.check(key.clone()).await.unwrap().allowed);
+                    clock.advance(Duration::from_secs(11));
+                }
+            }
+
+            // Through the layer, which logs a failed check as an error.
+            let key = Key::from(short.as_bytes());
+            let layer = RateLimitLayer::gcra(Quota::per_minute(5).named("hdr"))
+                .key(Header::new("x-api-key"))
+                .store(connect(OnFailure::Closed).await)
+                .clock(clock.clone());
+            let name = RateLimiter::gcra(Quota::per_minute(5).named("hdr"))
+                .with_store(connect(OnFailure::Closed).await)
+                .table()
+                .redis_keys(&key)
+                .remove(0);
+            let _: () = conn.set(&name, "gcra:garbage").await.unwrap();
+            let svc = layer.layer(tower::service_fn(|_req: Request<String>| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hi")))
+            }));
+            let req = Request::builder()
+                .header("x-api-key", short.as_str())
+                .body(String::new())
+                .unwrap();
+            let resp = svc.oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        });
+    });
+    for form in &must_not_show {
+        assert!(
+            !errors.contains(form.as_str()),
+            "{form:?} in an error: {errors}"
+        );
+    }
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let failures = text
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("Redis rate limit store failed"))
+        .count();
+    assert_eq!(
+        failures, 19,
+        "two keys x three states x three failure policies, and the layer's: {text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("ERROR") && l.contains("gcra state")),
+        "the layer logs its failed check: {text}"
+    );
+    for line in text.lines().filter(|l| !l.contains("TRACE")) {
+        for form in &must_not_show {
+            assert!(!line.contains(form.as_str()), "{form:?} shows: {line}");
+        }
+    }
+}

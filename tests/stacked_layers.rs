@@ -1,0 +1,203 @@
+//! Layers stack: a global limit per client IP around a per-route login limit around a per-key
+//! plan limit, in a real axum server called over HTTP. Every layer's items reach the client in
+//! the list fields, the single-value styles report the most restrictive layer, and the handler
+//! sees every layer's decision.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::{Extension, Router};
+use reqwest::StatusCode;
+use tollgate::clock::ManualClock;
+use tollgate::key::Header;
+use tollgate::{Decision, Decisions, HeaderStyle, Quota, RateLimitLayer};
+
+async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    );
+    tokio::spawn(async move { server.await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// What the handler saw: the most restrictive decision, then every layer's, outermost first.
+async fn show(
+    Extension(strictest): Extension<Decision>,
+    all: Option<Extension<Decisions>>,
+) -> String {
+    let name = |d: &Decision| d.policy().unwrap_or("?").to_owned();
+    let layers: Vec<String> = all
+        .map(|Extension(all)| {
+            all.iter()
+                .map(|d| format!("{}:{}", name(d), d.remaining))
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "strictest={}:{} layers={}",
+        name(&strictest),
+        strictest.remaining,
+        layers.join(",")
+    )
+}
+
+fn app(clock: &ManualClock, style: HeaderStyle) -> Router {
+    let global = RateLimitLayer::gcra(Quota::per_minute(100).named("global"))
+        .clock(clock.clone())
+        .headers(style);
+    let login = RateLimitLayer::fixed_window(Quota::per_minute(3).named("login"))
+        .clock(clock.clone())
+        .headers(style);
+    let plan = RateLimitLayer::gcra(Quota::per_minute(2).named("plan"))
+        .key(Header::new("x-api-key"))
+        .clock(clock.clone())
+        .headers(style);
+    Router::new()
+        .route("/api", get(show))
+        .route("/login", get(show).route_layer(login))
+        .layer(plan)
+        .layer(global)
+}
+
+#[track_caller]
+fn header(resp: &reqwest::Response, name: &str) -> String {
+    match resp.headers().get(name) {
+        Some(value) => value.to_str().unwrap().to_owned(),
+        None => panic!("no {name} header in {:?}", resp.headers()),
+    }
+}
+
+async fn call(client: &reqwest::Client, url: &str, key: &str) -> reqwest::Response {
+    client
+        .get(url)
+        .header("x-api-key", key)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn three_layers_each_describe_their_own_quota() {
+    let clock = ManualClock::new();
+    let base = serve(app(&clock, HeaderStyle::Ietf)).await;
+    let client = reqwest::Client::new();
+    let api = format!("{base}/api");
+
+    // Global: 100/min, one every 0.6 s; plan: 2/min, one every 30 s.
+    let resp = call(&client, &api, "alice").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        header(&resp, "ratelimit-policy"),
+        r#""plan";q=2;w=60, "global";q=100;w=60"#
+    );
+    assert_eq!(
+        header(&resp, "ratelimit"),
+        r#""plan";r=1;t=30, "global";r=99;t=1"#
+    );
+    assert_eq!(
+        resp.text().await.unwrap(),
+        "strictest=plan:1 layers=global:99,plan:1"
+    );
+
+    let resp = call(&client, &api, "alice").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        header(&resp, "ratelimit"),
+        r#""plan";r=0;t=60, "global";r=98;t=2"#
+    );
+    assert_eq!(
+        resp.text().await.unwrap(),
+        "strictest=plan:0 layers=global:98,plan:0"
+    );
+
+    // The plan denies: the 429 names the plan that denied, with nothing left, beside the
+    // global standing (the global layer let the request in, so it counted there).
+    let resp = call(&client, &api, "alice").await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&resp, "retry-after"), "30");
+    assert_eq!(
+        header(&resp, "ratelimit"),
+        r#""plan";r=0;t=60, "global";r=97;t=2"#
+    );
+    assert_eq!(
+        header(&resp, "ratelimit-policy"),
+        r#""plan";q=2;w=60, "global";q=100;w=60"#
+    );
+
+    // The login route has a third layer inside the other two; another key has its own plan.
+    let login = format!("{base}/login");
+    let resp = call(&client, &login, "bob").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        header(&resp, "ratelimit"),
+        r#""login";r=2;t=60, "plan";r=1;t=30, "global";r=96;t=3"#
+    );
+    assert_eq!(
+        header(&resp, "ratelimit-policy"),
+        r#""login";q=3;w=60, "plan";q=2;w=60, "global";q=100;w=60"#
+    );
+    assert_eq!(
+        resp.text().await.unwrap(),
+        "strictest=plan:1 layers=global:96,plan:1,login:2"
+    );
+
+    // A minute on, everything is fresh again.
+    clock.advance(Duration::from_secs(60));
+    let resp = call(&client, &login, "bob").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        header(&resp, "ratelimit"),
+        r#""login";r=2;t=60, "plan";r=1;t=30, "global";r=99;t=1"#
+    );
+}
+
+#[tokio::test]
+async fn single_value_styles_report_the_most_restrictive_layer() {
+    for style in [
+        HeaderStyle::Draft7,
+        HeaderStyle::Draft6,
+        HeaderStyle::GitHub,
+    ] {
+        let clock = ManualClock::new();
+        let base = serve(app(&clock, style)).await;
+        let client = reqwest::Client::new();
+        let api = format!("{base}/api");
+        let _ = call(&client, &api, "carol").await;
+        let _ = call(&client, &api, "carol").await;
+        let resp = call(&client, &api, "carol").await;
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS, "{style:?}");
+        // The plan's figures (nothing left, full again in 60 s), not the global layer's 97.
+        match style {
+            HeaderStyle::Draft7 => {
+                assert_eq!(header(&resp, "ratelimit"), "limit=2, remaining=0, reset=60");
+                assert_eq!(header(&resp, "ratelimit-policy"), "2;w=60, 100;w=60");
+            }
+            HeaderStyle::Draft6 => {
+                assert_eq!(header(&resp, "ratelimit-limit"), "2");
+                assert_eq!(header(&resp, "ratelimit-remaining"), "0");
+                assert_eq!(header(&resp, "ratelimit-reset"), "60");
+            }
+            _ => {
+                assert_eq!(header(&resp, "x-ratelimit-limit"), "2");
+                assert_eq!(header(&resp, "x-ratelimit-remaining"), "0");
+                assert_eq!(header(&resp, "x-ratelimit-used"), "2");
+            }
+        }
+        // An allowed request for another key: the global layer has 96 left, the plan 1.
+        let resp = call(&client, &api, "dave").await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let remaining = match style {
+            HeaderStyle::Draft7 => header(&resp, "ratelimit"),
+            HeaderStyle::Draft6 => header(&resp, "ratelimit-remaining"),
+            _ => header(&resp, "x-ratelimit-remaining"),
+        };
+        assert!(
+            remaining == "1" || remaining.contains("remaining=1,"),
+            "{style:?}: {remaining}"
+        );
+    }
+}
