@@ -288,6 +288,12 @@ where
         St::check(&self.table, key.into(), self.clock.now_nanos(), cost)
     }
 
+    /// [`check_n`](Self::check_n) at `now`, a time the caller read from this limiter's clock.
+    #[inline]
+    pub(crate) fn check_n_at(&self, key: impl Into<Key>, now: u64, cost: u64) -> St::Future {
+        St::check(&self.table, key.into(), now, cost)
+    }
+
     /// Gives back what an allowed request took, for a request that turned out not to count
     /// (such as a successful login when only failures are limited), and answers with the key's
     /// standing afterwards. `admission` is the decision [`check_n`](Self::check_n) returned for

@@ -13,7 +13,7 @@ use sfv::{BareItem, Dictionary, Item, List, ListEntry, Parameters, Parser};
 use std::future::Future as _;
 
 use tollgate::algorithm::Algorithm;
-use tollgate::clock::ManualClock;
+use tollgate::clock::{Clock, ManualClock};
 use tollgate::key::PeerAddr;
 use tollgate::store::MemoryState;
 use tollgate::{Decision, HeaderPlacement, HeaderStyle, Quota, RateLimitLayer, RateLimiter};
@@ -292,6 +292,8 @@ struct Held<R> {
     task: tokio::task::JoinHandle<R>,
     expected: Decision,
     sent_at: i64,
+    /// The manual clock when the request was decided.
+    decided: Duration,
 }
 
 /// Sends `req` through `svc`: the answer, or the request held back by the layer, which then
@@ -347,6 +349,7 @@ async fn run_sequence_of<A>(
                     task,
                     expected,
                     sent_at,
+                    decided: clock.now(),
                 });
                 continue;
             }
@@ -362,16 +365,19 @@ async fn run_sequence_of<A>(
         }
         check_style(style, resp.headers(), &quota, &name, &expected, sent_at);
     }
-    // Let the held requests go: each answers with the headers of its own decision.
+    // Let the held requests go: each answers with the headers of its own decision, as of when
+    // the response leaves (what is left of its waits an hour later: nothing).
     clock.advance(Duration::from_secs(3600));
     for Held {
         task,
-        expected,
+        mut expected,
         sent_at,
+        decided,
     } in held
     {
         let resp = task.await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
+        expected.reset_after = expected.reset_after.saturating_sub(clock.now() - decided);
         check_style(style, resp.headers(), &quota, &name, &expected, sent_at);
     }
     assert!(

@@ -201,3 +201,38 @@ async fn single_value_styles_report_the_most_restrictive_layer() {
         );
     }
 }
+
+/// Headers describe the decision as of when the response leaves: a handler that takes 20 s
+/// (on the manual clock) sends what is left of the wait, not the wait when it was decided.
+#[tokio::test]
+async fn a_slow_handler_reports_what_is_left_of_the_wait() {
+    let clock = ManualClock::new();
+    let slow = {
+        let clock = clock.clone();
+        move || {
+            let clock = clock.clone();
+            async move {
+                clock.advance(Duration::from_secs(20));
+                "done"
+            }
+        }
+    };
+    for (style, field, value) in [
+        (HeaderStyle::Ietf, "ratelimit", r#""plan";r=1;t=10"#),
+        (
+            HeaderStyle::Draft7,
+            "ratelimit",
+            "limit=2, remaining=1, reset=10",
+        ),
+        (HeaderStyle::Draft6, "ratelimit-reset", "10"),
+    ] {
+        let plan = RateLimitLayer::gcra(Quota::per_minute(2).named("plan"))
+            .clock(clock.clone())
+            .headers(style);
+        let base = serve(Router::new().route("/", get(slow.clone())).layer(plan)).await;
+        let resp = reqwest::get(format!("{base}/")).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(header(&resp, field), value, "{style:?}");
+        clock.advance(Duration::from_secs(60));
+    }
+}

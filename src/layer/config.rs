@@ -3,6 +3,7 @@ use std::sync::Arc;
 use super::per_key::PerKey;
 use super::response::Responder;
 use crate::algorithm::Algorithm;
+use crate::clock::Clock;
 use crate::key::RequestHead;
 use crate::store::Store;
 use crate::{Key, RateLimiter};
@@ -55,7 +56,7 @@ impl<A: Algorithm, K, St: Store<A>, C> Config<A, K, St, C> {
     /// The same configuration with another limiter (another store or clock, or other
     /// algorithm options). Limiters made for per-key quotas start over, since they belonged to
     /// the old limiter.
-    pub(crate) fn map_limiter<St2: Store<A>, C2>(
+    pub(crate) fn map_limiter<St2: Store<A>, C2: Clock + Clone>(
         self,
         f: impl FnOnce(RateLimiter<A, St, C>) -> RateLimiter<A, St2, C2>,
     ) -> Config<A, K, St2, C2> {
@@ -67,8 +68,14 @@ impl<A: Algorithm, K, St: Store<A>, C> Config<A, K, St, C> {
             cost,
         } = self;
         let per_key = per_key.map(|p| Arc::new(p.fresh()));
+        let limiter = f(limiter);
+        // The headers read the new limiter's clock (and describe its quotas).
+        let responder = Arc::new(Responder::for_limiter(
+            &limiter,
+            responder.settings().clone(),
+        ));
         Config {
-            limiter: f(limiter),
+            limiter,
             key,
             responder,
             per_key,

@@ -47,6 +47,9 @@ pin_project! {
         state: State<F, CF, S, B, R>,
         // Whether the inner response gets rate limit headers (not for unlimited requests).
         decision: Option<Decision>,
+        // When the decision was made, on the limiter's clock: the headers report what is left
+        // of its waits when the response leaves.
+        decided_at: u64,
         // Set with `count_if`, for a request that used up capacity.
         refund: Option<Refund<CF>>,
         responder: Arc<Responder>,
@@ -130,6 +133,7 @@ impl<F, CF, S, B, R> ResponseFuture<F, CF, S, B, R> {
     pub(crate) fn checking(
         check: CF,
         pending: Pending<S, B>,
+        decided_at: u64,
         refund: Option<Refund<CF>>,
         responder: Arc<Responder>,
     ) -> Self {
@@ -140,6 +144,7 @@ impl<F, CF, S, B, R> ResponseFuture<F, CF, S, B, R> {
         Self {
             state,
             decision: None,
+            decided_at,
             refund,
             responder,
         }
@@ -150,6 +155,7 @@ impl<F, CF, S, B, R> ResponseFuture<F, CF, S, B, R> {
     pub(crate) fn decided(
         result: Result<Decision, Error>,
         pending: (&mut S, Request<B>, u64, &'static str),
+        decided_at: u64,
         sleep: impl FnOnce(Duration) -> Sleep,
         refund: Option<Refund<CF>>,
         responder: Arc<Responder>,
@@ -162,6 +168,7 @@ impl<F, CF, S, B, R> ResponseFuture<F, CF, S, B, R> {
             refund: refund_for(refund, decision.as_ref()),
             state,
             decision,
+            decided_at,
             responder,
         }
     }
@@ -170,6 +177,7 @@ impl<F, CF, S, B, R> ResponseFuture<F, CF, S, B, R> {
         Self {
             state: State::Inner { future },
             decision: None,
+            decided_at: 0,
             refund: None,
             responder,
         }
@@ -182,6 +190,7 @@ impl<F, CF, S, B, R> ResponseFuture<F, CF, S, B, R> {
         Self {
             state,
             decision: None,
+            decided_at: 0,
             refund: None,
             responder,
         }
@@ -272,7 +281,10 @@ where
                     };
                     match result {
                         // The headers tell the client where it stands after the refund.
-                        Ok(standing) => *this.decision = Some(standing),
+                        Ok(standing) => {
+                            *this.decision = Some(standing);
+                            *this.decided_at = this.responder.now();
+                        }
                         Err(_error) => {
                             #[cfg(feature = "tracing")]
                             tracing::warn!(error = %_error, "rate limit refund failed");
@@ -295,7 +307,10 @@ impl<F, CF, S, B, R> ResponseFutureProj<'_, F, CF, S, B, R> {
     /// The inner service's response with the rate limit headers added.
     fn finish(&mut self, mut response: Response<R>) -> Response<ResponseBody<R>> {
         if let Some(decision) = self.decision {
-            self.responder.add_headers(response.headers_mut(), decision);
+            let elapsed = self.responder.now().saturating_sub(*self.decided_at);
+            let elapsed = Duration::from_nanos(elapsed);
+            self.responder
+                .add_headers_after(response.headers_mut(), decision, elapsed);
         }
         response.map(ResponseBody::inner)
     }

@@ -158,14 +158,10 @@ where
     }
 }
 
-impl<A: Algorithm, St: Store<A>, C: Clock> RateLimitLayer<A, PeerIp, St, C> {
+impl<A: Algorithm, St: Store<A>, C: Clock + Clone> RateLimitLayer<A, PeerIp, St, C> {
     /// Limits each client IP with a limiter built by hand.
     pub fn from_limiter(limiter: RateLimiter<A, St, C>) -> Self {
-        let responder = Arc::new(Responder::new(
-            limiter.quotas(),
-            limiter.policy(),
-            Settings::default(),
-        ));
+        let responder = Arc::new(Responder::for_limiter(&limiter, Settings::default()));
         Self {
             config: Config {
                 limiter,
@@ -462,9 +458,7 @@ where
     }
 
     fn with_settings(mut self, settings: Settings) -> Self {
-        let limiter = &self.config.limiter;
-        self.config.responder =
-            Arc::new(Responder::new(limiter.quotas(), limiter.policy(), settings));
+        self.config.responder = Arc::new(Responder::for_limiter(&self.config.limiter, settings));
         // Policies of per-key quotas hold their own responders: start them over (their state
         // lives in the store, so nothing is lost).
         self.config.per_key = self.config.per_key.map(|p| Arc::new(p.fresh()));

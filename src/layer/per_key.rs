@@ -101,10 +101,10 @@ pub(crate) struct Policy<A: Algorithm, St: Store<A>, C> {
     pub(crate) responder: Arc<Responder>,
 }
 
-impl<A: Algorithm, St: Store<A>, C: Clock> Policy<A, St, C> {
+impl<A: Algorithm, St: Store<A>, C: Clock + Clone> Policy<A, St, C> {
     /// The policy of `limiter`, whose headers follow the layer's settings.
     pub(crate) fn new(limiter: RateLimiter<A, St, C>, settings: Settings) -> Self {
-        let responder = Arc::new(Responder::new(limiter.quotas(), limiter.policy(), settings));
+        let responder = Arc::new(Responder::for_limiter(&limiter, settings));
         Self { limiter, responder }
     }
 }

@@ -11,6 +11,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Ve
 use super::headers::{HeaderWriter, Headers};
 use super::observe::Observer;
 use super::text::{int_value, Text};
+use crate::clock::Clock;
 use crate::key::{KeyError, RequestHead};
 use crate::{Decision, Error, Quota};
 
@@ -190,12 +191,24 @@ impl fmt::Debug for Settings {
 }
 
 /// Answers for one policy: the rate limit headers in the layer's style, and denials.
-#[derive(Debug)]
 pub(crate) struct Responder {
     /// Logs and metrics for this policy.
     observer: Observer,
     headers: HeaderWriter,
     settings: Settings,
+    /// The limiter's clock, read when a response leaves: its headers report what is left of
+    /// the waits decided earlier.
+    clock: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
+}
+
+impl fmt::Debug for Responder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Responder")
+            .field("observer", &self.observer)
+            .field("headers", &self.headers)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Responder {
@@ -215,7 +228,31 @@ impl Responder {
             observer: Observer::new(policy),
             headers,
             settings,
+            clock: None,
         }
+    }
+
+    /// The responder for `limiter`'s quotas and policy, reading its clock when a response
+    /// leaves.
+    pub(crate) fn for_limiter<A, St, C>(
+        limiter: &crate::RateLimiter<A, St, C>,
+        settings: Settings,
+    ) -> Self
+    where
+        A: crate::algorithm::Algorithm,
+        St: crate::store::Store<A>,
+        C: Clock + Clone,
+    {
+        let clock = limiter.clock().clone();
+        Self {
+            clock: Some(Arc::new(move || clock.now_nanos())),
+            ..Self::new(limiter.quotas(), limiter.policy(), settings)
+        }
+    }
+
+    /// The limiter's time now, in nanoseconds (0 without a clock).
+    pub(crate) fn now(&self) -> u64 {
+        self.clock.as_ref().map_or(0, |now| now())
     }
 
     /// The settings this responder was made with.
@@ -302,9 +339,19 @@ impl Responder {
     /// Adds the rate limit fields describing `decision`, if the layer's placement wants them
     /// on this response.
     pub(crate) fn add_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
+        self.add_headers_after(headers, decision, Duration::ZERO);
+    }
+
+    /// [`add_headers`](Self::add_headers) for a response that leaves `elapsed` after its
+    /// decision was made (a shaping delay, a slow handler).
+    pub(crate) fn add_headers_after(
+        &self,
+        headers: &mut HeaderMap,
+        decision: &Decision,
+        elapsed: Duration,
+    ) {
         if self.headers.covers(decision) {
-            self.headers
-                .write(decision.tiers(), Duration::ZERO, headers);
+            self.headers.write(decision.tiers(), elapsed, headers);
         }
     }
 

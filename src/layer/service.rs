@@ -131,7 +131,8 @@ where
         let key_kind = key.kind();
         let observer = responder.observer();
         let timer = observer.start();
-        let mut check = observer.in_span(key_kind, || limiter.check_n(key, cost));
+        let now = limiter.clock().now_nanos();
+        let mut check = observer.in_span(key_kind, || limiter.check_n_at(key, now, cost));
         // A local store decides at once: then the inner service, readied by `poll_ready`, is
         // called right here (or, for a request that is delayed or refused, released). A remote
         // store's check goes on in the response future, which takes the readied service and
@@ -144,6 +145,7 @@ where
                 ResponseFuture::decided(
                     result,
                     (&mut self.inner, req, cost, key_kind),
+                    now,
                     |delay| clock.sleep(delay),
                     refund,
                     responder,
@@ -161,7 +163,7 @@ where
                     timer,
                     sleep: Box::new(move |delay| clock.sleep(delay)),
                 };
-                ResponseFuture::checking(check, pending, refund, responder)
+                ResponseFuture::checking(check, pending, now, refund, responder)
             }
         }
     }
