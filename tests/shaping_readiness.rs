@@ -259,3 +259,26 @@ async fn with_load_shed_inside_refusals_do_not_wait_for_the_inner_service() {
     release.send(()).unwrap();
     assert!(matches!(busy.await, Ok(resp) if resp.status() == StatusCode::OK));
 }
+
+/// A request the layer answers for a key error (here a missing header: 400) gives back the
+/// permit its `poll_ready` took, like a refusal.
+#[tokio::test]
+async fn a_key_error_gives_back_its_readiness() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut svc = ServiceBuilder::new()
+        .layer(RateLimitLayer::gcra(Quota::per_second(10)).key(Header::new("x-client")))
+        .layer(ConcurrencyLimitLayer::new(1))
+        .service(ok(&calls));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(svc.poll_ready(&mut cx).is_ready());
+    let answered = svc.call(Request::new(String::new())).await.unwrap();
+    assert_eq!(answered.status(), StatusCode::BAD_REQUEST);
+    let mut sibling = svc.clone();
+    assert!(
+        sibling.poll_ready(&mut cx).is_ready(),
+        "the permit was kept"
+    );
+    let resp = sibling.call(from("b")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}

@@ -101,6 +101,8 @@ where
             Err(error) => {
                 config.responder.observer().count("key_error");
                 log_key_error(&error);
+                // Answered here: the readiness `poll_ready` took (a permit) is given back.
+                self.inner = self.inner.clone();
                 return ResponseFuture::answered(
                     response::key_error(&error, config.responder.grpc(&req)),
                     responder,
