@@ -11,7 +11,7 @@ use axum::{Extension, Router};
 use reqwest::StatusCode;
 use tollgate::clock::ManualClock;
 use tollgate::key::Header;
-use tollgate::{Decision, Decisions, HeaderStyle, Quota, RateLimitLayer};
+use tollgate::{Decision, Decisions, HeaderStyle, Key, Quota, RateLimitLayer};
 
 async fn serve(app: Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -52,8 +52,17 @@ fn app(clock: &ManualClock, style: HeaderStyle) -> Router {
     let login = RateLimitLayer::fixed_window(Quota::per_minute(3).named("login"))
         .clock(clock.clone())
         .headers(style);
+    // Per plan: keys starting with `pro_` (API keys of any length) get 4 a minute, others 2.
+    let pro = Quota::per_minute(4).named("pro");
     let plan = RateLimitLayer::gcra(Quota::per_minute(2).named("plan"))
         .key(Header::new("x-api-key"))
+        .quota_for(move |key: &Key, _head| {
+            if key.as_bytes().is_some_and(|k| k.starts_with(b"pro_")) {
+                pro.clone()
+            } else {
+                Quota::per_minute(2).named("plan")
+            }
+        })
         .clock(clock.clone())
         .headers(style);
     Router::new()
@@ -143,6 +152,24 @@ async fn three_layers_each_describe_their_own_quota() {
     assert_eq!(
         resp.text().await.unwrap(),
         "strictest=plan:1 layers=global:96,plan:1,login:2"
+    );
+
+    // A pro key as long as a JWT: the plan layer picks the pro plan (the selector sees the whole
+    // key) and names it.
+    let pro_key = format!("pro_{}", "k".repeat(120));
+    let resp = call(&client, &api, &pro_key).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        header(&resp, "ratelimit"),
+        r#""pro";r=3;t=15, "global";r=95;t=3"#
+    );
+    assert_eq!(
+        header(&resp, "ratelimit-policy"),
+        r#""pro";q=4;w=60, "global";q=100;w=60"#
+    );
+    assert_eq!(
+        resp.text().await.unwrap(),
+        "strictest=pro:3 layers=global:95,pro:3"
     );
 
     // A minute on, everything is fresh again.
