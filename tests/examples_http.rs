@@ -10,31 +10,12 @@ mod login;
 #[allow(dead_code)]
 mod api_keys;
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
 use proptest::prelude::*;
 use reqwest::StatusCode;
+use web::{client, serve};
 
-/// Serves `app` with connect info on a free local port.
-async fn serve(app: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    );
-    tokio::spawn(async move { server.await.unwrap() });
-    format!("http://{addr}")
-}
-
-fn client() -> reqwest::Client {
-    // The timeout only keeps a broken server from hanging the test run.
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
+#[path = "support/http.rs"]
+mod web;
 
 async fn attempt(client: &reqwest::Client, base: &str, name: &str, password: &str) -> StatusCode {
     client

@@ -17,6 +17,10 @@ use tollgate::key::{Header, PeerAddr, RequestHead};
 use tollgate::store::MemoryStore;
 use tollgate::{Key, Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
+use web::{client, header, serve};
+
+#[path = "support/http.rs"]
+mod web;
 
 fn ok() -> impl Service<Request<String>, Response = Response<String>, Error = Infallible> + Clone {
     tower::service_fn(|_req: Request<String>| async {
@@ -156,30 +160,6 @@ proptest! {
             }
             Ok(())
         })?;
-    }
-}
-
-/// Serves `app` on a free local port.
-async fn serve(app: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
-}
-
-fn client() -> reqwest::Client {
-    // The timeout only keeps a broken server from hanging the test run.
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
-
-#[track_caller]
-fn header(resp: &reqwest::Response, name: &str) -> String {
-    match resp.headers().get(name) {
-        Some(value) => value.to_str().unwrap().to_owned(),
-        None => panic!("no {name} header in {:?}", resp.headers()),
     }
 }
 

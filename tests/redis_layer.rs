@@ -5,7 +5,6 @@
 #[path = "support/redis.rs"]
 mod server;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::routing::get;
@@ -14,25 +13,10 @@ use reqwest::StatusCode;
 use tollgate::clock::ManualClock;
 use tollgate::store::{OnFailure, RedisStore};
 use tollgate::{Quota, RateLimitLayer};
+use web::{header, serve};
 
-async fn serve(app: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    );
-    tokio::spawn(async move { server.await.unwrap() });
-    format!("http://{addr}/")
-}
-
-fn header(resp: &reqwest::Response, name: &str) -> String {
-    resp.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_else(|| panic!("no {name} header in {:?}", resp.headers()))
-        .to_owned()
-}
+#[path = "support/http.rs"]
+mod web;
 
 #[tokio::test]
 async fn two_servers_share_one_limit_per_client_ip() {

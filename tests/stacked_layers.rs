@@ -3,7 +3,6 @@
 //! the list fields, the single-value styles report the most restrictive layer, and the handler
 //! sees every layer's decision.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::routing::get;
@@ -12,17 +11,10 @@ use reqwest::StatusCode;
 use tollgate::clock::ManualClock;
 use tollgate::key::Header;
 use tollgate::{Decision, Decisions, HeaderStyle, Key, Quota, RateLimitLayer};
+use web::{header, serve};
 
-async fn serve(app: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    );
-    tokio::spawn(async move { server.await.unwrap() });
-    format!("http://{addr}")
-}
+#[path = "support/http.rs"]
+mod web;
 
 /// What the handler saw: the most restrictive decision, then every layer's, outermost first.
 async fn show(
@@ -70,14 +62,6 @@ fn app(clock: &ManualClock, style: HeaderStyle) -> Router {
         .route("/login", get(show).route_layer(login))
         .layer(plan)
         .layer(global)
-}
-
-#[track_caller]
-fn header(resp: &reqwest::Response, name: &str) -> String {
-    match resp.headers().get(name) {
-        Some(value) => value.to_str().unwrap().to_owned(),
-        None => panic!("no {name} header in {:?}", resp.headers()),
-    }
 }
 
 async fn call(client: &reqwest::Client, url: &str, key: &str) -> reqwest::Response {

@@ -1,0 +1,35 @@
+//! Real HTTP for the tests: an axum app served on a free local port, a client, and header reads.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Serves `app` on a free local port, recording peer addresses (the default key), and returns
+/// its base URL (`http://127.0.0.1:port`, no trailing slash).
+pub async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    );
+    tokio::spawn(async move { server.await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// A client whose timeout only keeps a broken server from hanging the test run.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// The value of header `name`, which must be there.
+#[track_caller]
+pub fn header(resp: &reqwest::Response, name: &str) -> String {
+    match resp.headers().get(name) {
+        Some(value) => value.to_str().unwrap().to_owned(),
+        None => panic!("no {name} header in {:?}", resp.headers()),
+    }
+}
