@@ -53,7 +53,7 @@
 //! | --- | --- | --- |
 //! | `axum` | yes | the peer IP from axum's `ConnectInfo<SocketAddr>` |
 //! | `tracing` | yes | logs for misconfigured servers, denials and store failures |
-//! | `tonic` | no | the peer IP from tonic's `TcpConnectInfo` |
+//! | `tonic` | no | the peer IP from tonic's `TcpConnectInfo`, and `TlsConnectInfo<TcpConnectInfo>` over TLS |
 //! | `serde` | no | `Serialize`/`Deserialize` for [`Quota`], as its text form (`"100/min"`) |
 //! | `redis` | no | `store::RedisStore`: one limit across servers through Redis or Redis Cluster |
 //! | `metrics` | no | `tollgate_decisions_total{policy, outcome}` and `tollgate_store_latency_seconds{policy}` through the `metrics` crate |
