@@ -126,6 +126,18 @@ impl Decision {
         self.policy.as_deref()
     }
 
+    /// The same decision with no receipt, in every tier: an admission nothing can be given
+    /// back to (one a store's fallback made, whose receipt the store cannot read).
+    #[must_use]
+    pub(crate) fn without_receipts(mut self) -> Self {
+        self.receipt = 0;
+        if let Some(tiers) = &self.tiers {
+            let bare: Vec<Decision> = tiers.iter().map(|d| d.clone().without_receipts()).collect();
+            self.tiers = Some(bare.into());
+        }
+        self
+    }
+
     pub(crate) fn with_policy(mut self, policy: Arc<str>) -> Self {
         self.policy = Some(policy);
         self

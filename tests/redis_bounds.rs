@@ -235,9 +235,10 @@ fn the_issue_quota_and_other_figures_are_refused_at_build() {
 }
 
 /// A plan that `quota_for` picks while serving a request and that Redis cannot keep never
-/// panics in the request: its clients get the layer's own quota, and the request is decided.
+/// panics in the request, and never gives its clients the layer's own quota (which may be
+/// looser than the plan's): its requests are refused as by a store that fails closed.
 #[test]
-fn a_per_key_plan_too_large_for_redis_falls_back_to_the_layers_quota() {
+fn a_per_key_plan_too_large_for_redis_is_refused_not_panicked_nor_loosened() {
     use std::convert::Infallible;
     use tollgate::key::PeerAddr;
     use tower::{Layer, ServiceExt};
@@ -268,7 +269,7 @@ fn a_per_key_plan_too_large_for_redis_falls_back_to_the_layers_quota() {
             req
         };
         let statuses: Vec<u16> = futures_statuses(&svc, request).await;
-        assert_eq!(statuses, [200, 200, 429]);
+        assert_eq!(statuses, [503, 503, 503]);
     });
 
     async fn futures_statuses<S, F>(svc: &S, request: F) -> Vec<u16>

@@ -115,6 +115,10 @@ struct Entry<A: Algorithm, St: Store<A>, C> {
     used: AtomicU64,
 }
 
+/// The plan a request picked: its policy, `None` for the layer's own quotas, or an error when
+/// the store refuses the plan.
+pub(crate) type Picked<A, St, C> = Result<Option<Arc<Policy<A, St, C>>>, crate::Error>;
+
 /// The policies of the plans picked lately, by their quotas.
 type Policies<A, St, C> = HashMap<Box<[Quota]>, Entry<A, St, C>, RandomState>;
 
@@ -174,6 +178,14 @@ impl<A: Algorithm, St: Store<A>, C> PerKey<A, St, C> {
         PerKey::new(self.select.clone())
     }
 
+    /// Logs `message` at error level the first time `flag` is raised.
+    fn error_once(flag: &AtomicBool, _message: &str) {
+        if !flag.swap(true, Ordering::Relaxed) {
+            #[cfg(feature = "tracing")]
+            tracing::error!("tollgate: {_message}");
+        }
+    }
+
     /// Warns once, with `message`, on `flag`.
     fn warn_once(flag: &AtomicBool, _message: &str) {
         if !flag.swap(true, Ordering::Relaxed) {
@@ -186,14 +198,16 @@ impl<A: Algorithm, St: Store<A>, C> PerKey<A, St, C> {
 impl<A: Algorithm, St: Store<A>, C: Clock + Clone> PerKey<A, St, C> {
     /// The policy of this request's plan, made on first use with `base`'s algorithm options,
     /// store and clock and the layer's header settings; `None`: the layer's own quotas apply.
+    /// An error when the store refuses the plan (a quota too large for it): the request is
+    /// refused, never given the layer's own quotas, which may be looser than the plan's.
     pub(crate) fn policy(
         &self,
         key: &Key,
         head: RequestHead<'_>,
         base: &RateLimiter<A, St, C>,
         settings: &Settings,
-    ) -> Option<Arc<Policy<A, St, C>>> {
-        let mut policy = None;
+    ) -> Picked<A, St, C> {
+        let mut policy = Ok(None);
         (self.select)(key, head, &mut |quotas, make| {
             policy = self.lookup(quotas, make, base, settings);
         });
@@ -206,9 +220,9 @@ impl<A: Algorithm, St: Store<A>, C: Clock + Clone> PerKey<A, St, C> {
         make: Make<A>,
         base: &RateLimiter<A, St, C>,
         settings: &Settings,
-    ) -> Option<Arc<Policy<A, St, C>>> {
+    ) -> Picked<A, St, C> {
         if quotas == base.quotas() {
-            return None;
+            return Ok(None);
         }
         // A hit: a read lock, and a write to the entry once per policy made.
         let made = self.made.load(Ordering::Relaxed);
@@ -221,21 +235,41 @@ impl<A: Algorithm, St: Store<A>, C: Clock + Clone> PerKey<A, St, C> {
             if entry.used.load(Ordering::Relaxed) != made {
                 entry.used.store(made, Ordering::Relaxed);
             }
-            return Some(entry.policy.clone());
+            return Ok(Some(entry.policy.clone()));
         }
         let Some(algorithm) = make(base.algorithm(), quotas) else {
             Self::warn_once(
                 &self.warned_empty,
                 "quota_for picked a plan with no quota; such requests get the layer's own quotas",
             );
-            return None;
+            return Ok(None);
+        };
+        // Shared under the plan's name, or its text when unnamed: a limiter made again for
+        // this plan after its eviction finds the state this one leaves.
+        let limiter = match RateLimiter::try_bind_shared(
+            Arc::from(quotas),
+            algorithm,
+            base.store().clone(),
+            base.clock().clone(),
+        ) {
+            Ok(limiter) => limiter,
+            Err(refused) => {
+                // A plan the store cannot keep (a quota too large for Redis): its requests are
+                // refused as by a store that fails closed, never given the layer's own quotas,
+                // which may be looser than the plan's.
+                Self::error_once(
+                    &self.warned_refused,
+                    &format!("quota_for picked a plan its store refuses; such requests are refused: {refused}"),
+                );
+                return Err(crate::Error::store(refused));
+            }
         };
         let mut policies = self
             .policies
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(entry) = policies.get(quotas) {
-            return Some(entry.policy.clone());
+            return Ok(Some(entry.policy.clone()));
         }
         if policies.len() >= MAX_PLANS {
             Self::warn_once(
@@ -253,31 +287,12 @@ impl<A: Algorithm, St: Store<A>, C: Clock + Clone> PerKey<A, St, C> {
             }
         }
         let made = self.made.fetch_add(1, Ordering::Relaxed) + 1;
-        // Shared under the plan's name, or its text when unnamed: a limiter made again for
-        // this plan after its eviction finds the state this one leaves.
-        let limiter = match RateLimiter::try_bind_shared(
-            Arc::from(quotas),
-            algorithm,
-            base.store().clone(),
-            base.clock().clone(),
-        ) {
-            Ok(limiter) => limiter,
-            Err(refused) => {
-                // A plan the store cannot keep (a quota too large for Redis): its clients get
-                // the layer's own quotas rather than an error on every request.
-                Self::warn_once(
-                    &self.warned_refused,
-                    &format!("quota_for picked a plan its store refuses; such requests get the layer's own quotas: {refused}"),
-                );
-                return None;
-            }
-        };
         let policy = Arc::new(Policy::new(limiter, settings.clone()));
         let entry = Entry {
             policy: policy.clone(),
             used: AtomicU64::new(made),
         };
         policies.insert(quotas.into(), entry);
-        Some(policy)
+        Ok(Some(policy))
     }
 }

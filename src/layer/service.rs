@@ -110,12 +110,22 @@ where
             }
         };
         let policy = match &config.per_key {
-            Some(per_key) => per_key.policy(
-                &key,
-                RequestHead::new(&req),
-                &config.limiter,
-                config.responder.settings(),
-            ),
+            Some(per_key) => {
+                let head = RequestHead::new(&req);
+                match per_key.policy(&key, head, &config.limiter, config.responder.settings()) {
+                    Ok(policy) => policy,
+                    // A plan the store refuses: refused as by a store that fails closed.
+                    Err(error) => {
+                        config.responder.observer().count("store_error");
+                        self.inner = self.inner.clone();
+                        let grpc = config.responder.grpc(&req);
+                        return ResponseFuture::answered(
+                            response::store_error(&error, grpc),
+                            responder,
+                        );
+                    }
+                }
+            }
             None => None,
         };
         let (limiter, responder) = match &policy {

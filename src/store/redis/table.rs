@@ -328,7 +328,13 @@ where
             // The admission's receipt is in Redis's terms, which the local table cannot read:
             // a refund while Redis is away gives nothing back (the request keeps counting),
             // and reports the local standing.
-            Fallback::Local(table) => Ok(table.decide(key, now, if refund { 0 } else { cost })),
+            // An admission decided here carries no receipt: a refund of it that reaches Redis
+            // once it is back must not take back an admission Redis made (the request keeps
+            // counting, here and there).
+            Fallback::Local(table) => {
+                let decision = table.decide(key, now, if refund { 0 } else { cost });
+                Ok(decision.without_receipts())
+            }
         }
     }
 
