@@ -4,188 +4,26 @@
 //! order). The admissions that count, with their costs, must keep to the quota, checked by
 //! oracles that know nothing of refunds.
 
+#[path = "support/count_if.rs"]
+mod count_if;
 #[path = "support/parity.rs"]
 mod parity;
 #[path = "support/redis.rs"]
 mod server;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
+use count_if::{
+    at_admission, conform_to_gcra, fit_every_window, fit_fixed_windows, fit_the_sliding_estimate,
+    on_memory, requests, run,
+};
 use proptest::prelude::*;
-use tollgate::algorithm::{Algorithm, Gcra};
-use tollgate::clock::{Clock, ManualClock};
-use tollgate::store::{MemoryState, RedisStore, Store};
-use tollgate::{Decision, Quota, RateLimiter};
-
-const MS: u64 = 1_000_000;
-
-#[derive(Debug, Clone, Copy)]
-struct Req {
-    gap: u64,
-    cost: u64,
-    counts: bool,
-    takes: u64,
-}
-
-fn requests(max_gap: u64, max_takes: u64, max_cost: u64) -> impl Strategy<Value = Vec<Req>> {
-    let req = (
-        0..=max_gap,
-        1..=max_cost,
-        prop::bool::weighted(0.4),
-        0..=max_takes,
-    )
-        .prop_map(|(gap, cost, counts, takes)| Req {
-            gap,
-            cost,
-            counts,
-            takes,
-        });
-    prop::collection::vec(req, 1..80)
-}
-
-/// The counted admissions: (time the request runs, its cost, its decision).
-type Counted = Vec<(u64, u64, Decision)>;
-
-async fn run<A, St>(
-    limiter: &RateLimiter<A, St, ManualClock>,
-    clock: &ManualClock,
-    reqs: &[Req],
-    finish_first: bool,
-    keep: &dyn Fn() -> bool,
-) -> Option<Counted>
-where
-    A: Algorithm,
-    St: Store<A>,
-{
-    let mut events: BTreeMap<(u64, u8, usize), Option<usize>> = BTreeMap::new();
-    let mut at = 0;
-    for (i, r) in reqs.iter().enumerate() {
-        at += r.gap;
-        events.insert((at, u8::from(finish_first), i), None);
-    }
-    let start = clock.now_nanos();
-    let mut admitted: Vec<Option<Decision>> = vec![None; reqs.len()];
-    let mut counted = Counted::new();
-    while let Some(((ms, _, i), finish)) = events.pop_first() {
-        let now = start + ms * MS;
-        clock.advance(Duration::from_nanos(now - clock.now_nanos()));
-        match finish {
-            None => {
-                let decision = limiter
-                    .check_n("k", reqs[i].cost)
-                    .await
-                    .expect("the store answers");
-                if decision.allowed {
-                    let done = ms + decision.delay.as_millis() as u64 + reqs[i].takes;
-                    events.insert((done, u8::from(!finish_first), i), Some(i));
-                    if reqs[i].counts {
-                        counted.push((
-                            now + decision.delay.as_nanos() as u64,
-                            reqs[i].cost,
-                            decision.clone(),
-                        ));
-                    }
-                    admitted[i] = Some(decision);
-                }
-            }
-            Some(i) => {
-                let decision = admitted[i].take().expect("finished once");
-                if !reqs[i].counts {
-                    limiter
-                        .refund("k", &decision, reqs[i].cost)
-                        .await
-                        .expect("the store answers");
-                }
-            }
-        }
-        if !keep() {
-            return None;
-        }
-    }
-    Some(counted)
-}
-
-/// The counted requests, at the times given, with their costs, pass a fresh GCRA of `quota`.
-fn conform_to_gcra(quota: &Quota, counted: &Counted) -> Result<(), TestCaseError> {
-    let gcra = Gcra::new(quota);
-    let mut tat = 0;
-    for (i, (at, cost, _)) in counted.iter().enumerate() {
-        let out = gcra.check(&tat, *at, *cost);
-        prop_assert!(
-            out.decision.allowed,
-            "counted request {} at {} ns (cost {}) exceeds {:?}: {:?}",
-            i,
-            at,
-            cost,
-            quota,
-            counted.iter().map(|(t, c, _)| (*t, *c)).collect::<Vec<_>>()
-        );
-        tat = out.state.unwrap_or(tat);
-    }
-    Ok(())
-}
-
-fn fit_fixed_windows(quota: &Quota, counted: &Counted) -> Result<(), TestCaseError> {
-    let period = quota.period().as_nanos() as u64;
-    let mut windows: BTreeMap<u64, u64> = BTreeMap::new();
-    for (at, cost, d) in counted {
-        let start = d.receipt();
-        prop_assert!(
-            start <= *at && *at < start + period,
-            "{} not in {}",
-            at,
-            start
-        );
-        *windows.entry(start).or_default() += cost;
-    }
-    let mut last_end = 0;
-    for (&start, &n) in &windows {
-        prop_assert!(start >= last_end, "windows overlap: {:?}", windows);
-        prop_assert!(
-            n <= quota.limit(),
-            "{} counted in the window at {}",
-            n,
-            start
-        );
-        last_end = start + period;
-    }
-    Ok(())
-}
-
-fn fit_every_window(quota: &Quota, counted: &Counted) -> Result<(), TestCaseError> {
-    let period = quota.period().as_nanos() as u64;
-    for (i, (end, _, _)) in counted.iter().enumerate() {
-        let inside: u64 = counted[..=i]
-            .iter()
-            .filter(|(t, _, _)| end - t < period)
-            .map(|(_, c, _)| c)
-            .sum();
-        prop_assert!(
-            inside <= quota.limit(),
-            "{} counted in the period up to {}: {:?}",
-            inside,
-            end,
-            counted.iter().map(|(t, c, _)| (*t, *c)).collect::<Vec<_>>()
-        );
-    }
-    Ok(())
-}
+use tollgate::clock::ManualClock;
+use tollgate::store::RedisStore;
+use tollgate::{Quota, RateLimiter};
 
 fn quota() -> impl Strategy<Value = Quota> {
     (3u64..=6, 1u64..=4).prop_map(|(limit, secs)| Quota::new(limit, Duration::from_secs(secs)))
-}
-
-fn on_memory<A>(limiter: RateLimiter<A>, reqs: &[Req], finish_first: bool) -> Counted
-where
-    A: Algorithm,
-    A::State: MemoryState,
-{
-    let clock = ManualClock::new();
-    let limiter = limiter.with_clock(clock.clone());
-    let rt = parity::runtime();
-    rt.block_on(run(&limiter, &clock, reqs, finish_first, &|| true))
-        .expect("memory never loses state")
 }
 
 proptest! {
@@ -233,17 +71,23 @@ proptest! {
     fn leaky_bucket_with_costs(q in quota(), burst in 3u64..=6, reqs in requests(700, 3000, 3), ff: bool) {
         let q = q.with_burst(burst);
         let counted = on_memory(RateLimiter::leaky_bucket(q.clone()), &reqs, ff);
-        // At admission time: the run time less the delay.
-        let admitted: Counted = counted
-            .into_iter()
-            .map(|(t, c, d)| (t - d.delay.as_nanos() as u64, c, d))
-            .collect();
-        conform_to_gcra(&q, &admitted)?;
+        conform_to_gcra(&q, &at_admission(counted))?;
     }
 
     #[test]
     fn fixed_window_with_costs(q in quota(), reqs in requests(700, 3000, 3), ff: bool) {
         fit_fixed_windows(&q, &on_memory(RateLimiter::fixed_window(q.clone()), &reqs, ff))?;
+    }
+
+    #[test]
+    fn sliding_window_with_costs(
+        q in quota(),
+        k in prop::sample::select(vec![1u64, 2, 4]),
+        reqs in requests(700, 3000, 3),
+        ff: bool,
+    ) {
+        let limiter = RateLimiter::sliding_window(q.clone()).sub_windows(k as usize);
+        fit_the_sliding_estimate(&q, k, &on_memory(limiter, &reqs, ff))?;
     }
 
     #[test]
@@ -313,11 +157,7 @@ fn redis_with_costs() {
                 4 => {
                     let q = q.with_burst(burst);
                     if let Some(c) = attack!(RateLimiter::leaky_bucket(q.clone())) {
-                        let admitted: Counted = c
-                            .into_iter()
-                            .map(|(t, cost, d)| (t - d.delay.as_nanos() as u64, cost, d))
-                            .collect();
-                        conform_to_gcra(&q, &admitted)?;
+                        conform_to_gcra(&q, &at_admission(c))?;
                     }
                 }
                 _ => {

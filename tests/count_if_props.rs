@@ -8,226 +8,31 @@
 //! windows opened, after later admissions, out of order). The requests that were admitted and
 //! kept are then checked against the quota by an oracle that knows nothing of refunds.
 
+#[path = "support/count_if.rs"]
+mod count_if;
 #[path = "support/parity.rs"]
 mod parity;
 #[path = "support/redis.rs"]
 mod server;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
+use count_if::{
+    conform_to_gcra, fit_every_window, fit_fixed_windows, fit_the_sliding_estimate, on_memory, run,
+    Req,
+};
 use proptest::prelude::*;
-use tollgate::algorithm::{Algorithm, Gcra};
-use tollgate::clock::{Clock, ManualClock};
-use tollgate::store::{MemoryState, RedisStore, Store};
-use tollgate::{Decision, Quota, RateLimiter};
+use tollgate::clock::ManualClock;
+use tollgate::store::RedisStore;
+use tollgate::{Quota, RateLimiter};
 
-const MS: u64 = 1_000_000;
-
-/// One request: the time since the previous one and whether its response counts (both in ms),
-/// and how long its response takes.
-#[derive(Debug, Clone, Copy)]
-struct Req {
-    gap: u64,
-    counts: bool,
-    takes: u64,
-}
-
+/// Requests of cost 1 (`tests/attack_costs.rs` runs the same with costs of 1 to 3).
 fn requests(max_gap: u64, max_takes: u64) -> impl Strategy<Value = Vec<Req>> {
-    let req = (0..=max_gap, prop::bool::weighted(0.4), 0..=max_takes)
-        .prop_map(|(gap, counts, takes)| Req { gap, counts, takes });
-    prop::collection::vec(req, 1..80)
-}
-
-/// What happened to one request that was allowed and counted: when it was admitted (ns on the
-/// limiter's clock) and the decision.
-type Counted = Vec<(u64, Decision)>;
-
-/// Runs `reqs` for one key: each arrival is checked; an allowed request finishes `takes` ms
-/// later and is refunded then if it does not count. Events at one instant run finishes first
-/// when `finish_first`. Returns the admissions that count, or `None` when the store lost state
-/// on its own (Redis expiring a key on its clock: see `parity::keep`).
-async fn run<A, St>(
-    limiter: &RateLimiter<A, St, ManualClock>,
-    clock: &ManualClock,
-    reqs: &[Req],
-    finish_first: bool,
-    keep: &dyn Fn() -> bool,
-) -> Option<Counted>
-where
-    A: Algorithm,
-    St: Store<A>,
-{
-    // (time in ms, order) -> event: Some(request index) for a finish, None for an arrival.
-    let mut events: BTreeMap<(u64, u8, usize), Option<usize>> = BTreeMap::new();
-    let mut at = 0;
-    for (i, r) in reqs.iter().enumerate() {
-        at += r.gap;
-        events.insert((at, u8::from(finish_first), i), None);
-    }
-    let start = clock.now_nanos();
-    let mut admitted: Vec<Option<Decision>> = vec![None; reqs.len()];
-    let mut counted = Counted::new();
-    while let Some(((ms, _, i), finish)) = events.pop_first() {
-        let now = start + ms * MS;
-        clock.advance(Duration::from_nanos(now - clock.now_nanos()));
-        match finish {
-            None => {
-                let decision = limiter.check("k").await.expect("the store answers");
-                if decision.allowed {
-                    let done = ms + decision.delay.as_millis() as u64 + reqs[i].takes;
-                    events.insert((done, u8::from(!finish_first), i), Some(i));
-                    if reqs[i].counts {
-                        counted.push((now + decision.delay.as_nanos() as u64, decision.clone()));
-                    }
-                    admitted[i] = Some(decision);
-                }
-            }
-            Some(i) => {
-                let decision = admitted[i].take().expect("finished once");
-                if !reqs[i].counts {
-                    limiter
-                        .refund("k", &decision, 1)
-                        .await
-                        .expect("the store answers");
-                }
-            }
-        }
-        if !keep() {
-            return None;
-        }
-    }
-    Some(counted)
-}
-
-/// GCRA and the token bucket: the counted requests alone pass a fresh GCRA of the same quota,
-/// every one of them (no burst beyond the quota's, no rate above it).
-fn conform_to_gcra(quota: &Quota, counted: &Counted) -> Result<(), TestCaseError> {
-    let gcra = Gcra::new(quota);
-    let mut tat = 0;
-    for (i, (at, _)) in counted.iter().enumerate() {
-        let out = gcra.check(&tat, *at, 1);
-        prop_assert!(
-            out.decision.allowed,
-            "counted request {} at {} ns exceeds {:?}: {:?}",
-            i,
-            at,
-            quota,
-            counted
-        );
-        tat = out.state.unwrap_or(tat);
-    }
-    Ok(())
-}
-
-/// The fixed window: each counted request was counted in the window its receipt names, which
-/// it falls in; windows never overlap; no window holds more than the limit.
-fn fit_fixed_windows(quota: &Quota, counted: &Counted) -> Result<(), TestCaseError> {
-    let period = quota.period().as_nanos() as u64;
-    let mut windows: BTreeMap<u64, u64> = BTreeMap::new();
-    for (at, d) in counted {
-        let start = d.receipt();
-        prop_assert!(
-            start <= *at && *at < start + period,
-            "{} not in {}",
-            at,
-            start
-        );
-        *windows.entry(start).or_default() += 1;
-    }
-    let mut last_end = 0;
-    for (&start, &n) in &windows {
-        prop_assert!(start >= last_end, "windows overlap: {:?}", windows);
-        prop_assert!(
-            n <= quota.limit(),
-            "{} counted in the window at {}",
-            n,
-            start
-        );
-        last_end = start + period;
-    }
-    Ok(())
-}
-
-/// The sliding log: no `period` holds more than the limit of counted requests.
-fn fit_every_window(quota: &Quota, counted: &Counted) -> Result<(), TestCaseError> {
-    let period = quota.period().as_nanos() as u64;
-    for (i, (end, _)) in counted.iter().enumerate() {
-        let inside = counted[..=i]
-            .iter()
-            .filter(|(t, _)| end - t < period)
-            .count() as u64;
-        prop_assert!(
-            inside <= quota.limit(),
-            "{} counted in the period up to {}",
-            inside,
-            end
-        );
-    }
-    Ok(())
-}
-
-/// The sliding window: at each counted request, the window's estimate over the counted
-/// requests alone (on the grid of sub-windows they were counted in) is within the limit: each
-/// sub-window inside the last `period` counts whole, the one straddling its start by the part
-/// inside. An allowed decision says where its sub-window ends: it leaves the estimate
-/// (`reset_after`) a period after that.
-fn fit_the_sliding_estimate(quota: &Quota, k: u64, counted: &Counted) -> Result<(), TestCaseError> {
-    let period = quota.period().as_nanos() as u64;
-    let sub = period / k;
-    prop_assume!(sub * k == period);
-    let mut ends: BTreeMap<u64, u64> = BTreeMap::new();
-    for (i, (t, d)) in counted.iter().enumerate() {
-        let end = t + d.reset_after.as_nanos() as u64 - period;
-        prop_assert!(
-            end > *t && end - t <= sub,
-            "sub-window end {} for {}",
-            end,
-            t
-        );
-        *ends.entry(end).or_default() += 1;
-        let start = t.saturating_sub(period);
-        let weighed: u64 = ends
-            .iter()
-            .map(|(&e, &n)| {
-                let inside = if e <= start {
-                    0
-                } else if e - sub <= start {
-                    e - start
-                } else {
-                    sub
-                };
-                n * inside
-            })
-            .sum();
-        prop_assert!(
-            weighed <= quota.limit() * sub,
-            "counted request {} at {} ns: the estimate is {}/{} over the limit {}: {:?}",
-            i,
-            t,
-            weighed,
-            sub,
-            quota.limit(),
-            counted
-        );
-    }
-    Ok(())
+    count_if::requests(max_gap, max_takes, 1)
 }
 
 fn quota() -> impl Strategy<Value = Quota> {
     (1u64..=5, 1u64..=4).prop_map(|(limit, secs)| Quota::new(limit, Duration::from_secs(secs)))
-}
-
-fn on_memory<A>(limiter: RateLimiter<A>, reqs: &[Req], finish_first: bool) -> Counted
-where
-    A: Algorithm,
-    A::State: MemoryState,
-{
-    let clock = ManualClock::new();
-    let limiter = limiter.with_clock(clock.clone());
-    let rt = parity::runtime();
-    rt.block_on(run(&limiter, &clock, reqs, finish_first, &|| true))
-        .expect("memory never loses state")
 }
 
 proptest! {
