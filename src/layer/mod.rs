@@ -5,15 +5,17 @@
 //! itself:
 //!
 //! - **Allowed**: the request goes on with the `Decision` in its extensions (handlers may read
-//!   it), and the response gets the IETF `RateLimit-Policy` and `RateLimit` headers, such as
+//!   it; behind several layers it is the most restrictive one, and
+//!   [`Decisions`](crate::Decisions) holds every layer's), and the response gets the IETF
+//!   `RateLimit-Policy` and `RateLimit` headers (each stacked layer adds its items), such as
 //!   `RateLimit-Policy: "60/min";q=60;w=60` and `RateLimit: "60/min";r=59;t=1`. Other styles
 //!   (draft 7, draft 6, GitHub's `X-RateLimit-*`, none) are a [`HeaderStyle`] away, and
 //!   [`HeaderPlacement`] limits them to allowed or denied responses.
 //! - **Denied**: `429 Too Many Requests` with `Retry-After` in whole seconds, rounded up (never
 //!   `0` for a wait under a second), the same rate limit headers, and a short plain-text body.
-//!   A gRPC request (`content-type: application/grpc*`) gets a trailers-only response with
-//!   `grpc-status: 8` (RESOURCE_EXHAUSTED) and `grpc-retry-pushback-ms` instead, since gRPC
-//!   clients read a bare 429 as UNAVAILABLE.
+//!   A gRPC request (`content-type: application/grpc*` over HTTP/2, or gRPC-Web) gets a
+//!   trailers-only response with `grpc-status: 8` (RESOURCE_EXHAUSTED) and
+//!   `grpc-retry-pushback-ms` instead, since gRPC clients read a bare 429 as UNAVAILABLE.
 //! - **No key**: with the default key, a server that does not record peer addresses gets a
 //!   500 whose body and log line say how to fix it; requests are never let through unlimited.
 //!
