@@ -96,7 +96,8 @@ proptest! {
     }
 }
 
-/// The same streams on the Redis scripts, costs included.
+/// The same streams on the Redis scripts, costs included (of 1 to 3: the streams of cost 1 in
+/// `count_if_props` are among them), for every algorithm that refunds.
 #[test]
 fn redis_with_costs() {
     let Some(redis) = server::RedisServer::start() else {
@@ -105,7 +106,7 @@ fn redis_with_costs() {
     let rt = parity::runtime();
     let store: RedisStore = rt.block_on(parity::store(&redis.url()));
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 64,
+        cases: 96,
         failure_persistence: None,
         ..ProptestConfig::default()
     });
@@ -114,7 +115,7 @@ fn redis_with_costs() {
         3u64..=6,
         requests(700, 3000, 3),
         any::<bool>(),
-        0u8..6,
+        0u8..7,
     );
     let case = std::sync::atomic::AtomicU64::new(0);
     runner
@@ -158,6 +159,12 @@ fn redis_with_costs() {
                     let q = q.with_burst(burst);
                     if let Some(c) = attack!(RateLimiter::leaky_bucket(q.clone())) {
                         conform_to_gcra(&q, &at_admission(c))?;
+                    }
+                }
+                5 => {
+                    let limiter = RateLimiter::sliding_window(q.clone()).sub_windows(2);
+                    if let Some(c) = attack!(limiter) {
+                        fit_the_sliding_estimate(&q, 2, &c)?;
                     }
                 }
                 _ => {

@@ -1,7 +1,7 @@
 //! `count_if` under attack: requests that do not count give their capacity back when their
 //! responses finish, in any order and at any time. Whatever that order, the requests that count
 //! never exceed the quota in any window or burst, for every algorithm that can refund, in
-//! memory and in Redis.
+//! memory (here) and in Redis (`tests/attack_costs.rs`, the same streams with costs).
 //!
 //! Each case is a random stream of requests for one key; each allowed request finishes after a
 //! random time, and those that do not count are refunded then (so refunds arrive after new
@@ -10,20 +10,13 @@
 
 #[path = "support/count_if.rs"]
 mod count_if;
-#[path = "support/parity.rs"]
-mod parity;
-#[path = "support/redis.rs"]
-mod server;
 
 use std::time::Duration;
 
 use count_if::{
-    conform_to_gcra, fit_every_window, fit_fixed_windows, fit_the_sliding_estimate, on_memory, run,
-    Req,
+    conform_to_gcra, fit_every_window, fit_fixed_windows, fit_the_sliding_estimate, on_memory, Req,
 };
 use proptest::prelude::*;
-use tollgate::clock::ManualClock;
-use tollgate::store::RedisStore;
 use tollgate::{Quota, RateLimiter};
 
 /// Requests of cost 1 (`tests/attack_costs.rs` runs the same with costs of 1 to 3).
@@ -87,76 +80,7 @@ proptest! {
     }
 }
 
-/// The same attacks on the Redis store: the scripts keep the same guarantee.
-#[test]
-fn redis_counts_never_exceed_the_quota() {
-    let Some(redis) = server::RedisServer::start() else {
-        return;
-    };
-    let rt = parity::runtime();
-    let store: RedisStore = rt.block_on(parity::store(&redis.url()));
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 48,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
-    let strategy = (
-        quota(),
-        1u64..=3,
-        requests(700, 3000),
-        any::<bool>(),
-        0u8..5,
-    );
-    let case = std::sync::atomic::AtomicU64::new(0);
-    runner
-        .run(&strategy, |(q, burst, reqs, ff, which)| {
-            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let name = format!("count-if-{n}");
-            let clock = ManualClock::new();
-            clock.advance(Duration::from_nanos(parity::EPOCH));
-            macro_rules! attack {
-                ($limiter:expr) => {{
-                    let limiter = $limiter.with_clock(clock.clone()).with_store(store.clone());
-                    let keys = parity::redis_keys(&limiter, &tollgate::Key::from("k"));
-                    let keep = || parity::keep(&keys);
-                    rt.block_on(run(&limiter, &clock, &reqs, ff, &keep))
-                }};
-            }
-            let q = q.named(name);
-            match which {
-                0 => {
-                    let q = q.with_burst(burst);
-                    if let Some(counted) = attack!(RateLimiter::gcra(q.clone())) {
-                        conform_to_gcra(&q, &counted)?;
-                    }
-                }
-                1 => {
-                    let q = q.with_burst(burst);
-                    if let Some(counted) = attack!(RateLimiter::token_bucket(q.clone())) {
-                        conform_to_gcra(&q, &counted)?;
-                    }
-                }
-                2 => {
-                    if let Some(counted) = attack!(RateLimiter::fixed_window(q.clone())) {
-                        fit_fixed_windows(&q, &counted)?;
-                    }
-                }
-                3 => {
-                    if let Some(counted) = attack!(RateLimiter::sliding_log(q.clone())) {
-                        fit_every_window(&q, &counted)?;
-                    }
-                }
-                _ => {
-                    let limiter = RateLimiter::sliding_window(q.clone()).sub_windows(2);
-                    if let Some(counted) = attack!(limiter) {
-                        fit_the_sliding_estimate(&q, 2, &counted)?;
-                    }
-                }
-            }
-            Ok(())
-        })
-        .unwrap();
-}
+// The same streams run against the Redis scripts in `tests/attack_costs.rs`, costs included.
 
 /// A layer refuses `count_if` for an algorithm that cannot give capacity back, where it is
 /// built, instead of counting every request silently.
