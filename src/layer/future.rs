@@ -307,10 +307,8 @@ impl<F, CF, S, B, R> ResponseFutureProj<'_, F, CF, S, B, R> {
     /// The inner service's response with the rate limit headers added.
     fn finish(&mut self, mut response: Response<R>) -> Response<ResponseBody<R>> {
         if let Some(decision) = self.decision {
-            let elapsed = self.responder.now().saturating_sub(*self.decided_at);
-            let elapsed = Duration::from_nanos(elapsed);
             self.responder
-                .add_headers_after(response.headers_mut(), decision, elapsed);
+                .add_headers_since(response.headers_mut(), decision, *self.decided_at);
         }
         response.map(ResponseBody::inner)
     }

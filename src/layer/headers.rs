@@ -232,7 +232,7 @@ impl HeaderWriter {
 
     /// Whether a response to a request with this (overall) decision gets the fields.
     pub(crate) fn covers(&self, decision: &Decision) -> bool {
-        self.headers.placement.covers(decision)
+        self.headers.style != HeaderStyle::None && self.headers.placement.covers(decision)
     }
 
     /// Adds the fields describing `decisions`, one for each quota in order, `elapsed` after

@@ -339,18 +339,23 @@ impl Responder {
     /// Adds the rate limit fields describing `decision`, if the layer's placement wants them
     /// on this response.
     pub(crate) fn add_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
-        self.add_headers_after(headers, decision, Duration::ZERO);
+        if self.headers.covers(decision) {
+            self.headers
+                .write(decision.tiers(), Duration::ZERO, headers);
+        }
     }
 
-    /// [`add_headers`](Self::add_headers) for a response that leaves `elapsed` after its
-    /// decision was made (a shaping delay, a slow handler).
-    pub(crate) fn add_headers_after(
+    /// [`add_headers`](Self::add_headers) for a response that leaves later than its decision
+    /// was made at `decided_at` (a shaping delay, a slow handler): the clock is read only for a
+    /// response that gets the fields.
+    pub(crate) fn add_headers_since(
         &self,
         headers: &mut HeaderMap,
         decision: &Decision,
-        elapsed: Duration,
+        decided_at: u64,
     ) {
         if self.headers.covers(decision) {
+            let elapsed = Duration::from_nanos(self.now().saturating_sub(decided_at));
             self.headers.write(decision.tiers(), elapsed, headers);
         }
     }
