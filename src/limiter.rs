@@ -197,20 +197,19 @@ where
         Self::bind_as(quotas, algorithm, store, clock, shared)
     }
 
-    /// [`bind`](Self::bind), with the state shared under the policy name whether or not the
-    /// quotas were named: for a layer's per-key quotas, whose limiters are dropped and made
-    /// again, and must find the state they left. Made while serving a request, so a store that
-    /// cannot keep these quotas is an error ([`Store::refusal`]), never a panic.
-    pub(crate) fn try_bind_shared(
+    /// A limiter for `quotas` decided by `algorithm`, with its state in `store`, shared under
+    /// the policy name when `shared`; an error when `store` cannot keep these quotas.
+    pub(crate) fn try_bind(
         quotas: Arc<[Quota]>,
         algorithm: A,
         store: St,
         clock: C,
-    ) -> Result<Self, String> {
+        shared: bool,
+    ) -> Result<Self, crate::Error> {
         let policy = Self::policy_of(&quotas);
         match store.refusal(&policy, &algorithm) {
-            Some(refused) => Err(refused),
-            None => Ok(Self::bind_as(quotas, algorithm, store, clock, true)),
+            Some(refused) => Err(crate::Error::store(refused)),
+            None => Ok(Self::bind_as(quotas, algorithm, store, clock, shared)),
         }
     }
 
