@@ -10,14 +10,13 @@ mod counting_alloc;
 #[path = "support/services.rs"]
 mod services;
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::hint::black_box;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use http::{Request, Response, StatusCode};
+use http::{Request, StatusCode};
 use tollgate::clock::ManualClock;
 use tollgate::key::PeerAddr;
 use tollgate::{Quota, RateLimitLayer};

@@ -6,13 +6,12 @@ mod request;
 mod server;
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use tollgate::clock::ManualClock;
-use tollgate::key::{Header, PeerAddr};
-use tollgate::store::{MemoryStore, OnFailure, RedisStore};
+use tollgate::key::Header;
+use tollgate::store::MemoryStore;
 use tollgate::{Key, Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
 

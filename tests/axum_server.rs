@@ -4,7 +4,6 @@
 #[path = "support/http.rs"]
 mod web;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::routing::get;
