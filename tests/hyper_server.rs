@@ -6,7 +6,7 @@
 mod web;
 
 use std::convert::Infallible;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use http_body_util::Full;
