@@ -4,15 +4,15 @@
 //! The counting allocator (`support/counting_alloc.rs`) counts per thread, only while a test
 //! has switched it on, so the test harness's own threads add no noise.
 
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use tollgate::clock::ManualClock;
 use tollgate::{Key, Quota, RateLimiter};
-
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
 
 use counting_alloc::{allocations, allocations_in};
 

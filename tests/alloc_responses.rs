@@ -5,23 +5,25 @@
 //! The counting allocator (`support/counting_alloc.rs`) counts per thread, only while the layer
 //! is called and its future polled to the end; requests are made before.
 
-use std::convert::Infallible;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+#[path = "support/services.rs"]
+mod services;
+
 use std::future::Future;
 use std::hint::black_box;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use http::{Request, Response, StatusCode};
+use http::{Request, StatusCode};
 use tollgate::clock::ManualClock;
 use tollgate::key::PeerAddr;
 use tollgate::{Quota, RateLimitLayer};
 use tower::{Layer, Service};
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
-
 use counting_alloc::allocations_in;
+use services::ok;
 
 #[global_allocator]
 static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;
@@ -55,14 +57,6 @@ where
     }
 }
 
-/// An inner service whose response allocates nothing.
-fn hello() -> impl Service<Request<String>, Response = Response<String>, Error = Infallible> + Clone
-{
-    tower::service_fn(|_req: Request<String>| async {
-        Ok::<_, Infallible>(Response::new(String::new()))
-    })
-}
-
 /// The most allocations over `rounds` requests, each counted on its own, after as many
 /// uncounted ones (the first time a code path logs, `tracing` registers its callsite).
 fn most_allocations<S>(svc: &mut S, rounds: usize) -> (u64, S::Response)
@@ -90,7 +84,7 @@ fn a_denial_allocates_its_header_map_and_one_block_per_formatted_text() {
     let clock = ManualClock::new();
     let mut svc = RateLimitLayer::gcra(Quota::per_hour(1))
         .clock(clock.clone())
-        .layer(hello());
+        .layer(ok());
     assert_eq!(respond(&mut svc, request()).status(), StatusCode::OK);
 
     let (n, response) = most_allocations(&mut svc, 100);
@@ -111,13 +105,13 @@ fn a_denial_allocates_its_header_map_and_one_block_per_formatted_text() {
 #[test]
 fn an_allowance_allocates_the_decision_and_one_block_per_formatted_header() {
     let clock = ManualClock::new();
-    let mut bare = hello();
+    let mut bare = ok();
     let (bare_n, _) = most_allocations(&mut bare, 10);
     assert_eq!(bare_n, 0, "the inner service allocates");
 
     let mut svc = RateLimitLayer::gcra(Quota::per_second(1_000_000_000))
         .clock(clock.clone())
-        .layer(hello());
+        .layer(ok());
     assert_eq!(respond(&mut svc, request()).status(), StatusCode::OK);
 
     let (n, response) = most_allocations(&mut svc, 100);

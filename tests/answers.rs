@@ -3,11 +3,17 @@
 //! in their own content type, with the gRPC code of a key error's status and a percent-encoded
 //! message.
 
+#[path = "support/logs.rs"]
+mod logs;
+#[path = "support/request.rs"]
+mod request;
+#[path = "support/http.rs"]
+mod web;
+
 use std::convert::Infallible;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::BodyExt;
@@ -18,18 +24,18 @@ use tollgate::layer::ResponseBody;
 use tollgate::{Decision, Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
 
+use logs::Captured;
+use request::Req;
+
 /// A request from 192.0.2.1; with `grpc`, a gRPC one (over HTTP/2, as gRPC always is).
 fn request(grpc: bool) -> Request<String> {
-    let mut builder = Request::builder().uri("/orders");
+    let req = Req::new().path("/orders").from("192.0.2.1:1");
     if grpc {
-        builder = builder
-            .version(Version::HTTP_2)
-            .header("content-type", "application/grpc");
+        req.grpc("application/grpc")
+    } else {
+        req
     }
-    let mut req = builder.body(String::new()).unwrap();
-    req.extensions_mut()
-        .insert(PeerAddr("192.0.2.1:1".parse::<SocketAddr>().unwrap()));
-    req
+    .build()
 }
 
 /// A handler that counts its calls and echoes whether the decision it saw allowed it.
@@ -160,29 +166,10 @@ async fn problem_details_are_rfc_9457_json() {
     );
 }
 
-/// A log sink shared with the test.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn dry_run_refuses_nothing_and_reports_what_it_would_have_done() {
     let log = Captured::default();
-    let sink = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || sink.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
+    let subscriber = log.subscriber(tracing::Level::INFO);
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let calls = Arc::new(AtomicUsize::new(0));
@@ -219,7 +206,7 @@ async fn dry_run_refuses_nothing_and_reports_what_it_would_have_done() {
             ),
         ]
     );
-    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let text = log.text();
     let would = text
         .lines()
         .filter(|l| l.contains("dry run: request would have been rate limited"))
@@ -448,18 +435,8 @@ async fn over_http1_a_grpc_content_type_gets_a_429_and_grpc_web_its_own_answer()
     let app = axum::Router::new()
         .route("/orders", post(|| async { "ordered" }))
         .layer(RateLimitLayer::gcra(Quota::per_minute(1)).clock(ManualClock::new()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    );
-    tokio::spawn(async move { server.await.unwrap() });
-    let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let url = format!("http://{addr}/orders");
+    let client = web::client();
+    let url = format!("{}/orders", web::serve(app).await);
     let post = |content_type: &'static str| {
         client
             .post(&url)

@@ -13,14 +13,15 @@ mod server;
 
 use std::time::Duration;
 
-use count_if::{
-    at_admission, conform_to_gcra, fit_every_window, fit_fixed_windows, fit_the_sliding_estimate,
-    on_memory, requests, run,
-};
 use proptest::prelude::*;
 use tollgate::clock::ManualClock;
 use tollgate::store::RedisStore;
 use tollgate::{Quota, RateLimiter};
+
+use count_if::{
+    at_admission, conform_to_gcra, fit_every_window, fit_fixed_windows, fit_the_sliding_estimate,
+    on_memory, requests, run,
+};
 
 fn quota() -> impl Strategy<Value = Quota> {
     (3u64..=6, 1u64..=4).prop_map(|(limit, secs)| Quota::new(limit, Duration::from_secs(secs)))
@@ -103,7 +104,7 @@ fn redis_with_costs() {
     let Some(redis) = server::RedisServer::start() else {
         return;
     };
-    let rt = parity::runtime();
+    let rt = server::runtime();
     let store: RedisStore = rt.block_on(parity::store(&redis.url()));
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases: 96,

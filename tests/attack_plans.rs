@@ -1,18 +1,21 @@
 //! Audit: per-key plans (`quota_for`) combined with stores, `count_if` and plan eviction.
 
+#[path = "support/request.rs"]
+mod request;
 #[path = "support/redis.rs"]
 mod server;
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use tollgate::clock::ManualClock;
-use tollgate::key::{Header, PeerAddr};
-use tollgate::store::{MemoryStore, OnFailure, RedisStore};
+use tollgate::key::Header;
+use tollgate::store::MemoryStore;
 use tollgate::{Key, Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
+
+use request::Req;
 
 /// Answers 200, or 401 when the request asks for it (`x-fail`).
 fn app() -> impl Service<Request<String>, Response = Response<String>, Error = Infallible> + Clone {
@@ -26,17 +29,8 @@ fn app() -> impl Service<Request<String>, Response = Response<String>, Error = I
 }
 
 fn request(key: &str, fail: bool) -> Request<String> {
-    let mut req = Request::builder()
-        .uri("/")
-        .header("x-api-key", key)
-        .body(String::new())
-        .unwrap();
-    if fail {
-        req.headers_mut().insert("x-fail", "1".parse().unwrap());
-    }
-    req.extensions_mut()
-        .insert(PeerAddr("192.0.2.1:1".parse::<SocketAddr>().unwrap()));
-    req
+    let req = Req::new().header("x-api-key", key).from("192.0.2.1:1");
+    if fail { req.header("x-fail", "1") } else { req }.build()
 }
 
 /// A plan stricter than the layer's quota, which the Redis store cannot keep (a sliding log
@@ -48,11 +42,7 @@ async fn a_strict_plan_the_store_refuses_must_not_fall_back_to_a_looser_quota() 
         return;
     };
     let clock = ManualClock::new();
-    let store = RedisStore::connect(&redis.url())
-        .await
-        .unwrap()
-        .with_caller_clock()
-        .on_failure(OnFailure::Closed);
+    let store = server::closed_on_caller_clock(&redis.url()).await;
     let base = Quota::per_hour(400).named("paid");
     let free = Quota::per_day(600).named("free");
     let svc = RateLimitLayer::sliding_log(base)

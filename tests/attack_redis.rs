@@ -132,11 +132,7 @@ async fn the_deny_cache_never_admits_and_refunds_clear_it() {
     };
     let clock = ManualClock::new();
     clock.advance(Duration::from_nanos(EPOCH));
-    let store = RedisStore::connect(&redis.url())
-        .await
-        .unwrap()
-        .with_caller_clock()
-        .on_failure(OnFailure::Closed);
+    let store = server::closed_on_caller_clock(&redis.url()).await;
     let limiter = RateLimiter::gcra([
         Quota::per_second(2).named("dc-s"),
         Quota::per_minute(3).named("dc-m"),

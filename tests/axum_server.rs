@@ -1,7 +1,9 @@
 //! The middleware in a real axum server on a local port, called by a real HTTP client. Time moves
 //! by a `ManualClock`, never by sleeping.
 
-use std::net::SocketAddr;
+#[path = "support/http.rs"]
+mod web;
+
 use std::time::Duration;
 
 use axum::routing::get;
@@ -10,38 +12,7 @@ use reqwest::StatusCode;
 use tollgate::clock::ManualClock;
 use tollgate::{Decision, Quota, RateLimitLayer};
 
-/// Serves `app` on a free local port, recording peer addresses when `connect_info` is set.
-async fn serve(app: Router, connect_info: bool) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    if connect_info {
-        let server = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        );
-        tokio::spawn(async move { server.await.unwrap() });
-    } else {
-        let server = axum::serve(listener, app);
-        tokio::spawn(async move { server.await.unwrap() });
-    }
-    format!("http://{addr}")
-}
-
-fn client() -> reqwest::Client {
-    // The timeout only keeps a broken server from hanging the test run.
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
-
-#[track_caller]
-fn header(resp: &reqwest::Response, name: &str) -> String {
-    match resp.headers().get(name) {
-        Some(value) => value.to_str().unwrap().to_owned(),
-        None => panic!("no {name} header in {:?}", resp.headers()),
-    }
-}
+use web::{client, header, serve, serve_without_peers};
 
 const POLICY: &str = r#""2/min";q=2;w=60"#;
 
@@ -77,7 +48,7 @@ async fn router_layer_limits_each_client_over_http() {
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
         .layer(RateLimitLayer::gcra(Quota::per_minute(2)).clock(clock.clone()));
-    let base = serve(app, true).await;
+    let base = serve(app).await;
     let client = client();
 
     check_two_per_minute(&client, &format!("{base}/"), &clock).await;
@@ -94,7 +65,7 @@ async fn route_layer_limits_only_matched_routes() {
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
         .route_layer(RateLimitLayer::gcra(Quota::per_minute(2)).clock(clock.clone()));
-    let base = serve(app, true).await;
+    let base = serve(app).await;
     let client = client();
 
     // Unmatched paths are not limited and use none of the quota.
@@ -111,7 +82,7 @@ async fn serving_without_connect_info_is_a_500_that_says_how_to_fix_it() {
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
         .layer(RateLimitLayer::gcra(Quota::per_minute(2)).clock(ManualClock::new()));
-    let base = serve(app, false).await;
+    let base = serve_without_peers(app).await;
     let client = client();
 
     for _ in 0..3 {
@@ -139,7 +110,7 @@ async fn handlers_extract_the_decision() {
             }),
         )
         .layer(RateLimitLayer::gcra(Quota::per_minute(2)).clock(clock.clone()));
-    let base = serve(app, true).await;
+    let base = serve(app).await;
     let client = client();
     let url = format!("{base}/");
 
@@ -176,7 +147,7 @@ async fn a_leaky_bucket_holds_a_request_over_http_until_its_turn() {
             }),
         )
         .layer(layer);
-    let base = serve(app, true).await;
+    let base = serve(app).await;
     let client = client();
     let peer = tollgate::Key::from(std::net::IpAddr::from([127, 0, 0, 1]));
 

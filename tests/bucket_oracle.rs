@@ -12,47 +12,16 @@
 //!
 //! The algorithms are driven directly with explicit times (no clock, no store).
 
+#[path = "support/oracle.rs"]
+mod oracle;
+
 use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate::algorithm::{Algorithm, Gcra, Hybrid, HybridState, TokenBucket};
-use tollgate::{Decision, Quota};
+use tollgate::Quota;
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).expect("duration fits in u64 ns")
-}
-
-/// The expected decision, field by field (`Decision` is `#[non_exhaustive]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Expected {
-    allowed: bool,
-    limit: u64,
-    remaining: u64,
-    reset_after: Duration,
-    retry_after: Option<Duration>,
-    delay: Duration,
-}
-
-impl From<Decision> for Expected {
-    fn from(d: Decision) -> Self {
-        Self {
-            allowed: d.allowed,
-            limit: d.limit,
-            remaining: d.remaining,
-            reset_after: d.reset_after,
-            retry_after: d.retry_after,
-            delay: d.delay,
-        }
-    }
-}
-
-fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
+use oracle::{cases, nanos, Expected};
 
 /// Gaps between requests: often none, often about one interval `t`, sometimes whole periods.
 fn gaps(t: u64, period: u64) -> impl Strategy<Value = u64> {
@@ -141,7 +110,7 @@ fn exact_scenario() -> impl Strategy<Value = (Quota, Vec<(u64, u64)>)> {
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(cases(256))]
 
     /// Every field of every decision equals the exact token bucket's.
     #[test]
@@ -198,7 +167,7 @@ fn any_scenario() -> impl Strategy<Value = (Quota, u64, Vec<Op>)> {
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(cases(256))]
 
     /// Every decision, every refund and every freshness test agree; the bucket's state is
     /// GCRA's TAT in other words (`refilled_at + deficit`, while it is not full).
@@ -369,7 +338,7 @@ fn hybrid_scenario() -> impl Strategy<Value = (Quota, Vec<u64>)> {
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(cases(256))]
 
     /// For requests of cost 1, the same requests pass, and every other field says what the
     /// pseudocode does: `remaining` requests pass now, the key starts over as new after
@@ -523,7 +492,7 @@ fn quota_and_steps() -> impl Strategy<Value = (Quota, Vec<(u64, u64)>)> {
 }
 
 proptest! {
-    #![proptest_config(config(128))]
+    #![proptest_config(cases(128))]
 
     #[test]
     fn gcra_fields_mean_what_they_say((quota, steps) in quota_and_steps()) {

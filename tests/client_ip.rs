@@ -1,5 +1,8 @@
 //! `ClientIp`: keys from trusted proxies' forwarding headers, never from what a client sends.
 
+#[path = "support/request.rs"]
+mod request;
+
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 
@@ -7,10 +10,12 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tollgate::clock::ManualClock;
-use tollgate::key::{ClientIp, ForwardedHeader, IpNet, KeyExtractor, PeerAddr, RequestHead};
+use tollgate::key::{ClientIp, ForwardedHeader, IpNet, KeyExtractor, RequestHead};
 use tollgate::{Key, Quota, RateLimitLayer};
 use tower::ServiceExt;
 use tower_layer::Layer;
+
+use request::Req;
 
 const XFF: &str = "x-forwarded-for";
 const FORWARDED: &str = "forwarded";
@@ -26,14 +31,10 @@ fn key(text: &str) -> Key {
 
 /// A request from `peer` (an IP address) with `headers`, each `(name, value)` one header line.
 fn request(peer: &str, headers: &[(&str, &str)]) -> Request<()> {
-    let mut builder = Request::builder();
-    for (name, value) in headers {
-        builder = builder.header(*name, *value);
-    }
-    let mut req = builder.body(()).unwrap();
-    req.extensions_mut()
-        .insert(PeerAddr(SocketAddr::new(ip(peer), 41_000)));
-    req
+    Req::new()
+        .headers(headers)
+        .peer(SocketAddr::new(ip(peer), 41_000))
+        .build()
 }
 
 #[track_caller]

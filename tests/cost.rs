@@ -2,13 +2,18 @@
 //! none (a peek), with tiers, `count_if`, per-key quotas, shaping, and the memory and Redis
 //! stores. Time moves by a `ManualClock`, never by sleeping.
 
+#[path = "support/drive.rs"]
+mod drive;
+#[path = "support/request.rs"]
+mod request;
 #[cfg(feature = "redis")]
 #[path = "support/redis.rs"]
 mod server;
+#[path = "support/http.rs"]
+mod web;
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::task::{Context, Poll, Waker};
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::extract::Request as AxumRequest;
@@ -23,6 +28,10 @@ use tollgate::key::{Global, Header, RequestHead};
 use tollgate::store::{MemoryState, MemoryStore};
 use tollgate::{Key, Quota, RateLimitLayer, RateLimiter};
 use tower::{Layer, Service, ServiceExt};
+
+use drive::poll_once;
+use request::Req;
+use web::{client, serve_without_peers};
 
 /// What each route costs: `/export` 10, `/status` 0 (a peek), `/huge` 13 (more than the quota
 /// of 12 ever allows), anything else 1. From the route, never from the client.
@@ -49,22 +58,6 @@ where
         .route("/status", get(|| async { "status" }))
         .route("/huge", get(|| async { "huge" }))
         .layer(layer)
-}
-
-/// Serves `app` on a free local port.
-async fn serve(app: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
-}
-
-fn client() -> reqwest::Client {
-    // The timeout only keeps a broken server from hanging the test run.
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
 }
 
 /// Status, `RateLimit` and `Retry-After` (empty when absent) of one request.
@@ -157,25 +150,19 @@ fn api_layer() -> RateLimitLayer {
 #[tokio::test]
 async fn each_route_costs_what_the_server_says_over_http() {
     let clock = ManualClock::new();
-    let base = serve(app(api_layer().clock(clock.clone()))).await;
+    let base = serve_without_peers(app(api_layer().clock(clock.clone()))).await;
     costs_by_route(&base, &clock).await;
 }
 
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn each_route_costs_what_the_server_says_through_redis() {
-    use tollgate::store::{OnFailure, RedisStore};
-
     let Some(redis) = server::RedisServer::start() else {
         return;
     };
     let clock = ManualClock::new();
-    let store = RedisStore::connect(&redis.url())
-        .await
-        .unwrap()
-        .with_caller_clock()
-        .on_failure(OnFailure::Closed);
-    let base = serve(app(api_layer().store(store).clock(clock.clone()))).await;
+    let store = server::closed_on_caller_clock(&redis.url()).await;
+    let base = serve_without_peers(app(api_layer().store(store).clock(clock.clone()))).await;
     costs_by_route(&base, &clock).await;
 }
 
@@ -193,11 +180,7 @@ fn ok_service(
 }
 
 fn request(path: &str, outcome: &str) -> Request<String> {
-    Request::builder()
-        .uri(path)
-        .header("x-outcome", outcome)
-        .body(String::new())
-        .unwrap()
+    Req::new().path(path).header("x-outcome", outcome).build()
 }
 
 async fn status_and_rate<S>(svc: &S, req: Request<String>) -> (StatusCode, String)
@@ -298,10 +281,6 @@ async fn per_key_plans_are_charged_the_cost() {
         status_and_rate(&svc, request("/", "ok")).await.0,
         StatusCode::TOO_MANY_REQUESTS
     );
-}
-
-fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
-    std::pin::Pin::new(fut).poll(&mut Context::from_waker(Waker::noop()))
 }
 
 /// Shaping: a request waits as long as its cost takes to come back; a peek never waits.

@@ -13,11 +13,12 @@ mod count_if;
 
 use std::time::Duration;
 
+use proptest::prelude::*;
+use tollgate::{Quota, RateLimiter};
+
 use count_if::{
     conform_to_gcra, fit_every_window, fit_fixed_windows, fit_the_sliding_estimate, on_memory, Req,
 };
-use proptest::prelude::*;
-use tollgate::{Quota, RateLimiter};
 
 /// Requests of cost 1 (`tests/attack_costs.rs` runs the same with costs of 1 to 3).
 fn requests(max_gap: u64, max_takes: u64) -> impl Strategy<Value = Vec<Req>> {

@@ -2,6 +2,9 @@
 //! client: a client cannot respell its key (an account name, an API key) to get a fresh budget.
 #![cfg(feature = "axum")]
 
+#[path = "support/http.rs"]
+mod web;
+
 #[path = "../examples/login.rs"]
 #[allow(dead_code)]
 mod login;
@@ -12,10 +15,8 @@ mod api_keys;
 
 use proptest::prelude::*;
 use reqwest::StatusCode;
-use web::{client, serve};
 
-#[path = "support/http.rs"]
-mod web;
+use web::{client, serve};
 
 async fn attempt(client: &reqwest::Client, base: &str, name: &str, password: &str) -> StatusCode {
     client

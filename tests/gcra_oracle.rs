@@ -12,15 +12,16 @@
 //! Time moves only by `ManualClock::advance`; the memory store's future is ready at once and is
 //! polled once with a no-op waker.
 
+#[path = "support/oracle.rs"]
+mod oracle;
+
 use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate::clock::ManualClock;
-use tollgate::{Decision, Key, Quota, RateLimiter};
+use tollgate::{Key, Quota, RateLimiter};
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).expect("duration fits in u64 ns")
-}
+use oracle::{cases, nanos, Expected};
 
 /// The emission interval in ns, as the crate rounds it (up), checked against the quota's own
 /// limit and period so that a change in rounding shows up here.
@@ -32,30 +33,6 @@ fn interval_of(quota: &Quota) -> u64 {
         "{quota:?}"
     );
     t
-}
-
-/// The expected decision, field by field (`Decision` is `#[non_exhaustive]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Expected {
-    allowed: bool,
-    limit: u64,
-    remaining: u64,
-    reset_after: Duration,
-    retry_after: Option<Duration>,
-    delay: Duration,
-}
-
-impl From<Decision> for Expected {
-    fn from(d: Decision) -> Self {
-        Self {
-            allowed: d.allowed,
-            limit: d.limit,
-            remaining: d.remaining,
-            reset_after: d.reset_after,
-            retry_after: d.retry_after,
-            delay: d.delay,
-        }
-    }
 }
 
 /// Oracle 1: a token bucket kept as debt in nanoseconds, drained then charged.
@@ -222,16 +199,8 @@ fn scenario() -> impl Strategy<Value = (Quota, Vec<(u64, u64)>)> {
         })
 }
 
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(cases(256))]
 
     /// Every field of every decision equals the debt oracle's, and what the windows oracle
     /// derives independently: `remaining` is the largest cost that would conform now,

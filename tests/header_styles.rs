@@ -2,22 +2,27 @@
 //! is structured, and checked against the `Decision` a twin limiter makes for the same requests
 //! at the same times. Also `HeaderPlacement`, and per-key quotas.
 
+#[path = "support/request.rs"]
+mod request;
+#[path = "support/services.rs"]
+mod services;
+
 use std::collections::BTreeSet;
-use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::RETRY_AFTER;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, Request, StatusCode};
 use sfv::{BareItem, Dictionary, Item, List, ListEntry, Parameters, Parser};
 use std::future::Future as _;
 
 use tollgate::algorithm::Algorithm;
 use tollgate::clock::{Clock, ManualClock};
-use tollgate::key::PeerAddr;
 use tollgate::store::MemoryState;
 use tollgate::{Decision, HeaderPlacement, HeaderStyle, Quota, RateLimitLayer, RateLimiter};
 use tower::{Layer, ServiceExt};
+
+use request::Req;
+use services::ok;
 
 /// Every header field some style writes.
 const RATE_LIMIT_FIELDS: [&str; 9] = [
@@ -258,23 +263,7 @@ fn check_draft_policy(headers: &HeaderMap, policies: &[(i64, i64)]) {
 }
 
 fn request(path: &str) -> Request<String> {
-    let mut req = Request::builder().uri(path).body(String::new()).unwrap();
-    req.extensions_mut()
-        .insert(PeerAddr("192.0.2.7:40000".parse::<SocketAddr>().unwrap()));
-    req
-}
-
-fn ok() -> impl tower::Service<
-    Request<String>,
-    Response = Response<String>,
-    Error = Infallible,
-    Future: Send,
-> + Clone
-       + Send
-       + 'static {
-    tower::service_fn(|_req: Request<String>| async {
-        Ok::<_, Infallible>(Response::new("ok".to_owned()))
-    })
+    Req::new().path(path).from("192.0.2.7:40000").build()
 }
 
 /// Clock steps between requests, in milliseconds: a burst, denials, partial refills, and a

@@ -2,8 +2,11 @@
 //! connection inserts its peer address as `PeerAddr` into every request. Called by a real HTTP
 //! client over loopback. Time moves by a `ManualClock`, never by sleeping.
 
+#[path = "support/http.rs"]
+mod web;
+
 use std::convert::Infallible;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use http_body_util::Full;
@@ -17,6 +20,8 @@ use tollgate::clock::ManualClock;
 use tollgate::key::PeerAddr;
 use tollgate::{Quota, RateLimitLayer};
 use tower::ServiceBuilder;
+
+use web::{client_from, header};
 
 async fn hello(_req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     Ok(Response::new(Full::new(Bytes::from_static(b"hello"))))
@@ -49,24 +54,6 @@ async fn serve(clock: &ManualClock, peer_addr: bool) -> String {
     format!("http://{addr}/")
 }
 
-/// A client with its own connections, sending from `source`.
-fn client(source: Ipv4Addr) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(IpAddr::V4(source))
-        // Only keeps a broken server from hanging the test run.
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
-
-#[track_caller]
-fn header(resp: &reqwest::Response, name: &str) -> String {
-    match resp.headers().get(name) {
-        Some(value) => value.to_str().unwrap().to_owned(),
-        None => panic!("no {name} header in {:?}", resp.headers()),
-    }
-}
-
 const POLICY: &str = r#""2/s";q=2;w=1"#;
 
 #[tokio::test]
@@ -75,7 +62,7 @@ async fn the_third_request_within_a_second_is_429() {
     let url = serve(&clock, true).await;
     let localhost = Ipv4Addr::LOCALHOST;
 
-    let first = client(localhost);
+    let first = client_from(localhost);
     for rate in [r#""2/s";r=1;t=1"#, r#""2/s";r=0;t=1"#] {
         let resp = first.get(&url).send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
@@ -87,7 +74,7 @@ async fn the_third_request_within_a_second_is_429() {
 
     // A new connection from the same IP shares the budget: every connection serves a clone
     // of one limited service.
-    let resp = client(localhost).get(&url).send().await.unwrap();
+    let resp = client_from(localhost).get(&url).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
     // T = 500 ms, rounded up to whole seconds.
     assert_eq!(header(&resp, "retry-after"), "1");
@@ -96,7 +83,7 @@ async fn the_third_request_within_a_second_is_429() {
     assert!(!resp.text().await.unwrap().trim().is_empty());
 
     // Another client IP has its own budget.
-    let other = client(Ipv4Addr::new(127, 0, 0, 2));
+    let other = client_from(Ipv4Addr::new(127, 0, 0, 2));
     let resp = other.get(&url).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(header(&resp, "ratelimit"), r#""2/s";r=1;t=1"#);
@@ -114,7 +101,11 @@ async fn the_third_request_within_a_second_is_429() {
 async fn without_peer_addr_requests_are_refused_with_a_500_not_let_through() {
     let clock = ManualClock::new();
     let url = serve(&clock, false).await;
-    let resp = client(Ipv4Addr::LOCALHOST).get(&url).send().await.unwrap();
+    let resp = client_from(Ipv4Addr::LOCALHOST)
+        .get(&url)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
     let body = resp.text().await.unwrap();
     assert!(body.contains("PeerAddr"), "{body}");

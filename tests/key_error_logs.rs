@@ -6,42 +6,25 @@
 //! cached as uninteresting before this test's subscriber sees it.
 #![cfg(feature = "tracing")]
 
-mod common;
+#[path = "support/drive.rs"]
+mod drive;
+#[path = "support/logs.rs"]
+mod logs;
+#[path = "support/request.rs"]
+mod request;
+#[path = "support/services.rs"]
+mod services;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
-use common::{hello, request, send};
 use http::StatusCode;
 use tollgate::clock::ManualClock;
 use tollgate::key::{Header, KeyError, RequestHead};
 use tollgate::{Key, Quota, RateLimitLayer};
 use tower::Layer;
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    /// The lines logged so far, and forgets them.
-    fn take(&self) -> Vec<String> {
-        let bytes = std::mem::take(&mut *self.0.lock().unwrap());
-        String::from_utf8(bytes)
-            .unwrap()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
+use drive::send;
+use logs::Captured;
+use request::Req;
+use services::ok;
 
 /// The levels of the lines that mention `text`.
 fn levels<'a>(lines: &'a [String], text: &str) -> Vec<&'a str> {
@@ -60,20 +43,15 @@ fn levels<'a>(lines: &'a [String], text: &str) -> Vec<&'a str> {
 #[test]
 fn client_mistakes_log_at_debug_and_each_misconfiguration_at_error_once() {
     let log = Captured::default();
-    let sink = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || sink.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::TRACE)
-        .finish();
+    let subscriber = log.subscriber(tracing::Level::TRACE);
     tracing::subscriber::with_default(subscriber, || {
         // A client that omits its API key, first: its own mistake, at debug level, every time.
         let mut by_api_key = RateLimitLayer::gcra(Quota::per_minute(1))
             .clock(ManualClock::new())
             .key(Header::new("x-api-key"))
-            .layer(hello());
+            .layer(ok());
         for _ in 0..2 {
-            let response = send(&mut by_api_key, request(Some("192.0.2.1:1")));
+            let response = send(&mut by_api_key, Req::new().from("192.0.2.1:1").build());
             assert_eq!(response.status(), StatusCode::BAD_REQUEST);
         }
         let lines = log.take();
@@ -86,9 +64,9 @@ fn client_mistakes_log_at_debug_and_each_misconfiguration_at_error_once() {
         // Then the server is misconfigured (no peer address): an error, once.
         let mut by_peer = RateLimitLayer::gcra(Quota::per_minute(1))
             .clock(ManualClock::new())
-            .layer(hello());
+            .layer(ok());
         for _ in 0..3 {
-            let response = send(&mut by_peer, request(None));
+            let response = send(&mut by_peer, Req::new().build());
             assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         }
         let lines = log.take();
@@ -108,9 +86,9 @@ fn client_mistakes_log_at_debug_and_each_misconfiguration_at_error_once() {
         let mut by_tenant = RateLimitLayer::gcra(Quota::per_minute(1))
             .clock(ManualClock::new())
             .key(broken)
-            .layer(hello());
+            .layer(ok());
         for _ in 0..2 {
-            let response = send(&mut by_tenant, request(Some("192.0.2.1:1")));
+            let response = send(&mut by_tenant, Req::new().from("192.0.2.1:1").build());
             assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         }
         let lines = log.take();
@@ -121,11 +99,11 @@ fn client_mistakes_log_at_debug_and_each_misconfiguration_at_error_once() {
         );
 
         // Keys show at trace level only: a sent API key, one sent twice (a client error).
-        let mut req = request(Some("192.0.2.1:1"));
+        let mut req = Req::new().from("192.0.2.1:1").build();
         req.headers_mut()
             .insert("x-api-key", "sekrit-api-key-1".parse().unwrap());
         assert_eq!(send(&mut by_api_key, req).status(), StatusCode::OK);
-        let mut req = request(Some("192.0.2.1:1"));
+        let mut req = Req::new().from("192.0.2.1:1").build();
         for value in ["sekrit-api-key-2", "sekrit-api-key-3"] {
             req.headers_mut()
                 .append("x-api-key", value.parse().unwrap());

@@ -1,25 +1,22 @@
 //! Key extractors through the layer: skipping, per-route keys, header keys with a fallback.
 
+#[path = "support/request.rs"]
+mod request;
+
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
 use tollgate::clock::ManualClock;
-use tollgate::key::{BearerToken, Header, KeyExtractor, PeerAddr, PeerIp, RequestHead, Route};
+use tollgate::key::{BearerToken, Header, KeyExtractor, PeerIp, RequestHead, Route};
 use tollgate::{Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
 
+use request::Req;
+
 fn request(peer: &str, path: &str, headers: &[(&str, &str)]) -> Request<String> {
-    let mut builder = Request::builder().uri(path);
-    for (name, value) in headers {
-        builder = builder.header(*name, *value);
-    }
-    let mut req = builder.body(String::new()).unwrap();
-    req.extensions_mut()
-        .insert(PeerAddr(peer.parse::<SocketAddr>().unwrap()));
-    req
+    Req::new().path(path).headers(headers).from(peer).build()
 }
 
 fn counting_handler() -> (

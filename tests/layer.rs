@@ -1,10 +1,18 @@
 //! The middleware on plain tower services: `oneshot` on `service_fn` handlers, time moved by a
 //! `ManualClock`, exact header values.
 
+#[path = "support/drive.rs"]
+mod drive;
+#[path = "support/request.rs"]
+mod request;
+#[path = "support/services.rs"]
+mod services;
+#[path = "support/stores.rs"]
+mod stores;
+
 use std::convert::Infallible;
-use std::future::{ready, Future, Ready};
+use std::future::Ready;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -12,16 +20,19 @@ use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::header::RETRY_AFTER;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use tollgate::algorithm::Algorithm;
 use tollgate::clock::ManualClock;
-use tollgate::key::{Global, PeerAddr};
-use tollgate::store::{MemoryStore, Store};
-use tollgate::{Decision, Error, Key, Quota, RateLimitLayer};
+use tollgate::key::Global;
+use tollgate::{Decision, Quota, RateLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_layer::Layer;
+
+use drive::poll_once;
+use request::Req;
+use services::Strict;
+use stores::SlowStore;
 
 type Body = Full<Bytes>;
 
@@ -31,18 +42,12 @@ fn addr(text: &str) -> SocketAddr {
 
 /// A request from `peer`, recorded as a [`PeerAddr`].
 fn from(peer: &str) -> Request<Body> {
-    let mut req = Request::new(Body::default());
-    req.extensions_mut().insert(PeerAddr(addr(peer)));
-    req
+    Req::new().from(peer).build()
 }
 
 /// A gRPC request from `peer` (over HTTP/2, as gRPC always is).
 fn grpc_from(peer: &str, content_type: &str) -> Request<Body> {
-    let mut req = from(peer);
-    *req.version_mut() = http::Version::HTTP_2;
-    req.headers_mut()
-        .insert(CONTENT_TYPE, content_type.parse().unwrap());
-    req
+    Req::new().from(peer).grpc(content_type).build()
 }
 
 /// A handler that counts its calls and answers with the `Decision` it found in the request:
@@ -518,149 +523,11 @@ async fn clones_and_sibling_services_share_the_limit() {
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
 
-/// A store that answers like a remote one: the check is pending once before it decides (from
-/// an inner `MemoryStore`), or fails.
-#[derive(Clone, Default)]
-struct SlowStore {
-    memory: MemoryStore,
-    fail: bool,
-}
-
-struct SlowTable<A: Algorithm>
-where
-    MemoryStore: Store<A>,
-{
-    memory: <MemoryStore as Store<A>>::Table,
-    fail: bool,
-}
-
-impl<A: Algorithm> Clone for SlowTable<A>
-where
-    MemoryStore: Store<A>,
-{
-    fn clone(&self) -> Self {
-        Self {
-            memory: self.memory.clone(),
-            fail: self.fail,
-        }
-    }
-}
-
-struct SlowCheck {
-    yielded: bool,
-    result: Option<Result<Decision, Error>>,
-}
-
-impl Future for SlowCheck {
-    type Output = Result<Decision, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if !self.yielded {
-            self.yielded = true;
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
-        }
-        Poll::Ready(self.result.take().expect("polled after completion"))
-    }
-}
-
-/// Every algorithm the memory store keeps: a layer takes this store for any of them.
-impl<A: Algorithm> Store<A> for SlowStore
-where
-    MemoryStore: Store<A>,
-{
-    type Table = SlowTable<A>;
-    type Future = SlowCheck;
-
-    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> SlowTable<A> {
-        SlowTable {
-            memory: self.memory.table(policy, shared, algorithm),
-            fail: self.fail,
-        }
-    }
-
-    fn refund(
-        table: &SlowTable<A>,
-        key: Key,
-        admission: &Decision,
-        now: u64,
-        cost: u64,
-    ) -> SlowCheck {
-        let mut refund =
-            <MemoryStore as Store<A>>::refund(&table.memory, key, admission, now, cost);
-        let waker = std::task::Waker::noop();
-        let result = match Pin::new(&mut refund).poll(&mut Context::from_waker(waker)) {
-            Poll::Ready(result) => result,
-            Poll::Pending => unreachable!("a memory refund is ready at once"),
-        };
-        SlowCheck {
-            yielded: false,
-            result: Some(result),
-        }
-    }
-
-    fn check(table: &SlowTable<A>, key: Key, now: u64, cost: u64) -> SlowCheck {
-        let result = if table.fail {
-            Err(Error::store("connection refused"))
-        } else {
-            // A memory check is always ready.
-            let mut check = <MemoryStore as Store<A>>::check(&table.memory, key, now, cost);
-            let waker = std::task::Waker::noop();
-            match Pin::new(&mut check).poll(&mut Context::from_waker(waker)) {
-                Poll::Ready(result) => result,
-                Poll::Pending => unreachable!("a memory check is ready at once"),
-            }
-        };
-        SlowCheck {
-            yielded: false,
-            result: Some(result),
-        }
-    }
-}
-
-/// A service that must be readied before each call, like tower's `Buffer` or a connection
-/// pool: its clones start unready.
-struct Strict {
-    ready: bool,
-    calls: Arc<AtomicUsize>,
-}
-
-impl Clone for Strict {
-    fn clone(&self) -> Self {
-        Self {
-            ready: false,
-            calls: self.calls.clone(),
-        }
-    }
-}
-
-impl Service<Request<Body>> for Strict {
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = Ready<Result<Response<Body>, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.ready = true;
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
-        assert!(self.ready, "called without poll_ready");
-        self.ready = false;
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let remaining = req.extensions().get::<Decision>().map(|d| d.remaining);
-        ready(Ok(Response::new(Body::from(format!("{remaining:?}")))))
-    }
-}
-
 #[tokio::test]
 async fn an_asynchronous_store_calls_the_readied_inner_service() {
     let clock = ManualClock::new();
     let calls = Arc::new(AtomicUsize::new(0));
-    let strict = Strict {
-        ready: false,
-        calls: calls.clone(),
-    };
+    let strict = Strict::new(&calls);
     let mut svc = RateLimitLayer::gcra(Quota::per_minute(2))
         .store(SlowStore::default())
         .clock(clock.clone())
@@ -687,10 +554,7 @@ async fn an_asynchronous_store_calls_the_readied_inner_service() {
 #[tokio::test]
 async fn a_memory_store_calls_the_readied_inner_service() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let strict = Strict {
-        ready: false,
-        calls: calls.clone(),
-    };
+    let strict = Strict::new(&calls);
     let mut svc = RateLimitLayer::gcra(Quota::per_minute(2))
         .clock(ManualClock::new())
         .layer(strict);
@@ -704,10 +568,7 @@ async fn a_memory_store_calls_the_readied_inner_service() {
 #[tokio::test]
 async fn a_failing_store_never_lets_requests_through() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let store = SlowStore {
-        fail: true,
-        ..SlowStore::default()
-    };
+    let store = SlowStore::failing();
     let mut svc = RateLimitLayer::gcra(Quota::per_minute(2))
         .store(store)
         .clock(ManualClock::new())
@@ -739,11 +600,6 @@ async fn count_if_gives_capacity_back_through_an_asynchronous_store() {
         assert_rate(&resp, r#""2/min";q=2;w=60"#, r#""2/min";r=2;t=0"#);
     }
     assert_eq!(calls.load(Ordering::SeqCst), 5);
-}
-
-/// Polls `fut` once, with a waker that does nothing: the clock, not a runtime, moves time.
-fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
-    Pin::new(fut).poll(&mut Context::from_waker(std::task::Waker::noop()))
 }
 
 #[tokio::test]

@@ -2,46 +2,39 @@
 //! `tracing` callsite first reached on another test's thread, with no subscriber there, could
 //! otherwise be cached as uninteresting before this test's subscriber sees it.
 
-mod common;
+#[path = "support/drive.rs"]
+mod drive;
+#[path = "support/request.rs"]
+mod request;
+#[path = "support/services.rs"]
+mod services;
+#[cfg(feature = "tracing")]
+#[path = "support/logs.rs"]
+mod support_logs;
 
-use common::{hello, request, send};
 use tollgate::clock::ManualClock;
 use tollgate::{Quota, RateLimitLayer};
 use tower::Layer;
 
+use drive::send;
+use request::Req;
+use services::ok;
+
 #[cfg(feature = "tracing")]
 #[test]
 fn keys_show_only_at_trace_level() {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
-
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-    impl Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use support_logs::Captured;
 
     let log = Captured::default();
-    let sink = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || sink.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::TRACE)
-        .finish();
+    let subscriber = log.subscriber(tracing::Level::TRACE);
     tracing::subscriber::with_default(subscriber, || {
         let mut svc = RateLimitLayer::gcra(Quota::per_minute(1))
             .clock(ManualClock::new())
-            .layer(hello());
-        send(&mut svc, request(Some("198.51.100.77:1")));
-        send(&mut svc, request(Some("198.51.100.77:1")));
+            .layer(ok());
+        send(&mut svc, Req::new().from("198.51.100.77:1").build());
+        send(&mut svc, Req::new().from("198.51.100.77:1").build());
     });
-    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let text = log.text();
     let decisions: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("rate limit decision"))

@@ -1,11 +1,19 @@
 //! What operators see: decision counters and store latency (feature `metrics`).
 
-mod common;
+#[path = "support/drive.rs"]
+mod drive;
+#[path = "support/request.rs"]
+mod request;
+#[path = "support/services.rs"]
+mod services;
 
-use common::{hello, request, send};
 use tollgate::clock::ManualClock;
 use tollgate::{Quota, RateLimitLayer};
 use tower::Layer;
+
+use drive::send;
+use request::Req;
+use services::ok;
 
 #[cfg(feature = "metrics")]
 #[test]
@@ -18,32 +26,32 @@ fn decisions_are_counted_per_policy_and_outcome() {
     metrics::with_local_recorder(&recorder, || {
         let mut svc = RateLimitLayer::gcra(Quota::per_minute(2).named("api"))
             .clock(ManualClock::new())
-            .layer(hello());
+            .layer(ok());
         for _ in 0..3 {
-            send(&mut svc, request(Some("192.0.2.1:1")));
+            send(&mut svc, Req::new().from("192.0.2.1:1").build());
         }
-        send(&mut svc, request(None));
+        send(&mut svc, Req::new().build());
         let mut dry = RateLimitLayer::gcra(Quota::per_minute(1).named("trial"))
             .clock(ManualClock::new())
             .dry_run(true)
-            .layer(hello());
+            .layer(ok());
         for _ in 0..2 {
-            send(&mut dry, request(Some("192.0.2.1:1")));
+            send(&mut dry, Req::new().from("192.0.2.1:1").build());
         }
         // A queue: the first request passes at once, the second is decided (in `call`, on the
         // memory store) to wait its turn and its future is dropped, the third finds it full.
         let mut queue =
             RateLimitLayer::leaky_bucket(Quota::per_minute(1).with_burst(2).named("queue"))
                 .clock(ManualClock::new())
-                .layer(hello());
-        send(&mut queue, request(Some("192.0.2.1:1")));
+                .layer(ok());
+        send(&mut queue, Req::new().from("192.0.2.1:1").build());
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         assert!(tower::Service::poll_ready(&mut queue, &mut cx).is_ready());
         drop(tower::Service::call(
             &mut queue,
-            request(Some("192.0.2.1:1")),
+            Req::new().from("192.0.2.1:1").build(),
         ));
-        send(&mut queue, request(Some("192.0.2.1:1")));
+        send(&mut queue, Req::new().from("192.0.2.1:1").build());
     });
 
     let mut counters = Vec::new();

@@ -2,9 +2,14 @@
 //! and limiters dropped and made again without giving clients a fresh budget. Time moves by a
 //! `ManualClock`, never by sleeping.
 
-use std::convert::Infallible;
+#[path = "support/request.rs"]
+mod request;
+#[path = "support/services.rs"]
+mod services;
+#[path = "support/http.rs"]
+mod web;
+
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,30 +18,21 @@ use axum::Router;
 use http::{Request, Response, StatusCode};
 use proptest::prelude::*;
 use tollgate::clock::ManualClock;
-use tollgate::key::{Header, PeerAddr, RequestHead};
+use tollgate::key::{Header, RequestHead};
 use tollgate::store::MemoryStore;
 use tollgate::{Key, Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
+
+use request::Req;
+use services::ok;
 use web::{client, header, serve};
-
-#[path = "support/http.rs"]
-mod web;
-
-fn ok() -> impl Service<Request<String>, Response = Response<String>, Error = Infallible> + Clone {
-    tower::service_fn(|_req: Request<String>| async {
-        Ok::<_, Infallible>(Response::new(String::from("ok")))
-    })
-}
 
 /// A request with API key `key`.
 fn request(key: &str) -> Request<String> {
-    let mut req = Request::builder()
+    Req::new()
         .header("x-api-key", key)
-        .body(String::new())
-        .unwrap();
-    req.extensions_mut()
-        .insert(PeerAddr("192.0.2.1:1".parse::<SocketAddr>().unwrap()));
-    req
+        .from("192.0.2.1:1")
+        .build()
 }
 
 /// The plan number an API key `plan-<n>-...` asks for.

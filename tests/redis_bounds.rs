@@ -251,10 +251,7 @@ fn a_per_key_plan_too_large_for_redis_is_refused_not_panicked_nor_loosened() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let store = RedisStore::connect(&server.url())
-            .await
-            .unwrap()
-            .on_failure(OnFailure::Closed);
+        let store = server::closed(&server.url()).await;
         let huge = Quota::new(1000, Duration::from_secs(90 * 86_400)).named("huge");
         let layer = RateLimitLayer::gcra(Quota::per_minute(2).named("base"))
             .store(store)

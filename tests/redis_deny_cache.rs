@@ -9,28 +9,17 @@ mod server;
 use std::time::Duration;
 
 use tollgate::clock::ManualClock;
-use tollgate::store::{OnFailure, RedisStore};
 use tollgate::{Quota, RateLimiter};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 #[test]
 fn a_full_cache_stays_bounded_and_never_admits_a_denied_client_early() {
     let Some(server) = server::RedisServer::start() else {
         return;
     };
-    runtime().block_on(async {
+    server::runtime().block_on(async {
         let clock = ManualClock::new();
-        let store = RedisStore::connect(&server.url())
+        let store = server::closed_on_caller_clock(&server.url())
             .await
-            .unwrap()
-            .on_failure(OnFailure::Closed)
-            .with_caller_clock()
             .deny_cache(4);
         // One a minute, no burst: the second request waits 60 s.
         let limiter = RateLimiter::gcra(Quota::per_minute(1).named("dc"))
@@ -85,13 +74,10 @@ fn a_large_cache_holds_exactly_its_capacity_across_its_shards() {
     let Some(server) = server::RedisServer::start() else {
         return;
     };
-    runtime().block_on(async {
+    server::runtime().block_on(async {
         let clock = ManualClock::new();
-        let store = RedisStore::connect(&server.url())
+        let store = server::closed_on_caller_clock(&server.url())
             .await
-            .unwrap()
-            .on_failure(OnFailure::Closed)
-            .with_caller_clock()
             .deny_cache(500);
         let limiter = RateLimiter::gcra(Quota::per_hour(1).named("big"))
             .with_clock(clock.clone())

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use proptest::prelude::*;
-use tollgate::store::{OnFailure, RedisStore};
+use tollgate::store::RedisStore;
 use tollgate::{Key, Quota, RateLimiter};
 
 /// A key as the client gave it.
@@ -79,25 +79,13 @@ fn hash_tag(key: &[u8]) -> Option<&[u8]> {
     (close > 0).then(|| &key[open + 1..open + 1 + close])
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn every_client_key_is_its_own_and_fills_the_hash_tag_exactly() {
     let Some(server) = server::RedisServer::start() else {
         return;
     };
-    let rt = runtime();
-    let store = rt.block_on(async {
-        RedisStore::connect(&server.url())
-            .await
-            .unwrap()
-            .on_failure(OnFailure::Closed)
-    });
+    let rt = server::runtime();
+    let store = rt.block_on(async { server::closed(&server.url()).await });
     let single = RateLimiter::gcra(Quota::per_minute(10).named("a{b}c")).with_store(store.clone());
     let tiered = RateLimiter::sliding_window([Quota::per_second(2), Quota::per_hour(100)])
         .with_store(store.prefix("app"));
@@ -122,7 +110,7 @@ fn a_long_key_is_stored_by_its_digest_never_its_bytes() {
     let Some(server) = server::RedisServer::start() else {
         return;
     };
-    let rt = runtime();
+    let rt = server::runtime();
     rt.block_on(async {
         let store = RedisStore::connect(&server.url()).await.unwrap();
         let limiter = RateLimiter::gcra(Quota::per_minute(10).named("long")).with_store(store);
@@ -154,7 +142,7 @@ fn a_prefix_with_a_brace_is_refused() {
     let Some(server) = server::RedisServer::start() else {
         return;
     };
-    let rt = runtime();
+    let rt = server::runtime();
     let store = rt.block_on(async { RedisStore::connect(&server.url()).await.unwrap() });
     for prefix in ["app{1}", "}", "{"] {
         let store = store.clone();

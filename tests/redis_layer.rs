@@ -4,6 +4,8 @@
 
 #[path = "support/redis.rs"]
 mod server;
+#[path = "support/http.rs"]
+mod web;
 
 use std::time::Duration;
 
@@ -11,12 +13,9 @@ use axum::routing::get;
 use axum::Router;
 use reqwest::StatusCode;
 use tollgate::clock::ManualClock;
-use tollgate::store::{OnFailure, RedisStore};
 use tollgate::{Quota, RateLimitLayer};
-use web::{header, serve};
 
-#[path = "support/http.rs"]
-mod web;
+use web::{header, serve};
 
 #[tokio::test]
 async fn two_servers_share_one_limit_per_client_ip() {
@@ -26,11 +25,7 @@ async fn two_servers_share_one_limit_per_client_ip() {
     let clock = ManualClock::new();
     let mut urls = Vec::new();
     for _ in 0..2 {
-        let store = RedisStore::connect(&redis.url())
-            .await
-            .unwrap()
-            .with_caller_clock()
-            .on_failure(OnFailure::Closed);
+        let store = server::closed_on_caller_clock(&redis.url()).await;
         let layer = RateLimitLayer::gcra(Quota::per_minute(3).named("shared"))
             .store(store)
             .clock(clock.clone());

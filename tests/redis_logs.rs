@@ -4,12 +4,12 @@
 //! test binary, for the `tracing` subscriber (see `tests/logs.rs`).
 #![cfg(all(feature = "redis", feature = "tracing"))]
 
+#[path = "support/logs.rs"]
+mod logs;
 #[path = "support/redis.rs"]
 mod server;
 
 use std::error::Error as _;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, StatusCode};
@@ -20,18 +20,7 @@ use tollgate::store::{MemoryStore, OnFailure, RedisStore};
 use tollgate::{Key, Quota, RateLimitLayer, RateLimiter};
 use tower::{Layer, ServiceExt};
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use logs::Captured;
 
 /// Every text an error shows: its message, its debug form, and its sources'.
 fn texts(error: &tollgate::Error) -> String {
@@ -65,12 +54,7 @@ fn store_failures_never_show_a_key_above_trace() {
         return;
     };
     let log = Captured::default();
-    let sink = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || sink.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::TRACE)
-        .finish();
+    let subscriber = log.subscriber(tracing::Level::TRACE);
     let short = "sk_live_{SECRET}_4242".to_owned();
     let long = format!("Bearer LONGSECRET-{}", "x9".repeat(40));
     let mut errors = String::new();
@@ -163,7 +147,7 @@ fn store_failures_never_show_a_key_above_trace() {
             "{form:?} in an error: {errors}"
         );
     }
-    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let text = log.text();
     let failures = text
         .lines()
         .filter(|l| l.contains("WARN") && l.contains("Redis rate limit store failed"))

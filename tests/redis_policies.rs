@@ -8,25 +8,13 @@ mod server;
 
 use tollgate::algorithm::Algorithm;
 use tollgate::clock::ManualClock;
-use tollgate::store::{OnFailure, RedisStore, Store};
+use tollgate::store::{RedisStore, Store};
 use tollgate::{Error, Key, Quota, RateLimiter};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// A store that fails closed (so a store error is seen, not hidden by a fallback), deciding on
 /// the limiters' manual clock, without a deny cache (every check reaches Redis).
 async fn store(url: &str) -> RedisStore {
-    RedisStore::connect(url)
-        .await
-        .unwrap()
-        .on_failure(OnFailure::Closed)
-        .with_caller_clock()
-        .deny_cache(0)
+    server::closed_on_caller_clock(url).await.deny_cache(0)
 }
 
 /// How many of `attempts` checks of `key` pass; any store error fails the test.
@@ -56,7 +44,7 @@ fn every_algorithm_on_one_unnamed_quota_keeps_its_own_state() {
     let Some(server) = server::RedisServer::start() else {
         return;
     };
-    runtime().block_on(async {
+    server::runtime().block_on(async {
         let clock = ManualClock::new();
         let s = store(&server.url()).await;
         let q = Quota::per_minute(10);
@@ -121,7 +109,7 @@ fn one_name_on_two_quotas_or_two_sub_window_counts_keeps_them_apart() {
     let Some(server) = server::RedisServer::start() else {
         return;
     };
-    runtime().block_on(async {
+    server::runtime().block_on(async {
         let clock = ManualClock::new();
         let s = store(&server.url()).await;
         let minute = RateLimiter::gcra(Quota::per_minute(10).named("api"))
@@ -159,7 +147,7 @@ fn two_servers_with_one_configuration_share_one_limit() {
     let Some(server) = server::RedisServer::start() else {
         return;
     };
-    runtime().block_on(async {
+    server::runtime().block_on(async {
         let clock = ManualClock::new();
         // Two stores: two connections, as two servers have.
         let (a, b) = (store(&server.url()).await, store(&server.url()).await);

@@ -24,14 +24,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// A store on `url` that answers an error when Redis does not (fail closed).
-async fn closed(url: &str) -> RedisStore {
-    RedisStore::connect(url)
-        .await
-        .unwrap()
-        .on_failure(OnFailure::Closed)
-}
-
 async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
         .unwrap()
@@ -50,7 +42,9 @@ fn eight_connections_hammering_one_key_admit_exactly_the_quota() {
         let mut limiters = Vec::new();
         for _ in 0..8 {
             // Eight stores: eight connections, as eight servers would have.
-            let store = closed(&server.url()).await.timeout(Duration::from_secs(5));
+            let store = server::closed(&server.url())
+                .await
+                .timeout(Duration::from_secs(5));
             limiters.push(RateLimiter::gcra(quota.clone()).with_store(store));
         }
         let admitted = hammer::admitted_together(limiters, "one-key", 60).await;
@@ -65,7 +59,7 @@ fn worker_process() {
         return;
     };
     let admitted = runtime().block_on(async {
-        let store = closed(&url).await.timeout(Duration::from_secs(5));
+        let store = server::closed(&url).await.timeout(Duration::from_secs(5));
         let limiter = RateLimiter::gcra(Quota::per_hour(50).named("processes")).with_store(store);
         let mut admitted = 0;
         for _ in 0..40 {
@@ -125,11 +119,7 @@ fn keys_live_as_long_as_their_state_matters() {
     };
     runtime().block_on(async {
         let clock = ManualClock::new();
-        let store = RedisStore::connect(&server.url())
-            .await
-            .unwrap()
-            .with_caller_clock()
-            .on_failure(OnFailure::Closed);
+        let store = server::closed_on_caller_clock(&server.url()).await;
         // T = 6 s, burst 10.
         let limiter = RateLimiter::gcra(Quota::per_minute(10).named("ttl"))
             .with_clock(clock.clone())
@@ -181,7 +171,7 @@ fn one_round_trip_per_decision_and_none_for_a_remembered_denial() {
         return;
     };
     runtime().block_on(async {
-        let store = closed(&server.url()).await;
+        let store = server::closed(&server.url()).await;
         let limiter = RateLimiter::gcra(Quota::per_hour(5).named("trips")).with_store(store);
         // The first call finds no script (NOSCRIPT) and loads it.
         assert!(limiter.check("warm").await.unwrap().allowed);
@@ -221,7 +211,7 @@ fn garbage_in_redis_is_an_error_never_a_panic() {
         return;
     };
     runtime().block_on(async {
-        let store = closed(&server.url()).await;
+        let store = server::closed(&server.url()).await;
         let limiter = RateLimiter::gcra(Quota::per_hour(5).named("g")).with_store(store);
         let mut conn = raw(&server.url()).await;
         let name = |key: &str| limiter.table().redis_keys(&Key::from(key)).remove(0);
@@ -335,7 +325,7 @@ fn keys_are_binary_safe() {
         return;
     };
     runtime().block_on(async {
-        let store = closed(&server.url()).await;
+        let store = server::closed(&server.url()).await;
         let limiter = RateLimiter::gcra(Quota::per_hour(1).named("bin")).with_store(store);
         let odd: &[u8] = b"\x00\xff}{\r\n ";
         assert!(limiter.check(Key::from(odd)).await.unwrap().allowed);
@@ -359,7 +349,7 @@ fn connecting_reads_the_server_version_once() {
     runtime().block_on(async {
         // Each `calls` reads INFO itself, and sees the INFO calls made before it.
         let before = server.calls("info");
-        let store = closed(&server.url()).await;
+        let store = server::closed(&server.url()).await;
         let after_connect = server.calls("info");
         assert_eq!(
             after_connect - before,

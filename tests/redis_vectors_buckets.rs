@@ -14,7 +14,6 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parity::{nothing, ops, pick, runtime, same_decisions_with, Op, EPOCH};
 use proptest::prelude::*;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncCommands, AsyncConnectionConfig};
@@ -26,10 +25,13 @@ use tollgate::store::redis::RedisAlgorithm;
 use tollgate::store::{MemoryState, MemoryStore, OnFailure, RedisStore};
 use tollgate::{Decision, Key, Quota, RateLimiter};
 
+use parity::{nothing, ops, pick, same_decisions_with, Op, EPOCH};
+use server::runtime;
+
 const MAX53: u64 = 1 << 53;
 const S: u64 = 1_000_000_000;
 
-/// One Redis server for a test: the runtime, a store deciding on the caller's clock, and a raw
+/// One Redis server for a test: the a store deciding on the caller's clock, and a raw
 /// connection to read the keys.
 struct Bench {
     _server: server::RedisServer,

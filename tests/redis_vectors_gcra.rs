@@ -10,10 +10,12 @@ mod server;
 
 use std::time::Duration;
 
-use parity::{fresh_key, ops, runtime, same_decisions, store, Op, EPOCH};
 use proptest::prelude::*;
 use tollgate::clock::ManualClock;
 use tollgate::{Quota, RateLimiter};
+
+use parity::{fresh_key, ops, same_decisions, store, Op, EPOCH};
+use server::runtime;
 
 fn quota() -> impl Strategy<Value = Quota> {
     (1u64..40, 1u64..120_000, 1u64..50).prop_map(|(limit, period_ms, burst)| {

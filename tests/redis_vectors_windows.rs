@@ -21,13 +21,15 @@ mod server;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use parity::{ops, pick, runtime, same_decisions, store, Op, EPOCH};
 use proptest::prelude::*;
 use tollgate::algorithm::{Algorithm, FixedWindow, SlidingLog, SlidingWindow};
 use tollgate::clock::{Clock, ManualClock};
 use tollgate::store::redis::RedisAlgorithm;
 use tollgate::store::{MemoryState, MemoryStore, RedisStore};
 use tollgate::{Decision, Key, Quota, RateLimiter};
+
+use parity::{ops, pick, same_decisions, store, Op, EPOCH};
+use server::runtime;
 
 const S: u64 = 1_000_000_000;
 const EXACT: u64 = 1 << 53;

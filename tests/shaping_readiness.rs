@@ -4,8 +4,10 @@
 //! the inner service again once its turn comes. Time moves by a `ManualClock`, never by
 //! sleeping.
 
+#[path = "support/drive.rs"]
+mod drive;
+
 use std::convert::Infallible;
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -19,6 +21,8 @@ use tollgate::key::{Header, KeyError, RequestHead};
 use tollgate::{Key, Quota, RateLimitLayer};
 use tower::limit::{ConcurrencyLimitLayer, GlobalConcurrencyLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt};
+
+use drive::poll_once;
 
 fn ok(
     calls: &Arc<AtomicUsize>,
@@ -35,10 +39,6 @@ fn from(client: &str) -> Request<String> {
         .header("x-client", client)
         .body(String::new())
         .unwrap()
-}
-
-fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
-    std::pin::Pin::new(fut).poll(&mut Context::from_waker(Waker::noop()))
 }
 
 /// 10 a second with a burst of 1, shaped up to 10 s: one request passes at once, the next

@@ -3,6 +3,9 @@
 //! the list fields, the single-value styles report the most restrictive layer, and the handler
 //! sees every layer's decision.
 
+#[path = "support/http.rs"]
+mod web;
+
 use std::time::Duration;
 
 use axum::routing::get;
@@ -11,10 +14,8 @@ use reqwest::StatusCode;
 use tollgate::clock::ManualClock;
 use tollgate::key::Header;
 use tollgate::{Decision, Decisions, HeaderStyle, Key, Quota, RateLimitLayer};
-use web::{header, serve};
 
-#[path = "support/http.rs"]
-mod web;
+use web::{header, serve};
 
 /// What the handler saw: the most restrictive decision, then every layer's, outermost first.
 async fn show(

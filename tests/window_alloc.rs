@@ -5,13 +5,13 @@
 //! The counting allocator (`support/counting_alloc.rs`) counts per thread, only while a test
 //! has switched it on, so the test harness's own threads add no noise.
 
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+
 use std::hint::black_box;
 
 use tollgate::algorithm::{Algorithm, FixedWindow, SlidingLog, SlidingWindow};
 use tollgate::Quota;
-
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
 
 use counting_alloc::allocations_in;
 

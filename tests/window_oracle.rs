@@ -22,6 +22,9 @@
 //! not 1 ns earlier (nor at earlier probes), with the estimate's monotonicity in time checked on
 //! its own.
 
+#[path = "support/oracle.rs"]
+mod oracle;
+
 use std::fmt::Debug;
 use std::time::Duration;
 
@@ -32,9 +35,7 @@ use tollgate::algorithm::{
 };
 use tollgate::{Decision, Quota};
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).expect("duration fits in u64 ns")
-}
+use oracle::{cases, nanos};
 
 /// What an oracle knows: the admitted history and what weighs against a request at `t`.
 trait Oracle: Clone + Debug {
@@ -467,16 +468,8 @@ where
     Ok(())
 }
 
-fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(config(192))]
+    #![proptest_config(cases(192))]
 
     /// Fixed window: every field of every decision as the oracle's.
     #[test]
@@ -612,7 +605,7 @@ where
 }
 
 proptest! {
-    #![proptest_config(config(128))]
+    #![proptest_config(cases(128))]
 
     #[test]
     fn fixed_window_refunds(s in scenario(false), picks in prop::collection::vec((any::<bool>(), any::<u64>()), 120)) {
@@ -689,7 +682,7 @@ fn any_requests() -> impl Strategy<Value = Vec<(u64, u64)>> {
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(cases(256))]
 
     #[test]
     fn extreme_inputs_never_panic(

@@ -1,8 +1,15 @@
 //! [`IpNet`]: an IP network in CIDR notation, and [`ConfigError`] for one that does not parse.
+//!
+//! The networks and their containment are the `ipnet` crate's; what this module adds is the
+//! strictness a trust list needs (host bits past the prefix are an error, not masked away;
+//! IPv4-mapped IPv6 networks are the IPv4 networks they map; zone ids are dropped) and errors
+//! that name the bad value and say how to fix it.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::str::FromStr;
+
+use ipnet::{IpNet as Net, Ipv4Net, Ipv6Net};
 
 /// An IPv4 or IPv6 network: an address and a prefix length, as in `10.0.0.0/8` or
 /// `2001:db8::/32`. A bare address is the network of that one host (`/32` or `/128`).
@@ -36,12 +43,6 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct IpNet(Net);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Net {
-    V4 { bits: u32, prefix: u8 },
-    V6 { bits: u128, prefix: u8 },
-}
-
 impl IpNet {
     /// The network of `addr` with a `prefix_len`-bit prefix.
     ///
@@ -50,117 +51,61 @@ impl IpNet {
     pub fn new(addr: IpAddr, prefix_len: u8) -> Result<Self, ConfigError> {
         let value = || format!("{addr}/{prefix_len}");
         let net = match addr {
-            IpAddr::V4(v4) => {
-                if prefix_len > 32 {
-                    return Err(ConfigError::new(value(), Reason::PrefixTooLong(32)));
-                }
-                Net::V4 {
-                    bits: u32::from(v4),
-                    prefix: prefix_len,
-                }
-            }
+            IpAddr::V4(v4) => Ipv4Net::new(v4, prefix_len)
+                .map(Net::V4)
+                .map_err(|_| ConfigError::new(value(), Reason::PrefixTooLong(32)))?,
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) if (96..=128).contains(&prefix_len) => Net::V4 {
-                    bits: u32::from(v4),
-                    prefix: prefix_len - 96,
-                },
-                _ => {
-                    if prefix_len > 128 {
-                        return Err(ConfigError::new(value(), Reason::PrefixTooLong(128)));
-                    }
-                    Net::V6 {
-                        bits: u128::from(v6),
-                        prefix: prefix_len,
-                    }
-                }
+                Some(v4) if (96..=128).contains(&prefix_len) => Net::V4(
+                    Ipv4Net::new(v4, prefix_len - 96)
+                        .map_err(|_| ConfigError::new(value(), Reason::PrefixTooLong(128)))?,
+                ),
+                _ => Ipv6Net::new(v6, prefix_len)
+                    .map(Net::V6)
+                    .map_err(|_| ConfigError::new(value(), Reason::PrefixTooLong(128)))?,
             },
         };
-        let net = Self(net);
-        if net.network_bits() != net.raw_bits() {
+        // The one check `ipnet` leaves to its caller: it keeps host bits, and `trunc` drops
+        // them. A trust list must not quietly widen a mistyped address to its network.
+        if net.trunc() != net {
             return Err(ConfigError::new(
                 value(),
                 Reason::HostBits {
-                    network: Self::masked(net),
+                    network: Self(net.trunc()),
                     host: Self::host(addr),
                 },
             ));
         }
-        Ok(net)
+        Ok(Self(net))
     }
 
     /// The network of the one address `addr` (`/32` or `/128`).
     pub fn host(addr: IpAddr) -> Self {
-        match addr.to_canonical() {
-            IpAddr::V4(v4) => Self(Net::V4 {
-                bits: u32::from(v4),
-                prefix: 32,
-            }),
-            IpAddr::V6(v6) => Self(Net::V6 {
-                bits: u128::from(v6),
-                prefix: 128,
-            }),
-        }
+        Self(Net::from(addr.to_canonical()))
     }
 
     /// The network's first address (its prefix, with every host bit zero).
     pub fn addr(&self) -> IpAddr {
-        match self.0 {
-            Net::V4 { bits, .. } => IpAddr::V4(Ipv4Addr::from(bits)),
-            Net::V6 { bits, .. } => IpAddr::V6(Ipv6Addr::from(bits)),
-        }
+        self.0.network()
     }
 
     /// The prefix length in bits.
     pub fn prefix_len(&self) -> u8 {
-        match self.0 {
-            Net::V4 { prefix, .. } | Net::V6 { prefix, .. } => prefix,
-        }
+        self.0.prefix_len()
     }
 
     /// Whether `ip` is in this network. IPv4-mapped IPv6 addresses count as IPv4.
     #[inline]
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.0, ip.to_canonical()) {
-            (Net::V4 { bits, prefix }, IpAddr::V4(v4)) => u32::from(v4) & mask_v4(prefix) == bits,
-            (Net::V6 { bits, prefix }, IpAddr::V6(v6)) => u128::from(v6) & mask_v6(prefix) == bits,
-            _ => false,
-        }
-    }
-
-    fn raw_bits(&self) -> u128 {
-        match self.0 {
-            Net::V4 { bits, .. } => u128::from(bits),
-            Net::V6 { bits, .. } => bits,
-        }
-    }
-
-    fn network_bits(&self) -> u128 {
-        match self.0 {
-            Net::V4 { bits, prefix } => u128::from(bits & mask_v4(prefix)),
-            Net::V6 { bits, prefix } => bits & mask_v6(prefix),
-        }
-    }
-
-    fn masked(self) -> Self {
-        Self(match self.0 {
-            Net::V4 { bits, prefix } => Net::V4 {
-                bits: bits & mask_v4(prefix),
-                prefix,
-            },
-            Net::V6 { bits, prefix } => Net::V6 {
-                bits: bits & mask_v6(prefix),
-                prefix,
-            },
-        })
+        self.0.contains(&ip.to_canonical())
     }
 }
 
-/// A set of networks, laid out for the membership test on every forwarded entry: network and
-/// mask pairs per family, compared as integers.
+/// A set of networks, laid out for the membership test on every forwarded entry: the networks
+/// of each family apart, so an address is compared with its own family's only.
 #[derive(Debug, Clone, Default)]
 pub(super) struct NetSet {
-    v4: Box<[(u32, u32)]>,
-    v6: Box<[(u128, u128)]>,
+    v4: Box<[Ipv4Net]>,
+    v6: Box<[Ipv6Net]>,
 }
 
 impl NetSet {
@@ -168,14 +113,8 @@ impl NetSet {
     #[inline]
     pub(super) fn contains(&self, ip: IpAddr) -> bool {
         match ip {
-            IpAddr::V4(v4) => {
-                let bits = u32::from(v4);
-                self.v4.iter().any(|&(net, mask)| bits & mask == net)
-            }
-            IpAddr::V6(v6) => {
-                let bits = u128::from(v6);
-                self.v6.iter().any(|&(net, mask)| bits & mask == net)
-            }
+            IpAddr::V4(v4) => self.v4.iter().any(|net| net.contains(&v4)),
+            IpAddr::V6(v6) => self.v6.iter().any(|net| net.contains(&v6)),
         }
     }
 }
@@ -185,8 +124,8 @@ impl FromIterator<IpNet> for NetSet {
         let (mut v4, mut v6) = (Vec::new(), Vec::new());
         for net in nets {
             match net.0 {
-                Net::V4 { bits, prefix } => v4.push((bits, mask_v4(prefix))),
-                Net::V6 { bits, prefix } => v6.push((bits, mask_v6(prefix))),
+                Net::V4(net) => v4.push(net),
+                Net::V6(net) => v6.push(net),
             }
         }
         Self {
@@ -196,23 +135,11 @@ impl FromIterator<IpNet> for NetSet {
     }
 }
 
-/// The mask of a `prefix`-bit IPv4 prefix; `prefix` is at most 32.
-#[inline]
-fn mask_v4(prefix: u8) -> u32 {
-    u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
-}
-
-/// The mask of a `prefix`-bit IPv6 prefix; `prefix` is at most 128.
-#[inline]
-pub(super) fn mask_v6(prefix: u8) -> u128 {
-    u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
-}
-
-/// `ip` with an IPv6 address cut to its first `prefix` bits; IPv4 unchanged.
+/// `ip` with an IPv6 address cut to its first `prefix` bits (at most 128); IPv4 unchanged.
 #[inline]
 pub(super) fn group_v6(ip: IpAddr, prefix: u8) -> IpAddr {
     match ip {
-        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & mask_v6(prefix))),
+        IpAddr::V6(v6) => Ipv6Net::new(v6, prefix).map_or(ip, |net| IpAddr::V6(net.network())),
         v4 => v4,
     }
 }
@@ -418,12 +345,16 @@ mod tests {
     }
 
     #[test]
-    fn masks() {
-        assert_eq!(mask_v4(0), 0);
-        assert_eq!(mask_v4(8), 0xff00_0000);
-        assert_eq!(mask_v4(32), u32::MAX);
-        assert_eq!(mask_v6(0), 0);
-        assert_eq!(mask_v6(64), u128::MAX << 64);
-        assert_eq!(mask_v6(128), u128::MAX);
+    fn ipv6_addresses_group_by_prefix() {
+        assert_eq!(
+            group_v6(ip("2001:db8:1:2:3:4:5:6"), 64),
+            ip("2001:db8:1:2::")
+        );
+        assert_eq!(
+            group_v6(ip("2001:db8:1:2:3:4:5:6"), 128),
+            ip("2001:db8:1:2:3:4:5:6")
+        );
+        assert_eq!(group_v6(ip("2001:db8:1:2:3:4:5:6"), 0), ip("::"));
+        assert_eq!(group_v6(ip("192.0.2.7"), 64), ip("192.0.2.7"));
     }
 }

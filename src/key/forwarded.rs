@@ -3,7 +3,8 @@
 //! [`Entries`] walks the chosen header's addresses from the rightmost (the one the nearest proxy
 //! added) to the left, one [`Entry`] at a time. Each step scans only the bytes of the entry it
 //! returns, so the caller bounds the work by how many entries it takes, whatever the header's
-//! length. Nothing is copied: entries are slices of the header values, parsed in place.
+//! length. Nothing is copied: entries are slices of the header values, parsed in place. The
+//! separators are found with `memchr`, which scans many bytes per step.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -170,28 +171,10 @@ impl Iterator for Entries<'_> {
 
 /// Splits `bytes` at its last `sep`: `(Some(before), after)`, or `(None, bytes)` without one.
 fn split_last(bytes: &[u8], sep: u8) -> (Option<&[u8]>, &[u8]) {
-    match rfind(bytes, sep) {
+    match memchr::memrchr(sep, bytes) {
         Some(i) => (Some(&bytes[..i]), &bytes[i + 1..]),
         None => (None, bytes),
     }
-}
-
-/// The index of the last `needle` in `bytes`, testing eight bytes at a time, so a long entry
-/// (an attacker's 64 KiB of junk) costs a fraction of a nanosecond per byte.
-fn rfind(bytes: &[u8], needle: u8) -> Option<usize> {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    let pattern = ONES * u64::from(needle);
-    let mut end = bytes.len();
-    while let Some(word) = bytes[..end].last_chunk::<8>() {
-        let x = u64::from_ne_bytes(*word) ^ pattern;
-        // Non-zero exactly when some byte of `x` is zero, that is some byte is `needle`.
-        if x.wrapping_sub(ONES) & !x & HIGHS != 0 {
-            break;
-        }
-        end -= 8;
-    }
-    bytes[..end].iter().rposition(|&b| b == needle)
 }
 
 /// Whether the byte at `i` follows an odd number of backslashes.
@@ -216,7 +199,8 @@ fn trim_ows(bytes: &[u8]) -> &[u8] {
 /// `for`, with two, or with a malformed `for` is opaque.
 ///
 /// One pass from the right: pairs end at `;`, elements at `,`, and neither separates inside a
-/// quoted string (read from the right; `\"` is escaped).
+/// quoted string (read from the right; `\"` is escaped). The bytes between are skipped by
+/// `memchr`, so a long element costs a scan, not a step per byte.
 fn split_last_element(line: &[u8]) -> (Option<&[u8]>, Entry) {
     let mut in_quotes = false;
     let mut pair_end = line.len();
@@ -224,17 +208,22 @@ fn split_last_element(line: &[u8]) -> (Option<&[u8]>, Entry) {
     let mut fors = 0u32;
     let mut i = line.len();
     let (rest, element_start) = loop {
-        let sep = if i == 0 {
-            None
-        } else {
-            i -= 1;
-            match line[i] {
-                b'"' if !escaped(line, i) => {
-                    in_quotes = !in_quotes;
-                    continue;
+        let sep = match memchr::memrchr3(b'"', b';', b',', &line[..i]) {
+            None => {
+                i = 0;
+                None
+            }
+            Some(at) => {
+                i = at;
+                match line[i] {
+                    b'"' if !escaped(line, i) => {
+                        in_quotes = !in_quotes;
+                        continue;
+                    }
+                    b'"' => continue,
+                    sep if !in_quotes => Some(sep),
+                    _ => continue,
                 }
-                sep @ (b';' | b',') if !in_quotes => Some(sep),
-                _ => continue,
             }
         };
         let pair_start = if sep.is_some() { i + 1 } else { 0 };
@@ -438,12 +427,60 @@ mod tests {
         assert_eq!(parse_node(long.as_bytes()), Entry::Opaque);
     }
 
+    /// [`split_last_element`] as it was written before `memchr`: one byte at a time.
+    fn byte_at_a_time(line: &[u8]) -> (Option<&[u8]>, Entry) {
+        let mut in_quotes = false;
+        let mut pair_end = line.len();
+        let mut node = None;
+        let mut fors = 0u32;
+        let mut i = line.len();
+        let (rest, element_start) = loop {
+            let sep = if i == 0 {
+                None
+            } else {
+                i -= 1;
+                match line[i] {
+                    b'"' if !escaped(line, i) => {
+                        in_quotes = !in_quotes;
+                        continue;
+                    }
+                    sep @ (b';' | b',') if !in_quotes => Some(sep),
+                    _ => continue,
+                }
+            };
+            let pair_start = if sep.is_some() { i + 1 } else { 0 };
+            if let Some(value) = for_value(&line[pair_start..pair_end]) {
+                fors += 1;
+                node = Some(value);
+            }
+            pair_end = i;
+            match sep {
+                Some(b';') => {}
+                Some(_) => break (Some(&line[..i]), i + 1),
+                None => break (None, 0),
+            }
+        };
+        let entry = match node {
+            _ if trim_ows(&line[element_start..]).is_empty() => Entry::Empty,
+            Some(value) if fors == 1 => parse_for(value),
+            _ => Entry::Opaque,
+        };
+        (rest, entry)
+    }
+
     proptest::proptest! {
         #[test]
-        fn rfind_matches_rposition(bytes in proptest::collection::vec(proptest::sample::select(&b",a\x80\xff\x00"[..]), 0..40)) {
-            proptest::prop_assert_eq!(rfind(&bytes, b','), bytes.iter().rposition(|&b| b == b','));
-            proptest::prop_assert_eq!(rfind(&bytes, 0), bytes.iter().rposition(|&b| b == 0));
-            proptest::prop_assert_eq!(rfind(&bytes, 0xff), bytes.iter().rposition(|&b| b == 0xff));
+        fn elements_split_as_a_scan_a_byte_at_a_time_does(
+            line in proptest::collection::vec(proptest::sample::select(&b"for=1.2.3.4;\",\\ _x"[..]), 0..60),
+        ) {
+            let (mut ours, mut theirs) = (Some(&line[..]), Some(&line[..]));
+            while let (Some(a), Some(b)) = (ours, theirs) {
+                let (rest_a, entry_a) = split_last_element(a);
+                let (rest_b, entry_b) = byte_at_a_time(b);
+                proptest::prop_assert_eq!(entry_a, entry_b);
+                proptest::prop_assert_eq!(rest_a, rest_b);
+                (ours, theirs) = (rest_a, rest_b);
+            }
         }
 
         #[test]

@@ -68,22 +68,12 @@ impl fmt::Write for Text {
     }
 }
 
-/// `n` in decimal as a header value, in one allocation (`HeaderValue::from(u64)` makes two).
+/// `n` in decimal as a header value, in one allocation (`HeaderValue::from(u64)` makes two):
+/// `itoa` writes the digits on the stack.
 pub(crate) fn int_value(n: u64) -> HeaderValue {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
-    let mut rest = n;
-    loop {
-        start -= 1;
-        // `rest % 10` is a single digit.
-        digits[start] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
+    let mut digits = itoa::Buffer::new();
     // ASCII digits are always a valid value; http's own conversion is the fallback all the same.
-    HeaderValue::from_bytes(&digits[start..]).unwrap_or_else(|_| HeaderValue::from(n))
+    HeaderValue::from_str(digits.format(n)).unwrap_or_else(|_| HeaderValue::from(n))
 }
 
 #[cfg(test)]

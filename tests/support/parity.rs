@@ -47,20 +47,13 @@ pub fn ops(
     prop::collection::vec(step, 1..max_len)
 }
 
-/// A runtime and a store on `url` with the caller's clock and no deny cache (so each check is a
-/// script run).
-pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime")
-}
-
 thread_local! {
     /// A plain connection to the server of this thread's test, to keep its keys from expiring.
     static KEEPER: RefCell<Option<(redis::Connection, u64)>> = const { RefCell::new(None) };
 }
 
+/// A store on `url` with the caller's clock and no deny cache (so each check is a script run);
+/// a plain connection keeps the thread's keys from expiring meanwhile.
 pub async fn store(url: &str) -> RedisStore {
     let keeper = redis::Client::open(url)
         .and_then(|c| c.get_connection())

@@ -9,6 +9,28 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A current-thread runtime for a test that starts its own server and blocks on it.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// A store on `url` that answers an error when Redis does not (fail closed).
+pub async fn closed(url: &str) -> tollgate::store::RedisStore {
+    tollgate::store::RedisStore::connect(url)
+        .await
+        .unwrap()
+        .on_failure(tollgate::store::OnFailure::Closed)
+}
+
+/// A store on `url` that fails closed and reads the time from the limiter's clock (a
+/// `ManualClock` in the tests) rather than Redis's.
+pub async fn closed_on_caller_clock(url: &str) -> tollgate::store::RedisStore {
+    closed(url).await.with_caller_clock()
+}
+
 /// Whether `redis-server` can be run; panics when it cannot and CI requires it.
 pub fn available() -> bool {
     let found = Command::new("redis-server")
