@@ -67,10 +67,14 @@ impl FixedWindow {
         }
     }
 
-    /// The limit and the period in nanoseconds, for the Redis script.
-    #[cfg(feature = "redis")]
-    pub(crate) fn parts(&self) -> [u64; 2] {
-        [self.limit, self.period]
+    /// The limit: how many requests a window holds.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The period (the window's length) in nanoseconds.
+    pub fn period_nanos(&self) -> u64 {
+        self.period
     }
 
     /// The window's count at `now`, and the window's end (exclusive, in nanoseconds), or

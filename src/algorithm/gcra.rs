@@ -17,7 +17,7 @@ use crate::{Decision, Quota};
 /// `new_tat − τ − now`, or never, when `n·T > τ`.
 ///
 /// `burst` here is the number of requests a fresh key may make at once (throttled's
-/// `MaxBurst + 1`, redis-cell's `limit`).
+/// `MaxBurst + 1`; the limit that `CL.THROTTLE` reports, `max_burst + 1`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gcra {
     /// Emission interval `T`, in nanoseconds.
@@ -94,11 +94,16 @@ impl Gcra {
         self.max_delay
     }
 
-    /// The interval, the tolerance, the bound (tolerance and longest wait) and the capacity
-    /// that `remaining` counts against, in nanoseconds: what the Redis script decides with.
-    #[cfg(feature = "redis")]
-    pub(crate) fn parts(&self) -> [u64; 4] {
-        [self.interval, self.tolerance, self.bound, self.capacity]
+    /// The bound: how far ahead of now the TAT may move, the tolerance plus the longest wait,
+    /// in nanoseconds.
+    pub fn bound_nanos(&self) -> u64 {
+        self.bound
+    }
+
+    /// The capacity that [`Decision::remaining`] counts against, in nanoseconds: the
+    /// tolerance, or for a queue ([`LeakyBucket`](super::LeakyBucket)) the whole queue.
+    pub fn capacity_nanos(&self) -> u64 {
+        self.capacity
     }
 
     fn standing(&self, tat: u64, now: u64) -> (u64, u64) {

@@ -39,9 +39,9 @@ impl LeakyBucket {
         self.gcra.interval_nanos()
     }
 
-    /// The GCRA that is this queue.
-    #[cfg(feature = "redis")]
-    pub(crate) fn gcra(&self) -> &Gcra {
+    /// The GCRA that is this queue: a tolerance of one interval, shaping up to
+    /// `(burst − 1)·T`.
+    pub fn gcra(&self) -> &Gcra {
         &self.gcra
     }
 

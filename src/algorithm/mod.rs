@@ -2,7 +2,7 @@
 //!
 //! An algorithm never reads a clock and never owns storage: a store hands it a key's state and
 //! the time, and applies the new state it returns atomically. This keeps every algorithm exact
-//! under test (time is just a number) and lets the in-memory and Redis stores share one
+//! under test (time is just a number) and lets every store share one
 //! reference implementation.
 //!
 //! Times are integer nanoseconds since the clock's origin.
@@ -30,7 +30,7 @@ mod hybrid;
 mod leaky_bucket;
 mod sliding_log;
 mod sliding_window;
-pub(crate) mod tiered;
+mod tiered;
 mod token_bucket;
 
 pub use self::fixed_window::{FixedWindow, FixedWindowState};

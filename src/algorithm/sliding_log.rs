@@ -21,7 +21,7 @@ use crate::{Decision, Quota};
 /// denial finds the entry it must wait for by a search from the oldest (`O(log k)` for the
 /// `k`-th entry: one step for a request of cost 1). A [refund](Algorithm::refund) rewrites
 /// the totals on the shorter side of the refunded entry. Prefer it for small and moderate
-/// limits (logins, password resets, expensive jobs; the Redis store keeps limits up to 500);
+/// limits (logins, password resets, expensive jobs; a shared store may bound the limit);
 /// for large ones [`SlidingWindow`](super::SlidingWindow) estimates the same window in fixed
 /// memory.
 ///
@@ -75,10 +75,14 @@ impl SlidingLog {
         }
     }
 
-    /// The limit and the period in nanoseconds, for the Redis script.
-    #[cfg(feature = "redis")]
-    pub(crate) fn parts(&self) -> [u64; 2] {
-        [self.limit, self.period]
+    /// The limit: how many requests a window holds.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The period (the window's length) in nanoseconds.
+    pub fn period_nanos(&self) -> u64 {
+        self.period
     }
 
     /// Reads the log at `now`: `O(1)` while its oldest entry is in the window, and

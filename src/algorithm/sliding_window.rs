@@ -132,10 +132,14 @@ impl SlidingWindow {
         self.sub_windows
     }
 
-    /// The limit and the period in nanoseconds, for the Redis script.
-    #[cfg(feature = "redis")]
-    pub(crate) fn parts(&self) -> [u64; 2] {
-        [self.limit, self.period]
+    /// The limit: how many requests a window holds.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The period (the window's length) in nanoseconds.
+    pub fn period_nanos(&self) -> u64 {
+        self.period
     }
 
     /// The decision, and whether the request is admitted with a cost.

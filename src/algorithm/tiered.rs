@@ -71,42 +71,6 @@ impl<S: Clone + Default> TieredState<S> {
     }
 }
 
-/// The index of the tier whose decision is reported for the request.
-pub(crate) fn most_restrictive(decisions: &[Decision]) -> usize {
-    let denied = decisions.iter().any(|d| !d.allowed);
-    let mut best = 0;
-    for (i, d) in decisions.iter().enumerate() {
-        let b = &decisions[best];
-        let better = if denied {
-            // The tier that makes the client wait longest; `None` (never) is the longest.
-            !d.allowed
-                && (b.allowed
-                    || match (d.retry_after, b.retry_after) {
-                        (None, Some(_)) => true,
-                        (Some(x), Some(y)) => x > y,
-                        _ => false,
-                    })
-        } else {
-            d.remaining < b.remaining
-                || (d.remaining == b.remaining && d.reset_after > b.reset_after)
-        };
-        if better {
-            best = i;
-        }
-    }
-    best
-}
-
-/// The reported decision: the most restrictive tier's, waiting as long as any tier asks.
-pub(crate) fn report(decisions: Arc<[Decision]>) -> Decision {
-    let delay = decisions.iter().map(|d| d.delay).max().unwrap_or_default();
-    let mut decision = decisions[most_restrictive(&decisions)].clone();
-    if decision.allowed {
-        decision = decision.delayed(delay);
-    }
-    decision.with_tiers(decisions)
-}
-
 impl<A: Algorithm> Tiered<A> {
     fn all_allow(&self, state: &TieredState<A::State>, now: u64, cost: u64) -> bool {
         let fresh = A::State::default();
@@ -129,7 +93,7 @@ impl<A: Algorithm> Tiered<A> {
                 d
             }
         });
-        report(decisions.collect())
+        Decision::from_tiers(decisions.collect())
     }
 }
 
@@ -156,7 +120,7 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
                 .iter()
                 .enumerate()
                 .map(|(i, tier)| tier.check(state.get(i, &fresh), now, 0).decision);
-            return report(decisions.collect());
+            return Decision::from_tiers(decisions.collect());
         }
         let states = state.sized(self.tiers.len());
         let decisions = self
@@ -164,7 +128,7 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
             .iter()
             .zip(states.iter_mut())
             .map(|(tier, s)| tier.check_mut(s, now, cost));
-        report(decisions.collect())
+        Decision::from_tiers(decisions.collect())
     }
 
     fn with_quota(&self, quota: &Quota) -> Self {

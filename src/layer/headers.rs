@@ -8,7 +8,6 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::response::ceil_secs;
 use super::text::{int_value, Text};
-use crate::algorithm::tiered::most_restrictive;
 use crate::{Decision, Quota};
 
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -246,7 +245,7 @@ impl HeaderWriter {
     /// client wait longest when denied, else the one with the fewest remaining).
     pub(crate) fn write(&self, decisions: &[Decision], elapsed: Duration, out: &mut HeaderMap) {
         let pairs = || self.policies.iter().zip(decisions);
-        let reported = most_restrictive(decisions);
+        let reported = Decision::most_restrictive(decisions);
         let (Some(policy), Some(decision)) = (self.policies.get(reported), decisions.get(reported))
         else {
             return;

@@ -14,7 +14,6 @@ use super::deny_cache::DenyCache;
 use super::keys::{redact, KeyNames};
 use super::version::{self, VersionCheck};
 use super::{Connection, OnFailure, RedisStore};
-use crate::algorithm::tiered::report;
 use crate::store::{MemoryState, MemoryTable, Store};
 use crate::{Decision, Error, Key};
 
@@ -285,7 +284,7 @@ where
             })
             .collect::<Result<Vec<Decision>, Error>>()?;
         if self.tiered {
-            Ok(report(decisions.into()))
+            Ok(Decision::from_tiers(decisions.into()))
         } else {
             decisions.into_iter().next().ok_or_else(bad)
         }
@@ -320,7 +319,7 @@ where
                 let fresh = |&limit: &u64| Decision::allow(limit, limit, Duration::ZERO);
                 let tiers: Vec<Decision> = self.limits.iter().map(fresh).collect();
                 if self.tiered {
-                    Ok(report(tiers.into()))
+                    Ok(Decision::from_tiers(tiers.into()))
                 } else {
                     tiers.into_iter().next().ok_or(error)
                 }
