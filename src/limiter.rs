@@ -10,7 +10,7 @@ use crate::algorithm::{
     SubWindows, TokenBucket,
 };
 use crate::clock::{Clock, SystemClock};
-use crate::store::{MemoryState, MemoryStore, Store};
+use crate::store::{MemoryAlgorithm, MemoryStore, Store};
 use crate::{Decision, Key, Quota};
 
 /// Decides whether a key may make a request: an algorithm with its quota, over a store, on a
@@ -72,7 +72,7 @@ impl RateLimiter<Gcra> {
     /// ```
     pub fn gcra<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<Gcra>>
     where
-        <Q::Algorithm<Gcra> as Algorithm>::State: MemoryState,
+        Q::Algorithm<Gcra>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, Gcra::new)
     }
@@ -98,7 +98,7 @@ impl RateLimiter<Gcra> {
     /// ```
     pub fn leaky_bucket<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<LeakyBucket>>
     where
-        <Q::Algorithm<LeakyBucket> as Algorithm>::State: MemoryState,
+        Q::Algorithm<LeakyBucket>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, LeakyBucket::new)
     }
@@ -109,7 +109,7 @@ impl RateLimiter<Gcra> {
     /// [`TokenBucket`].
     pub fn token_bucket<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<TokenBucket>>
     where
-        <Q::Algorithm<TokenBucket> as Algorithm>::State: MemoryState,
+        Q::Algorithm<TokenBucket>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, TokenBucket::new)
     }
@@ -119,7 +119,7 @@ impl RateLimiter<Gcra> {
     /// pass `2 × limit` across a window's edge. See [`FixedWindow`].
     pub fn fixed_window<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<FixedWindow>>
     where
-        <Q::Algorithm<FixedWindow> as Algorithm>::State: MemoryState,
+        Q::Algorithm<FixedWindow>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, FixedWindow::new)
     }
@@ -130,7 +130,7 @@ impl RateLimiter<Gcra> {
     /// closer. See [`SlidingWindow`].
     pub fn sliding_window<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<SlidingWindow>>
     where
-        <Q::Algorithm<SlidingWindow> as Algorithm>::State: MemoryState,
+        Q::Algorithm<SlidingWindow>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, SlidingWindow::new)
     }
@@ -139,7 +139,7 @@ impl RateLimiter<Gcra> {
     /// the admitted requests (memory per key grows with `limit`). See [`SlidingLog`].
     pub fn sliding_log<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<SlidingLog>>
     where
-        <Q::Algorithm<SlidingLog> as Algorithm>::State: MemoryState,
+        Q::Algorithm<SlidingLog>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, SlidingLog::new)
     }
@@ -149,18 +149,16 @@ impl RateLimiter<Gcra> {
     /// for clients that use it all, until they slow down. See [`Hybrid`].
     pub fn hybrid<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<Hybrid>>
     where
-        <Q::Algorithm<Hybrid> as Algorithm>::State: MemoryState,
+        Q::Algorithm<Hybrid>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, Hybrid::new)
     }
 }
 
-impl<A: Algorithm> RateLimiter<A>
-where
-    A::State: MemoryState,
-{
+impl<A: MemoryAlgorithm> RateLimiter<A> {
     /// A limiter for `quota` decided by `algorithm`, in a new [`MemoryStore`], on the
-    /// [`SystemClock`], for an algorithm of your own.
+    /// [`SystemClock`], for an algorithm of your own: see [`MemoryAlgorithm`] for the one line
+    /// it needs to be kept in memory.
     pub fn from_parts(quota: Quota, algorithm: A) -> Self {
         Self::bind(
             Arc::new([quota]),
@@ -374,8 +372,7 @@ impl<A: SubWindows, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
 
 impl<A, C> RateLimiter<A, MemoryStore, C>
 where
-    A: Algorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
     C: Clock,
 {
     /// Decides one request for `key` at once, without a future: the memory store never waits

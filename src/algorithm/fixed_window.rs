@@ -187,6 +187,7 @@ impl Algorithm for FixedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::MemoryAlgorithm;
 
     const S: u64 = 1_000_000_000;
 

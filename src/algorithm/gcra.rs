@@ -106,6 +106,33 @@ impl Gcra {
         self.capacity
     }
 
+    /// The next TAT alone: `check(tat, now, cost).state`, without the decision. A store that
+    /// updates the TAT by compare-and-swap runs this in its loop and decides afterwards
+    /// ([`decision_after`](Self::decision_after)).
+    #[inline]
+    pub(crate) fn next_tat(&self, tat: u64, now: u64, cost: u64) -> Option<u64> {
+        let increment = cost.checked_mul(self.interval)?;
+        let new_tat = tat.max(now).checked_add(increment)?;
+        (cost > 0 && new_tat - now <= self.bound).then_some(new_tat)
+    }
+
+    /// The decision for a request that found `tat`, where `next` is what
+    /// [`next_tat`](Self::next_tat) returned for it: `check(tat, now, cost).decision`.
+    #[inline]
+    pub(crate) fn decision_after(
+        &self,
+        tat: u64,
+        next: Option<u64>,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        match next {
+            // A new TAT means the request was allowed, so `now <= new_tat <= now + bound`.
+            Some(new_tat) => self.allowed(new_tat, now, cost),
+            None => self.check(&tat, now, cost).decision,
+        }
+    }
+
     fn standing(&self, tat: u64, now: u64) -> (u64, u64) {
         let reset_after = tat.saturating_sub(now);
         let remaining = self
@@ -162,24 +189,8 @@ impl Algorithm for Gcra {
         )
     }
 
-    #[inline]
-    fn transition(&self, &tat: &u64, now: u64, cost: u64) -> Option<u64> {
-        let increment = cost.checked_mul(self.interval)?;
-        let new_tat = tat.max(now).checked_add(increment)?;
-        (cost > 0 && new_tat - now <= self.bound).then_some(new_tat)
-    }
-
     fn with_quota(&self, quota: &Quota) -> Self {
         Self::new(quota).max_delay(Duration::from_nanos(self.max_delay))
-    }
-
-    #[inline]
-    fn decide(&self, tat: &u64, next: Option<&u64>, now: u64, cost: u64) -> Decision {
-        match next {
-            // A new TAT means the request was allowed, so `now <= new_tat <= now + bound`.
-            Some(&new_tat) => self.allowed(new_tat, now, cost),
-            None => self.check(tat, now, cost).decision,
-        }
     }
 
     /// Takes the admission's place in the schedule back, when nothing was admitted after it:
@@ -222,6 +233,7 @@ pub(crate) fn refund_slot(tat: u64, end: u64, len: u64, now: u64) -> Option<u64>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::MemoryAlgorithm;
 
     #[test]
     fn refunds_give_back_only_the_last_slot_while_it_lasts() {

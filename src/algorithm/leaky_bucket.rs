@@ -60,16 +60,6 @@ impl Algorithm for LeakyBucket {
         self.gcra.check(state, now, cost)
     }
 
-    #[inline]
-    fn transition(&self, state: &u64, now: u64, cost: u64) -> Option<u64> {
-        self.gcra.transition(state, now, cost)
-    }
-
-    #[inline]
-    fn decide(&self, state: &u64, next: Option<&u64>, now: u64, cost: u64) -> Decision {
-        self.gcra.decide(state, next, now, cost)
-    }
-
     fn with_quota(&self, quota: &Quota) -> Self {
         Self::new(quota)
     }

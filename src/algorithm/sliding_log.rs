@@ -85,6 +85,26 @@ impl SlidingLog {
         self.period
     }
 
+    /// [`check`](Algorithm::check) in place: an admitted request drops the entries that have
+    /// left the window and logs itself, without allocating once the log has reached its
+    /// working size.
+    #[inline]
+    pub(crate) fn check_in_place(
+        &self,
+        state: &mut SlidingLogState,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        let (decision, admit_at) = self.evaluate(state, now, cost);
+        match admit_at {
+            Some(at) => {
+                self.admit(state, at, cost);
+                decision.with_receipt(at)
+            }
+            None => decision,
+        }
+    }
+
     /// Reads the log at `now`: `O(1)` while its oldest entry is in the window, and
     /// `O(log k)` when `k` entries have left it since the last admission.
     #[inline]
@@ -166,20 +186,6 @@ impl Algorithm for SlidingLog {
             None => decision,
         };
         Outcome::new(decision, next)
-    }
-
-    /// Updates the log in place: an admitted request drops the entries that have left the
-    /// window and logs itself, without allocating once the log has reached its working size.
-    #[inline]
-    fn check_mut(&self, state: &mut SlidingLogState, now: u64, cost: u64) -> Decision {
-        let (decision, admit_at) = self.evaluate(state, now, cost);
-        match admit_at {
-            Some(at) => {
-                self.admit(state, at, cost);
-                decision.with_receipt(at)
-            }
-            None => decision,
-        }
     }
 
     fn with_quota(&self, quota: &Quota) -> Self {

@@ -142,6 +142,24 @@ impl SlidingWindow {
         self.period
     }
 
+    /// [`check`](Algorithm::check) in place: updates the counters without allocating once the
+    /// key has them.
+    #[inline]
+    pub(crate) fn check_in_place(
+        &self,
+        state: &mut SlidingWindowState,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        let (decision, admit) = self.evaluate(state, now, cost);
+        if !admit {
+            return decision;
+        }
+        self.admit(state, now, cost);
+        // The receipt is a time in the sub-window the request was counted in.
+        decision.with_receipt(state.last)
+    }
+
     /// The decision, and whether the request is admitted with a cost.
     #[inline]
     fn evaluate(&self, state: &SlidingWindowState, now: u64, cost: u64) -> (Decision, bool) {
@@ -238,18 +256,6 @@ impl Algorithm for SlidingWindow {
             None => decision,
         };
         Outcome::new(decision, next)
-    }
-
-    /// Updates the counters in place, without allocating once the key has them.
-    #[inline]
-    fn check_mut(&self, state: &mut SlidingWindowState, now: u64, cost: u64) -> Decision {
-        let (decision, admit) = self.evaluate(state, now, cost);
-        if !admit {
-            return decision;
-        }
-        self.admit(state, now, cost);
-        // The receipt is a time in the sub-window the request was counted in.
-        decision.with_receipt(state.last)
     }
 
     fn with_quota(&self, quota: &Quota) -> Self {

@@ -95,21 +95,17 @@ impl<A: Algorithm> Tiered<A> {
         });
         Decision::from_tiers(decisions.collect())
     }
-}
 
-impl<A: Algorithm> Algorithm for Tiered<A> {
-    type State = TieredState<A::State>;
-
-    fn check(&self, state: &Self::State, now: u64, cost: u64) -> Outcome<Self::State> {
-        if !self.all_allow(state, now, cost) {
-            return Outcome::new(self.denied(state, now, cost), None);
-        }
-        let mut next = state.clone();
-        let decision = self.check_mut(&mut next, now, cost);
-        Outcome::new(decision, (cost > 0).then_some(next))
-    }
-
-    fn check_mut(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
+    /// Decides a request and updates every tier of `state` in place when all allow it, each
+    /// tier by `check` (the tier's own check in place, which must agree with
+    /// [`Algorithm::check`]). A denial consumes from no tier.
+    pub(crate) fn check_tiers(
+        &self,
+        state: &mut TieredState<A::State>,
+        now: u64,
+        cost: u64,
+        mut check: impl FnMut(&A, &mut A::State) -> Decision,
+    ) -> Decision {
         if !self.all_allow(state, now, cost) {
             return self.denied(state, now, cost);
         }
@@ -127,8 +123,27 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
             .tiers
             .iter()
             .zip(states.iter_mut())
-            .map(|(tier, s)| tier.check_mut(s, now, cost));
+            .map(|(tier, s)| check(tier, s));
         Decision::from_tiers(decisions.collect())
+    }
+}
+
+impl<A: Algorithm> Algorithm for Tiered<A> {
+    type State = TieredState<A::State>;
+
+    fn check(&self, state: &Self::State, now: u64, cost: u64) -> Outcome<Self::State> {
+        if !self.all_allow(state, now, cost) {
+            return Outcome::new(self.denied(state, now, cost), None);
+        }
+        let mut next = state.clone();
+        let decision = self.check_tiers(&mut next, now, cost, |tier, s| {
+            let outcome = tier.check(s, now, cost);
+            if let Some(n) = outcome.state {
+                *s = n;
+            }
+            outcome.decision
+        });
+        Outcome::new(decision, (cost > 0).then_some(next))
     }
 
     fn with_quota(&self, quota: &Quota) -> Self {
@@ -224,6 +239,7 @@ mod tests {
 
     use super::*;
     use crate::algorithm::Gcra;
+    use crate::store::MemoryAlgorithm;
 
     #[test]
     fn a_denied_request_consumes_from_no_tier() {

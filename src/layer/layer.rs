@@ -16,7 +16,7 @@ use crate::algorithm::{
 };
 use crate::clock::{Clock, SystemClock};
 use crate::key::{Allow, IpList, KeyExtractor, PeerIp, RequestHead, Skip};
-use crate::store::{MemoryState, MemoryStore, Store};
+use crate::store::{MemoryAlgorithm, MemoryStore, Store};
 #[cfg(doc)]
 use crate::Quota;
 use crate::{Decision, Key, RateLimiter};
@@ -45,7 +45,7 @@ impl RateLimitLayer<Gcra> {
     /// every `period / limit`. See [`Gcra`].
     pub fn gcra<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<Gcra>>
     where
-        <Q::Algorithm<Gcra> as Algorithm>::State: MemoryState,
+        Q::Algorithm<Gcra>: MemoryAlgorithm,
     {
         RateLimitLayer::from_limiter(RateLimiter::gcra(quotas))
     }
@@ -59,7 +59,7 @@ impl RateLimitLayer<Gcra> {
     /// [`LeakyBucket`].
     pub fn leaky_bucket<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<LeakyBucket>>
     where
-        <Q::Algorithm<LeakyBucket> as Algorithm>::State: MemoryState,
+        Q::Algorithm<LeakyBucket>: MemoryAlgorithm,
     {
         RateLimitLayer::from_limiter(RateLimiter::leaky_bucket(quotas))
     }
@@ -68,7 +68,7 @@ impl RateLimitLayer<Gcra> {
     /// as [`gcra`](Self::gcra). See [`RateLimiter::token_bucket`].
     pub fn token_bucket<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<TokenBucket>>
     where
-        <Q::Algorithm<TokenBucket> as Algorithm>::State: MemoryState,
+        Q::Algorithm<TokenBucket>: MemoryAlgorithm,
     {
         RateLimitLayer::from_limiter(RateLimiter::token_bucket(quotas))
     }
@@ -77,7 +77,7 @@ impl RateLimitLayer<Gcra> {
     /// request, in memory. See [`RateLimiter::fixed_window`].
     pub fn fixed_window<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<FixedWindow>>
     where
-        <Q::Algorithm<FixedWindow> as Algorithm>::State: MemoryState,
+        Q::Algorithm<FixedWindow>: MemoryAlgorithm,
     {
         RateLimitLayer::from_limiter(RateLimiter::fixed_window(quotas))
     }
@@ -86,7 +86,7 @@ impl RateLimitLayer<Gcra> {
     /// [`RateLimiter::sliding_window`].
     pub fn sliding_window<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<SlidingWindow>>
     where
-        <Q::Algorithm<SlidingWindow> as Algorithm>::State: MemoryState,
+        Q::Algorithm<SlidingWindow>: MemoryAlgorithm,
     {
         RateLimitLayer::from_limiter(RateLimiter::sliding_window(quotas))
     }
@@ -95,7 +95,7 @@ impl RateLimitLayer<Gcra> {
     /// [`RateLimiter::sliding_log`].
     pub fn sliding_log<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<SlidingLog>>
     where
-        <Q::Algorithm<SlidingLog> as Algorithm>::State: MemoryState,
+        Q::Algorithm<SlidingLog>: MemoryAlgorithm,
     {
         RateLimitLayer::from_limiter(RateLimiter::sliding_log(quotas))
     }
@@ -104,7 +104,7 @@ impl RateLimitLayer<Gcra> {
     /// [`RateLimiter::hybrid`].
     pub fn hybrid<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<Hybrid>>
     where
-        <Q::Algorithm<Hybrid> as Algorithm>::State: MemoryState,
+        Q::Algorithm<Hybrid>: MemoryAlgorithm,
     {
         RateLimitLayer::from_limiter(RateLimiter::hybrid(quotas))
     }

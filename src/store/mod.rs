@@ -8,6 +8,18 @@
 //! [`MemoryStore`] keeps state in process memory. Policies with different names never share
 //! state, even in one store.
 //!
+//! Each store keeps its own side of every algorithm, so that the algorithms know nothing of
+//! stores (the steps to add an algorithm are in the [`algorithm`](crate::algorithm) module
+//! docs):
+//!
+//! - the memory store: one line per algorithm in `store/memory/algorithms.rs`, an
+//!   `impl MemoryAlgorithm` that names the cell holding a key's state;
+//! - the Redis store: one module per algorithm in `store/redis/algorithms/` (an
+//!   `impl RedisAlgorithm` with the parameters each tier hands the script, and the bound
+//!   within which it decides exactly, plus a line in that folder's `mod.rs` sealing it) and its
+//!   Lua in `store/redis/lua/`; `tests/redis_vectors_*.rs` compare the script with the Rust
+//!   reference decision by decision.
+//!
 //! ```
 //! use tollgate::store::MemoryStore;
 //! use tollgate::{Quota, RateLimiter};
@@ -29,9 +41,10 @@
 mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
-mod shards;
 
-pub use self::memory::{LockedState, MemoryState, MemoryStore, MemoryTable};
+pub use self::memory::{
+    AtomicCell, LockedCell, MemoryAlgorithm, MemoryStore, MemoryTable, StateCell,
+};
 #[cfg(feature = "redis")]
 pub use self::redis::{OnFailure, RedisStore};
 

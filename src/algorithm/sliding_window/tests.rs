@@ -1,4 +1,5 @@
 use super::*;
+use crate::store::MemoryAlgorithm;
 use crate::Decision;
 
 const S: u64 = 1_000_000_000;

@@ -78,7 +78,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
-use super::{MemoryState, MemoryStore, Store};
+use super::{MemoryStore, Store};
 use crate::{Decision, Error, Key};
 
 /// What a check does when Redis fails or does not answer within the timeout.
@@ -293,10 +293,7 @@ impl fmt::Debug for RedisStore {
     }
 }
 
-impl<A: RedisAlgorithm> Store<A> for RedisStore
-where
-    A::State: MemoryState,
-{
+impl<A: RedisAlgorithm> Store<A> for RedisStore {
     type Table = RedisTable<A>;
     type Future = RedisFuture;
 

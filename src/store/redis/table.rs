@@ -14,7 +14,7 @@ use super::deny_cache::DenyCache;
 use super::keys::{redact, KeyNames};
 use super::version::{self, VersionCheck};
 use super::{Connection, OnFailure, RedisStore};
-use crate::store::{MemoryState, MemoryTable, Store};
+use crate::store::{MemoryTable, Store};
 use crate::{Decision, Error, Key};
 
 /// How often a failing store logs its warning, at most: once per this many ns.
@@ -49,17 +49,11 @@ impl redis::FromRedisValue for Figure {
 }
 
 /// A [`RedisStore`]'s view of one policy.
-pub struct RedisTable<A: RedisAlgorithm>
-where
-    A::State: MemoryState,
-{
+pub struct RedisTable<A: RedisAlgorithm> {
     inner: Arc<Inner<A>>,
 }
 
-impl<A: RedisAlgorithm> Clone for RedisTable<A>
-where
-    A::State: MemoryState,
-{
+impl<A: RedisAlgorithm> Clone for RedisTable<A> {
     fn clone(&self) -> Self {
         Self {
             inner: Arc::clone(&self.inner),
@@ -67,10 +61,7 @@ where
     }
 }
 
-impl<A: RedisAlgorithm> std::fmt::Debug for RedisTable<A>
-where
-    A::State: MemoryState,
-{
+impl<A: RedisAlgorithm> std::fmt::Debug for RedisTable<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisTable")
             .field("policy", &self.inner.policy)
@@ -79,19 +70,13 @@ where
     }
 }
 
-enum Fallback<A: RedisAlgorithm>
-where
-    A::State: MemoryState,
-{
+enum Fallback<A: RedisAlgorithm> {
     Open,
     Closed,
     Local(MemoryTable<A>),
 }
 
-struct Inner<A: RedisAlgorithm>
-where
-    A::State: MemoryState,
-{
+struct Inner<A: RedisAlgorithm> {
     connection: Connection,
     script: Script,
     policy: Box<str>,
@@ -110,10 +95,7 @@ where
     warned: AtomicU64,
 }
 
-impl<A: RedisAlgorithm> RedisTable<A>
-where
-    A::State: MemoryState,
-{
+impl<A: RedisAlgorithm> RedisTable<A> {
     /// # Panics
     ///
     /// When a figure of the policy is too large for the algorithm's script ([`bounds`]).
@@ -247,10 +229,7 @@ where
     }
 }
 
-impl<A: RedisAlgorithm> Inner<A>
-where
-    A::State: MemoryState,
-{
+impl<A: RedisAlgorithm> Inner<A> {
     /// The decision from the script's reply: six integers per tier (the sixth is the
     /// admission's receipt, which may pass `i64::MAX` and comes as text).
     fn decision(&self, reply: &[Figure]) -> Result<Decision, Error> {

@@ -1,4 +1,18 @@
 //! A sharded hash map from [`Key`] to a state cell, read under a shard's read lock.
+//!
+//! The crate keeps its own map rather than a general concurrent map (`DashMap`, `moka`)
+//! because two measurements say so (BENCHMARKS.md):
+//!
+//! - **Bytes per key.** IP and integer keys live in tables of plain words beside the cell, so a
+//!   GCRA key costs some 52 bytes where governor's `DashMap<IpAddr, _>` costs 69 ("Bytes per
+//!   key"), and finding one compares integers.
+//! - **Eviction.** A bounded shard sweeps its fresh keys when it has doubled, and when full
+//!   forgets the eighth of its keys that forgetting costs least (not being limited first, then
+//!   closest to fresh), judged by the algorithm through [`Forget`]. A general map knows neither
+//!   what "fresh" means nor which key is cheap to lose, and a cache's eviction (recency or
+//!   frequency) would let a flood of new keys push out the clients being limited; the longest
+//!   single check while a shard forgets is measured in "Longest single `check` while the store
+//!   forgets keys".
 
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
