@@ -129,6 +129,7 @@ impl Decision {
     /// The same decision with no receipt, in every tier: an admission nothing can be given
     /// back to (one a store's fallback made, whose receipt the store cannot read).
     #[must_use]
+    #[cfg(feature = "redis")]
     pub(crate) fn without_receipts(mut self) -> Self {
         self.receipt = 0;
         if let Some(tiers) = &self.tiers {

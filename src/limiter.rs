@@ -189,27 +189,44 @@ where
     ///
     /// The policy is the quota's name, or for tiers the names joined by `+`. State is shared
     /// under that name only when every quota was named ([`Quota::named`]).
+    ///
+    /// # Panics
+    ///
+    /// When `store` cannot keep these quotas ([`Store::table`]), with the store's message
+    /// (the figure and how to fix it).
     #[track_caller]
     pub(crate) fn bind(quotas: Arc<[Quota]>, algorithm: A, store: St, clock: C) -> Self {
         let shared = quotas.iter().all(|q| q.explicit_name().is_some());
-        Self::bind_as(quotas, algorithm, store, clock, shared)
+        match Self::try_bind(quotas, algorithm, store, clock, shared) {
+            Ok(limiter) => limiter,
+            Err(error) => panic!("{error}"),
+        }
     }
 
-    /// [`bind`](Self::bind), with the state shared under the policy name whether or not the
-    /// quotas were named: for a layer's per-key quotas, whose limiters are dropped and made
-    /// again, and must find the state they left. Made while serving a request, so a store that
-    /// cannot keep these quotas is an error ([`Store::refusal`]), never a panic.
-    pub(crate) fn try_bind_shared(
+    /// A limiter for `quotas` decided by `algorithm`, with its state in `store`, or the
+    /// store's error when it cannot keep these quotas ([`Store::table`]): for limiters made
+    /// while serving requests or from configuration, which must never panic.
+    ///
+    /// With `shared`, the state is shared under the policy name whether or not the quotas
+    /// were named (a layer's per-key quotas, whose limiters are dropped and made again, and
+    /// must find the state they left); without it, as [`bind`](Self::bind) decides.
+    pub(crate) fn try_bind(
         quotas: Arc<[Quota]>,
         algorithm: A,
         store: St,
         clock: C,
-    ) -> Result<Self, String> {
+        shared: bool,
+    ) -> Result<Self, crate::Error> {
         let policy = Self::policy_of(&quotas);
-        match store.refusal(&policy, &algorithm) {
-            Some(refused) => Err(refused),
-            None => Ok(Self::bind_as(quotas, algorithm, store, clock, true)),
-        }
+        let table = store.table(&policy, shared, &algorithm)?;
+        Ok(Self {
+            quotas,
+            policy,
+            algorithm,
+            store,
+            table,
+            clock,
+        })
     }
 
     /// The policy name of `quotas`: the quota's name, or the tiers' names joined by `+`.
@@ -225,20 +242,6 @@ where
         }
     }
 
-    #[track_caller]
-    fn bind_as(quotas: Arc<[Quota]>, algorithm: A, store: St, clock: C, shared: bool) -> Self {
-        let policy = Self::policy_of(&quotas);
-        let table = store.table(&policy, shared, &algorithm);
-        Self {
-            quotas,
-            policy,
-            algorithm,
-            store,
-            table,
-            clock,
-        }
-    }
-
     /// Keeps state in `store` (a shared [`MemoryStore`], or a store shared between servers).
     ///
     /// # Panics
@@ -249,6 +252,30 @@ where
     #[track_caller]
     pub fn with_store<St2: Store<A>>(self, store: St2) -> RateLimiter<A, St2, C> {
         RateLimiter::bind(self.quotas, self.algorithm, store, self.clock)
+    }
+
+    /// [`with_store`](Self::with_store), returning the store's refusal instead of panicking:
+    /// for code that picks its store at run time (from configuration).
+    ///
+    /// # Errors
+    ///
+    /// When `store` cannot keep this limiter's quotas: an error of kind
+    /// [`Misconfigured`](crate::ErrorKind::Misconfigured) that names the figure and the fix.
+    ///
+    /// ```
+    /// use tollgate::store::MemoryStore;
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::gcra(Quota::per_second(5)).try_with_store(MemoryStore::new())?;
+    /// assert!(limiter.check_now("k").allowed);
+    /// # Ok::<(), tollgate::Error>(())
+    /// ```
+    pub fn try_with_store<St2: Store<A>>(
+        self,
+        store: St2,
+    ) -> Result<RateLimiter<A, St2, C>, crate::Error> {
+        let shared = self.quotas.iter().all(|q| q.explicit_name().is_some());
+        RateLimiter::try_bind(self.quotas, self.algorithm, store, self.clock, shared)
     }
 
     /// Reads time from `clock`, such as a [`ManualClock`](crate::clock::ManualClock) in tests.
@@ -348,7 +375,13 @@ impl<A: Shaping, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
     /// assert_eq!(limiter.check_now("k").delay, Duration::ZERO);
     /// assert_eq!(limiter.check_now("k").delay, Duration::from_millis(100));
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the store cannot keep the shaped quotas ([`Store::table`]): the Redis store
+    /// refuses a wait its scripts cannot decide exactly, naming the figure and the fix.
     #[must_use]
+    #[track_caller]
     pub fn max_delay(self, max_delay: Duration) -> Self {
         let algorithm = self.algorithm.with_max_delay(max_delay);
         RateLimiter::bind(self.quotas, algorithm, self.store, self.clock)
@@ -361,7 +394,8 @@ impl<A: SubWindows, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
     ///
     /// # Panics
     ///
-    /// When `k` is 0 or above 64.
+    /// When `k` is 0 or above 64, or when the store cannot keep the window with `k`
+    /// sub-windows ([`Store::table`]), with the store's message.
     #[must_use]
     #[track_caller]
     pub fn sub_windows(self, k: usize) -> Self {

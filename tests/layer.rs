@@ -554,11 +554,16 @@ impl Store<Gcra> for SlowStore {
     type Table = SlowTable;
     type Future = SlowCheck;
 
-    fn table(&self, policy: &str, shared: bool, algorithm: &Gcra) -> SlowTable {
-        SlowTable {
-            memory: self.memory.table(policy, shared, algorithm),
+    fn table(
+        &self,
+        policy: &str,
+        shared: bool,
+        algorithm: &Gcra,
+    ) -> Result<SlowTable, tollgate::Error> {
+        Ok(SlowTable {
+            memory: self.memory.table(policy, shared, algorithm)?,
             fail: self.fail,
-        }
+        })
     }
 
     fn refund(table: &SlowTable, key: Key, admission: &Decision, now: u64, cost: u64) -> SlowCheck {

@@ -246,11 +246,12 @@ impl<A: Algorithm, St: Store<A>, C: Clock + Clone> PerKey<A, St, C> {
         };
         // Shared under the plan's name, or its text when unnamed: a limiter made again for
         // this plan after its eviction finds the state this one leaves.
-        let limiter = match RateLimiter::try_bind_shared(
+        let limiter = match RateLimiter::try_bind(
             Arc::from(quotas),
             algorithm,
             base.store().clone(),
             base.clock().clone(),
+            true,
         ) {
             Ok(limiter) => limiter,
             Err(refused) => {
@@ -261,7 +262,7 @@ impl<A: Algorithm, St: Store<A>, C: Clock + Clone> PerKey<A, St, C> {
                     &self.warned_refused,
                     &format!("quota_for picked a plan its store refuses; such requests are refused: {refused}"),
                 );
-                return Err(crate::Error::store(refused));
+                return Err(refused);
             }
         };
         let mut policies = self

@@ -71,16 +71,14 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
     /// text form, and a local store gives this limiter state of its own, so that two layers
     /// that happen to have equal unnamed quotas never share a budget. Different names never
     /// share state.
-    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Self::Table;
-
-    /// Why this store cannot keep the policy `policy` decided by `algorithm` (a quota too large
-    /// for it), with a message that names the figure and how to fix it; `None` (the default)
-    /// when it can. [`table`](Self::table) panics with this message; code that makes limiters
-    /// while serving requests (per-key quotas) asks first and never panics.
-    fn refusal(&self, policy: &str, algorithm: &A) -> Option<String> {
-        let _ = (policy, algorithm);
-        None
-    }
+    ///
+    /// # Errors
+    ///
+    /// When the store cannot keep this policy (a quota too large for it): an error of kind
+    /// [`Misconfigured`](crate::ErrorKind::Misconfigured) whose message names the figure and
+    /// how to fix it. Limiters are built with this at once, so a policy a store cannot hold
+    /// fails where it is built, never per request.
+    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Result<Self::Table, Error>;
 
     /// Decides one request of `cost` for `key` at `now` (nanoseconds), applying the new state
     /// atomically.

@@ -7,12 +7,15 @@
 //!   crate's algorithms: one line to add for a new one.
 //! - `cell`: the two cells, [`AtomicCell`] (a `u64` by compare-and-swap) and [`LockedCell`]
 //!   (any state under a lock per key).
-//! - `shards`: the sharded map from keys to cells, and how it forgets keys.
+//! - `shards`: the sharded map from keys to cells, and how it forgets keys; `probe` (a key as
+//!   its tables hold it) and `hasher` (the keyed hash of a key) serve it.
 //! - `table`: [`MemoryTable`], one policy's map and how a check runs on it.
 //! - `registry`: the tables of named policies, shared by every limiter that names them.
 
 mod algorithms;
 mod cell;
+mod hasher;
+mod probe;
 mod registry;
 mod shards;
 mod table;

@@ -115,17 +115,17 @@ impl<A: MemoryAlgorithm> Store<A> for MemoryStore {
     type Future = Ready<Result<Decision, Error>>;
 
     /// Never fails: memory holds any policy.
-    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> MemoryTable<A> {
+    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Result<MemoryTable<A>, Error> {
         let make = || Map::<A>::bounded(Some(self.max_keys));
         let map = if shared {
             self.registry.map(policy, algorithm, make)
         } else {
             Arc::new(make())
         };
-        MemoryTable {
+        Ok(MemoryTable {
             map,
             algorithm: algorithm.clone(),
-        }
+        })
     }
 
     #[inline]
