@@ -37,12 +37,20 @@ use crate::{Decision, Quota};
 /// let log = SlidingLog::new(&Quota::per_minute(2));
 /// let s = 1_000_000_000; // one second in nanoseconds
 /// let mut state = SlidingLogState::default();
-/// assert!(log.check_mut(&mut state, 10 * s, 1).allowed);
-/// assert!(log.check_mut(&mut state, 50 * s, 1).allowed);
-/// let denied = log.check_mut(&mut state, 60 * s, 1);
+/// // Decides a request and keeps the state it leaves, as a store would.
+/// let mut check = |now, cost| {
+///     let outcome = log.check(&state, now, cost);
+///     if let Some(next) = outcome.state {
+///         state = next;
+///     }
+///     outcome.decision
+/// };
+/// assert!(check(10 * s, 1).allowed);
+/// assert!(check(50 * s, 1).allowed);
+/// let denied = check(60 * s, 1);
 /// assert_eq!(denied.retry_after, Some(Duration::from_secs(10))); // when the 10 s entry leaves
-/// assert!(log.check_mut(&mut state, 70 * s, 1).allowed);
-/// assert!(!log.check_mut(&mut state, 109 * s, 1).allowed); // 50 s and 70 s are still in
+/// assert!(check(70 * s, 1).allowed);
+/// assert!(!check(109 * s, 1).allowed); // 50 s and 70 s are still in
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingLog {

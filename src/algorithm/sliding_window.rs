@@ -48,10 +48,18 @@ mod frame;
 /// let window = SlidingWindow::new(&Quota::per_minute(10));
 /// let s = 1_000_000_000; // one second in nanoseconds
 /// let mut state = SlidingWindowState::default();
+/// // Decides a request and keeps the state it leaves, as a store would.
+/// let check = |state: &mut SlidingWindowState, now, cost| {
+///     let outcome = window.check(state, now, cost);
+///     if let Some(next) = outcome.state {
+///         *state = next;
+///     }
+///     outcome.decision
+/// };
 /// // The key's first request opens its first window, [0 s, 60 s): 10 there.
-/// assert!(window.check_mut(&mut state, 0, 10).allowed);
+/// assert!(check(&mut state, 0, 10).allowed);
 /// // 15 s into the next window, 3/4 of the previous one is still inside: 10 × 3/4 = 7.5.
-/// let d = window.check_mut(&mut state, 75 * s, 2);
+/// let d = check(&mut state, 75 * s, 2);
 /// assert!(d.allowed);
 /// assert_eq!(d.remaining, 0); // 7.5 + 2 = 9.5
 /// // One more passes once 7.5 + 2 + 1 ≤ 10, that is when the previous window weighs 7.
