@@ -29,12 +29,20 @@ use crate::{Decision, Quota};
 /// let window = FixedWindow::new(&Quota::per_minute(2));
 /// let s = 1_000_000_000; // one second in nanoseconds
 /// let mut state = FixedWindowState::default();
-/// assert!(window.check_mut(&mut state, 10 * s, 1).allowed); // opens [10 s, 70 s)
-/// assert!(window.check_mut(&mut state, 30 * s, 1).allowed);
-/// let denied = window.check_mut(&mut state, 40 * s, 1);
+/// // Decides a request and keeps the state it leaves, as a store would.
+/// let mut check = |now, cost| {
+///     let outcome = window.check(&state, now, cost);
+///     if let Some(next) = outcome.state {
+///         state = next;
+///     }
+///     outcome.decision
+/// };
+/// assert!(check(10 * s, 1).allowed); // opens [10 s, 70 s)
+/// assert!(check(30 * s, 1).allowed);
+/// let denied = check(40 * s, 1);
 /// assert!(!denied.allowed);
 /// assert_eq!(denied.retry_after, Some(Duration::from_secs(30)));
-/// assert!(window.check_mut(&mut state, 70 * s, 1).allowed); // opens [70 s, 130 s)
+/// assert!(check(70 * s, 1).allowed); // opens [70 s, 130 s)
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindow {
