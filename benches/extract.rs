@@ -23,7 +23,8 @@ use std::net::SocketAddr;
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::Request;
 use tollgate::key::{
-    BearerToken, ClientIp, ForwardedHeader, Header, KeyExtractor, PeerAddr, PeerIp, Route,
+    BearerToken, ClientIp, ForwardedHeader, Header, KeyExtractor, PeerAddr, PeerIp, RequestHead,
+    Route,
 };
 
 const TRUSTED_PEER: &str = "10.0.0.2:41000";
@@ -80,7 +81,7 @@ fn bench(c: &mut Criterion) {
 
     let plain = request(TRUSTED_PEER, "x-request-id", "1");
     c.bench_function("peer_ip", |b| {
-        b.iter(|| PeerIp.extract(black_box(&plain)).unwrap())
+        b.iter(|| PeerIp.extract(RequestHead::new(black_box(&plain))).unwrap())
     });
 
     let mut group = c.benchmark_group("client_ip");
@@ -90,7 +91,11 @@ fn bench(c: &mut Criterion) {
         Some("203.0.113.16".parse().unwrap())
     );
     group.bench_function("xff_20", |b| {
-        b.iter(|| client_ip.extract(black_box(&req)).unwrap())
+        b.iter(|| {
+            client_ip
+                .extract(RequestHead::new(black_box(&req)))
+                .unwrap()
+        })
     });
 
     let req = request(TRUSTED_PEER, "forwarded", &forwarded());
@@ -99,22 +104,38 @@ fn bench(c: &mut Criterion) {
         Some("203.0.113.16".parse().unwrap())
     );
     group.bench_function("forwarded_20", |b| {
-        b.iter(|| forwarded_ip.extract(black_box(&req)).unwrap())
+        b.iter(|| {
+            forwarded_ip
+                .extract(RequestHead::new(black_box(&req)))
+                .unwrap()
+        })
     });
 
     let req = request(UNTRUSTED_PEER, "x-forwarded-for", &xff());
     group.bench_function("xff_untrusted_peer", |b| {
-        b.iter(|| client_ip.extract(black_box(&req)).unwrap())
+        b.iter(|| {
+            client_ip
+                .extract(RequestHead::new(black_box(&req)))
+                .unwrap()
+        })
     });
 
     let junk = "x".repeat(64 * 1024);
     let req = request(TRUSTED_PEER, "x-forwarded-for", &junk);
     group.bench_function("xff_64kib_junk", |b| {
-        b.iter(|| client_ip.extract(black_box(&req)).unwrap())
+        b.iter(|| {
+            client_ip
+                .extract(RequestHead::new(black_box(&req)))
+                .unwrap()
+        })
     });
     let req = request(TRUSTED_PEER, "forwarded", &junk);
     group.bench_function("forwarded_64kib_junk", |b| {
-        b.iter(|| forwarded_ip.extract(black_box(&req)).unwrap())
+        b.iter(|| {
+            forwarded_ip
+                .extract(RequestHead::new(black_box(&req)))
+                .unwrap()
+        })
     });
     group.finish();
 
@@ -126,7 +147,7 @@ fn bench(c: &mut Criterion) {
         "k_0123456789abcdef0123456789abcd",
     );
     group.bench_function("header", |b| {
-        b.iter(|| api_key.extract(black_box(&req)).unwrap())
+        b.iter(|| api_key.extract(RequestHead::new(black_box(&req))).unwrap())
     });
     let req = request(
         TRUSTED_PEER,
@@ -134,16 +155,24 @@ fn bench(c: &mut Criterion) {
         "Bearer k_0123456789abcdef0123456789abcd",
     );
     group.bench_function("bearer_token", |b| {
-        b.iter(|| BearerToken.extract(black_box(&req)).unwrap())
+        b.iter(|| {
+            BearerToken
+                .extract(RequestHead::new(black_box(&req)))
+                .unwrap()
+        })
     });
     let req = request(TRUSTED_PEER, "x-api-key", &"k".repeat(200));
     group.bench_function("header_200b_hashed", |b| {
-        b.iter(|| api_key.extract(black_box(&req)).unwrap())
+        b.iter(|| api_key.extract(RequestHead::new(black_box(&req))).unwrap())
     });
     let mut req = request(TRUSTED_PEER, "x-request-id", "1");
     *req.uri_mut() = "/users/42/orders".parse().unwrap();
     group.bench_function("route_and_peer_ip", |b| {
-        b.iter(|| (Route, PeerIp).extract(black_box(&req)).unwrap())
+        b.iter(|| {
+            (Route, PeerIp)
+                .extract(RequestHead::new(black_box(&req)))
+                .unwrap()
+        })
     });
     group.finish();
 }

@@ -62,8 +62,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod algorithm;
-pub mod body;
 pub mod clock;
+/// Layers from configuration files: `LimitConfig`, `Limits` (feature `serde`).
+#[cfg(feature = "serde")]
+pub mod config;
 mod decision;
 mod error;
 pub mod key;

@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::BodyExt;
-use tollgate::body::ResponseBody;
 use tollgate::clock::ManualClock;
 use tollgate::key::PeerAddr;
 use tollgate::layer::problem_details;
+use tollgate::layer::ResponseBody;
 use tollgate::{Decision, Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
 

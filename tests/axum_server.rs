@@ -161,9 +161,9 @@ async fn a_leaky_bucket_holds_a_request_over_http_until_its_turn() {
     let clock = ManualClock::new();
     let served = Arc::new(AtomicUsize::new(0));
     // A queue of 3 drained at 10 per second: one request every 100 ms.
-    let layer =
-        RateLimitLayer::leaky_bucket(Quota::per_second(10).with_burst(3)).clock(clock.clone());
-    let limiter = layer.limiter().clone();
+    let limiter = tollgate::RateLimiter::leaky_bucket(Quota::per_second(10).with_burst(3))
+        .with_clock(clock.clone());
+    let layer = RateLimitLayer::from_limiter(limiter.clone());
     let app = Router::new()
         .route(
             "/",

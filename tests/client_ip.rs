@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tollgate::clock::ManualClock;
-use tollgate::key::{ClientIp, ForwardedHeader, IpNet, KeyExtractor, PeerAddr};
+use tollgate::key::{ClientIp, ForwardedHeader, IpNet, KeyExtractor, PeerAddr, RequestHead};
 use tollgate::{Key, Quota, RateLimitLayer};
 use tower::ServiceExt;
 use tower_layer::Layer;
@@ -38,7 +38,7 @@ fn request(peer: &str, headers: &[(&str, &str)]) -> Request<()> {
 
 #[track_caller]
 fn extract(extractor: &ClientIp, req: &Request<()>) -> Key {
-    extractor.extract(req).unwrap().unwrap()
+    extractor.extract(RequestHead::new(req)).unwrap().unwrap()
 }
 
 /// `extractor`'s key for a request from `peer` with one `header` line.
@@ -450,7 +450,7 @@ fn no_peer_address_is_an_error() {
         .header(XFF, "203.0.113.9")
         .body(())
         .unwrap();
-    let err = proxy().extract(&req).unwrap_err();
+    let err = proxy().extract(RequestHead::new(&req)).unwrap_err();
     assert_eq!(err.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(ClientIp::trusted_hops(1).client_addr(&req), None);
 }

@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::{HeaderValue, Request};
 use proptest::prelude::*;
-use tollgate::key::{ClientIp, ForwardedHeader, KeyExtractor, PeerAddr};
+use tollgate::key::{ClientIp, ForwardedHeader, KeyExtractor, PeerAddr, RequestHead};
 use tollgate::Key;
 
 const TRUSTED_PEER: &str = "10.0.0.2";
@@ -122,7 +122,7 @@ proptest! {
         for header in headers() {
             let client_ip = extractor(header.clone());
             let req = request(TRUSTED_PEER, &header, &lines);
-            let key = client_ip.extract(&req).unwrap().unwrap();
+            let key = client_ip.extract(RequestHead::new(&req)).unwrap().unwrap();
             let got = key.as_ip().unwrap();
             let allowed = addresses_in(&lines);
             prop_assert!(
@@ -133,7 +133,7 @@ proptest! {
             // From an untrusted peer the headers are never read.
             let req = request(UNTRUSTED_PEER, &header, &lines);
             prop_assert_eq!(
-                client_ip.extract(&req).unwrap(),
+                client_ip.extract(RequestHead::new(&req)).unwrap(),
                 Some(Key::from(ip(UNTRUSTED_PEER)))
             );
 
@@ -142,7 +142,7 @@ proptest! {
                 let key = ClientIp::trusted_hops(hops)
                     .header(header.clone())
                     .ipv6_prefix(128)
-                    .extract(&request(TRUSTED_PEER, &header, &lines))
+                    .extract(RequestHead::new(&request(TRUSTED_PEER, &header, &lines)))
                     .unwrap()
                     .unwrap();
                 let got = key.as_ip().unwrap();
@@ -166,10 +166,10 @@ proptest! {
         for lines in forms {
             for header in headers() {
                 let req = request(TRUSTED_PEER, &header, &lines);
-                let got = extractor(header.clone()).extract(&req).unwrap().unwrap();
+                let got = extractor(header.clone()).extract(RequestHead::new(&req)).unwrap().unwrap();
                 let got = got.as_ip().unwrap();
                 prop_assert!(got == ip(TRUSTED_PEER) || addresses_in(&lines).contains(&got));
-                let _ = ClientIp::trusted_hops(3).header(header).extract(&req).unwrap();
+                let _ = ClientIp::trusted_hops(3).header(header).extract(RequestHead::new(&req)).unwrap();
             }
         }
     }
@@ -271,7 +271,7 @@ proptest! {
             let lines: Vec<Vec<u8>> =
                 entries.chunks(per_line).map(|chunk| chunk.join(",").into_bytes()).collect();
             let req = request(peer, &header, &lines);
-            let got = extractor(header.clone()).extract(&req).unwrap().unwrap();
+            let got = extractor(header.clone()).extract(RequestHead::new(&req)).unwrap().unwrap();
             prop_assert_eq!(got, Key::from(expected), "{:?}", lines.iter().map(|l| String::from_utf8_lossy(l)).collect::<Vec<_>>());
         }
     }

@@ -148,7 +148,7 @@ async fn costs_by_route(base: &str, clock: &ManualClock) {
     );
 }
 
-fn api_layer() -> RateLimitLayer<tollgate::algorithm::Gcra, Header> {
+fn api_layer() -> RateLimitLayer {
     RateLimitLayer::gcra(Quota::per_minute(12).named("api"))
         .key(Header::new("x-client"))
         .cost(route_cost)
@@ -202,7 +202,7 @@ fn request(path: &str, outcome: &str) -> Request<String> {
 
 async fn status_and_rate<S>(svc: &S, req: Request<String>) -> (StatusCode, String)
 where
-    S: Service<Request<String>, Response = Response<tollgate::body::ResponseBody<String>>> + Clone,
+    S: Service<Request<String>, Response = Response<tollgate::layer::ResponseBody<String>>> + Clone,
     S::Error: std::fmt::Debug,
 {
     let resp = svc.clone().oneshot(req).await.unwrap();
@@ -351,7 +351,7 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
 /// The layer decides every request exactly as its limiter's `check_n` with the request's cost
 /// (a twin on its own store), and a request of cost 0 always passes and changes nothing.
 async fn agrees_with_check_n<A>(
-    layer: RateLimitLayer<A>,
+    layer: RateLimitLayer,
     twin: RateLimiter<A>,
     steps: &[Step],
 ) -> Result<(), TestCaseError>

@@ -50,7 +50,7 @@ async fn outcome<S>(svc: &S, password: &str) -> (StatusCode, String)
 where
     S: Service<
             Request<String>,
-            Response = Response<tollgate::body::ResponseBody<String>>,
+            Response = Response<tollgate::layer::ResponseBody<String>>,
             Error = Infallible,
         > + Clone,
 {

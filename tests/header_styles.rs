@@ -328,7 +328,7 @@ async fn run_sequence_of<A>(
     let clock = ManualClock::new();
     let layer =
         RateLimitLayer::from_limiter(make(quota.clone()).with_clock(clock.clone())).headers(style);
-    let name = layer.limiter().policy().to_owned();
+    let name = layer.policy().to_owned();
     let svc = layer.layer(ok());
     let twin = make(quota.clone()).with_clock(clock.clone());
     let (mut allowed, mut denied) = (0, 0);

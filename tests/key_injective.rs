@@ -12,7 +12,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use http::{Request, StatusCode};
 use proptest::prelude::*;
-use tollgate::key::{KeyError, KeyExtractor};
+use tollgate::key::{KeyError, KeyExtractor, RequestHead};
 use tollgate::Key;
 
 /// What a key is made from.
@@ -43,7 +43,7 @@ impl Input {
 
     fn key(&self) -> Key {
         Fixed::of(self)
-            .extract(&Request::new(()))
+            .extract(RequestHead::new(&Request::new(())))
             .expect("a fixed key never fails")
             .expect("a fixed key is never unlimited")
     }
@@ -92,7 +92,7 @@ impl Fixed {
 }
 
 impl KeyExtractor for Fixed {
-    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
         match self {
             Fixed::Key(key) => Ok(Some(key.clone())),
             Fixed::Fail => Err(KeyError::new(StatusCode::BAD_REQUEST, "no key here")),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
 use tollgate::clock::ManualClock;
-use tollgate::key::{BearerToken, Header, KeyExtractor, PeerAddr, PeerIp, Route};
+use tollgate::key::{BearerToken, Header, KeyExtractor, PeerAddr, PeerIp, RequestHead, Route};
 use tollgate::{Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
 
@@ -43,7 +43,7 @@ fn counting_handler() -> (
 async fn status<S>(svc: &S, req: Request<String>) -> StatusCode
 where
     S: Service<Request<String>> + Clone,
-    S::Response: Into<Response<tollgate::body::ResponseBody<String>>>,
+    S::Response: Into<Response<tollgate::layer::ResponseBody<String>>>,
     S::Error: std::fmt::Debug,
 {
     let response: Response<_> = svc.clone().oneshot(req).await.unwrap().into();
@@ -156,14 +156,17 @@ async fn a_missing_bearer_token_is_answered_without_calling_the_handler() {
 fn long_header_values_keep_their_bytes_and_stand_for_a_digest() {
     let long = "k".repeat(64 * 1024);
     let req = request("192.0.2.1:1", "/", &[("x-api-key", &long)]);
-    let key = Header::new("x-api-key").extract(&req).unwrap().unwrap();
+    let key = Header::new("x-api-key")
+        .extract(RequestHead::new(&req))
+        .unwrap()
+        .unwrap();
     // Callbacks see the value as sent; stores see its 32-byte digest.
     assert_eq!(key.as_bytes(), Some(long.as_bytes()));
     assert!(key.as_digest().is_some(), "{key:?}");
     assert_eq!(key.kind(), "digest");
     // A tuple with the long value in it stays small: the value enters as its digest.
     let pair = (Header::new("x-api-key"), Route)
-        .extract(&req)
+        .extract(RequestHead::new(&req))
         .unwrap()
         .unwrap();
     assert!(pair.is_tuple());
@@ -252,7 +255,7 @@ mod per_key_quotas {
     async fn header(
         svc: &(impl Service<
             Request<String>,
-            Response = Response<tollgate::body::ResponseBody<String>>,
+            Response = Response<tollgate::layer::ResponseBody<String>>,
             Error = Infallible,
         > + Clone),
         api_key: &str,

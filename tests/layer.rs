@@ -15,10 +15,10 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use tollgate::algorithm::Gcra;
+use tollgate::algorithm::Algorithm;
 use tollgate::clock::ManualClock;
 use tollgate::key::{Global, PeerAddr};
-use tollgate::store::{MemoryStore, MemoryTable, Store};
+use tollgate::store::{MemoryStore, Store};
 use tollgate::{Decision, Error, Key, Quota, RateLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_layer::Layer;
@@ -526,10 +526,24 @@ struct SlowStore {
     fail: bool,
 }
 
-#[derive(Clone)]
-struct SlowTable {
-    memory: MemoryTable<Gcra>,
+struct SlowTable<A: Algorithm>
+where
+    MemoryStore: Store<A>,
+{
+    memory: <MemoryStore as Store<A>>::Table,
     fail: bool,
+}
+
+impl<A: Algorithm> Clone for SlowTable<A>
+where
+    MemoryStore: Store<A>,
+{
+    fn clone(&self) -> Self {
+        Self {
+            memory: self.memory.clone(),
+            fail: self.fail,
+        }
+    }
 }
 
 struct SlowCheck {
@@ -550,25 +564,30 @@ impl Future for SlowCheck {
     }
 }
 
-impl Store<Gcra> for SlowStore {
-    type Table = SlowTable;
+/// Every algorithm the memory store keeps: a layer takes this store for any of them.
+impl<A: Algorithm> Store<A> for SlowStore
+where
+    MemoryStore: Store<A>,
+{
+    type Table = SlowTable<A>;
     type Future = SlowCheck;
 
-    fn table(
-        &self,
-        policy: &str,
-        shared: bool,
-        algorithm: &Gcra,
-    ) -> Result<SlowTable, tollgate::Error> {
+    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Result<SlowTable<A>, Error> {
         Ok(SlowTable {
             memory: self.memory.table(policy, shared, algorithm)?,
             fail: self.fail,
         })
     }
 
-    fn refund(table: &SlowTable, key: Key, admission: &Decision, now: u64, cost: u64) -> SlowCheck {
+    fn refund(
+        table: &SlowTable<A>,
+        key: Key,
+        admission: &Decision,
+        now: u64,
+        cost: u64,
+    ) -> SlowCheck {
         let mut refund =
-            <MemoryStore as Store<Gcra>>::refund(&table.memory, key, admission, now, cost);
+            <MemoryStore as Store<A>>::refund(&table.memory, key, admission, now, cost);
         let waker = std::task::Waker::noop();
         let result = match Pin::new(&mut refund).poll(&mut Context::from_waker(waker)) {
             Poll::Ready(result) => result,
@@ -580,12 +599,12 @@ impl Store<Gcra> for SlowStore {
         }
     }
 
-    fn check(table: &SlowTable, key: Key, now: u64, cost: u64) -> SlowCheck {
+    fn check(table: &SlowTable<A>, key: Key, now: u64, cost: u64) -> SlowCheck {
         let result = if table.fail {
             Err(Error::store("connection refused"))
         } else {
             // A memory check is always ready.
-            let mut check = <MemoryStore as Store<Gcra>>::check(&table.memory, key, now, cost);
+            let mut check = <MemoryStore as Store<A>>::check(&table.memory, key, now, cost);
             let waker = std::task::Waker::noop();
             match Pin::new(&mut check).poll(&mut Context::from_waker(waker)) {
                 Poll::Ready(result) => result,

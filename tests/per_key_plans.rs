@@ -56,10 +56,7 @@ fn plan(n: u64, named: bool) -> Quota {
 }
 
 /// A layer whose keys `plan-<n>-<client>` get plan `n`; anything else the base quota.
-fn layer(
-    named: bool,
-    clock: &ManualClock,
-) -> RateLimitLayer<tollgate::algorithm::Gcra, Header, MemoryStore, ManualClock> {
+fn layer(named: bool, clock: &ManualClock) -> RateLimitLayer {
     RateLimitLayer::gcra(Quota::per_hour(1).named("base"))
         .key(Header::new("x-api-key"))
         .quota_for(
@@ -74,7 +71,7 @@ fn layer(
 
 async fn status<S>(svc: &S, key: &str) -> (StatusCode, String)
 where
-    S: Service<Request<String>, Response = Response<tollgate::body::ResponseBody<String>>> + Clone,
+    S: Service<Request<String>, Response = Response<tollgate::layer::ResponseBody<String>>> + Clone,
     S::Error: std::fmt::Debug,
 {
     let resp = svc.clone().oneshot(request(key)).await.unwrap();

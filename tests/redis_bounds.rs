@@ -276,7 +276,7 @@ fn a_per_key_plan_too_large_for_redis_is_refused_not_panicked_nor_loosened() {
     where
         S: tower::Service<
                 http::Request<String>,
-                Response = http::Response<tollgate::body::ResponseBody<String>>,
+                Response = http::Response<tollgate::layer::ResponseBody<String>>,
                 Error = Infallible,
             > + Clone,
         F: Fn() -> http::Request<String>,

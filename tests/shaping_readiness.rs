@@ -43,9 +43,7 @@ fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
 
 /// 10 a second with a burst of 1, shaped up to 10 s: one request passes at once, the next
 /// ones wait 100 ms each.
-fn shaped(
-    clock: &ManualClock,
-) -> RateLimitLayer<tollgate::algorithm::Gcra, Header, tollgate::store::MemoryStore, ManualClock> {
+fn shaped(clock: &ManualClock) -> RateLimitLayer {
     RateLimitLayer::gcra(Quota::per_second(10).with_burst(1))
         .key(Header::new("x-client"))
         .max_delay(Duration::from_secs(10))

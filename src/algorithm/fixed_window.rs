@@ -151,10 +151,6 @@ impl Algorithm for FixedWindow {
         Outcome::new(decision, Some(next))
     }
 
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota)
-    }
-
     /// Takes `cost` back from the open window's count (never below zero); `None` when the key
     /// has no open window or `cost` is zero.
     /// Takes the admission back from its window's count, while that window is open: a request

@@ -189,10 +189,6 @@ impl Algorithm for Gcra {
         )
     }
 
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota).max_delay(Duration::from_nanos(self.max_delay))
-    }
-
     /// Takes the admission's place in the schedule back, when nothing was admitted after it:
     /// the TAT moves back to where the admission found it (`receipt − cost·T`), but not
     /// before `now`, so what has drained since is not given back twice. While a later

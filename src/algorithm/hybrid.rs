@@ -300,10 +300,6 @@ impl Algorithm for Hybrid {
         }
     }
 
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota)
-    }
-
     fn is_fresh(&self, state: &HybridState, now: u64) -> bool {
         matches!(self.standing(state, now), Standing::Fresh { .. })
     }

@@ -60,10 +60,6 @@ impl Algorithm for LeakyBucket {
         self.gcra.check(state, now, cost)
     }
 
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota)
-    }
-
     /// Gives back the admission's place in the queue while it is the last one and has not
     /// left yet. The requests queued behind keep the times they were given.
     #[inline]

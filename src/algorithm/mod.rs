@@ -30,7 +30,7 @@
 //!
 //! 1. **One file here**, `algorithm/<name>.rs`: the algorithm's type (its figures, from a
 //!    [`Quota`]), its state (`Default` is fresh), and `impl Algorithm` with `check` as a pure
-//!    function of `(state, now, cost)` in integer nanoseconds, `with_quota`, `is_fresh`, and
+//!    function of `(state, now, cost)` in integer nanoseconds, `is_fresh`, and
 //!    `refund` / `refunds` when it can give capacity back. Its `Debug` form names every figure
 //!    that gives its state a meaning. Public accessors expose the figures a store needs
 //!    (`limit()`, `period_nanos()`, ...). Export it from this module, and add a constructor to
@@ -63,7 +63,9 @@ pub use self::sliding_window::{SlidingWindow, SlidingWindowState};
 pub use self::tiered::{Quotas, Tiered, TieredState};
 pub use self::token_bucket::{TokenBucket, TokenBucketState};
 
-use crate::{Decision, Quota};
+use crate::Decision;
+#[cfg(doc)]
+use crate::Quota;
 
 /// An algorithm: a pure function from a key's state, the time and the request's cost to a
 /// decision and the key's next state.
@@ -78,10 +80,6 @@ pub trait Algorithm: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// Decides one request of `cost` at `now` (nanoseconds) against `state`. Cost 0 peeks:
     /// it reports the key's standing and changes nothing.
     fn check(&self, state: &Self::State, now: u64, cost: u64) -> Outcome<Self::State>;
-
-    /// The same algorithm, with the same options, for another quota: a layer with per-key
-    /// quotas makes one for each quota it is given.
-    fn with_quota(&self, quota: &Quota) -> Self;
 
     /// Gives back what the allowed request `admission` took (it cost `cost`), for a request
     /// that turned out not to count (the layer's `count_if`), and only while that still

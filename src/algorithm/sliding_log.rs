@@ -196,10 +196,6 @@ impl Algorithm for SlidingLog {
         Outcome::new(decision, next)
     }
 
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota)
-    }
-
     /// Takes up to `cost` back from the admission's entry (the entry logged at its receipt),
     /// while it is in the window; `None` when it has left the window, `cost` is zero or the
     /// decision was a denial. Admissions at one instant share an entry, so `cost` must be what

@@ -266,13 +266,6 @@ impl Algorithm for SlidingWindow {
         Outcome::new(decision, next)
     }
 
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self {
-            sub_windows: self.sub_windows,
-            ..Self::new(quota)
-        }
-    }
-
     /// Takes `cost` back from the counters in the window, newest first (never below zero);
     /// `None` when nothing weighs in the estimate or `cost` is zero.
     /// Takes the admission back from the counter it was added to, while that counter still

@@ -146,10 +146,6 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
         Outcome::new(decision, (cost > 0).then_some(next))
     }
 
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new([self.tiers[0].with_quota(quota)])
-    }
-
     /// Gives each tier back what the admission took from it ([`Decision::tiers`]).
     fn refund(
         &self,

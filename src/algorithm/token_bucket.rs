@@ -178,10 +178,6 @@ impl Algorithm for TokenBucket {
         Outcome::new(decision, (cost > 0).then_some(next))
     }
 
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota).max_delay(Duration::from_nanos(self.max_delay))
-    }
-
     /// Puts the admission's tokens back while nothing was taken after it, up to a full bucket:
     /// the tokens that have come back with time since are not given back twice, and tokens a
     /// later request took after it are not given back at all (as GCRA).

@@ -1,10 +1,8 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use http::Request;
-
 use super::cidr::NetSet;
-use super::{ConfigError, IpNet, Key, KeyError, KeyExtractor};
+use super::{ConfigError, IpNet, Key, KeyError, KeyExtractor, RequestHead};
 
 /// A list of IP addresses and networks, such as the clients a layer leaves unlimited.
 ///
@@ -102,7 +100,7 @@ impl<K> Allow<K> {
 
 impl<K: KeyExtractor> KeyExtractor for Allow<K> {
     #[inline]
-    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
         if let Some(ip) = self.inner.client_ip(req) {
             if self.list.contains(ip) {
                 return Ok(None);
@@ -116,7 +114,7 @@ impl<K: KeyExtractor> KeyExtractor for Allow<K> {
         }
     }
 
-    fn client_ip<B>(&self, req: &Request<B>) -> Option<IpAddr> {
+    fn client_ip(&self, req: RequestHead<'_>) -> Option<IpAddr> {
         self.inner.client_ip(req)
     }
 }

@@ -3,12 +3,12 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use http::{HeaderMap, Request};
+use http::HeaderMap;
 
 use super::cidr::{group_v6, ConfigError, IpNet, NetSet};
 use super::forwarded::{Entries, Entry, ForwardedHeader};
 use super::IpList;
-use super::{Key, KeyError, KeyExtractor, PeerIp};
+use super::{Key, KeyError, KeyExtractor, PeerIp, RequestHead};
 
 /// The key is the client's IP address as reported by trusted reverse proxies, which a client
 /// cannot choose by sending its own forwarding headers.
@@ -28,7 +28,7 @@ use super::{Key, KeyError, KeyExtractor, PeerIp};
 ///
 /// ```
 /// use std::net::{IpAddr, SocketAddr};
-/// use tollgate::key::{ClientIp, KeyExtractor, PeerAddr};
+/// use tollgate::key::{ClientIp, KeyExtractor, PeerAddr, RequestHead};
 /// use tollgate::Key;
 ///
 /// let client_ip = ClientIp::trusting(["10.0.0.0/8"]).unwrap();
@@ -44,11 +44,11 @@ use super::{Key, KeyError, KeyExtractor, PeerIp};
 ///
 /// // Through the proxy 10.0.0.2: the spoofed leftmost entry is ignored.
 /// let req = request("10.0.0.2:5000", "6.6.6.6, 203.0.113.9, 10.0.0.1");
-/// assert_eq!(client_ip.extract(&req).unwrap(), key("203.0.113.9"));
+/// assert_eq!(client_ip.extract(RequestHead::new(&req)).unwrap(), key("203.0.113.9"));
 ///
 /// // Straight from a client: the header is ignored.
 /// let req = request("198.51.100.4:5000", "203.0.113.9");
-/// assert_eq!(client_ip.extract(&req).unwrap(), key("198.51.100.4"));
+/// assert_eq!(client_ip.extract(RequestHead::new(&req)).unwrap(), key("198.51.100.4"));
 /// ```
 ///
 /// # Which header
@@ -216,7 +216,8 @@ impl ClientIp {
 
     /// The client's address for `req`, before the IPv6 prefix is applied; `None` when the
     /// server did not record the peer address.
-    pub fn client_addr<B>(&self, req: &Request<B>) -> Option<IpAddr> {
+    pub fn client_addr<'a>(&self, req: impl Into<RequestHead<'a>>) -> Option<IpAddr> {
+        let req = req.into();
         PeerIp::peer_ip(req).map(|peer| self.client(peer, req.headers()))
     }
 
@@ -268,7 +269,7 @@ impl ClientIp {
 }
 
 impl KeyExtractor for ClientIp {
-    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
         match self.client_addr(req) {
             Some(ip) => Ok(Some(Key::from(group_v6(ip, self.ipv6_prefix)))),
             None => Err(KeyError::missing_peer_addr()),
@@ -276,7 +277,7 @@ impl KeyExtractor for ClientIp {
     }
 
     /// The client's address, whole: [`client_addr`](ClientIp::client_addr).
-    fn client_ip<B>(&self, req: &Request<B>) -> Option<IpAddr> {
+    fn client_ip(&self, req: RequestHead<'_>) -> Option<IpAddr> {
         self.client_addr(req)
     }
 }

@@ -1,5 +1,3 @@
-use http::Request;
-
 use super::value::PART_MAX;
 use super::{Key, KeyError, KeyExtractor, RequestHead};
 
@@ -24,14 +22,14 @@ impl<A, B> Or<A, B> {
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
     #[inline]
-    fn extract<R>(&self, req: &Request<R>) -> Result<Option<Key>, KeyError> {
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
         self.first
             .extract(req)
             .or_else(|_| self.second.extract(req))
     }
 
     /// The address of the extractor that finds the key.
-    fn client_ip<R>(&self, req: &Request<R>) -> Option<std::net::IpAddr> {
+    fn client_ip(&self, req: RequestHead<'_>) -> Option<std::net::IpAddr> {
         match self.first.extract(req) {
             Ok(_) => self.first.client_ip(req),
             Err(_) => self.second.client_ip(req),
@@ -64,17 +62,17 @@ impl<K: std::fmt::Debug, P> std::fmt::Debug for Skip<K, P> {
 impl<K, P> KeyExtractor for Skip<K, P>
 where
     K: KeyExtractor,
-    P: Fn(RequestHead<'_>) -> bool + Clone + Send + Sync + 'static,
+    P: Fn(RequestHead<'_>) -> bool + Send + Sync + 'static,
 {
     #[inline]
-    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
-        if (self.predicate)(RequestHead::new(req)) {
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
+        if (self.predicate)(req) {
             return Ok(None);
         }
         self.inner.extract(req)
     }
 
-    fn client_ip<B>(&self, req: &Request<B>) -> Option<std::net::IpAddr> {
+    fn client_ip(&self, req: RequestHead<'_>) -> Option<std::net::IpAddr> {
         self.inner.client_ip(req)
     }
 }
@@ -120,7 +118,7 @@ macro_rules! tuple_extractor {
         /// key.
         impl<$($name: KeyExtractor),+> KeyExtractor for ($($name,)+) {
             #[allow(non_snake_case)]
-            fn extract<Body>(&self, req: &Request<Body>) -> Result<Option<Key>, KeyError> {
+            fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
                 let ($($name,)+) = self;
                 let mut parts = Parts::<{ $arity * PART_MAX }>::new();
                 $(
@@ -139,11 +137,49 @@ tuple_extractor!(2; A, B);
 tuple_extractor!(3; A, B, C);
 tuple_extractor!(4; A, B, C, D);
 
+/// A tuple whose parts are chosen at run time, such as a composite key read from a
+/// configuration file: the same key as the tuple of the same parts written in code
+/// (`["route", "peer_ip"]` keys as `(Route, PeerIp)` does), made the same way: each part in
+/// order, a part that leaves the request unlimited or fails ending the walk, the parts'
+/// encodings ([`Key::encode_part`]) one after the other in a [`Parts`] buffer on the stack.
+#[cfg_attr(not(feature = "serde"), allow(dead_code))]
+pub(crate) struct DynTuple {
+    parts: Box<[Box<dyn KeyExtractor>]>,
+}
+
+#[cfg_attr(not(feature = "serde"), allow(dead_code))]
+impl DynTuple {
+    /// The most parts a tuple has, as in code.
+    pub(crate) const MAX_PARTS: usize = 4;
+
+    /// The tuple of `parts`; `None` unless there are 2 to [`MAX_PARTS`](Self::MAX_PARTS) of
+    /// them, as tuples in code have.
+    pub(crate) fn new(parts: Vec<Box<dyn KeyExtractor>>) -> Option<Self> {
+        (2..=Self::MAX_PARTS).contains(&parts.len()).then(|| Self {
+            parts: parts.into_boxed_slice(),
+        })
+    }
+}
+
+impl KeyExtractor for DynTuple {
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
+        // At most MAX_PARTS parts (checked by `new`): each has PART_MAX bytes.
+        let mut parts = Parts::<{ DynTuple::MAX_PARTS * PART_MAX }>::new();
+        for part in self.parts.iter() {
+            match part.extract(req)? {
+                Some(key) => parts.push(&key),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(parts.key()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::key::{Global, Header, Method, PeerAddr, PeerIp, Route};
-    use http::StatusCode;
+    use http::{Request, StatusCode};
 
     fn req(peer: &str, path: &str) -> Request<()> {
         let mut req = Request::builder().uri(path).body(()).unwrap();
@@ -153,7 +189,12 @@ mod tests {
 
     #[test]
     fn tuples_separate_every_part() {
-        let k = |peer, path| (Route, PeerIp).extract(&req(peer, path)).unwrap().unwrap();
+        let k = |peer, path| {
+            (Route, PeerIp)
+                .extract(RequestHead::new(&req(peer, path)))
+                .unwrap()
+                .unwrap()
+        };
         assert_eq!(k("192.0.2.1:1", "/a"), k("192.0.2.1:2", "/a"));
         assert_ne!(k("192.0.2.1:1", "/a"), k("192.0.2.2:1", "/a"));
         assert_ne!(k("192.0.2.1:1", "/a"), k("192.0.2.1:1", "/b"));
@@ -166,15 +207,23 @@ mod tests {
     fn from_parts(x: &'static str, y: &'static str) -> Key {
         let fx = move |_: RequestHead<'_>| Ok(Some(Key::from(x)));
         let fy = move |_: RequestHead<'_>| Ok(Some(Key::from(y)));
-        (fx, fy).extract(&Request::new(())).unwrap().unwrap()
+        (fx, fy)
+            .extract(RequestHead::new(&Request::new(())))
+            .unwrap()
+            .unwrap()
     }
 
     #[test]
     fn tuples_propagate_unlimited_and_errors() {
         let none = |_: RequestHead<'_>| Ok(None);
-        assert_eq!((Global, none).extract(&Request::new(())).unwrap(), None);
+        assert_eq!(
+            (Global, none)
+                .extract(RequestHead::new(&Request::new(())))
+                .unwrap(),
+            None
+        );
         let err = (Method, Header::new("x-key"))
-            .extract(&Request::new(()))
+            .extract(RequestHead::new(&Request::new(())))
             .unwrap_err();
         assert_eq!(err.status(), StatusCode::BAD_REQUEST);
     }
@@ -184,12 +233,15 @@ mod tests {
         let key = Header::new("x-key").or(PeerIp);
         let plain = req("192.0.2.9:1", "/");
         assert_eq!(
-            key.extract(&plain).unwrap(),
+            key.extract(RequestHead::new(&plain)).unwrap(),
             Some(Key::from("192.0.2.9".parse::<std::net::IpAddr>().unwrap()))
         );
         let mut keyed = req("192.0.2.9:1", "/");
         keyed.headers_mut().insert("x-key", "k".parse().unwrap());
-        assert_eq!(key.extract(&keyed).unwrap(), Some(Key::from("k")));
+        assert_eq!(
+            key.extract(RequestHead::new(&keyed)).unwrap(),
+            Some(Key::from("k"))
+        );
     }
 
     #[test]
@@ -197,7 +249,14 @@ mod tests {
         let key = Skip::new(PeerIp, |head: RequestHead<'_>| {
             head.uri().path() == "/healthz"
         });
-        assert_eq!(key.extract(&req("192.0.2.1:1", "/healthz")).unwrap(), None);
-        assert!(key.extract(&req("192.0.2.1:1", "/api")).unwrap().is_some());
+        assert_eq!(
+            key.extract(RequestHead::new(&req("192.0.2.1:1", "/healthz")))
+                .unwrap(),
+            None
+        );
+        assert!(key
+            .extract(RequestHead::new(&req("192.0.2.1:1", "/api")))
+            .unwrap()
+            .is_some());
     }
 }

@@ -51,30 +51,49 @@ impl<'a> RequestHead<'a> {
     }
 }
 
+impl<'a, B> From<&'a Request<B>> for RequestHead<'a> {
+    fn from(req: &'a Request<B>) -> Self {
+        Self::new(req)
+    }
+}
+
+impl<'a> From<&'a http::request::Parts> for RequestHead<'a> {
+    /// The head of a request taken apart, as an axum middleware or extractor holds it.
+    fn from(parts: &'a http::request::Parts) -> Self {
+        Self {
+            method: &parts.method,
+            uri: &parts.uri,
+            version: parts.version,
+            headers: &parts.headers,
+            extensions: &parts.extensions,
+        }
+    }
+}
+
 /// Closures over a [`RequestHead`] are key extractors.
 impl<F> KeyExtractor for F
 where
-    F: Fn(RequestHead<'_>) -> Result<Option<Key>, KeyError> + Clone + Send + Sync + 'static,
+    F: Fn(RequestHead<'_>) -> Result<Option<Key>, KeyError> + Send + Sync + 'static,
 {
     #[inline]
-    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
-        self(RequestHead::new(req))
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
+        self(req)
     }
 }
 
 /// A key extractor from a closure, with the closure's argument type inferred:
 ///
 /// ```
-/// use tollgate::key::{from_fn, KeyExtractor};
+/// use tollgate::key::{from_fn, KeyExtractor, RequestHead};
 /// use tollgate::Key;
 ///
 /// let by_tenant = from_fn(|head| Ok(head.headers().get("x-tenant").map(|v| Key::from(v.as_bytes()))));
 /// let req = http::Request::builder().header("x-tenant", "acme").body(()).unwrap();
-/// assert_eq!(by_tenant.extract(&req).unwrap(), Some(Key::from("acme")));
+/// assert_eq!(by_tenant.extract(RequestHead::new(&req)).unwrap(), Some(Key::from("acme")));
 /// ```
 pub fn from_fn<F>(f: F) -> FromFn<F>
 where
-    F: Fn(RequestHead<'_>) -> Result<Option<Key>, KeyError> + Clone + Send + Sync + 'static,
+    F: Fn(RequestHead<'_>) -> Result<Option<Key>, KeyError> + Send + Sync + 'static,
 {
     FromFn(f)
 }
@@ -91,10 +110,10 @@ impl<F> std::fmt::Debug for FromFn<F> {
 
 impl<F> KeyExtractor for FromFn<F>
 where
-    F: Fn(RequestHead<'_>) -> Result<Option<Key>, KeyError> + Clone + Send + Sync + 'static,
+    F: Fn(RequestHead<'_>) -> Result<Option<Key>, KeyError> + Send + Sync + 'static,
 {
     #[inline]
-    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
-        (self.0)(RequestHead::new(req))
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
+        (self.0)(req)
     }
 }

@@ -1,7 +1,7 @@
 use http::header::AUTHORIZATION;
-use http::{HeaderName, Request, StatusCode};
+use http::{HeaderName, StatusCode};
 
-use super::{Key, KeyError, KeyExtractor};
+use super::{Key, KeyError, KeyExtractor, RequestHead};
 
 /// The key is the value of one request header, such as an API key.
 ///
@@ -16,15 +16,15 @@ use super::{Key, KeyError, KeyExtractor};
 /// layer in front of the limiter), or combine it with the client IP.
 ///
 /// ```
-/// use tollgate::key::{Header, KeyExtractor, PeerIp};
+/// use tollgate::key::{Header, KeyExtractor, PeerIp, RequestHead};
 /// use tollgate::Key;
 ///
 /// let api_key = Header::new("x-api-key");
 /// let req = http::Request::builder().header("x-api-key", "k-123").body(()).unwrap();
-/// assert_eq!(api_key.extract(&req).unwrap(), Some(Key::from("k-123")));
+/// assert_eq!(api_key.extract(RequestHead::new(&req)).unwrap(), Some(Key::from("k-123")));
 ///
 /// let missing = http::Request::new(());
-/// assert_eq!(api_key.extract(&missing).unwrap_err().status(), 400);
+/// assert_eq!(api_key.extract(RequestHead::new(&missing)).unwrap_err().status(), 400);
 ///
 /// // Clients without an API key are limited by IP instead:
 /// let key = Header::new("x-api-key").or(PeerIp);
@@ -51,7 +51,7 @@ impl Header {
 }
 
 impl KeyExtractor for Header {
-    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
         let mut values = req.headers().get_all(&self.name).iter();
         match (values.next(), values.next()) {
             (Some(value), None) => Ok(Some(Key::from(value.as_bytes()))),
@@ -74,17 +74,17 @@ impl KeyExtractor for Header {
 /// applies: tokens are chosen by clients until something has verified them.
 ///
 /// ```
-/// use tollgate::key::{BearerToken, KeyExtractor};
+/// use tollgate::key::{BearerToken, KeyExtractor, RequestHead};
 /// use tollgate::Key;
 ///
 /// let req = http::Request::builder().header("authorization", "Bearer abc.def").body(()).unwrap();
-/// assert_eq!(BearerToken.extract(&req).unwrap(), Some(Key::from("abc.def")));
+/// assert_eq!(BearerToken.extract(RequestHead::new(&req)).unwrap(), Some(Key::from("abc.def")));
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BearerToken;
 
 impl KeyExtractor for BearerToken {
-    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
         let mut values = req.headers().get_all(AUTHORIZATION).iter();
         let token = match (values.next(), values.next()) {
             (Some(value), None) => bearer(value.as_bytes()),
@@ -113,6 +113,7 @@ fn bearer(value: &[u8]) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::Request;
 
     #[test]
     fn bearer_tokens() {
@@ -133,13 +134,16 @@ mod tests {
             .body(())
             .unwrap();
         assert_eq!(
-            h.extract(&req).unwrap_err().status(),
+            h.extract(RequestHead::new(&req)).unwrap_err().status(),
             StatusCode::BAD_REQUEST
         );
         let req = Request::builder()
             .header("x-api-key", "a")
             .body(())
             .unwrap();
-        assert_eq!(h.extract(&req).unwrap(), Some(Key::from("a")));
+        assert_eq!(
+            h.extract(RequestHead::new(&req)).unwrap(),
+            Some(Key::from("a"))
+        );
     }
 }

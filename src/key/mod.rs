@@ -19,15 +19,15 @@
 //!
 //! ```
 //! use std::net::SocketAddr;
-//! use tollgate::key::{KeyExtractor, PeerAddr, PeerIp};
+//! use tollgate::key::{KeyExtractor, PeerAddr, PeerIp, RequestHead};
 //! use tollgate::Key;
 //!
 //! let mut req = http::Request::new(());
-//! assert!(PeerIp.extract(&req).is_err()); // the server did not record the peer
+//! assert!(PeerIp.extract(RequestHead::new(&req)).is_err()); // the server did not record the peer
 //!
 //! let peer: SocketAddr = "[::ffff:192.0.2.1]:4000".parse().unwrap();
 //! req.extensions_mut().insert(PeerAddr(peer));
-//! let key = PeerIp.extract(&req).unwrap().unwrap();
+//! let key = PeerIp.extract(RequestHead::new(&req)).unwrap().unwrap();
 //! assert_eq!(key, Key::from("192.0.2.1".parse::<std::net::IpAddr>().unwrap()));
 //! ```
 
@@ -43,11 +43,11 @@ mod peer;
 mod route;
 mod value;
 
-use http::Request;
-
 pub use self::allow::{Allow, IpList};
 pub use self::cidr::{ConfigError, IpNet};
 pub use self::client_ip::ClientIp;
+#[cfg(feature = "serde")]
+pub(crate) use self::combine::DynTuple;
 pub use self::combine::{Or, Skip};
 pub use self::error::KeyError;
 pub use self::forwarded::ForwardedHeader;
@@ -74,17 +74,18 @@ pub use self::value::Key;
 ///     Ok(head.headers().get("x-tenant").map(|v| Key::from(v.as_bytes())))
 /// };
 /// let req = http::Request::builder().header("x-tenant", "acme").body(()).unwrap();
-/// assert_eq!(tenant.extract(&req).unwrap(), Some(Key::from("acme")));
+/// assert_eq!(tenant.extract(RequestHead::new(&req)).unwrap(), Some(Key::from("acme")));
 /// ```
-pub trait KeyExtractor: Clone + Send + Sync + 'static {
-    /// The request's key; `Ok(None)` when the request is not limited at all.
-    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError>;
+pub trait KeyExtractor: Send + Sync + 'static {
+    /// The request's key; `Ok(None)` when the request is not limited at all. `req` is the
+    /// request without its body ([`RequestHead::new`] makes it from a request).
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError>;
 
     /// The client's own IP address, whole (before an IPv6 prefix groups it into a network),
     /// when this extractor keys `req` by the client's address: [`PeerIp`](struct@PeerIp) and [`ClientIp`] do.
     /// `None` (the default) otherwise. The layer's `allow` list ([`Allow`]) is checked against
     /// this address, so that allowing one host never allows its whole network.
-    fn client_ip<B>(&self, _req: &Request<B>) -> Option<std::net::IpAddr> {
+    fn client_ip(&self, _req: RequestHead<'_>) -> Option<std::net::IpAddr> {
         None
     }
 
@@ -100,14 +101,17 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// cannot send another client's user id as its session id to spend that client's budget.
     ///
     /// ```
-    /// use tollgate::key::{Global, Header, KeyExtractor};
+    /// use tollgate::key::{Global, Header, KeyExtractor, RequestHead};
     /// use tollgate::Key;
     ///
     /// let key = Header::new("x-user").or((Header::new("x-session"), Global));
     /// let user = http::Request::builder().header("x-user", "42").body(()).unwrap();
     /// let session = http::Request::builder().header("x-session", "42").body(()).unwrap();
-    /// assert_eq!(key.extract(&user).unwrap(), Some(Key::from("42")));
-    /// assert_ne!(key.extract(&session).unwrap(), key.extract(&user).unwrap());
+    /// assert_eq!(key.extract(RequestHead::new(&user)).unwrap(), Some(Key::from("42")));
+    /// assert_ne!(
+    ///     key.extract(RequestHead::new(&session)).unwrap(),
+    ///     key.extract(RequestHead::new(&user)).unwrap()
+    /// );
     /// ```
     fn or<O: KeyExtractor>(self, other: O) -> Or<Self, O>
     where
@@ -123,7 +127,7 @@ pub struct Global;
 
 impl KeyExtractor for Global {
     #[inline]
-    fn extract<B>(&self, _req: &Request<B>) -> Result<Option<Key>, KeyError> {
+    fn extract(&self, _req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
         Ok(Some(Key::from(0u64)))
     }
 }

@@ -1,9 +1,7 @@
 use std::net::{IpAddr, SocketAddr};
 
-use http::Request;
-
 use super::cidr::group_v6;
-use super::{Key, KeyError, KeyExtractor};
+use super::{Key, KeyError, KeyExtractor, RequestHead};
 
 /// The address of the connection's peer, for servers that are not axum or tonic.
 ///
@@ -74,12 +72,12 @@ impl PeerIp {
     }
 
     /// The peer's IP, if the server recorded it.
-    pub fn peer_ip<B>(req: &Request<B>) -> Option<IpAddr> {
-        peer_addr(req).map(|addr| addr.ip().to_canonical())
+    pub fn peer_ip<'a>(req: impl Into<RequestHead<'a>>) -> Option<IpAddr> {
+        peer_addr(req.into()).map(|addr| addr.ip().to_canonical())
     }
 }
 
-fn peer_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
+fn peer_addr(req: RequestHead<'_>) -> Option<SocketAddr> {
     let ext = req.extensions();
     if let Some(PeerAddr(addr)) = ext.get::<PeerAddr>() {
         return Some(*addr);
@@ -108,7 +106,7 @@ fn peer_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
 
 impl KeyExtractor for PeerIp {
     #[inline]
-    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
         match Self::peer_ip(req) {
             Some(ip) => Ok(Some(Key::from(group_v6(ip, self.ipv6_prefix)))),
             None => Err(KeyError::missing_peer_addr()),
@@ -116,7 +114,7 @@ impl KeyExtractor for PeerIp {
     }
 
     /// The peer's address, whole.
-    fn client_ip<B>(&self, req: &Request<B>) -> Option<IpAddr> {
+    fn client_ip(&self, req: RequestHead<'_>) -> Option<IpAddr> {
         Self::peer_ip(req)
     }
 }

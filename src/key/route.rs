@@ -1,6 +1,4 @@
-use http::Request;
-
-use super::{Key, KeyError, KeyExtractor};
+use super::{Key, KeyError, KeyExtractor, RequestHead};
 
 /// The key is the route: with axum, the matched route pattern (`/users/{id}`, so every user
 /// page shares one key); elsewhere, the request path.
@@ -14,7 +12,7 @@ use super::{Key, KeyError, KeyExtractor};
 pub struct Route;
 
 impl KeyExtractor for Route {
-    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
         #[cfg(feature = "axum")]
         if let Some(path) = req.extensions().get::<axum::extract::MatchedPath>() {
             return Ok(Some(Key::from(path.as_str())));
@@ -28,7 +26,7 @@ impl KeyExtractor for Route {
 pub struct Method;
 
 impl KeyExtractor for Method {
-    fn extract<B>(&self, req: &Request<B>) -> Result<Option<Key>, KeyError> {
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
         Ok(Some(Key::from(req.method().as_str())))
     }
 }

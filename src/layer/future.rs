@@ -2,34 +2,33 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use super::body::ResponseBody;
+use super::limit::{Check, Limit};
 use super::observe::Timer;
 use super::response::{Admission, Responder};
-use crate::body::ResponseBody;
 use crate::clock::Sleep;
-use crate::{Decision, Error};
+use crate::{Decision, Error, Key};
 
-/// Gives back what an allowed request's admission (the decision passed in) took, when its
-/// response does not count (`count_if`): made before the request is decided, called after its
-/// response.
-pub(crate) type Refund<CF> = Box<dyn FnOnce(&Decision) -> CF + Send>;
+/// Gives back what an allowed request took when its response does not count (`count_if`).
+pub(crate) struct Refund {
+    pub(crate) limiter: Arc<dyn Limit>,
+    pub(crate) key: Key,
+    pub(crate) cost: u64,
+}
 
-/// A request waiting for its check: the readied inner service and what the check's answer is
-/// acted on, logged and timed with.
-pub(crate) struct Pending<S, B> {
-    pub(crate) inner: S,
+/// A request on its way through the layer, and what its decision is acted on with.
+pub(crate) struct Ticket<B> {
     pub(crate) req: Request<B>,
     pub(crate) cost: u64,
     pub(crate) key_kind: &'static str,
-    pub(crate) timer: Timer,
-    /// Starts the wait of a decision with a delay, on the limiter's clock.
-    pub(crate) sleep: Box<dyn FnOnce(Duration) -> Sleep + Send>,
+    /// When the request was decided, on the limiter's clock.
+    pub(crate) decided_at: u64,
 }
 
 /// A request allowed after a delay: a clone of the inner service, not readied, and the
@@ -42,25 +41,31 @@ pub(crate) struct Delayed<S, B> {
 pin_project! {
     /// The response future of [`RateLimit`](super::RateLimit).
     #[project = ResponseFutureProj]
-    pub struct ResponseFuture<F, CF, S, B, R> {
+    pub struct ResponseFuture<F, S, B, R> {
         #[pin]
-        state: State<F, CF, S, B, R>,
+        state: State<F, S, B, R>,
         // Whether the inner response gets rate limit headers (not for unlimited requests).
         decision: Option<Decision>,
         // When the decision was made, on the limiter's clock: the headers report what is left
         // of its waits when the response leaves.
         decided_at: u64,
         // Set with `count_if`, for a request that used up capacity.
-        refund: Option<Refund<CF>>,
+        refund: Option<Refund>,
         responder: Arc<Responder>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, CF, S, B, R> {
+    enum State<F, S, B, R> {
         // Waiting for the store, holding the readied inner service.
-        Checking { #[pin] check: CF, pending: Option<Pending<S, B>> },
+        Checking {
+            #[pin]
+            check: Check,
+            // The readied inner service, the request, the timer of the check, and the limiter,
+            // whose clock times a delay.
+            pending: Option<(S, Ticket<B>, Timer, Arc<dyn Limit>)>,
+        },
         // Allowed after a delay (shaping): waiting for the request's turn, holding nothing of
         // the inner service's readiness. Dropping the future here drops the request before the
         // inner service sees it.
@@ -70,30 +75,36 @@ pin_project! {
         // The inner service is answering.
         Inner { #[pin] future: F },
         // The response did not count (`count_if`): giving its capacity back.
-        Refunding { #[pin] refund: CF, response: Option<Response<R>> },
+        Refunding { #[pin] refund: Check, response: Option<Response<R>> },
         // The layer answered itself.
         Answered { response: Option<Response<Bytes>> },
     }
 }
 
-/// Where a request goes once its check has answered `result`: on to `inner` (readied by
-/// `poll_ready`) at once, after a delay, or nowhere (the layer answers). The one path every
+/// Where a request goes once its check has answered `result`: on to the inner service (readied
+/// by `poll_ready`) at once, after a delay, or nowhere (the layer answers). The one path every
 /// request takes, whether its store answered at once or later.
 ///
-/// A request that does not call `inner` now releases the readiness `inner` holds (a
+/// A request that does not call the inner service now releases the readiness it holds (a
 /// `ConcurrencyLimit` permit, a `Buffer` slot) by putting a clone in its place: a delayed or
 /// refused request never keeps others from the inner service. A delayed request readies its
 /// own clone once its delay is over.
-fn after_check<F, CF, S, B, R>(
+fn next<F, S, B, R>(
     responder: &Responder,
     result: Result<Decision, Error>,
-    pending: (&mut S, Request<B>, u64, &'static str),
-    sleep: impl FnOnce(Duration) -> Sleep,
-) -> (State<F, CF, S, B, R>, Option<Decision>)
+    inner: &mut S,
+    ticket: Ticket<B>,
+    limiter: &dyn Limit,
+) -> (State<F, S, B, R>, Option<Decision>)
 where
     S: Service<Request<B>, Future = F> + Clone,
 {
-    let (inner, mut req, cost, key_kind) = pending;
+    let Ticket {
+        mut req,
+        cost,
+        key_kind,
+        ..
+    } = ticket;
     let admission = responder
         .observer()
         .in_span(key_kind, || responder.admit(result, &mut req, key_kind));
@@ -109,7 +120,7 @@ where
                     let waiting = inner.clone();
                     *inner = waiting.clone();
                     let state = State::Delaying {
-                        sleep: sleep(delay),
+                        sleep: limiter.sleep(delay),
                         delayed: Some(Delayed {
                             inner: waiting,
                             req,
@@ -129,47 +140,56 @@ where
     }
 }
 
-impl<F, CF, S, B, R> ResponseFuture<F, CF, S, B, R> {
-    pub(crate) fn checking(
-        check: CF,
-        pending: Pending<S, B>,
-        decided_at: u64,
-        refund: Option<Refund<CF>>,
-        responder: Arc<Responder>,
-    ) -> Self {
-        let state = State::Checking {
-            check,
-            pending: Some(pending),
-        };
-        Self {
-            state,
-            decision: None,
-            decided_at,
-            refund,
-            responder,
-        }
-    }
+/// The refund of a request that `decision` let through, if it took capacity: not one the
+/// layer answered, nor one that only passed because of a dry run.
+fn refund_for(refund: Option<Refund>, decision: Option<&Decision>) -> Option<Refund> {
+    refund.filter(|_| decision.is_some_and(|d| d.allowed))
+}
 
-    /// A request whose check has answered `result` (see [`after_check`]); `inner` is readied,
-    /// and `cost` is the request's.
-    pub(crate) fn decided(
-        result: Result<Decision, Error>,
-        pending: (&mut S, Request<B>, u64, &'static str),
-        decided_at: u64,
-        sleep: impl FnOnce(Duration) -> Sleep,
-        refund: Option<Refund<CF>>,
+impl<F, S, B, R> ResponseFuture<F, S, B, R> {
+    /// The future of a request whose check is `check`; `inner` is the readied inner service.
+    /// When the check has answered already (a local store), the request goes on at once (see
+    /// [`next`]); else the readied service waits with it, and a clone stays in `inner`.
+    pub(crate) fn new(
+        check: Check,
+        inner: &mut S,
+        ticket: Ticket<B>,
+        limiter: &Arc<dyn Limit>,
+        timer: Timer,
+        refund: Option<Refund>,
         responder: Arc<Responder>,
     ) -> Self
     where
         S: Service<Request<B>, Future = F> + Clone,
     {
-        let (state, decision) = after_check(&responder, result, pending, sleep);
-        Self {
-            refund: refund_for(refund, decision.as_ref()),
-            state,
-            decision,
-            decided_at,
-            responder,
+        let decided_at = ticket.decided_at;
+        match check {
+            Check::Ready(Some(result)) => {
+                responder.observer().finish(timer);
+                let (state, decision) = next(&responder, result, inner, ticket, &**limiter);
+                Self {
+                    refund: refund_for(refund, decision.as_ref()),
+                    state,
+                    decision,
+                    decided_at,
+                    responder,
+                }
+            }
+            check => {
+                // The readied service goes with the request; a clone stays for the next one.
+                let clone = inner.clone();
+                let readied = std::mem::replace(inner, clone);
+                Self {
+                    state: State::Checking {
+                        check,
+                        pending: Some((readied, ticket, timer, limiter.clone())),
+                    },
+                    decision: None,
+                    decided_at,
+                    refund,
+                    responder,
+                }
+            }
         }
     }
 
@@ -197,16 +217,9 @@ impl<F, CF, S, B, R> ResponseFuture<F, CF, S, B, R> {
     }
 }
 
-/// The refund of a request that `decision` let through, if it took capacity: not one the
-/// layer answered, nor one that only passed because of a dry run.
-fn refund_for<CF>(refund: Option<Refund<CF>>, decision: Option<&Decision>) -> Option<Refund<CF>> {
-    refund.filter(|_| decision.is_some_and(|d| d.allowed))
-}
-
-impl<F, CF, S, B, R, E> Future for ResponseFuture<F, CF, S, B, R>
+impl<F, S, B, R, E> Future for ResponseFuture<F, S, B, R>
 where
     F: Future<Output = Result<Response<R>, E>>,
-    CF: Future<Output = Result<Decision, Error>>,
     S: Service<Request<B>, Future = F, Response = Response<R>, Error = E> + Clone,
 {
     type Output = Result<Response<ResponseBody<R>>, E>;
@@ -217,28 +230,16 @@ where
             match this.state.as_mut().project() {
                 StateProj::Checking { check, pending } => {
                     let result = ready!(check.poll(cx));
-                    let Some(Pending {
-                        mut inner,
-                        req,
-                        cost,
-                        key_kind,
-                        timer,
-                        sleep,
-                    }) = pending.take()
-                    else {
+                    let Some((mut inner, ticket, timer, limiter)) = pending.take() else {
                         unreachable!("ResponseFuture polled after completion");
                     };
                     this.responder.observer().finish(timer);
-                    let (next, decision) = after_check(
-                        this.responder,
-                        result,
-                        (&mut inner, req, cost, key_kind),
-                        sleep,
-                    );
+                    let (state, decision) =
+                        next(this.responder, result, &mut inner, ticket, &*limiter);
                     *this.refund = refund_for(this.refund.take(), decision.as_ref());
                     *this.decision = decision;
                     // Drops the readied service if it was not called.
-                    this.state.set(next);
+                    this.state.set(state);
                 }
                 StateProj::Delaying { sleep, delayed } => {
                     ready!(sleep.poll(cx));
@@ -264,7 +265,7 @@ where
                         let (counts, unchanged) = this.responder.counts(response);
                         response = unchanged;
                         if !counts {
-                            let refund = refund(admission);
+                            let refund = refund.limiter.refund(refund.key, admission, refund.cost);
                             this.state.set(State::Refunding {
                                 refund,
                                 response: Some(response),
@@ -303,7 +304,7 @@ where
     }
 }
 
-impl<F, CF, S, B, R> ResponseFutureProj<'_, F, CF, S, B, R> {
+impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
     /// The inner service's response with the rate limit headers added.
     fn finish(&mut self, mut response: Response<R>) -> Response<ResponseBody<R>> {
         if let Some(decision) = self.decision {

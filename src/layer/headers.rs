@@ -6,9 +6,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::response::ceil_secs;
 use super::text::{int_value, Text};
 use crate::{Decision, Quota};
+
+/// Whole seconds, rounded up: a client told to wait 0 s for a 300 ms wait would retry at once.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
 
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");

@@ -1,53 +1,81 @@
-use std::sync::Arc;
+use std::any::Any;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use tower_layer::Layer;
 
-use super::config::Config;
 use super::headers::{HeaderPlacement, HeaderStyle, Headers};
-use super::per_key::{self, PerKey, Plan};
+use super::limit::Limit;
+use super::per_key::{self, Maker, PerKey, Plan, Select};
+use super::recipe::{Bind, Binder, Kind, LayerClock, LayerStore, Recipe};
 use super::response::Responder;
 use super::response::{OnLimited, Settings};
+use super::shared::{Cost, Shared};
 use super::RateLimit;
-use crate::algorithm::{
-    Algorithm, FixedWindow, Gcra, Hybrid, LeakyBucket, Quotas, Shaping, SlidingLog, SlidingWindow,
-    SubWindows, TokenBucket,
-};
-use crate::clock::{Clock, SystemClock};
-use crate::key::{Allow, IpList, KeyExtractor, PeerIp, RequestHead, Skip};
-use crate::store::{MemoryAlgorithm, MemoryStore, Store};
-#[cfg(doc)]
-use crate::Quota;
-use crate::{Decision, Key, RateLimiter};
+use crate::algorithm::{Algorithm, Gcra, Quotas, Tiered};
+use crate::clock::Clock;
+use crate::key::{Allow, IpList, KeyError, KeyExtractor, PeerIp, RequestHead, Skip};
+use crate::store::{MemoryStore, Store};
+use crate::{Decision, Key, Quota, RateLimiter};
 
 /// Applies a rate limit to every request of a service. See the [module docs](super).
 ///
 /// Built with one constructor per algorithm, such as [`RateLimitLayer::gcra`], then adjusted with
 /// builder methods: [`key`](Self::key) (default [`PeerIp`](struct@crate::key::PeerIp)), [`store`](Self::store) (default a
-/// new [`MemoryStore`]) and [`clock`](Self::clock) (default [`SystemClock`]).
+/// new [`MemoryStore`]) and [`clock`](Self::clock) (default [`SystemClock`](crate::clock::SystemClock)).
 ///
-/// All services made by one layer share one limiter, so in axum `Router::layer`, which wraps
-/// each route separately, a client's requests to every route count against the same limit.
-pub struct RateLimitLayer<A = Gcra, K = PeerIp, St = MemoryStore, C = SystemClock>
-where
-    A: Algorithm,
-    St: Store<A>,
-{
-    config: Config<A, K, St, C>,
+/// One type, whatever the algorithm, key, store and clock: layers can be kept in a `Vec`, a
+/// struct field or a map, and chosen at run time (from a configuration file, say).
+///
+/// ```
+/// use tollgate::key::Header;
+/// use tollgate::{Quota, RateLimitLayer};
+///
+/// let q = Quota::per_minute(60);
+/// let layers: Vec<RateLimitLayer> = vec![
+///     RateLimitLayer::gcra(q.clone()),
+///     RateLimitLayer::sliding_window(q).key(Header::new("x-api-key")),
+/// ];
+/// # let _ = layers;
+/// ```
+///
+/// All services made by one layer (and its clones) share one limiter, so in axum
+/// `Router::layer`, which wraps each route separately, a client's requests to every route count
+/// against the same limit.
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    /// How the limiter is made; `None` for a limiter built by hand ([`from_limiter`](Self::from_limiter)).
+    recipe: Option<Recipe>,
+    limiter: Arc<dyn Limit>,
+    /// The store, as a maker of limiters (for a new clock, options, or plans).
+    store: Option<Arc<dyn Bind>>,
+    clock: LayerClock,
+    key: Arc<dyn KeyExtractor>,
+    settings: Settings,
+    select: Option<Arc<Select>>,
+    cost: Option<Arc<Cost>>,
+    /// What the services share, made by the first [`Layer::layer`] call and kept for the
+    /// others (and for clones of this layer).
+    built: Arc<OnceLock<Arc<Shared>>>,
 }
 
-impl RateLimitLayer<Gcra> {
+/// The quotas of `quotas`, and whether they are decided as tiers.
+fn quota_list<Q: Quotas>(quotas: Q) -> (Vec<Quota>, bool) {
+    let (quotas, algorithm) = quotas.build(Gcra::new);
+    let tiered = (&algorithm as &dyn Any).is::<Tiered<Gcra>>();
+    (quotas, tiered)
+}
+
+impl RateLimitLayer {
     /// Limits each client IP with GCRA over `quotas` (one [`Quota`], or several that must all
     /// allow a request), in memory.
     ///
     /// A smooth rate with bursts: a fresh client may make `burst` requests at once, then one
     /// every `period / limit`. See [`Gcra`].
-    pub fn gcra<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<Gcra>>
-    where
-        Q::Algorithm<Gcra>: MemoryAlgorithm,
-    {
-        RateLimitLayer::from_limiter(RateLimiter::gcra(quotas))
+    pub fn gcra<Q: Quotas>(quotas: Q) -> Self {
+        Self::of(Kind::Gcra, quotas)
     }
 
     /// Limits each client IP with a leaky bucket over `quotas`, in memory: requests reach the
@@ -56,89 +84,148 @@ impl RateLimitLayer<Gcra> {
     /// queue of `burst` places full is refused. If the client goes away while waiting, its
     /// request never reaches the service. A waiting request holds nothing of the inner
     /// service's readiness (see [the module docs](super#the-inner-services-readiness)). See
-    /// [`LeakyBucket`].
-    pub fn leaky_bucket<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<LeakyBucket>>
-    where
-        Q::Algorithm<LeakyBucket>: MemoryAlgorithm,
-    {
-        RateLimitLayer::from_limiter(RateLimiter::leaky_bucket(quotas))
+    /// [`LeakyBucket`](crate::algorithm::LeakyBucket).
+    pub fn leaky_bucket<Q: Quotas>(quotas: Q) -> Self {
+        Self::of(Kind::LeakyBucket, quotas)
     }
 
     /// Limits each client IP with a token bucket over `quotas`, in memory; the same decisions
     /// as [`gcra`](Self::gcra). See [`RateLimiter::token_bucket`].
-    pub fn token_bucket<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<TokenBucket>>
-    where
-        Q::Algorithm<TokenBucket>: MemoryAlgorithm,
-    {
-        RateLimitLayer::from_limiter(RateLimiter::token_bucket(quotas))
+    pub fn token_bucket<Q: Quotas>(quotas: Q) -> Self {
+        Self::of(Kind::TokenBucket, quotas)
     }
 
     /// Limits each client IP to `limit` per window, the window starting at the client's first
     /// request, in memory. See [`RateLimiter::fixed_window`].
-    pub fn fixed_window<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<FixedWindow>>
-    where
-        Q::Algorithm<FixedWindow>: MemoryAlgorithm,
-    {
-        RateLimitLayer::from_limiter(RateLimiter::fixed_window(quotas))
+    pub fn fixed_window<Q: Quotas>(quotas: Q) -> Self {
+        Self::of(Kind::FixedWindow, quotas)
     }
 
     /// Limits each client IP with a sliding window estimate, in memory. See
     /// [`RateLimiter::sliding_window`].
-    pub fn sliding_window<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<SlidingWindow>>
-    where
-        Q::Algorithm<SlidingWindow>: MemoryAlgorithm,
-    {
-        RateLimitLayer::from_limiter(RateLimiter::sliding_window(quotas))
+    pub fn sliding_window<Q: Quotas>(quotas: Q) -> Self {
+        Self::of(Kind::SlidingWindow, quotas)
     }
 
     /// Limits each client IP to exactly `limit` in any `period`, in memory. See
     /// [`RateLimiter::sliding_log`].
-    pub fn sliding_log<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<SlidingLog>>
-    where
-        Q::Algorithm<SlidingLog>: MemoryAlgorithm,
-    {
-        RateLimitLayer::from_limiter(RateLimiter::sliding_log(quotas))
+    pub fn sliding_log<Q: Quotas>(quotas: Q) -> Self {
+        Self::of(Kind::SlidingLog, quotas)
     }
 
     /// Limits each client IP with the hybrid quota-linear limiter, in memory. See
     /// [`RateLimiter::hybrid`].
-    pub fn hybrid<Q: Quotas>(quotas: Q) -> RateLimitLayer<Q::Algorithm<Hybrid>>
-    where
-        Q::Algorithm<Hybrid>: MemoryAlgorithm,
-    {
-        RateLimitLayer::from_limiter(RateLimiter::hybrid(quotas))
+    pub fn hybrid<Q: Quotas>(quotas: Q) -> Self {
+        Self::of(Kind::Hybrid, quotas)
     }
-}
 
-impl<A, K, St, C> RateLimitLayer<A, K, St, C>
-where
-    A: SubWindows,
-    K: KeyExtractor,
-    St: Store<A>,
-    C: Clock + Clone,
-{
+    #[track_caller]
+    fn of<Q: Quotas>(kind: Kind, quotas: Q) -> Self {
+        let (quotas, tiered) = quota_list(quotas);
+        Self::from_recipe(Recipe::new(kind, quotas, tiered))
+    }
+
+    /// A layer over `recipe`'s limiter, in a new memory store, on the system clock.
+    #[track_caller]
+    pub(crate) fn from_recipe(recipe: Recipe) -> Self {
+        let store: Arc<dyn Bind> = Arc::new(Binder(MemoryStore::new()));
+        let clock = LayerClock::System;
+        let limiter = bound(&*store, &recipe, &clock);
+        Self {
+            recipe: Some(recipe),
+            limiter,
+            store: Some(store),
+            clock,
+            key: Arc::new(PeerIp),
+            settings: Settings::default(),
+            select: None,
+            cost: None,
+            built: Arc::default(),
+        }
+    }
+
+    /// Limits each client IP with a limiter built by hand: an algorithm of your own, or a store
+    /// that keeps only some algorithms. The layer uses the limiter's store, clock and algorithm
+    /// options as they are.
+    ///
+    /// Such a layer has no recipe to make its limiter again, so [`store`](Self::store),
+    /// [`clock`](Self::clock), [`max_delay`](Self::max_delay),
+    /// [`sub_windows`](Self::sub_windows) and [`quota_for`](Self::quota_for) panic on it:
+    /// set the store and clock on the limiter (`with_store`, `with_clock`), or build the layer
+    /// with an algorithm constructor such as [`RateLimitLayer::gcra`].
+    pub fn from_limiter<A, St, C>(limiter: RateLimiter<A, St, C>) -> Self
+    where
+        A: Algorithm,
+        St: Store<A>,
+        C: Clock + Clone,
+    {
+        Self {
+            recipe: None,
+            limiter: Arc::new(limiter),
+            store: None,
+            clock: LayerClock::System,
+            key: Arc::new(PeerIp),
+            settings: Settings::default(),
+            select: None,
+            cost: None,
+            built: Arc::default(),
+        }
+    }
+
+    /// The recipe of this layer's limiter, for a builder method that makes it again.
+    #[track_caller]
+    fn recipe_for(&self, method: &str) -> &Recipe {
+        match &self.recipe {
+            Some(recipe) => recipe,
+            None => panic!(
+                "RateLimitLayer::{method}: this layer was made by from_limiter, which keeps the \
+                 limiter as it was built; set the store and clock on the RateLimiter \
+                 (with_store, with_clock, max_delay, sub_windows) before from_limiter, or build \
+                 the layer with an algorithm constructor such as RateLimitLayer::gcra"
+            ),
+        }
+    }
+
+    /// The same layer whose limiter is made from `recipe`, over `store` on `clock`.
+    #[track_caller]
+    fn rebuilt(mut self, recipe: Recipe, store: Arc<dyn Bind>, clock: LayerClock) -> Self {
+        self.limiter = bound(&*store, &recipe, &clock);
+        self.recipe = Some(recipe);
+        self.store = Some(store);
+        self.clock = clock;
+        self.changed()
+    }
+
+    /// The same layer, with what its services share to be made again.
+    fn changed(mut self) -> Self {
+        self.built = Arc::default();
+        self
+    }
+
     /// Keeps `k` counters per period in a sliding window (1 to 64). See
     /// [`RateLimiter::sub_windows`].
     ///
     /// # Panics
     ///
-    /// When `k` is 0 or above 64.
+    /// When `k` is 0 or above 64, or the layer's algorithm is not the sliding window.
     #[must_use]
     #[track_caller]
     pub fn sub_windows(self, k: usize) -> Self {
-        RateLimitLayer {
-            config: self.config.map_limiter(|limiter| limiter.sub_windows(k)),
-        }
+        let recipe = self.recipe_for("sub_windows");
+        assert!(
+            recipe.kind == Kind::SlidingWindow,
+            "RateLimitLayer::sub_windows({k}): sub-windows are the sliding window's; this layer's \
+             algorithm is {}",
+            recipe.kind.name()
+        );
+        let recipe = Recipe {
+            sub_windows: Some(k),
+            ..recipe.clone()
+        };
+        let (store, clock) = self.parts();
+        self.rebuilt(recipe, store, clock)
     }
-}
 
-impl<A, K, St, C> RateLimitLayer<A, K, St, C>
-where
-    A: Shaping,
-    K: KeyExtractor,
-    St: Store<A>,
-    C: Clock + Clone,
-{
     /// Shapes instead of rejecting (nginx's `burst` without `nodelay`): a request that could
     /// pass within `max_delay` waits in the layer for its turn and then goes on; only requests
     /// that would wait longer are refused. For GCRA and the token bucket.
@@ -148,45 +235,42 @@ where
     /// [the module docs](super#the-inner-services-readiness)). It does hold its connection
     /// and the request itself, so keep `max_delay` short where clients can open many
     /// connections.
+    ///
+    /// # Panics
+    ///
+    /// When the layer's algorithm cannot shape (it is not GCRA or the token bucket).
     #[must_use]
+    #[track_caller]
     pub fn max_delay(self, max_delay: std::time::Duration) -> Self {
-        RateLimitLayer {
-            config: self
-                .config
-                .map_limiter(|limiter| limiter.max_delay(max_delay)),
-        }
+        let recipe = self.recipe_for("max_delay");
+        assert!(
+            recipe.kind.shapes(),
+            "RateLimitLayer::max_delay({max_delay:?}): only gcra and token_bucket shape; this \
+             layer's algorithm is {} (the leaky bucket always queues: its burst is the queue)",
+            recipe.kind.name()
+        );
+        let recipe = Recipe {
+            max_delay: Some(max_delay),
+            ..recipe.clone()
+        };
+        let (store, clock) = self.parts();
+        self.rebuilt(recipe, store, clock)
     }
-}
 
-impl<A: Algorithm, St: Store<A>, C: Clock + Clone> RateLimitLayer<A, PeerIp, St, C> {
-    /// Limits each client IP with a limiter built by hand.
-    pub fn from_limiter(limiter: RateLimiter<A, St, C>) -> Self {
-        let responder = Arc::new(Responder::for_limiter(&limiter, Settings::default()));
-        Self {
-            config: Config {
-                limiter,
-                key: PeerIp,
-                responder,
-                per_key: None,
-                cost: None,
-            },
-        }
+    /// The store and clock, for a layer with a recipe.
+    fn parts(&self) -> (Arc<dyn Bind>, LayerClock) {
+        let store = match &self.store {
+            Some(store) => store.clone(),
+            None => Arc::new(Binder(MemoryStore::new())),
+        };
+        (store, self.clock.clone())
     }
-}
 
-impl<A, K, St, C> RateLimitLayer<A, K, St, C>
-where
-    A: Algorithm,
-    K: KeyExtractor,
-    St: Store<A>,
-    C: Clock + Clone,
-{
     /// Counts requests against the key `extractor` finds, instead of the peer IP.
     #[must_use]
-    pub fn key<K2: KeyExtractor>(self, extractor: K2) -> RateLimitLayer<A, K2, St, C> {
-        RateLimitLayer {
-            config: self.config.map_key(|_| extractor),
-        }
+    pub fn key<K: KeyExtractor>(mut self, extractor: K) -> Self {
+        self.key = Arc::new(extractor);
+        self.changed()
     }
 
     /// Picks the quotas of each request's plan, such as a customer's plan found from its API
@@ -247,14 +331,21 @@ where
     ///     });
     /// # let _ = layer;
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the layer was made by [`from_limiter`](Self::from_limiter): plans are made from
+    /// the layer's algorithm, which a limiter built by hand does not give.
     #[must_use]
+    #[track_caller]
     pub fn quota_for<F, P>(mut self, select: F) -> Self
     where
         F: Fn(&Key, RequestHead<'_>) -> P + Send + Sync + 'static,
-        P: Plan<A>,
+        P: Plan,
     {
-        self.config.per_key = Some(Arc::new(PerKey::new(per_key::select(select))));
-        self
+        self.recipe_for("quota_for");
+        self.select = Some(per_key::select(select));
+        self.changed()
     }
 
     /// Charges each request what `cost` says, instead of 1: the cost of a request from its key
@@ -293,8 +384,8 @@ where
     where
         F: Fn(&Key, RequestHead<'_>) -> u64 + Send + Sync + 'static,
     {
-        self.config.cost = Some(Arc::new(cost));
-        self
+        self.cost = Some(Arc::new(cost));
+        self.changed()
     }
 
     /// Writes the rate limit headers in `style`: IETF draft 11 (the default), draft 7, draft 6,
@@ -309,7 +400,7 @@ where
     /// ```
     #[must_use]
     pub fn headers(self, style: HeaderStyle) -> Self {
-        let mut settings = self.config.responder.settings().clone();
+        let mut settings = self.settings.clone();
         settings.headers = Headers {
             style,
             ..settings.headers
@@ -321,7 +412,7 @@ where
     /// (the default). See [`HeaderPlacement`].
     #[must_use]
     pub fn headers_on(self, placement: HeaderPlacement) -> Self {
-        let mut settings = self.config.responder.settings().clone();
+        let mut settings = self.settings.clone();
         settings.headers = Headers {
             placement,
             ..settings.headers
@@ -343,7 +434,7 @@ where
             status.is_client_error() || status.is_server_error(),
             "RateLimitLayer::status({status}): denials must be answered with a 4xx or 5xx status"
         );
-        let mut settings = self.config.responder.settings().clone();
+        let mut settings = self.settings.clone();
         settings.status = Some(status);
         self.with_settings(settings)
     }
@@ -364,7 +455,7 @@ where
     /// ```
     #[must_use]
     pub fn grpc(self, enabled: bool) -> Self {
-        let mut settings = self.config.responder.settings().clone();
+        let mut settings = self.settings.clone();
         settings.grpc = enabled;
         self.with_settings(settings)
     }
@@ -394,7 +485,7 @@ where
         F: Fn(&Decision, RequestHead<'_>) -> Response<T> + Send + Sync + 'static,
         T: Into<Bytes>,
     {
-        let mut settings = self.config.responder.settings().clone();
+        let mut settings = self.settings.clone();
         let f: Arc<OnLimited> = Arc::new(move |decision: &Decision, head: RequestHead<'_>| {
             f(decision, head).map(Into::into)
         });
@@ -408,7 +499,7 @@ where
     /// real traffic before enforcing it. Allowed requests still use up the quota, as they would.
     #[must_use]
     pub fn dry_run(self, enabled: bool) -> Self {
-        let mut settings = self.config.responder.settings().clone();
+        let mut settings = self.settings.clone();
         settings.dry_run = enabled;
         self.with_settings(settings)
     }
@@ -447,22 +538,19 @@ where
         F: Fn(&http::response::Parts) -> bool + Send + Sync + 'static,
     {
         assert!(
-            self.config.limiter.algorithm().refunds(),
+            self.limiter.refunds(),
             "RateLimitLayer::count_if: this layer's algorithm (the hybrid) cannot give capacity \
              back, so every request would count; use gcra, token_bucket, leaky_bucket, \
              fixed_window, sliding_window or sliding_log with count_if"
         );
-        let mut settings = self.config.responder.settings().clone();
+        let mut settings = self.settings.clone();
         settings.count_if = Some(Arc::new(counts));
         self.with_settings(settings)
     }
 
     fn with_settings(mut self, settings: Settings) -> Self {
-        self.config.responder = Arc::new(Responder::for_limiter(&self.config.limiter, settings));
-        // Policies of per-key quotas hold their own responders: start them over (their state
-        // lives in the store, so nothing is lost).
-        self.config.per_key = self.config.per_key.map(|p| Arc::new(p.fresh()));
-        self
+        self.settings = settings;
+        self.changed()
     }
 
     /// Leaves the requests `predicate` picks unlimited (no check, no rate limit headers), such
@@ -475,13 +563,12 @@ where
     /// # let _ = layer;
     /// ```
     #[must_use]
-    pub fn skip<P>(self, predicate: P) -> RateLimitLayer<A, Skip<K, P>, St, C>
+    pub fn skip<P>(mut self, predicate: P) -> Self
     where
-        P: Fn(RequestHead<'_>) -> bool + Clone + Send + Sync + 'static,
+        P: Fn(RequestHead<'_>) -> bool + Send + Sync + 'static,
     {
-        RateLimitLayer {
-            config: self.config.map_key(|key| Skip::new(key, predicate)),
-        }
+        self.key = Arc::new(Skip::new(DynKey(self.key), predicate));
+        self.changed()
     }
 
     /// Leaves clients whose key is an IP address in `list` unlimited: an office network,
@@ -497,67 +584,120 @@ where
     /// # Ok::<(), tollgate::key::ConfigError>(())
     /// ```
     #[must_use]
-    pub fn allow(self, list: IpList) -> RateLimitLayer<A, Allow<K>, St, C> {
-        RateLimitLayer {
-            config: self.config.map_key(|key| Allow::new(key, list)),
-        }
+    pub fn allow(mut self, list: IpList) -> Self {
+        self.key = Arc::new(Allow::new(DynKey(self.key), list));
+        self.changed()
     }
 
     /// Keeps state in `store`: a [`MemoryStore`] shared with other layers, or a store shared
-    /// between servers.
+    /// between servers (`RedisStore`). Any store that keeps every algorithm of the crate
+    /// ([`LayerStore`]) fits.
     ///
     /// # Panics
     ///
-    /// When `store` cannot keep this layer's quotas: the Redis store refuses figures its scripts
-    /// cannot decide exactly, naming the figure and the fix.
+    /// When `store` cannot keep this layer's quotas (the Redis store refuses figures its scripts
+    /// cannot decide exactly, naming the figure and the fix), or the layer was made by
+    /// [`from_limiter`](Self::from_limiter).
     #[must_use]
-    pub fn store<St2: Store<A>>(self, store: St2) -> RateLimitLayer<A, K, St2, C> {
-        RateLimitLayer {
-            config: self.config.map_limiter(|limiter| limiter.with_store(store)),
-        }
+    #[track_caller]
+    pub fn store<St: LayerStore>(self, store: St) -> Self {
+        let recipe = self.recipe_for("store").clone();
+        let clock = self.clock.clone();
+        self.rebuilt(recipe, Arc::new(Binder(store)), clock)
     }
 
     /// Reads time from `clock`, such as a [`ManualClock`](crate::clock::ManualClock) in tests.
+    ///
+    /// # Panics
+    ///
+    /// When the layer was made by [`from_limiter`](Self::from_limiter): set the clock on the
+    /// limiter instead.
     #[must_use]
-    pub fn clock<C2: Clock + Clone>(self, clock: C2) -> RateLimitLayer<A, K, St, C2> {
-        RateLimitLayer {
-            config: self.config.map_limiter(|limiter| limiter.with_clock(clock)),
-        }
+    #[track_caller]
+    pub fn clock<C: Clock + Clone>(self, clock: C) -> Self {
+        let recipe = self.recipe_for("clock").clone();
+        let (store, _) = self.parts();
+        self.rebuilt(recipe, store, LayerClock::Other(Arc::new(clock)))
     }
 
-    /// The limiter this layer's services share.
-    pub fn limiter(&self) -> &RateLimiter<A, St, C> {
-        &self.config.limiter
+    /// The policy name shown to clients and used to separate state in the store.
+    pub fn policy(&self) -> &str {
+        self.limiter.policy()
+    }
+
+    /// The quotas: one, or each tier in order.
+    pub fn quotas(&self) -> &[Quota] {
+        self.limiter.quotas()
+    }
+
+    /// What the services of this layer share, made on first use.
+    fn shared(&self) -> Arc<Shared> {
+        self.built
+            .get_or_init(|| {
+                let responder =
+                    Arc::new(Responder::for_limit(&self.limiter, self.settings.clone()));
+                let per_key = match (&self.select, &self.recipe) {
+                    (Some(select), Some(recipe)) => {
+                        let (store, clock) = self.parts();
+                        let maker = Maker {
+                            recipe: recipe.clone(),
+                            store,
+                            clock,
+                            settings: self.settings.clone(),
+                        };
+                        Some(PerKey::new(select.clone(), maker))
+                    }
+                    _ => None,
+                };
+                Arc::new(Shared {
+                    limiter: self.limiter.clone(),
+                    key: self.key.clone(),
+                    responder,
+                    per_key,
+                    cost: self.cost.clone(),
+                })
+            })
+            .clone()
     }
 }
 
-impl<A: Algorithm, K: Clone, St: Store<A>, C: Clone> Clone for RateLimitLayer<A, K, St, C> {
-    fn clone(&self) -> Self {
-        Self {
-            config: self.config.clone(),
-        }
+/// The limiter of `recipe` over `store`, or a panic naming why the store refuses it.
+#[track_caller]
+fn bound(store: &dyn Bind, recipe: &Recipe, clock: &LayerClock) -> Arc<dyn Limit> {
+    match store.bind(recipe, clock, recipe.named()) {
+        Ok(limiter) => limiter,
+        Err(error) => panic!("RateLimitLayer: {error}"),
     }
 }
 
-impl<A: Algorithm, K, St: Store<A>, C> std::fmt::Debug for RateLimitLayer<A, K, St, C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+/// A layer's key extractor, inside `skip` and `allow`.
+struct DynKey(Arc<dyn KeyExtractor>);
+
+impl KeyExtractor for DynKey {
+    #[inline]
+    fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
+        self.0.extract(req)
+    }
+
+    #[inline]
+    fn client_ip(&self, req: RequestHead<'_>) -> Option<std::net::IpAddr> {
+        self.0.client_ip(req)
+    }
+}
+
+impl fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
-            .field("policy", &self.config.limiter.policy())
-            .field("quota", self.config.limiter.quota())
+            .field("policy", &self.limiter.policy())
+            .field("quotas", &self.limiter.quotas())
             .finish_non_exhaustive()
     }
 }
 
-impl<S, A, K, St, C> Layer<S> for RateLimitLayer<A, K, St, C>
-where
-    A: Algorithm,
-    K: KeyExtractor,
-    St: Store<A>,
-    C: Clock + Clone,
-{
-    type Service = RateLimit<S, A, K, St, C>;
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, Arc::new(self.config.clone()))
+        RateLimit::new(inner, self.shared())
     }
 }

@@ -69,20 +69,29 @@
 //! axum's `Router::layer` and `route_layer`, tonic's `Server::builder().layer`, and
 //! `tower::ServiceBuilder` over a hyper service.
 
-mod config;
+mod body;
 mod future;
 mod headers;
 #[allow(clippy::module_inception)]
 mod layer;
+mod limit;
 mod observe;
 mod per_key;
+mod recipe;
 mod response;
 mod service;
+mod shared;
 mod text;
 
+pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
 pub use self::headers::{HeaderPlacement, HeaderStyle};
 pub use self::layer::RateLimitLayer;
 pub use self::per_key::Plan;
+pub use self::recipe::LayerStore;
+#[cfg(all(feature = "serde", feature = "redis"))]
+pub(crate) use self::recipe::{Bind, Binder, LayerClock};
+#[cfg(feature = "serde")]
+pub(crate) use self::recipe::{Kind, Recipe};
 pub use self::response::problem_details;
 pub use self::service::RateLimit;

@@ -8,10 +8,10 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Version};
 
-use super::headers::{HeaderWriter, Headers};
+use super::headers::{ceil_secs, HeaderWriter, Headers};
+use super::limit::Limit;
 use super::observe::Observer;
 use super::text::{int_value, Text};
-use crate::clock::Clock;
 use crate::key::{KeyError, RequestHead};
 use crate::{Decision, Error, Quota};
 
@@ -28,11 +28,6 @@ const GRPC_UNAVAILABLE: &str = "14";
 const TOO_LARGE: &str = "Request too large: it costs more than the rate limit ever allows.";
 /// The body of the answer when the store failed to decide.
 const UNAVAILABLE: &str = "Rate limiting is unavailable; try again shortly.\n";
-
-/// Whole seconds, rounded up: a client told to wait 0 s for a 300 ms wait would retry at once.
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
 
 fn ceil_millis(d: Duration) -> u64 {
     let ms = d.as_millis() + u128::from(d.as_nanos() % 1_000_000 > 0);
@@ -234,18 +229,10 @@ impl Responder {
 
     /// The responder for `limiter`'s quotas and policy, reading its clock when a response
     /// leaves.
-    pub(crate) fn for_limiter<A, St, C>(
-        limiter: &crate::RateLimiter<A, St, C>,
-        settings: Settings,
-    ) -> Self
-    where
-        A: crate::algorithm::Algorithm,
-        St: crate::store::Store<A>,
-        C: Clock + Clone,
-    {
-        let clock = limiter.clock().clone();
+    pub(crate) fn for_limit(limiter: &Arc<dyn Limit>, settings: Settings) -> Self {
+        let clock = limiter.clone();
         Self {
-            clock: Some(Arc::new(move || clock.now_nanos())),
+            clock: Some(Arc::new(move || clock.now())),
             ..Self::new(limiter.quotas(), limiter.policy(), settings)
         }
     }
@@ -253,11 +240,6 @@ impl Responder {
     /// The limiter's time now, in nanoseconds (0 without a clock).
     pub(crate) fn now(&self) -> u64 {
         self.clock.as_ref().map_or(0, |now| now())
-    }
-
-    /// The settings this responder was made with.
-    pub(crate) fn settings(&self) -> &Settings {
-        &self.settings
     }
 
     /// How `req` is answered: the gRPC way, with its content type, when it is a gRPC or

@@ -1,40 +1,31 @@
-use std::future::Future as _;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use super::config::Config;
-use super::future::{Pending, Refund, ResponseFuture};
+use super::body::ResponseBody;
+use super::future::{Refund, ResponseFuture, Ticket};
 use super::observe;
 use super::response;
-use crate::algorithm::{Algorithm, Gcra};
-use crate::body::ResponseBody;
-use crate::clock::{Clock, SystemClock};
-use crate::key::{KeyExtractor, PeerIp, RequestHead};
-use crate::store::{MemoryStore, Store};
+use super::shared::Shared;
+use crate::key::RequestHead;
 
 /// The rate limit middleware: made by [`RateLimitLayer`](super::RateLimitLayer).
 ///
 /// Denied requests are answered by the middleware and never reach the inner service; its
 /// error type passes through unchanged, so axum needs no `HandleErrorLayer`.
-pub struct RateLimit<S, A = Gcra, K = PeerIp, St = MemoryStore, C = SystemClock>
-where
-    A: Algorithm,
-    St: Store<A>,
-{
+pub struct RateLimit<S> {
     inner: S,
-    config: Arc<Config<A, K, St, C>>,
+    shared: Arc<Shared>,
 }
 
-impl<S, A: Algorithm, K, St: Store<A>, C> RateLimit<S, A, K, St, C> {
-    pub(crate) fn new(inner: S, config: Arc<Config<A, K, St, C>>) -> Self {
-        Self { inner, config }
+impl<S> RateLimit<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        Self { inner, shared }
     }
 
     /// The inner service.
@@ -53,39 +44,33 @@ impl<S, A: Algorithm, K, St: Store<A>, C> RateLimit<S, A, K, St, C> {
     }
 }
 
-impl<S: Clone, A: Algorithm, K, St: Store<A>, C> Clone for RateLimit<S, A, K, St, C> {
+impl<S: Clone> Clone for RateLimit<S> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            config: self.config.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
 
-impl<S: std::fmt::Debug, A: Algorithm, K, St: Store<A>, C> std::fmt::Debug
-    for RateLimit<S, A, K, St, C>
-{
+impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
-            .field("policy", &self.config.limiter.policy())
+            .field("policy", &self.shared.limiter.policy())
             .finish_non_exhaustive()
     }
 }
 
-impl<S, A, K, St, C, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, A, K, St, C>
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     ResBody: Body,
     ResBody::Data: From<Bytes>,
-    A: Algorithm,
-    K: KeyExtractor,
-    St: Store<A>,
-    C: Clock + Clone,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, St::Future, S, ReqBody, ResBody>;
+    type Future = ResponseFuture<S::Future, S, ReqBody, ResBody>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -93,91 +78,63 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let config = &*self.config;
-        let responder = config.responder.clone();
-        let key = match config.key.extract(&req) {
+        let shared = &*self.shared;
+        let responder = shared.responder.clone();
+        let key = match shared.key.extract(RequestHead::new(&req)) {
             Ok(Some(key)) => key,
             Ok(None) => return ResponseFuture::unlimited(self.inner.call(req), responder),
             Err(error) => {
-                config.responder.observer().count("key_error");
+                shared.responder.observer().count("key_error");
                 log_key_error(&error);
                 // Answered here: the readiness `poll_ready` took (a permit) is given back.
                 self.inner = self.inner.clone();
                 return ResponseFuture::answered(
-                    response::key_error(&error, config.responder.grpc(&req)),
+                    response::key_error(&error, shared.responder.grpc(&req)),
                     responder,
                 );
             }
         };
-        let policy = match &config.per_key {
-            Some(per_key) => {
-                let head = RequestHead::new(&req);
-                match per_key.policy(&key, head, &config.limiter, config.responder.settings()) {
-                    Ok(policy) => policy,
-                    // A plan the store refuses: refused as by a store that fails closed.
-                    Err(error) => {
-                        config.responder.observer().count("store_error");
-                        self.inner = self.inner.clone();
-                        let grpc = config.responder.grpc(&req);
-                        return ResponseFuture::answered(
-                            response::store_error(&error, grpc),
-                            responder,
-                        );
-                    }
+        let policy = match &shared.per_key {
+            Some(per_key) => match per_key.policy(&key, RequestHead::new(&req)) {
+                Ok(policy) => policy,
+                // A plan the store refuses: refused as by a store that fails closed.
+                Err(error) => {
+                    shared.responder.observer().count("store_error");
+                    self.inner = self.inner.clone();
+                    let grpc = shared.responder.grpc(&req);
+                    return ResponseFuture::answered(
+                        response::store_error(&error, grpc),
+                        responder,
+                    );
                 }
-            }
+            },
             None => None,
         };
         let (limiter, responder) = match &policy {
             Some(policy) => (&policy.limiter, policy.responder.clone()),
-            None => (&config.limiter, responder),
+            None => (&shared.limiter, responder),
         };
-        let cost = config.cost(&key, RequestHead::new(&req));
+        let cost = shared.cost(&key, RequestHead::new(&req));
         // With `count_if`, a request whose response does not count gives back what it took.
-        let refund: Option<Refund<St::Future>> = (responder.counts_some() && cost > 0).then(|| {
-            let (limiter, key) = (limiter.clone(), key.clone());
-            Box::new(move |admission: &crate::Decision| limiter.refund(key, admission, cost))
-                as Refund<St::Future>
+        let refund = (responder.counts_some() && cost > 0).then(|| Refund {
+            limiter: limiter.clone(),
+            key: key.clone(),
+            cost,
         });
         observe::trace_key(&key);
         let key_kind = key.kind();
         let observer = responder.observer();
         let timer = observer.start();
-        let now = limiter.clock().now_nanos();
-        let mut check = observer.in_span(key_kind, || limiter.check_n_at(key, now, cost));
-        // A local store decides at once: then the inner service, readied by `poll_ready`, is
-        // called right here (or, for a request that is delayed or refused, released). A remote
-        // store's check goes on in the response future, which takes the readied service and
-        // leaves a clone here.
-        let mut cx = Context::from_waker(Waker::noop());
-        match Pin::new(&mut check).poll(&mut cx) {
-            Poll::Ready(result) => {
-                observer.finish(timer);
-                let clock = limiter.clock();
-                ResponseFuture::decided(
-                    result,
-                    (&mut self.inner, req, cost, key_kind),
-                    now,
-                    |delay| clock.sleep(delay),
-                    refund,
-                    responder,
-                )
-            }
-            Poll::Pending => {
-                let clone = self.inner.clone();
-                let inner = std::mem::replace(&mut self.inner, clone);
-                let clock = limiter.clock().clone();
-                let pending = Pending {
-                    inner,
-                    req,
-                    cost,
-                    key_kind,
-                    timer,
-                    sleep: Box::new(move |delay| clock.sleep(delay)),
-                };
-                ResponseFuture::checking(check, pending, now, refund, responder)
-            }
-        }
+        let now = limiter.now();
+        let check = observer.in_span(key_kind, || limiter.check(key, now, cost));
+        let ticket = Ticket {
+            req,
+            cost,
+            key_kind,
+            decided_at: now,
+        };
+        let inner = &mut self.inner;
+        ResponseFuture::new(check, inner, ticket, limiter, timer, refund, responder)
     }
 }
 

@@ -40,10 +40,6 @@ use crate::Decision;
 ///         Outcome::new(decision, (cost > 0).then_some(used + cost))
 ///     }
 ///
-///     fn with_quota(&self, quota: &Quota) -> Self {
-///         Self { limit: quota.limit() }
-///     }
-///
 ///     fn is_fresh(&self, used: &u64, _now: u64) -> bool {
 ///         *used == 0
 ///     }

@@ -186,7 +186,10 @@ mod tests {
         let pair = |a: &'static str, b: &'static str| {
             let fa = move |_: RequestHead<'_>| Ok(Some(Key::from(a)));
             let fb = move |_: RequestHead<'_>| Ok(Some(Key::from(b)));
-            (fa, fb).extract(&http::Request::new(())).unwrap().unwrap()
+            (fa, fb)
+                .extract(RequestHead::new(&http::Request::new(())))
+                .unwrap()
+                .unwrap()
         };
         let short = pair("a", "b");
         let long = pair("a", "y".repeat(100).leak());
