@@ -27,7 +27,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Cr
 use criterion::{measurement::WallTime, Throughput};
 use tollgate::algorithm::Algorithm;
 use tollgate::clock::ManualClock;
-use tollgate::store::MemoryState;
+use tollgate::store::MemoryAlgorithm;
 use tollgate::{Quota, RateLimiter};
 
 const KEYS: usize = 10_000;
@@ -58,7 +58,7 @@ fn bench_algorithm<A>(
     make: impl Fn(bool) -> RateLimiter<A>,
 ) where
     A: Algorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     for allowed in [true, false] {
         let clock = ManualClock::new();

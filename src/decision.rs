@@ -129,6 +129,7 @@ impl Decision {
     /// The same decision with no receipt, in every tier: an admission nothing can be given
     /// back to (one a store's fallback made, whose receipt the store cannot read).
     #[must_use]
+    #[cfg(feature = "redis")]
     pub(crate) fn without_receipts(mut self) -> Self {
         self.receipt = 0;
         if let Some(tiers) = &self.tiers {
@@ -174,6 +175,50 @@ impl Decision {
     /// Whether the request was denied.
     pub fn is_denied(&self) -> bool {
         !self.allowed
+    }
+
+    /// The decision reported for a request decided by several tiers (quotas on one key, in
+    /// memory or in a shared store): the most restrictive tier's
+    /// ([`most_restrictive`](Self::most_restrictive)), waiting as long as any tier asks, with
+    /// every tier's own decision in [`tiers`](Self::tiers).
+    ///
+    /// `decisions` must not be empty.
+    pub(crate) fn from_tiers(decisions: Arc<[Decision]>) -> Decision {
+        let delay = decisions.iter().map(|d| d.delay).max().unwrap_or_default();
+        let mut decision = decisions[Self::most_restrictive(&decisions)].clone();
+        if decision.allowed {
+            decision = decision.delayed(delay);
+        }
+        decision.with_tiers(decisions)
+    }
+
+    /// The index of the decision that is reported among several (tiers, or stacked layers):
+    /// when any is denied, the one that makes the client wait longest (one that can never
+    /// pass wins); when all are allowed, the one with the fewest requests remaining (on a tie,
+    /// the longest `reset_after`). 0 for an empty list.
+    pub(crate) fn most_restrictive(decisions: &[Decision]) -> usize {
+        let denied = decisions.iter().any(|d| !d.allowed);
+        let mut best = 0;
+        for (i, d) in decisions.iter().enumerate() {
+            let b = &decisions[best];
+            let better = if denied {
+                // The tier that makes the client wait longest; `None` (never) is the longest.
+                !d.allowed
+                    && (b.allowed
+                        || match (d.retry_after, b.retry_after) {
+                            (None, Some(_)) => true,
+                            (Some(x), Some(y)) => x > y,
+                            _ => false,
+                        })
+            } else {
+                d.remaining < b.remaining
+                    || (d.remaining == b.remaining && d.reset_after > b.reset_after)
+            };
+            if better {
+                best = i;
+            }
+        }
+        best
     }
 }
 

@@ -75,7 +75,7 @@ mod quota;
 pub mod store;
 
 pub use self::decision::{Decision, Decisions};
-pub use self::error::Error;
+pub use self::error::{Error, ErrorKind};
 pub use self::key::Key;
 pub use self::layer::{HeaderPlacement, HeaderStyle, RateLimit, RateLimitLayer};
 pub use self::limiter::RateLimiter;

@@ -10,7 +10,7 @@ use crate::algorithm::{
     SubWindows, TokenBucket,
 };
 use crate::clock::{Clock, SystemClock};
-use crate::store::{MemoryState, MemoryStore, Store};
+use crate::store::{MemoryAlgorithm, MemoryStore, Store};
 use crate::{Decision, Key, Quota};
 
 /// Decides whether a key may make a request: an algorithm with its quota, over a store, on a
@@ -72,7 +72,7 @@ impl RateLimiter<Gcra> {
     /// ```
     pub fn gcra<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<Gcra>>
     where
-        <Q::Algorithm<Gcra> as Algorithm>::State: MemoryState,
+        Q::Algorithm<Gcra>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, Gcra::new)
     }
@@ -98,7 +98,7 @@ impl RateLimiter<Gcra> {
     /// ```
     pub fn leaky_bucket<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<LeakyBucket>>
     where
-        <Q::Algorithm<LeakyBucket> as Algorithm>::State: MemoryState,
+        Q::Algorithm<LeakyBucket>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, LeakyBucket::new)
     }
@@ -109,7 +109,7 @@ impl RateLimiter<Gcra> {
     /// [`TokenBucket`].
     pub fn token_bucket<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<TokenBucket>>
     where
-        <Q::Algorithm<TokenBucket> as Algorithm>::State: MemoryState,
+        Q::Algorithm<TokenBucket>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, TokenBucket::new)
     }
@@ -119,7 +119,7 @@ impl RateLimiter<Gcra> {
     /// pass `2 × limit` across a window's edge. See [`FixedWindow`].
     pub fn fixed_window<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<FixedWindow>>
     where
-        <Q::Algorithm<FixedWindow> as Algorithm>::State: MemoryState,
+        Q::Algorithm<FixedWindow>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, FixedWindow::new)
     }
@@ -130,7 +130,7 @@ impl RateLimiter<Gcra> {
     /// closer. See [`SlidingWindow`].
     pub fn sliding_window<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<SlidingWindow>>
     where
-        <Q::Algorithm<SlidingWindow> as Algorithm>::State: MemoryState,
+        Q::Algorithm<SlidingWindow>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, SlidingWindow::new)
     }
@@ -139,7 +139,7 @@ impl RateLimiter<Gcra> {
     /// the admitted requests (memory per key grows with `limit`). See [`SlidingLog`].
     pub fn sliding_log<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<SlidingLog>>
     where
-        <Q::Algorithm<SlidingLog> as Algorithm>::State: MemoryState,
+        Q::Algorithm<SlidingLog>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, SlidingLog::new)
     }
@@ -149,18 +149,16 @@ impl RateLimiter<Gcra> {
     /// for clients that use it all, until they slow down. See [`Hybrid`].
     pub fn hybrid<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<Hybrid>>
     where
-        <Q::Algorithm<Hybrid> as Algorithm>::State: MemoryState,
+        Q::Algorithm<Hybrid>: MemoryAlgorithm,
     {
         RateLimiter::build(quotas, Hybrid::new)
     }
 }
 
-impl<A: Algorithm> RateLimiter<A>
-where
-    A::State: MemoryState,
-{
+impl<A: MemoryAlgorithm> RateLimiter<A> {
     /// A limiter for `quota` decided by `algorithm`, in a new [`MemoryStore`], on the
-    /// [`SystemClock`], for an algorithm of your own.
+    /// [`SystemClock`], for an algorithm of your own: see [`MemoryAlgorithm`] for the one line
+    /// it needs to be kept in memory.
     pub fn from_parts(quota: Quota, algorithm: A) -> Self {
         Self::bind(
             Arc::new([quota]),
@@ -191,14 +189,27 @@ where
     ///
     /// The policy is the quota's name, or for tiers the names joined by `+`. State is shared
     /// under that name only when every quota was named ([`Quota::named`]).
+    ///
+    /// # Panics
+    ///
+    /// When `store` cannot keep these quotas ([`Store::table`]), with the store's message
+    /// (the figure and how to fix it).
     #[track_caller]
     pub(crate) fn bind(quotas: Arc<[Quota]>, algorithm: A, store: St, clock: C) -> Self {
         let shared = quotas.iter().all(|q| q.explicit_name().is_some());
-        Self::bind_as(quotas, algorithm, store, clock, shared)
+        match Self::try_bind(quotas, algorithm, store, clock, shared) {
+            Ok(limiter) => limiter,
+            Err(error) => panic!("{error}"),
+        }
     }
 
-    /// A limiter for `quotas` decided by `algorithm`, with its state in `store`, shared under
-    /// the policy name when `shared`; an error when `store` cannot keep these quotas.
+    /// A limiter for `quotas` decided by `algorithm`, with its state in `store`, or the
+    /// store's error when it cannot keep these quotas ([`Store::table`]): for limiters made
+    /// while serving requests or from configuration, which must never panic.
+    ///
+    /// With `shared`, the state is shared under the policy name whether or not the quotas
+    /// were named (a layer's per-key quotas, whose limiters are dropped and made again, and
+    /// must find the state they left); without it, as [`bind`](Self::bind) decides.
     pub(crate) fn try_bind(
         quotas: Arc<[Quota]>,
         algorithm: A,
@@ -207,10 +218,15 @@ where
         shared: bool,
     ) -> Result<Self, crate::Error> {
         let policy = Self::policy_of(&quotas);
-        match store.refusal(&policy, &algorithm) {
-            Some(refused) => Err(crate::Error::store(refused)),
-            None => Ok(Self::bind_as(quotas, algorithm, store, clock, shared)),
-        }
+        let table = store.table(&policy, shared, &algorithm)?;
+        Ok(Self {
+            quotas,
+            policy,
+            algorithm,
+            store,
+            table,
+            clock,
+        })
     }
 
     /// The policy name of `quotas`: the quota's name, or the tiers' names joined by `+`.
@@ -226,20 +242,6 @@ where
         }
     }
 
-    #[track_caller]
-    fn bind_as(quotas: Arc<[Quota]>, algorithm: A, store: St, clock: C, shared: bool) -> Self {
-        let policy = Self::policy_of(&quotas);
-        let table = store.table(&policy, shared, &algorithm);
-        Self {
-            quotas,
-            policy,
-            algorithm,
-            store,
-            table,
-            clock,
-        }
-    }
-
     /// Keeps state in `store` (a shared [`MemoryStore`], or a store shared between servers).
     ///
     /// # Panics
@@ -250,6 +252,30 @@ where
     #[track_caller]
     pub fn with_store<St2: Store<A>>(self, store: St2) -> RateLimiter<A, St2, C> {
         RateLimiter::bind(self.quotas, self.algorithm, store, self.clock)
+    }
+
+    /// [`with_store`](Self::with_store), returning the store's refusal instead of panicking:
+    /// for code that picks its store at run time (from configuration).
+    ///
+    /// # Errors
+    ///
+    /// When `store` cannot keep this limiter's quotas: an error of kind
+    /// [`Misconfigured`](crate::ErrorKind::Misconfigured) that names the figure and the fix.
+    ///
+    /// ```
+    /// use tollgate::store::MemoryStore;
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::gcra(Quota::per_second(5)).try_with_store(MemoryStore::new())?;
+    /// assert!(limiter.check_now("k").allowed);
+    /// # Ok::<(), tollgate::Error>(())
+    /// ```
+    pub fn try_with_store<St2: Store<A>>(
+        self,
+        store: St2,
+    ) -> Result<RateLimiter<A, St2, C>, crate::Error> {
+        let shared = self.quotas.iter().all(|q| q.explicit_name().is_some());
+        RateLimiter::try_bind(self.quotas, self.algorithm, store, self.clock, shared)
     }
 
     /// Reads time from `clock`, such as a [`ManualClock`](crate::clock::ManualClock) in tests.
@@ -349,7 +375,13 @@ impl<A: Shaping, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
     /// assert_eq!(limiter.check_now("k").delay, Duration::ZERO);
     /// assert_eq!(limiter.check_now("k").delay, Duration::from_millis(100));
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the store cannot keep the shaped quotas ([`Store::table`]): the Redis store
+    /// refuses a wait its scripts cannot decide exactly, naming the figure and the fix.
     #[must_use]
+    #[track_caller]
     pub fn max_delay(self, max_delay: Duration) -> Self {
         let algorithm = self.algorithm.with_max_delay(max_delay);
         RateLimiter::bind(self.quotas, algorithm, self.store, self.clock)
@@ -362,7 +394,8 @@ impl<A: SubWindows, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
     ///
     /// # Panics
     ///
-    /// When `k` is 0 or above 64.
+    /// When `k` is 0 or above 64, or when the store cannot keep the window with `k`
+    /// sub-windows ([`Store::table`]), with the store's message.
     #[must_use]
     #[track_caller]
     pub fn sub_windows(self, k: usize) -> Self {
@@ -373,8 +406,7 @@ impl<A: SubWindows, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
 
 impl<A, C> RateLimiter<A, MemoryStore, C>
 where
-    A: Algorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
     C: Clock,
 {
     /// Decides one request for `key` at once, without a future: the memory store never waits

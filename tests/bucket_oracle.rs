@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate::algorithm::{Algorithm, Gcra, Hybrid, HybridState, TokenBucket};
+use tollgate::store::MemoryAlgorithm;
 use tollgate::Quota;
 
 use oracle::{cases, nanos, Expected};
@@ -396,7 +397,7 @@ proptest! {
 /// agreement of the trait's methods.
 fn consistent<A>(alg: &A, capacity: u64, steps: &[(u64, u64)]) -> Result<(), TestCaseError>
 where
-    A: Algorithm,
+    A: MemoryAlgorithm,
     A::State: std::fmt::Debug + PartialEq,
 {
     let mut state = A::State::default();
@@ -534,7 +535,7 @@ proptest! {
     }
 }
 
-fn well_formed<A: Algorithm>(
+fn well_formed<A: MemoryAlgorithm>(
     alg: &A,
     state: &A::State,
     now: u64,

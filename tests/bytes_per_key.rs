@@ -17,11 +17,10 @@ use governor::clock::FakeRelativeClock;
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use tollgate::algorithm::{
-    FixedWindowState, HybridState, SlidingLogState, SlidingWindowState, TieredState,
-    TokenBucketState,
+    FixedWindow, Gcra, Hybrid, LeakyBucket, SlidingLog, SlidingWindow, Tiered, TokenBucket,
 };
 use tollgate::clock::ManualClock;
-use tollgate::store::{MemoryState, MemoryStore};
+use tollgate::store::{MemoryAlgorithm, MemoryStore};
 use tollgate::{Quota, RateLimiter};
 
 struct Counting;
@@ -99,8 +98,7 @@ fn ip(i: u64) -> IpAddr {
 /// is kept (none is fresh), each with the state of one request.
 fn fill<A>(keys: u64, limiter: RateLimiter<A>) -> RateLimiter<A, MemoryStore, ManualClock>
 where
-    A: tollgate::algorithm::Algorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     // Every key is held: the store's default bound would forget some past half a million.
     let limiter = limiter
@@ -125,8 +123,8 @@ fn table_bound(slot: usize) -> f64 {
     slot as f64 * 16.0 / 7.0
 }
 
-/// The memory cell a state is held in.
-type StateCell<S> = <S as MemoryState>::Cell;
+/// The memory cell an algorithm's state is held in.
+type CellOf<A> = <A as MemoryAlgorithm>::Cell;
 
 #[test]
 fn gcra_ipv6_keys_cost_at_most_56_bytes_each_at_a_million() {
@@ -159,7 +157,7 @@ fn gcra_ipv6_keys_cost_at_most_56_bytes_each_at_a_million() {
 
     println!("GCRA, {KEYS} IPv6 keys: tollgate {tollgate:.1} bytes/key ({blocks:.5} blocks/key), governor 0.10 {governor:.1} bytes/key ({governor_blocks:.5} blocks/key)");
     // The slot is the key's two words, the AtomicU64 and a control byte: 25 bytes.
-    assert_eq!(slot::<StateCell<u64>>(), 25);
+    assert_eq!(slot::<CellOf<Gcra>>(), 25);
     assert!(
         tollgate <= 56.0,
         "GCRA with IPv6 keys holds {tollgate:.1} bytes per key, above the 56 of the issue"
@@ -183,56 +181,51 @@ fn every_algorithm_stays_within_its_bound_at_a_hundred_thousand_keys() {
             rows.push(($name, (bytes, blocks), bound));
         }};
     }
-    row!("gcra", RateLimiter::gcra(q()), StateCell<u64>, 0);
+    row!("gcra", RateLimiter::gcra(q()), CellOf<Gcra>, 0);
     row!(
         "leaky bucket",
         RateLimiter::leaky_bucket(q()),
-        StateCell<u64>,
+        CellOf<LeakyBucket>,
         0
     );
     // Two tiers: a boxed slice of two u64.
     row!(
         "gcra, 2 tiers",
         RateLimiter::gcra([q(), Quota::per_hour(1000)]),
-        StateCell<TieredState<u64>>,
+        CellOf<Tiered<Gcra>>,
         2 * 8
     );
     row!(
         "token bucket",
         RateLimiter::token_bucket(q()),
-        StateCell<TokenBucketState>,
+        CellOf<TokenBucket>,
         0
     );
     row!(
         "fixed window",
         RateLimiter::fixed_window(q()),
-        StateCell<FixedWindowState>,
+        CellOf<FixedWindow>,
         0
     );
-    row!(
-        "hybrid",
-        RateLimiter::hybrid(q()),
-        StateCell<HybridState>,
-        0
-    );
+    row!("hybrid", RateLimiter::hybrid(q()), CellOf<Hybrid>, 0);
     // `8 × (k + 1)` bytes of counters.
     row!(
         "sliding window",
         RateLimiter::sliding_window(q()),
-        StateCell<SlidingWindowState>,
+        CellOf<SlidingWindow>,
         8 * 2
     );
     row!(
         "sliding window, 8 sub-windows",
         RateLimiter::sliding_window(q()).sub_windows(8),
-        StateCell<SlidingWindowState>,
+        CellOf<SlidingWindow>,
         8 * 9
     );
     // 16 bytes per entry of the log's capacity: a log's first push makes room for 4 entries.
     row!(
         "sliding log",
         RateLimiter::sliding_log(q()),
-        StateCell<SlidingLogState>,
+        CellOf<SlidingLog>,
         16 * 4
     );
 

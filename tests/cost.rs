@@ -25,7 +25,7 @@ use proptest::prelude::*;
 use tollgate::algorithm::Algorithm;
 use tollgate::clock::ManualClock;
 use tollgate::key::{Global, Header, RequestHead};
-use tollgate::store::{MemoryState, MemoryStore};
+use tollgate::store::{MemoryAlgorithm, MemoryStore};
 use tollgate::{Key, Quota, RateLimitLayer, RateLimiter};
 use tower::{Layer, Service, ServiceExt};
 
@@ -336,7 +336,7 @@ async fn agrees_with_check_n<A>(
 ) -> Result<(), TestCaseError>
 where
     A: Algorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     let clock = ManualClock::new();
     let twin = twin.with_clock(clock.clone());

@@ -17,7 +17,7 @@ use std::future::Future as _;
 
 use tollgate::algorithm::Algorithm;
 use tollgate::clock::{Clock, ManualClock};
-use tollgate::store::MemoryState;
+use tollgate::store::MemoryAlgorithm;
 use tollgate::{Decision, HeaderPlacement, HeaderStyle, Quota, RateLimitLayer, RateLimiter};
 use tower::{Layer, ServiceExt};
 
@@ -312,7 +312,7 @@ async fn run_sequence_of<A>(
     make: impl Fn(Quota) -> RateLimiter<A>,
 ) where
     A: Algorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     let clock = ManualClock::new();
     let layer =
@@ -543,7 +543,7 @@ async fn every_style_describes_every_algorithm() {
 async fn run_tiers<A>(make: impl Fn([Quota; 2]) -> RateLimiter<A>)
 where
     A: Algorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     let tiers = [
         Quota::per_minute(4).named("minute"),

@@ -14,7 +14,8 @@
 
 use std::time::Duration;
 
-use tollgate::algorithm::{Algorithm, FixedWindow, Gcra, Hybrid, SlidingLog, TokenBucket};
+use tollgate::algorithm::{FixedWindow, Gcra, Hybrid, SlidingLog, TokenBucket};
+use tollgate::store::MemoryAlgorithm;
 use tollgate::Quota;
 
 /// The quota per window.
@@ -36,7 +37,7 @@ fn gap((num, den): (u64, u64)) -> u64 {
 }
 
 /// The client's requests, one every `gap` ns from 0, each of cost 1: which pass.
-fn run<A: Algorithm>(alg: &A, gap: u64, requests: u64) -> Vec<(u64, bool)> {
+fn run<A: MemoryAlgorithm>(alg: &A, gap: u64, requests: u64) -> Vec<(u64, bool)> {
     let mut state = A::State::default();
     (0..requests)
         .map(|k| (k * gap, alg.check_mut(&mut state, k * gap, 1).allowed))

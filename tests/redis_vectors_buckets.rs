@@ -22,7 +22,7 @@ use tollgate::algorithm::{
 };
 use tollgate::clock::{Clock, ManualClock};
 use tollgate::store::redis::RedisAlgorithm;
-use tollgate::store::{MemoryState, MemoryStore, OnFailure, RedisStore};
+use tollgate::store::{MemoryAlgorithm, MemoryStore, OnFailure, RedisStore};
 use tollgate::{Decision, Key, Quota, RateLimiter};
 
 use parity::{nothing, ops, pick, same_decisions_with, Op, EPOCH};
@@ -70,10 +70,7 @@ impl Bench {
 
 /// A key no other case uses, and its name in Redis under `redis`'s policy (for tiers, the name
 /// that `:<tier>` follows).
-fn fresh_key<A: Stored>(redis: &RateLimiter<A, RedisStore, ManualClock>) -> (Key, String)
-where
-    A::State: MemoryState,
-{
+fn fresh_key<A: Stored>(redis: &RateLimiter<A, RedisStore, ManualClock>) -> (Key, String) {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let key = Key::from(NEXT.fetch_add(1, Ordering::Relaxed));
     let mut name = String::from_utf8(redis.table().redis_keys(&key).remove(0)).unwrap();
@@ -98,10 +95,7 @@ fn cases(cases: u32) -> ProptestConfig {
 }
 
 /// What the test knows of an algorithm's keys in Redis.
-trait Stored: RedisAlgorithm
-where
-    Self::State: MemoryState,
-{
+trait Stored: RedisAlgorithm {
     /// For each tier of `state` at `now`: the text the script stores, and the time until the
     /// tier is fresh (zero: fresh).
     fn stored(&self, state: &Self::State, now: u64) -> Vec<(String, Duration)>;
@@ -139,7 +133,7 @@ impl Stored for Hybrid {
 
 impl<A: Stored> Stored for Tiered<A>
 where
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     fn stored(&self, state: &TieredState<A::State>, now: u64) -> Vec<(String, Duration)> {
         let fresh = A::State::default();
@@ -169,7 +163,7 @@ fn waited(since: Instant) -> u64 {
 /// A limiter on the memory store and one on Redis for the same policy, on one clock.
 struct Pair<A: Stored>
 where
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     memory: RateLimiter<A, MemoryStore, ManualClock>,
     redis: RateLimiter<A, RedisStore, ManualClock>,
@@ -178,7 +172,8 @@ where
 
 impl<A: Stored> Pair<A>
 where
-    A::State: MemoryState + Debug,
+    A: MemoryAlgorithm,
+    A::State: Debug,
 {
     /// `limiter`'s policy in memory and in Redis, on a clock at `start` ns.
     /// (`_policy` is the quota's name, for the reader: the store names the keys.)
@@ -449,7 +444,7 @@ async fn from_state<A: Stored>(
     refund: bool,
 ) -> Result<(), TestCaseError>
 where
-    A::State: MemoryState + Debug,
+    A::State: Debug,
 {
     let algorithm = redis.algorithm();
     let text = |s: &A::State| algorithm.stored(s, EPOCH).remove(0).0;

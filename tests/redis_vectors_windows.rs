@@ -25,7 +25,7 @@ use proptest::prelude::*;
 use tollgate::algorithm::{Algorithm, FixedWindow, SlidingLog, SlidingWindow};
 use tollgate::clock::{Clock, ManualClock};
 use tollgate::store::redis::RedisAlgorithm;
-use tollgate::store::{MemoryState, MemoryStore, RedisStore};
+use tollgate::store::{MemoryAlgorithm, MemoryStore, RedisStore};
 use tollgate::{Decision, Key, Quota, RateLimiter};
 
 use parity::{ops, pick, same_decisions, store, Op, EPOCH};
@@ -204,7 +204,7 @@ impl Rig {
     ) -> Result<(), TestCaseError>
     where
         A: RedisAlgorithm,
-        A::State: MemoryState,
+        A: MemoryAlgorithm,
     {
         let (ahead, behind) = (clock(start.saturating_add(lag)), clock(start));
         let mem = MemoryStore::new();
@@ -268,7 +268,7 @@ impl Rig {
     ) -> Result<(), TestCaseError>
     where
         A: RedisAlgorithm,
-        A::State: MemoryState,
+        A: MemoryAlgorithm,
     {
         let clock = clock(EPOCH);
         let redis = make()
@@ -443,7 +443,7 @@ fn check_at<A>(
 ) -> Result<bool, String>
 where
     A: RedisAlgorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     let limiter = make()
         .with_clock(clock.clone())
@@ -455,7 +455,7 @@ where
 fn first_check<A>(rig: &Rig, make: impl Fn() -> RateLimiter<A>) -> Result<bool, String>
 where
     A: RedisAlgorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     check_at(rig, make, &clock(EPOCH), &key().0)
 }
@@ -464,7 +464,7 @@ where
 fn built_first_check<A>(rig: &Rig, make: impl Fn() -> RateLimiter<A>) -> Result<bool, String>
 where
     A: RedisAlgorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| first_check(rig, make)))
         .unwrap_or_else(|panic| Err(panic.downcast_ref::<String>().cloned().unwrap_or_default()))
@@ -559,7 +559,7 @@ fn a_state_too_far_ahead_of_the_clock_is_refused() {
     fn refused<A>(rig: &Rig, make: impl Fn() -> RateLimiter<A>)
     where
         A: RedisAlgorithm,
-        A::State: MemoryState,
+        A: MemoryAlgorithm,
     {
         let key = key().0;
         let ahead = check_at(rig, &make, &clock(EPOCH + EXACT), &key);
@@ -626,7 +626,7 @@ fn a_malformed_state_is_an_error_not_a_decision() {
     fn each<A>(rig: &Rig, make: impl Fn() -> RateLimiter<A>, states: &[&str])
     where
         A: RedisAlgorithm,
-        A::State: MemoryState,
+        A: MemoryAlgorithm,
     {
         for state in states {
             let (key, _) = key();

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tollgate::algorithm::Algorithm;
 use tollgate::clock::ManualClock;
-use tollgate::store::{MemoryState, MemoryStore};
+use tollgate::store::{MemoryAlgorithm, MemoryStore};
 use tollgate::{Quota, RateLimiter};
 
 const THREADS: usize = 2;
@@ -20,7 +20,7 @@ const CHECKS: usize = 5_000;
 fn hammer<A>(limiter: &RateLimiter<A, MemoryStore, ManualClock>, costs: &[u64]) -> Vec<(u64, u64)>
 where
     A: Algorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     let barrier = Barrier::new(THREADS);
     thread::scope(|scope| {
@@ -56,7 +56,7 @@ where
 fn exactly<A>(name: &str, capacity: u64, make: impl Fn() -> RateLimiter<A>)
 where
     A: Algorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     for costs in [&[1][..], &[1, 2, 3]] {
         let clock = ManualClock::new();

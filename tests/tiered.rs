@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tollgate::algorithm::Algorithm;
 use tollgate::clock::ManualClock;
-use tollgate::store::{MemoryState, MemoryStore};
+use tollgate::store::{MemoryAlgorithm, MemoryStore};
 use tollgate::{Quota, RateLimiter};
 
 fn tiers() -> [Quota; 2] {
@@ -19,7 +19,7 @@ fn tiers() -> [Quota; 2] {
 fn seed_004<A>(name: &str, limiter: RateLimiter<A>)
 where
     A: Algorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     let clock = ManualClock::new();
     let limiter: RateLimiter<A, MemoryStore, ManualClock> = limiter.with_clock(clock.clone());

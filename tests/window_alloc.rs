@@ -11,6 +11,7 @@ mod counting_alloc;
 use std::hint::black_box;
 
 use tollgate::algorithm::{Algorithm, FixedWindow, SlidingLog, SlidingWindow};
+use tollgate::store::MemoryAlgorithm;
 use tollgate::Quota;
 
 use counting_alloc::allocations_in;
@@ -21,7 +22,7 @@ static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;
 /// Requests of cost 1 at a steady pace of `limit / 2` per period after a burst of the whole
 /// limit, `rounds` times, starting at `from`: allowed and denied ones both. Returns how many
 /// were allowed and the time reached.
-fn traffic<A: Algorithm>(
+fn traffic<A: MemoryAlgorithm>(
     algo: &A,
     state: &mut A::State,
     from: u64,
@@ -39,7 +40,7 @@ fn traffic<A: Algorithm>(
     (allowed, now)
 }
 
-fn steady_state_allocations<A: Algorithm>(algo: &A, gap: u64) -> (u64, u64) {
+fn steady_state_allocations<A: MemoryAlgorithm>(algo: &A, gap: u64) -> (u64, u64) {
     let mut state = A::State::default();
     // Warm up: the state reaches its working size.
     let (_, now) = traffic(algo, &mut state, 1_000, 20_000, gap);

@@ -33,6 +33,7 @@ use tollgate::algorithm::{
     Algorithm, FixedWindow, FixedWindowState, SlidingLog, SlidingLogState, SlidingWindow,
     SlidingWindowState,
 };
+use tollgate::store::MemoryAlgorithm;
 use tollgate::{Decision, Quota};
 
 use oracle::{cases, nanos};
@@ -331,7 +332,7 @@ fn scenario(backwards: bool) -> impl Strategy<Value = Scenario> {
 }
 
 /// Checks one request against the oracle and the algorithm against itself, and moves both on.
-fn step<A: Algorithm, O: Oracle>(
+fn step<A: MemoryAlgorithm, O: Oracle>(
     algo: &A,
     state: &mut A::State,
     oracle: &mut O,
@@ -433,7 +434,7 @@ where
 
 /// Runs a scenario through an algorithm and its oracle, and checks that a state the algorithm
 /// calls fresh behaves as the default state from then on.
-fn run<A: Algorithm, O: Oracle>(
+fn run<A: MemoryAlgorithm, O: Oracle>(
     algo: &A,
     mut oracle: O,
     scenario: &Scenario,
@@ -548,7 +549,7 @@ proptest! {
 
 /// Refunds: `None` exactly when nothing can be given back; never more than fresh; and a request
 /// refunded at once, in part or in full, is as if it had cost only what was kept.
-fn refunds<A: Algorithm>(
+fn refunds<A: MemoryAlgorithm>(
     algo: &A,
     s: &Scenario,
     picks: &[(bool, u64)],
@@ -625,7 +626,7 @@ proptest! {
 
 /// Any quota, any instants in any order, any costs: no panic, no overflow, and the answers stay
 /// consistent.
-fn anything<A: Algorithm>(
+fn anything<A: MemoryAlgorithm>(
     algo: &A,
     limit: u64,
     requests: &[(u64, u64)],

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tollgate::algorithm::Algorithm;
 use tollgate::clock::ManualClock;
-use tollgate::store::MemoryState;
+use tollgate::store::MemoryAlgorithm;
 use tollgate::{Decision, Quota, RateLimiter};
 
 /// One second in nanoseconds, the unit of all times here.
@@ -79,7 +79,7 @@ pub fn algorithms() -> Vec<Algo> {
 fn on_manual_clock<A>(limiter: RateLimiter<A>) -> Decider
 where
     A: Algorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     let clock = ManualClock::new();
     let limiter = limiter.with_clock(clock.clone());

@@ -29,12 +29,20 @@ use crate::{Decision, Quota};
 /// let window = FixedWindow::new(&Quota::per_minute(2));
 /// let s = 1_000_000_000; // one second in nanoseconds
 /// let mut state = FixedWindowState::default();
-/// assert!(window.check_mut(&mut state, 10 * s, 1).allowed); // opens [10 s, 70 s)
-/// assert!(window.check_mut(&mut state, 30 * s, 1).allowed);
-/// let denied = window.check_mut(&mut state, 40 * s, 1);
+/// // Decides a request and keeps the state it leaves, as a store would.
+/// let mut check = |now, cost| {
+///     let outcome = window.check(&state, now, cost);
+///     if let Some(next) = outcome.state {
+///         state = next;
+///     }
+///     outcome.decision
+/// };
+/// assert!(check(10 * s, 1).allowed); // opens [10 s, 70 s)
+/// assert!(check(30 * s, 1).allowed);
+/// let denied = check(40 * s, 1);
 /// assert!(!denied.allowed);
 /// assert_eq!(denied.retry_after, Some(Duration::from_secs(30)));
-/// assert!(window.check_mut(&mut state, 70 * s, 1).allowed); // opens [70 s, 130 s)
+/// assert!(check(70 * s, 1).allowed); // opens [70 s, 130 s)
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindow {
@@ -67,10 +75,14 @@ impl FixedWindow {
         }
     }
 
-    /// The limit and the period in nanoseconds, for the Redis script.
-    #[cfg(feature = "redis")]
-    pub(crate) fn parts(&self) -> [u64; 2] {
-        [self.limit, self.period]
+    /// The limit: how many requests a window holds.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The period (the window's length) in nanoseconds.
+    pub fn period_nanos(&self) -> u64 {
+        self.period
     }
 
     /// The window's count at `now`, and the window's end (exclusive, in nanoseconds), or
@@ -139,10 +151,6 @@ impl Algorithm for FixedWindow {
         Outcome::new(decision, Some(next))
     }
 
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota)
-    }
-
     /// Takes `cost` back from the open window's count (never below zero); `None` when the key
     /// has no open window or `cost` is zero.
     /// Takes the admission back from its window's count, while that window is open: a request
@@ -183,6 +191,7 @@ impl Algorithm for FixedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::MemoryAlgorithm;
 
     const S: u64 = 1_000_000_000;
 

@@ -17,7 +17,7 @@ use crate::{Decision, Quota};
 /// `new_tat − τ − now`, or never, when `n·T > τ`.
 ///
 /// `burst` here is the number of requests a fresh key may make at once (throttled's
-/// `MaxBurst + 1`, redis-cell's `limit`).
+/// `MaxBurst + 1`; the limit that `CL.THROTTLE` reports, `max_burst + 1`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gcra {
     /// Emission interval `T`, in nanoseconds.
@@ -94,11 +94,43 @@ impl Gcra {
         self.max_delay
     }
 
-    /// The interval, the tolerance, the bound (tolerance and longest wait) and the capacity
-    /// that `remaining` counts against, in nanoseconds: what the Redis script decides with.
-    #[cfg(feature = "redis")]
-    pub(crate) fn parts(&self) -> [u64; 4] {
-        [self.interval, self.tolerance, self.bound, self.capacity]
+    /// The bound: how far ahead of now the TAT may move, the tolerance plus the longest wait,
+    /// in nanoseconds.
+    pub fn bound_nanos(&self) -> u64 {
+        self.bound
+    }
+
+    /// The capacity that [`Decision::remaining`] counts against, in nanoseconds: the
+    /// tolerance, or for a queue ([`LeakyBucket`](super::LeakyBucket)) the whole queue.
+    pub fn capacity_nanos(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The next TAT alone: `check(tat, now, cost).state`, without the decision. A store that
+    /// updates the TAT by compare-and-swap runs this in its loop and decides afterwards
+    /// ([`decision_after`](Self::decision_after)).
+    #[inline]
+    pub(crate) fn next_tat(&self, tat: u64, now: u64, cost: u64) -> Option<u64> {
+        let increment = cost.checked_mul(self.interval)?;
+        let new_tat = tat.max(now).checked_add(increment)?;
+        (cost > 0 && new_tat - now <= self.bound).then_some(new_tat)
+    }
+
+    /// The decision for a request that found `tat`, where `next` is what
+    /// [`next_tat`](Self::next_tat) returned for it: `check(tat, now, cost).decision`.
+    #[inline]
+    pub(crate) fn decision_after(
+        &self,
+        tat: u64,
+        next: Option<u64>,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        match next {
+            // A new TAT means the request was allowed, so `now <= new_tat <= now + bound`.
+            Some(new_tat) => self.allowed(new_tat, now, cost),
+            None => self.check(&tat, now, cost).decision,
+        }
     }
 
     fn standing(&self, tat: u64, now: u64) -> (u64, u64) {
@@ -157,26 +189,6 @@ impl Algorithm for Gcra {
         )
     }
 
-    #[inline]
-    fn transition(&self, &tat: &u64, now: u64, cost: u64) -> Option<u64> {
-        let increment = cost.checked_mul(self.interval)?;
-        let new_tat = tat.max(now).checked_add(increment)?;
-        (cost > 0 && new_tat - now <= self.bound).then_some(new_tat)
-    }
-
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota).max_delay(Duration::from_nanos(self.max_delay))
-    }
-
-    #[inline]
-    fn decide(&self, tat: &u64, next: Option<&u64>, now: u64, cost: u64) -> Decision {
-        match next {
-            // A new TAT means the request was allowed, so `now <= new_tat <= now + bound`.
-            Some(&new_tat) => self.allowed(new_tat, now, cost),
-            None => self.check(tat, now, cost).decision,
-        }
-    }
-
     /// Takes the admission's place in the schedule back, when nothing was admitted after it:
     /// the TAT moves back to where the admission found it (`receipt − cost·T`), but not
     /// before `now`, so what has drained since is not given back twice. While a later
@@ -217,6 +229,7 @@ pub(crate) fn refund_slot(tat: u64, end: u64, len: u64, now: u64) -> Option<u64>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::MemoryAlgorithm;
 
     #[test]
     fn refunds_give_back_only_the_last_slot_while_it_lasts() {

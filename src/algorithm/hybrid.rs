@@ -138,11 +138,14 @@ impl Hybrid {
         self.interval
     }
 
-    /// The limit, the period and the interval in nanoseconds: what the Redis script decides
-    /// with.
-    #[cfg(feature = "redis")]
-    pub(crate) fn parts(&self) -> [u64; 3] {
-        [self.limit, self.period, self.interval]
+    /// The limit: the quota of one fixed window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The period (one fixed window) in nanoseconds.
+    pub fn period_nanos(&self) -> u64 {
+        self.period
     }
 
     /// Reads `state` at `now`. A `now` before the state's own time counts as no time elapsed.
@@ -295,10 +298,6 @@ impl Algorithm for Hybrid {
                 )
             }
         }
-    }
-
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota)
     }
 
     fn is_fresh(&self, state: &HybridState, now: u64) -> bool {

@@ -39,9 +39,9 @@ impl LeakyBucket {
         self.gcra.interval_nanos()
     }
 
-    /// The GCRA that is this queue.
-    #[cfg(feature = "redis")]
-    pub(crate) fn gcra(&self) -> &Gcra {
+    /// The GCRA that is this queue: a tolerance of one interval, shaping up to
+    /// `(burst − 1)·T`.
+    pub fn gcra(&self) -> &Gcra {
         &self.gcra
     }
 
@@ -58,20 +58,6 @@ impl Algorithm for LeakyBucket {
     #[inline]
     fn check(&self, state: &u64, now: u64, cost: u64) -> Outcome<u64> {
         self.gcra.check(state, now, cost)
-    }
-
-    #[inline]
-    fn transition(&self, state: &u64, now: u64, cost: u64) -> Option<u64> {
-        self.gcra.transition(state, now, cost)
-    }
-
-    #[inline]
-    fn decide(&self, state: &u64, next: Option<&u64>, now: u64, cost: u64) -> Decision {
-        self.gcra.decide(state, next, now, cost)
-    }
-
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota)
     }
 
     /// Gives back the admission's place in the queue while it is the last one and has not

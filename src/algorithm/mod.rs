@@ -2,7 +2,7 @@
 //!
 //! An algorithm never reads a clock and never owns storage: a store hands it a key's state and
 //! the time, and applies the new state it returns atomically. This keeps every algorithm exact
-//! under test (time is just a number) and lets the in-memory and Redis stores share one
+//! under test (time is just a number) and lets every store share one
 //! reference implementation.
 //!
 //! Times are integer nanoseconds since the clock's origin.
@@ -22,6 +22,27 @@
 //! assert!(!denied.decision.allowed);
 //! assert_eq!(denied.decision.retry_after, Some(std::time::Duration::from_secs(19)));
 //! ```
+//!
+//! # Adding an algorithm
+//!
+//! This module knows nothing of stores; each store keeps its own side of every algorithm.
+//! Adding one takes:
+//!
+//! 1. **One file here**, `algorithm/<name>.rs`: the algorithm's type (its figures, from a
+//!    [`Quota`]), its state (`Default` is fresh), and `impl Algorithm` with `check` as a pure
+//!    function of `(state, now, cost)` in integer nanoseconds, `is_fresh`, and
+//!    `refund` / `refunds` when it can give capacity back. Its `Debug` form names every figure
+//!    that gives its state a meaning. Public accessors expose the figures a store needs
+//!    (`limit()`, `period_nanos()`, ...). Export it from this module, and add a constructor to
+//!    `RateLimiter` (and the layer) beside the others.
+//! 2. **Its script module in the shared store**: the algorithm's Lua script and the trait impl
+//!    that hands it each tier's parameters and the bound within which it decides exactly, in
+//!    that store's `algorithms` folder (the [`store`](crate::store) module docs name the
+//!    files). Parity tests run the script and `check` on the same random sequences.
+//! 3. **One registry line per store**: in `store/memory/algorithms.rs`,
+//!    `impl MemoryAlgorithm for <Name> { type Cell = LockedCell<<Name>State>; }`
+//!    ([`AtomicCell`](crate::store::AtomicCell) when the state is one `u64`), overriding
+//!    `check_mut` only when an in-place update saves work.
 
 mod divisor;
 mod fixed_window;
@@ -30,7 +51,7 @@ mod hybrid;
 mod leaky_bucket;
 mod sliding_log;
 mod sliding_window;
-pub(crate) mod tiered;
+mod tiered;
 mod token_bucket;
 
 pub use self::fixed_window::{FixedWindow, FixedWindowState};
@@ -42,7 +63,9 @@ pub use self::sliding_window::{SlidingWindow, SlidingWindowState};
 pub use self::tiered::{Quotas, Tiered, TieredState};
 pub use self::token_bucket::{TokenBucket, TokenBucketState};
 
-use crate::{Decision, Quota};
+use crate::Decision;
+#[cfg(doc)]
+use crate::Quota;
 
 /// An algorithm: a pure function from a key's state, the time and the request's cost to a
 /// decision and the key's next state.
@@ -57,47 +80,6 @@ pub trait Algorithm: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// Decides one request of `cost` at `now` (nanoseconds) against `state`. Cost 0 peeks:
     /// it reports the key's standing and changes nothing.
     fn check(&self, state: &Self::State, now: u64, cost: u64) -> Outcome<Self::State>;
-
-    /// The next state alone: `check(state, now, cost).state`. Stores run this while they hold a
-    /// key's state exclusively and compute the full decision afterwards, so an algorithm whose
-    /// transition is cheaper than its decision overrides it.
-    #[inline]
-    fn transition(&self, state: &Self::State, now: u64, cost: u64) -> Option<Self::State> {
-        self.check(state, now, cost).state
-    }
-
-    /// [`check`](Self::check) in place: decides the request and, when the state changes,
-    /// writes the next state into `state`. Stores that hold a key's state under a lock call
-    /// this, so an algorithm whose state is large (a log of timestamps) overrides it to update
-    /// the state without building a new one. Must agree with `check` exactly.
-    #[inline]
-    fn check_mut(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
-        let outcome = self.check(state, now, cost);
-        if let Some(next) = outcome.state {
-            *state = next;
-        }
-        outcome.decision
-    }
-
-    /// The same algorithm, with the same options, for another quota: a layer with per-key
-    /// quotas makes one for each quota it is given.
-    fn with_quota(&self, quota: &Quota) -> Self;
-
-    /// The decision for a request of `cost` at `now` that found `state`, where `next` is what
-    /// [`transition`](Self::transition) returned for it: always `check(state, now, cost).decision`.
-    /// Stores that ran the transition under a lock call this after releasing it, so an
-    /// algorithm that can decide faster from the next state overrides it.
-    #[inline]
-    fn decide(
-        &self,
-        state: &Self::State,
-        next: Option<&Self::State>,
-        now: u64,
-        cost: u64,
-    ) -> Decision {
-        let _ = next;
-        self.check(state, now, cost).decision
-    }
 
     /// Gives back what the allowed request `admission` took (it cost `cost`), for a request
     /// that turned out not to count (the layer's `count_if`), and only while that still

@@ -21,7 +21,7 @@ use crate::{Decision, Quota};
 /// denial finds the entry it must wait for by a search from the oldest (`O(log k)` for the
 /// `k`-th entry: one step for a request of cost 1). A [refund](Algorithm::refund) rewrites
 /// the totals on the shorter side of the refunded entry. Prefer it for small and moderate
-/// limits (logins, password resets, expensive jobs; the Redis store keeps limits up to 500);
+/// limits (logins, password resets, expensive jobs; a shared store may bound the limit);
 /// for large ones [`SlidingWindow`](super::SlidingWindow) estimates the same window in fixed
 /// memory.
 ///
@@ -37,12 +37,20 @@ use crate::{Decision, Quota};
 /// let log = SlidingLog::new(&Quota::per_minute(2));
 /// let s = 1_000_000_000; // one second in nanoseconds
 /// let mut state = SlidingLogState::default();
-/// assert!(log.check_mut(&mut state, 10 * s, 1).allowed);
-/// assert!(log.check_mut(&mut state, 50 * s, 1).allowed);
-/// let denied = log.check_mut(&mut state, 60 * s, 1);
+/// // Decides a request and keeps the state it leaves, as a store would.
+/// let mut check = |now, cost| {
+///     let outcome = log.check(&state, now, cost);
+///     if let Some(next) = outcome.state {
+///         state = next;
+///     }
+///     outcome.decision
+/// };
+/// assert!(check(10 * s, 1).allowed);
+/// assert!(check(50 * s, 1).allowed);
+/// let denied = check(60 * s, 1);
 /// assert_eq!(denied.retry_after, Some(Duration::from_secs(10))); // when the 10 s entry leaves
-/// assert!(log.check_mut(&mut state, 70 * s, 1).allowed);
-/// assert!(!log.check_mut(&mut state, 109 * s, 1).allowed); // 50 s and 70 s are still in
+/// assert!(check(70 * s, 1).allowed);
+/// assert!(!check(109 * s, 1).allowed); // 50 s and 70 s are still in
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingLog {
@@ -75,10 +83,34 @@ impl SlidingLog {
         }
     }
 
-    /// The limit and the period in nanoseconds, for the Redis script.
-    #[cfg(feature = "redis")]
-    pub(crate) fn parts(&self) -> [u64; 2] {
-        [self.limit, self.period]
+    /// The limit: how many requests a window holds.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The period (the window's length) in nanoseconds.
+    pub fn period_nanos(&self) -> u64 {
+        self.period
+    }
+
+    /// [`check`](Algorithm::check) in place: an admitted request drops the entries that have
+    /// left the window and logs itself, without allocating once the log has reached its
+    /// working size.
+    #[inline]
+    pub(crate) fn check_in_place(
+        &self,
+        state: &mut SlidingLogState,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        let (decision, admit_at) = self.evaluate(state, now, cost);
+        match admit_at {
+            Some(at) => {
+                self.admit(state, at, cost);
+                decision.with_receipt(at)
+            }
+            None => decision,
+        }
     }
 
     /// Reads the log at `now`: `O(1)` while its oldest entry is in the window, and
@@ -162,24 +194,6 @@ impl Algorithm for SlidingLog {
             None => decision,
         };
         Outcome::new(decision, next)
-    }
-
-    /// Updates the log in place: an admitted request drops the entries that have left the
-    /// window and logs itself, without allocating once the log has reached its working size.
-    #[inline]
-    fn check_mut(&self, state: &mut SlidingLogState, now: u64, cost: u64) -> Decision {
-        let (decision, admit_at) = self.evaluate(state, now, cost);
-        match admit_at {
-            Some(at) => {
-                self.admit(state, at, cost);
-                decision.with_receipt(at)
-            }
-            None => decision,
-        }
-    }
-
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota)
     }
 
     /// Takes up to `cost` back from the admission's entry (the entry logged at its receipt),

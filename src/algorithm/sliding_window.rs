@@ -48,10 +48,18 @@ mod frame;
 /// let window = SlidingWindow::new(&Quota::per_minute(10));
 /// let s = 1_000_000_000; // one second in nanoseconds
 /// let mut state = SlidingWindowState::default();
+/// // Decides a request and keeps the state it leaves, as a store would.
+/// let check = |state: &mut SlidingWindowState, now, cost| {
+///     let outcome = window.check(state, now, cost);
+///     if let Some(next) = outcome.state {
+///         *state = next;
+///     }
+///     outcome.decision
+/// };
 /// // The key's first request opens its first window, [0 s, 60 s): 10 there.
-/// assert!(window.check_mut(&mut state, 0, 10).allowed);
+/// assert!(check(&mut state, 0, 10).allowed);
 /// // 15 s into the next window, 3/4 of the previous one is still inside: 10 × 3/4 = 7.5.
-/// let d = window.check_mut(&mut state, 75 * s, 2);
+/// let d = check(&mut state, 75 * s, 2);
 /// assert!(d.allowed);
 /// assert_eq!(d.remaining, 0); // 7.5 + 2 = 9.5
 /// // One more passes once 7.5 + 2 + 1 ≤ 10, that is when the previous window weighs 7.
@@ -132,10 +140,32 @@ impl SlidingWindow {
         self.sub_windows
     }
 
-    /// The limit and the period in nanoseconds, for the Redis script.
-    #[cfg(feature = "redis")]
-    pub(crate) fn parts(&self) -> [u64; 2] {
-        [self.limit, self.period]
+    /// The limit: how many requests a window holds.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The period (the window's length) in nanoseconds.
+    pub fn period_nanos(&self) -> u64 {
+        self.period
+    }
+
+    /// [`check`](Algorithm::check) in place: updates the counters without allocating once the
+    /// key has them.
+    #[inline]
+    pub(crate) fn check_in_place(
+        &self,
+        state: &mut SlidingWindowState,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        let (decision, admit) = self.evaluate(state, now, cost);
+        if !admit {
+            return decision;
+        }
+        self.admit(state, now, cost);
+        // The receipt is a time in the sub-window the request was counted in.
+        decision.with_receipt(state.last)
     }
 
     /// The decision, and whether the request is admitted with a cost.
@@ -234,25 +264,6 @@ impl Algorithm for SlidingWindow {
             None => decision,
         };
         Outcome::new(decision, next)
-    }
-
-    /// Updates the counters in place, without allocating once the key has them.
-    #[inline]
-    fn check_mut(&self, state: &mut SlidingWindowState, now: u64, cost: u64) -> Decision {
-        let (decision, admit) = self.evaluate(state, now, cost);
-        if !admit {
-            return decision;
-        }
-        self.admit(state, now, cost);
-        // The receipt is a time in the sub-window the request was counted in.
-        decision.with_receipt(state.last)
-    }
-
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self {
-            sub_windows: self.sub_windows,
-            ..Self::new(quota)
-        }
     }
 
     /// Takes `cost` back from the counters in the window, newest first (never below zero);

@@ -71,42 +71,6 @@ impl<S: Clone + Default> TieredState<S> {
     }
 }
 
-/// The index of the tier whose decision is reported for the request.
-pub(crate) fn most_restrictive(decisions: &[Decision]) -> usize {
-    let denied = decisions.iter().any(|d| !d.allowed);
-    let mut best = 0;
-    for (i, d) in decisions.iter().enumerate() {
-        let b = &decisions[best];
-        let better = if denied {
-            // The tier that makes the client wait longest; `None` (never) is the longest.
-            !d.allowed
-                && (b.allowed
-                    || match (d.retry_after, b.retry_after) {
-                        (None, Some(_)) => true,
-                        (Some(x), Some(y)) => x > y,
-                        _ => false,
-                    })
-        } else {
-            d.remaining < b.remaining
-                || (d.remaining == b.remaining && d.reset_after > b.reset_after)
-        };
-        if better {
-            best = i;
-        }
-    }
-    best
-}
-
-/// The reported decision: the most restrictive tier's, waiting as long as any tier asks.
-pub(crate) fn report(decisions: Arc<[Decision]>) -> Decision {
-    let delay = decisions.iter().map(|d| d.delay).max().unwrap_or_default();
-    let mut decision = decisions[most_restrictive(&decisions)].clone();
-    if decision.allowed {
-        decision = decision.delayed(delay);
-    }
-    decision.with_tiers(decisions)
-}
-
 impl<A: Algorithm> Tiered<A> {
     fn all_allow(&self, state: &TieredState<A::State>, now: u64, cost: u64) -> bool {
         let fresh = A::State::default();
@@ -129,7 +93,38 @@ impl<A: Algorithm> Tiered<A> {
                 d
             }
         });
-        report(decisions.collect())
+        Decision::from_tiers(decisions.collect())
+    }
+
+    /// Decides a request and updates every tier of `state` in place when all allow it, each
+    /// tier by `check` (the tier's own check in place, which must agree with
+    /// [`Algorithm::check`]). A denial consumes from no tier.
+    pub(crate) fn check_tiers(
+        &self,
+        state: &mut TieredState<A::State>,
+        now: u64,
+        cost: u64,
+        mut check: impl FnMut(&A, &mut A::State) -> Decision,
+    ) -> Decision {
+        if !self.all_allow(state, now, cost) {
+            return self.denied(state, now, cost);
+        }
+        if cost == 0 {
+            let fresh = A::State::default();
+            let decisions = self
+                .tiers
+                .iter()
+                .enumerate()
+                .map(|(i, tier)| tier.check(state.get(i, &fresh), now, 0).decision);
+            return Decision::from_tiers(decisions.collect());
+        }
+        let states = state.sized(self.tiers.len());
+        let decisions = self
+            .tiers
+            .iter()
+            .zip(states.iter_mut())
+            .map(|(tier, s)| check(tier, s));
+        Decision::from_tiers(decisions.collect())
     }
 }
 
@@ -141,34 +136,14 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
             return Outcome::new(self.denied(state, now, cost), None);
         }
         let mut next = state.clone();
-        let decision = self.check_mut(&mut next, now, cost);
+        let decision = self.check_tiers(&mut next, now, cost, |tier, s| {
+            let outcome = tier.check(s, now, cost);
+            if let Some(n) = outcome.state {
+                *s = n;
+            }
+            outcome.decision
+        });
         Outcome::new(decision, (cost > 0).then_some(next))
-    }
-
-    fn check_mut(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
-        if !self.all_allow(state, now, cost) {
-            return self.denied(state, now, cost);
-        }
-        if cost == 0 {
-            let fresh = A::State::default();
-            let decisions = self
-                .tiers
-                .iter()
-                .enumerate()
-                .map(|(i, tier)| tier.check(state.get(i, &fresh), now, 0).decision);
-            return report(decisions.collect());
-        }
-        let states = state.sized(self.tiers.len());
-        let decisions = self
-            .tiers
-            .iter()
-            .zip(states.iter_mut())
-            .map(|(tier, s)| tier.check_mut(s, now, cost));
-        report(decisions.collect())
-    }
-
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new([self.tiers[0].with_quota(quota)])
     }
 
     /// Gives each tier back what the admission took from it ([`Decision::tiers`]).
@@ -260,6 +235,7 @@ mod tests {
 
     use super::*;
     use crate::algorithm::Gcra;
+    use crate::store::MemoryAlgorithm;
 
     #[test]
     fn a_denied_request_consumes_from_no_tier() {

@@ -99,12 +99,10 @@ impl TokenBucket {
         self.capacity
     }
 
-    /// The interval, the capacity, the bound (capacity and longest wait) and the largest cost
-    /// that fits in the bound, in nanoseconds and tokens: what the Redis script decides with.
-    #[cfg(feature = "redis")]
-    pub(crate) fn parts(&self) -> [u64; 4] {
-        let bound = self.bound();
-        [self.interval, self.capacity, bound, bound / self.interval]
+    /// The most the bucket may lack, in nanoseconds: its capacity plus the longest wait
+    /// ([`max_delay`](Self::max_delay)).
+    pub fn bound_nanos(&self) -> u64 {
+        self.bound()
     }
 
     /// Refills `state` up to `now`: the time to read it at (a `now` before the last refill
@@ -178,10 +176,6 @@ impl Algorithm for TokenBucket {
             refilled_at: now,
         };
         Outcome::new(decision, (cost > 0).then_some(next))
-    }
-
-    fn with_quota(&self, quota: &Quota) -> Self {
-        Self::new(quota).max_delay(Duration::from_nanos(self.max_delay))
     }
 
     /// Puts the admission's tokens back while nothing was taken after it, up to a full bucket:

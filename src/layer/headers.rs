@@ -7,7 +7,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::text::{int_value, Text};
-use crate::algorithm::tiered::most_restrictive;
 use crate::{Decision, Quota};
 
 /// Whole seconds, rounded up: a client told to wait 0 s for a 300 ms wait would retry at once.
@@ -250,7 +249,7 @@ impl HeaderWriter {
     /// client wait longest when denied, else the one with the fewest remaining).
     pub(crate) fn write(&self, decisions: &[Decision], elapsed: Duration, out: &mut HeaderMap) {
         let pairs = || self.policies.iter().zip(decisions);
-        let reported = most_restrictive(decisions);
+        let reported = Decision::most_restrictive(decisions);
         let (Some(policy), Some(decision)) = (self.policies.get(reported), decisions.get(reported))
         else {
             return;

@@ -532,7 +532,7 @@ fn hand_on(extensions: &mut http::Extensions, decision: &Decision, policy: &std:
     };
     let strictest = {
         let pair = [outer.clone(), ours.clone()];
-        pair[crate::algorithm::tiered::most_restrictive(&pair)].clone()
+        pair[Decision::most_restrictive(&pair)].clone()
     };
     match extensions.get_mut::<crate::Decisions>() {
         Some(all) => all.push(ours),

@@ -8,6 +8,18 @@
 //! [`MemoryStore`] keeps state in process memory. Policies with different names never share
 //! state, even in one store.
 //!
+//! Each store keeps its own side of every algorithm, so that the algorithms know nothing of
+//! stores (the steps to add an algorithm are in the [`algorithm`](crate::algorithm) module
+//! docs):
+//!
+//! - the memory store: one line per algorithm in `store/memory/algorithms.rs`, an
+//!   `impl MemoryAlgorithm` that names the cell holding a key's state;
+//! - the Redis store: one module per algorithm in `store/redis/algorithms/` (an
+//!   `impl RedisAlgorithm` with the parameters each tier hands the script, and the bound
+//!   within which it decides exactly, plus a line in that folder's `mod.rs` sealing it) and its
+//!   Lua in `store/redis/lua/`; `tests/redis_vectors_*.rs` compare the script with the Rust
+//!   reference decision by decision.
+//!
 //! ```
 //! use tollgate::store::MemoryStore;
 //! use tollgate::{Quota, RateLimiter};
@@ -29,9 +41,10 @@
 mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
-mod shards;
 
-pub use self::memory::{LockedState, MemoryState, MemoryStore, MemoryTable};
+pub use self::memory::{
+    AtomicCell, LockedCell, MemoryAlgorithm, MemoryStore, MemoryTable, StateCell,
+};
 #[cfg(feature = "redis")]
 pub use self::redis::{OnFailure, RedisStore};
 
@@ -58,16 +71,14 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
     /// text form, and a local store gives this limiter state of its own, so that two layers
     /// that happen to have equal unnamed quotas never share a budget. Different names never
     /// share state.
-    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Self::Table;
-
-    /// Why this store cannot keep the policy `policy` decided by `algorithm` (a quota too large
-    /// for it), with a message that names the figure and how to fix it; `None` (the default)
-    /// when it can. [`table`](Self::table) panics with this message; code that makes limiters
-    /// while serving requests (per-key quotas) asks first and never panics.
-    fn refusal(&self, policy: &str, algorithm: &A) -> Option<String> {
-        let _ = (policy, algorithm);
-        None
-    }
+    ///
+    /// # Errors
+    ///
+    /// When the store cannot keep this policy (a quota too large for it): an error of kind
+    /// [`Misconfigured`](crate::ErrorKind::Misconfigured) whose message names the figure and
+    /// how to fix it. Limiters are built with this at once, so a policy a store cannot hold
+    /// fails where it is built, never per request.
+    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Result<Self::Table, Error>;
 
     /// Decides one request of `cost` for `key` at `now` (nanoseconds), applying the new state
     /// atomically.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tollgate::algorithm::{Algorithm, Gcra};
 use tollgate::clock::{Clock, ManualClock};
-use tollgate::store::{MemoryState, Store};
+use tollgate::store::{MemoryAlgorithm, Store};
 use tollgate::{Decision, Quota, RateLimiter};
 
 pub const MS: u64 = 1_000_000;
@@ -223,7 +223,7 @@ pub fn fit_the_sliding_estimate(
 pub fn on_memory<A>(limiter: RateLimiter<A>, reqs: &[Req], finish_first: bool) -> Counted
 where
     A: Algorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     let clock = ManualClock::new();
     let limiter = limiter.with_clock(clock.clone());

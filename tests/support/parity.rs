@@ -9,7 +9,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tollgate::clock::ManualClock;
 use tollgate::store::redis::RedisAlgorithm;
-use tollgate::store::{MemoryState, MemoryStore, RedisStore};
+use tollgate::store::{MemoryAlgorithm, MemoryStore, RedisStore};
 use tollgate::{Decision, Key, RateLimiter};
 
 /// Where the clock starts: about the Unix time of 2025 in ns, so the scripts' split of times into
@@ -80,7 +80,7 @@ pub async fn same_decisions<A>(
 ) -> Result<(), TestCaseError>
 where
     A: RedisAlgorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     same_decisions_with(memory, redis, clock, key, ops, &mut Vec::new()).await
 }
@@ -102,7 +102,7 @@ pub async fn same_decisions_with<A>(
 ) -> Result<(), TestCaseError>
 where
     A: RedisAlgorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     let keys = redis_keys(redis, key);
     for (i, op) in ops.iter().enumerate() {
@@ -167,7 +167,7 @@ where
 pub fn redis_keys<A>(limiter: &RateLimiter<A, RedisStore, ManualClock>, key: &Key) -> Vec<Vec<u8>>
 where
     A: RedisAlgorithm,
-    A::State: MemoryState,
+    A: MemoryAlgorithm,
 {
     // Tests that keep their keys themselves may use other kinds of keys.
     if key.as_bytes().is_none() {

@@ -92,11 +92,11 @@ where
     type Table = SlowTable<A>;
     type Future = SlowCheck;
 
-    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> SlowTable<A> {
-        SlowTable {
-            memory: self.memory.table(policy, shared, algorithm),
+    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Result<SlowTable<A>, Error> {
+        Ok(SlowTable {
+            memory: self.memory.table(policy, shared, algorithm)?,
             fail: self.fail,
-        }
+        })
     }
 
     fn refund(

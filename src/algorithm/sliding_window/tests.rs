@@ -1,4 +1,5 @@
 use super::*;
+use crate::store::MemoryAlgorithm;
 use crate::Decision;
 
 const S: u64 = 1_000_000_000;
@@ -178,13 +179,6 @@ fn freshness_follows_the_newest_counter() {
     assert!(algo.is_fresh(&state(0, 10, &[0, 0]), 10 * S));
     // Counters of another configuration are not read.
     assert!(algo.sub_windows(2).is_fresh(&a, 10 * S));
-    // Another quota keeps the sub-windows.
-    let other = algo.sub_windows(5).with_quota(&Quota::per_second(3));
-    assert_eq!(other.sub_window_count(), 5);
-    assert_eq!(
-        other,
-        SlidingWindow::new(&Quota::per_second(3)).sub_windows(5)
-    );
 }
 
 #[test]

@@ -27,7 +27,15 @@
 //! A policy whose figures the algorithm's script cannot decide exactly (GCRA and the leaky
 //! bucket: periods, bursts and waits up to 2^52 ns, about 52 days; the others up to 2^53 ns or
 //! requests, about 104 days) is refused where the limiter or layer gets the store, with a
-//! panic that names the figure, the bound and the fix.
+//! panic that names the figure, the bound and the fix (or, from
+//! [`RateLimiter::try_with_store`](crate::RateLimiter::try_with_store), an error of kind
+//! [`Misconfigured`](crate::ErrorKind::Misconfigured)).
+//!
+//! Errors say what kind of failure they are ([`Error::kind`](crate::Error::kind)): a call that
+//! outlives the timeout is a [`Timeout`](crate::ErrorKind::Timeout); a refused or dropped
+//! connection is [`Unreachable`](crate::ErrorKind::Unreachable); a reply or a state the store
+//! cannot read, or a script error, is [`Protocol`](crate::ErrorKind::Protocol); a server older
+//! than 5.0 or credentials it refuses are [`Misconfigured`](crate::ErrorKind::Misconfigured).
 //!
 //! Errors and logs never carry a client's key: they name the policy and the tier, not the key.
 //!
@@ -49,7 +57,7 @@
 //!
 //! Each call waits at most [`timeout`](RedisStore::timeout) (50 ms by default). A call that
 //! fails or times out is answered by the failure policy ([`OnFailure`]): by default a local
-//! [`MemoryStore`], so each server keeps limiting on its own until
+//! [`MemoryStore`](crate::store::MemoryStore), so each server keeps limiting on its own until
 //! Redis answers again. Failures are logged as warnings (at most one every 10 s per policy)
 //! and counted in `tollgate_store_failures_total{policy, on_failure}` (feature `metrics`). The
 //! connection is re-established by itself after Redis restarts.
@@ -62,13 +70,23 @@
 //! another server can make a denial end sooner.
 
 mod algorithms;
+mod bounds;
 mod deny_cache;
+mod errors;
+mod fallback;
+mod future;
 mod keys;
+mod on_failure;
+mod reply;
+mod script;
 mod table;
 mod version;
+mod warn;
 
 pub use self::algorithms::{RedisAlgorithm, RedisTier};
-pub use self::table::{RedisFuture, RedisTable};
+pub use self::future::RedisFuture;
+pub use self::on_failure::OnFailure;
+pub use self::table::RedisTable;
 
 use std::fmt;
 use std::sync::Arc;
@@ -78,28 +96,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
-use super::{MemoryState, MemoryStore, Store};
+use super::Store;
 use crate::{Decision, Error, Key};
-
-/// What a check does when Redis fails or does not answer within the timeout.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum OnFailure {
-    /// Allow the request (fail open): availability before the limit.
-    Open,
-    /// Answer with an error (fail closed): the layer answers `503 Service Unavailable`
-    /// (gRPC `UNAVAILABLE`) without calling the service.
-    Closed,
-    /// Decide in this local store (the default, with a new [`MemoryStore`]): each server
-    /// limits on its own until Redis answers again.
-    Local(MemoryStore),
-}
-
-impl Default for OnFailure {
-    fn default() -> Self {
-        Self::Local(MemoryStore::new())
-    }
-}
 
 #[derive(Clone)]
 pub(crate) enum Connection {
@@ -139,7 +137,7 @@ impl RedisStore {
     /// When the URL is invalid, the server cannot be reached, or it runs a Redis older than
     /// 5.0 (the message names the version found and the minimum).
     pub async fn connect(url: &str) -> Result<Self, Error> {
-        let client = redis::Client::open(url).map_err(Error::store)?;
+        let client = redis::Client::open(url).map_err(errors::connecting)?;
         // The store bounds each call with its own timeout, so the connection sets none.
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(None)
@@ -148,7 +146,7 @@ impl RedisStore {
             .set_max_delay(Duration::from_millis(500));
         let manager = ConnectionManager::new_with_config(client, config)
             .await
-            .map_err(Error::store)?;
+            .map_err(errors::connecting)?;
         Self::from_connection_manager(manager).verified().await
     }
 
@@ -169,8 +167,11 @@ impl RedisStore {
             // The store bounds each call with its own timeout; this only backs it up.
             .response_timeout(Duration::from_secs(3600))
             .build()
-            .map_err(Error::store)?;
-        let connection = client.get_async_connection().await.map_err(Error::store)?;
+            .map_err(errors::connecting)?;
+        let connection = client
+            .get_async_connection()
+            .await
+            .map_err(errors::connecting)?;
         Self::from_cluster_connection(connection).verified().await
     }
 
@@ -193,7 +194,7 @@ impl RedisStore {
         match tokio::time::timeout(bound, version::check(&self.connection)).await {
             Ok(checked) => checked?,
             Err(_) => {
-                return Err(Error::store(format!(
+                return Err(Error::timeout(format!(
                     "Redis did not answer INFO within {bound:?} while connecting"
                 )))
             }
@@ -272,7 +273,7 @@ impl RedisStore {
 
     /// The full Lua script that decides for algorithm `A`, as sent to Redis.
     pub fn script<A: RedisAlgorithm>() -> String {
-        table::script_source::<A>()
+        script::source::<A>()
     }
 }
 
@@ -293,25 +294,18 @@ impl fmt::Debug for RedisStore {
     }
 }
 
-impl<A: RedisAlgorithm> Store<A> for RedisStore
-where
-    A::State: MemoryState,
-{
+impl<A: RedisAlgorithm> Store<A> for RedisStore {
     type Table = RedisTable<A>;
     type Future = RedisFuture;
 
-    /// # Panics
+    /// # Errors
     ///
     /// When a figure of the policy is larger than the algorithm's script decides exactly
-    /// (see the [module docs](self)); the message names the figure, its value, the bound and
-    /// how to bring it within.
-    #[track_caller]
-    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> RedisTable<A> {
+    /// (see the [module docs](self)), or a sliding log's limit is above 500: an error of kind
+    /// [`Misconfigured`](crate::ErrorKind::Misconfigured) whose message names the figure, its
+    /// value, the bound and how to bring it within.
+    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Result<RedisTable<A>, Error> {
         RedisTable::new(self, policy, shared, algorithm)
-    }
-
-    fn refusal(&self, policy: &str, algorithm: &A) -> Option<String> {
-        table::refusal(policy, algorithm)
     }
 
     fn check(table: &RedisTable<A>, key: Key, now: u64, cost: u64) -> RedisFuture {

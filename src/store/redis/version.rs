@@ -86,12 +86,12 @@ pub(crate) async fn check(connection: &Connection) -> Result<(), Error> {
         Ok(reply) => reply,
         // Refused by the server (INFO renamed away, a proxy): nothing to tell from.
         Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => return Ok(()),
-        Err(e) => return Err(Error::store(e)),
+        Err(e) => return Err(super::errors::connecting(e)),
     };
     let mut texts = Vec::new();
     collect_texts(&reply, &mut texts);
     match texts.iter().filter_map(|t| parse(t)).min() {
-        Some(oldest) => require(oldest).map_err(Error::store),
+        Some(oldest) => require(oldest).map_err(Error::misconfigured),
         None => Ok(()),
     }
 }

@@ -22,7 +22,7 @@ impl RedisAlgorithm for Gcra {
     ];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
-        tiers.push(RedisTier::new(self, self.parts()));
+        tiers.push(RedisTier::new(self, params(self)));
     }
 }
 
@@ -38,6 +38,17 @@ impl RedisAlgorithm for LeakyBucket {
     ];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
-        tiers.push(RedisTier::new(self, self.gcra().parts()));
+        tiers.push(RedisTier::new(self, params(self.gcra())));
     }
+}
+
+/// The interval, the tolerance, the bound (tolerance and longest wait) and the capacity that
+/// `remaining` counts against, in nanoseconds: what the script decides with.
+fn params(gcra: &Gcra) -> [u64; 4] {
+    [
+        gcra.interval_nanos(),
+        gcra.tolerance_nanos(),
+        gcra.bound_nanos(),
+        gcra.capacity_nanos(),
+    ]
 }

@@ -22,6 +22,7 @@ impl RedisAlgorithm for Hybrid {
     ];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
-        tiers.push(RedisTier::new(self, self.parts()));
+        let params = [self.limit(), self.period_nanos(), self.interval_nanos()];
+        tiers.push(RedisTier::new(self, params));
     }
 }

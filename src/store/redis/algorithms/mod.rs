@@ -5,15 +5,35 @@ mod hybrid;
 mod token_bucket;
 mod windows;
 
-use crate::algorithm::{Algorithm, Tiered};
+use crate::algorithm::{
+    Algorithm, FixedWindow, Gcra, Hybrid, LeakyBucket, SlidingLog, SlidingWindow, Tiered,
+    TokenBucket,
+};
+use crate::store::MemoryAlgorithm;
+
+mod sealed {
+    /// Only the crate's algorithms have a Lua module: [`RedisAlgorithm`](super::RedisAlgorithm)
+    /// is implemented for them and for tiers of them, and for nothing else.
+    pub trait Sealed {}
+}
+
+impl sealed::Sealed for Gcra {}
+impl sealed::Sealed for LeakyBucket {}
+impl sealed::Sealed for TokenBucket {}
+impl sealed::Sealed for FixedWindow {}
+impl sealed::Sealed for SlidingWindow {}
+impl sealed::Sealed for SlidingLog {}
+impl sealed::Sealed for Hybrid {}
+impl<A: RedisAlgorithm> sealed::Sealed for Tiered<A> {}
 
 /// An algorithm the [`RedisStore`](super::RedisStore) can run: every algorithm of this crate,
 /// and tiers of them.
 ///
 /// Each has a Lua module that decides exactly as its Rust reference (the crate's tests run
 /// both on the same random sequences and compare every decision). The methods are the store's
-/// own business.
-pub trait RedisAlgorithm: Algorithm {
+/// own business, and the trait is sealed: an algorithm of your own has no Lua module, so it
+/// is kept in a [`MemoryStore`](crate::store::MemoryStore).
+pub trait RedisAlgorithm: MemoryAlgorithm + sealed::Sealed {
     /// The Lua module that defines `ALG`, between the shared prelude and driver.
     #[doc(hidden)]
     const LUA: &'static str;

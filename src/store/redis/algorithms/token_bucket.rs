@@ -31,6 +31,10 @@ impl RedisAlgorithm for TokenBucket {
     ];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
-        tiers.push(RedisTier::new(self, self.parts()));
+        // The interval, the capacity, the bound (capacity and longest wait) and the largest
+        // cost that fits in the bound, in nanoseconds and tokens.
+        let (interval, bound) = (self.interval_nanos(), self.bound_nanos());
+        let params = [interval, self.capacity_nanos(), bound, bound / interval];
+        tiers.push(RedisTier::new(self, params));
     }
 }

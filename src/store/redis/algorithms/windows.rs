@@ -28,7 +28,7 @@ impl RedisAlgorithm for FixedWindow {
     const FIGURES: &'static [(&'static str, &'static str)] = LIMIT_AND_PERIOD;
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
-        tiers.push(RedisTier::new(self, self.parts()));
+        tiers.push(RedisTier::new(self, [self.limit(), self.period_nanos()]));
     }
 }
 
@@ -61,7 +61,7 @@ impl RedisAlgorithm for SlidingWindow {
     ];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
-        let [limit, period] = self.parts();
+        let (limit, period) = (self.limit(), self.period_nanos());
         // At most 64.
         let k = self.sub_window_count() as u64;
         let horizon = period.saturating_add(period.div_ceil(k));
@@ -91,14 +91,13 @@ impl RedisAlgorithm for SlidingLog {
     const FIGURES: &'static [(&'static str, &'static str)] = LIMIT_AND_PERIOD;
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
-        let [limit, period] = self.parts();
-        tiers.push(RedisTier::new(self, [limit, period]));
+        tiers.push(RedisTier::new(self, [self.limit(), self.period_nanos()]));
     }
 
     /// A limit above `MAX_LOG_LIMIT` (500): the store is being built with a quota it cannot
     /// keep within its time bound.
     fn refusal(&self) -> Option<String> {
-        let [limit, _] = self.parts();
+        let limit = self.limit();
         (limit > MAX_LOG_LIMIT).then(|| {
             format!(
                 "tollgate::RedisStore: a sliding_log limit of {limit} cannot be kept in Redis: the \

@@ -1,11 +1,26 @@
 //! A sharded hash map from [`Key`] to a state cell, read under a shard's read lock.
+//!
+//! The crate keeps its own map rather than a general concurrent map (`DashMap`, `moka`)
+//! because two measurements say so (BENCHMARKS.md):
+//!
+//! - **Bytes per key.** IP and integer keys live in tables of plain words beside the cell, so a
+//!   GCRA key costs some 52 bytes where governor's `DashMap<IpAddr, _>` costs 69 ("Bytes per
+//!   key"), and finding one compares integers.
+//! - **Eviction.** A bounded shard sweeps its fresh keys when it has doubled, and when full
+//!   forgets the eighth of its keys that forgetting costs least (not being limited first, then
+//!   closest to fresh), judged by the algorithm through [`Forget`]. A general map knows neither
+//!   what "fresh" means nor which key is cheap to lose, and a cache's eviction (recency or
+//!   frequency) would let a flood of new keys push out the clients being limited; the longest
+//!   single check while a shard forgets is measured in "Longest single `check` while the store
+//!   forgets keys".
 
-use std::hash::{BuildHasher, Hash, Hasher};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::Ipv4Addr;
 use std::sync::{PoisonError, RwLock};
 
 use hashbrown::HashTable;
 
+use super::hasher::KeyHasher;
+use super::probe::{v6_key, Probe};
 use crate::Key;
 
 /// One shard, alone on its cache lines so that threads working on different shards do not slow
@@ -116,87 +131,6 @@ impl<V> Tables<V> {
             }
         });
         self.sweep_at = (self.len() * 2).max(SWEEP_FLOOR);
-    }
-}
-
-/// A key as its table holds it.
-enum Probe<'k> {
-    V4(u32),
-    V6([u64; 2]),
-    Int(u64),
-    Other(&'k Key),
-}
-
-impl<'k> Probe<'k> {
-    #[inline]
-    fn of(key: &'k Key) -> Self {
-        if let Some(n) = key.as_u64() {
-            return Self::Int(n);
-        }
-        match key.as_ip() {
-            Some(IpAddr::V4(ip)) => Self::V4(u32::from_ne_bytes(ip.octets())),
-            Some(IpAddr::V6(ip)) => {
-                let octets = ip.octets();
-                let (hi, lo) = octets.split_at(8);
-                Self::V6([word(hi), word(lo)])
-            }
-            None => Self::Other(key),
-        }
-    }
-}
-
-/// Eight bytes as a native-endian word.
-#[inline]
-fn word(bytes: &[u8]) -> u64 {
-    let mut w = [0; 8];
-    w.copy_from_slice(bytes);
-    u64::from_ne_bytes(w)
-}
-
-/// The key a [`Probe::V6`] was made from.
-fn v6_key(w: [u64; 2]) -> Key {
-    let mut octets = [0; 16];
-    octets[..8].copy_from_slice(&w[0].to_ne_bytes());
-    octets[8..].copy_from_slice(&w[1].to_ne_bytes());
-    Key::from(Ipv6Addr::from(octets))
-}
-
-/// The memory store's hash of a [`Key`], keyed with 128 random bits per map.
-///
-/// Keys that clients choose freely (byte strings, tuples, integers from your own extractors,
-/// IPv6 addresses and their `/64` groups) are hashed with SipHash-1-3 (the standard library's
-/// `RandomState`), a keyed function designed so that whoever does not know the key cannot
-/// find inputs that collide, even after watching the program answer (timing). IPv4 addresses
-/// are hashed with foldhash, which is several times faster but only "minimally DoS-resistant":
-/// a client cannot choose its IPv4 address (the TCP handshake proves it, and a trusted proxy
-/// reports the one it saw), so it cannot pick, among addresses, the ones that collide.
-pub(crate) struct KeyHasher {
-    keyed: std::hash::RandomState,
-    fast: foldhash::fast::RandomState,
-}
-
-impl KeyHasher {
-    fn new() -> Self {
-        Self {
-            keyed: std::hash::RandomState::new(),
-            fast: foldhash::fast::RandomState::default(),
-        }
-    }
-
-    /// `hash_one` by hand: `hash_one` itself is not inlined into the lookup, and the call
-    /// costs a tenth of a check's instructions.
-    #[inline]
-    #[allow(clippy::manual_hash_one)]
-    fn hash(&self, key: &Key) -> u64 {
-        if key.is_ipv4() {
-            let mut hasher = self.fast.build_hasher();
-            key.hash(&mut hasher);
-            hasher.finish()
-        } else {
-            let mut hasher = self.keyed.build_hasher();
-            key.hash(&mut hasher);
-            hasher.finish()
-        }
     }
 }
 
@@ -344,6 +278,7 @@ impl<V: Default> Shards<V> {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv6Addr;
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;

@@ -1,0 +1,159 @@
+//! The cells that hold one key's state in memory, and update it atomically.
+//!
+//! Two cells cover every algorithm: [`AtomicCell`] for a state that is one `u64` (GCRA's, the
+//! leaky bucket's), updated by compare-and-swap, and [`LockedCell`] for any other state, under
+//! a small lock of its own per key.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use super::MemoryAlgorithm;
+use crate::Decision;
+
+/// The memory cell that holds one key's state for the algorithm `A`, and applies `A` to it
+/// atomically.
+///
+/// A check runs in two steps so that as little as possible happens while the key's state is
+/// held: [`apply`](Self::apply) updates the state and returns what the decision needs
+/// ([`Seen`](Self::Seen)), and [`decide`](Self::decide) builds the [`Decision`] from it
+/// afterwards.
+pub trait StateCell<A: MemoryAlgorithm>: Default + Send + Sync + 'static {
+    /// What [`apply`](Self::apply) hands to [`decide`](Self::decide).
+    type Seen;
+
+    /// Applies a request of `cost` at `now` to the state in the cell, atomically.
+    fn apply(&self, algorithm: &A, now: u64, cost: u64) -> Self::Seen;
+
+    /// What `apply` would have returned for a request that leaves `state` as it is (the store
+    /// does not keep a key that such a request finds fresh).
+    fn unchanged(state: &A::State, algorithm: &A, now: u64, cost: u64) -> Self::Seen;
+
+    /// The decision for the request that `apply` saw as `seen`.
+    fn decide(seen: Self::Seen, algorithm: &A, now: u64, cost: u64) -> Decision;
+
+    /// Gives back what `admission` took ([`Algorithm::refund`](crate::algorithm::Algorithm::refund))
+    /// atomically and returns the state afterwards.
+    fn refund(&self, algorithm: &A, admission: &Decision, now: u64, cost: u64) -> A::State;
+
+    /// Whether the state in the cell is back to fresh at `now`, so the key may be forgotten.
+    fn is_fresh(&self, algorithm: &A, now: u64) -> bool;
+
+    /// The key's standing at `now`: the decision for a request of cost 0.
+    fn peek(&self, algorithm: &A, now: u64) -> Decision;
+}
+
+/// A `u64` state updated by compare-and-swap: requests for one key never block each other and
+/// never lose an update. For algorithms whose state is one `u64` (GCRA, the leaky bucket).
+#[derive(Debug, Default)]
+pub struct AtomicCell(AtomicU64);
+
+impl AtomicCell {
+    /// Applies `f` to the state by compare-and-swap and returns the state `f` was applied to.
+    /// `f` returns the next state (`None`: unchanged) and may run more than once when another
+    /// thread got there first.
+    #[inline]
+    fn update(&self, mut f: impl FnMut(u64) -> Option<u64>) -> u64 {
+        let mut current = self.0.load(Ordering::Acquire);
+        loop {
+            let Some(next) = f(current) else {
+                return current;
+            };
+            match self
+                .0
+                .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return current,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    fn load(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+impl<A: MemoryAlgorithm<State = u64>> StateCell<A> for AtomicCell {
+    /// The state the request was applied to: the decision is a pure function of it.
+    type Seen = u64;
+
+    #[inline]
+    fn apply(&self, algorithm: &A, now: u64, cost: u64) -> u64 {
+        self.update(|state| algorithm.transition(&state, now, cost))
+    }
+
+    #[inline]
+    fn unchanged(state: &u64, _: &A, _: u64, _: u64) -> u64 {
+        *state
+    }
+
+    #[inline]
+    fn decide(seen: u64, algorithm: &A, now: u64, cost: u64) -> Decision {
+        // The transition is a pure function of the state it saw, so the state it wrote is
+        // computed again here rather than carried out of the compare-and-swap loop.
+        let next = algorithm.transition(&seen, now, cost);
+        algorithm.decide(&seen, next.as_ref(), now, cost)
+    }
+
+    fn refund(&self, algorithm: &A, admission: &Decision, now: u64, cost: u64) -> u64 {
+        let seen = self.update(|state| algorithm.refund(&state, admission, now, cost));
+        algorithm
+            .refund(&seen, admission, now, cost)
+            .unwrap_or(seen)
+    }
+
+    fn is_fresh(&self, algorithm: &A, now: u64) -> bool {
+        algorithm.is_fresh(&self.load(), now)
+    }
+
+    fn peek(&self, algorithm: &A, now: u64) -> Decision {
+        algorithm.check(&self.load(), now, 0).decision
+    }
+}
+
+/// A state of any type under a small lock of its own per key. The lock is held only while the
+/// algorithm runs ([`MemoryAlgorithm::check_mut`]); requests for other keys never wait for it.
+#[derive(Debug, Default)]
+pub struct LockedCell<S>(Mutex<S>);
+
+impl<S> LockedCell<S> {
+    fn lock(&self) -> MutexGuard<'_, S> {
+        // An algorithm that panicked mid-update left a state it had been given whole: keep it.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<A: MemoryAlgorithm> StateCell<A> for LockedCell<A::State> {
+    /// The decision itself, made while the state was held.
+    type Seen = Decision;
+
+    #[inline]
+    fn apply(&self, algorithm: &A, now: u64, cost: u64) -> Decision {
+        algorithm.check_mut(&mut self.lock(), now, cost)
+    }
+
+    fn unchanged(state: &A::State, algorithm: &A, now: u64, cost: u64) -> Decision {
+        algorithm.check(state, now, cost).decision
+    }
+
+    #[inline]
+    fn decide(seen: Decision, _: &A, _: u64, _: u64) -> Decision {
+        seen
+    }
+
+    fn refund(&self, algorithm: &A, admission: &Decision, now: u64, cost: u64) -> A::State {
+        let mut state = self.lock();
+        if let Some(next) = algorithm.refund(&state, admission, now, cost) {
+            *state = next;
+        }
+        state.clone()
+    }
+
+    fn is_fresh(&self, algorithm: &A, now: u64) -> bool {
+        algorithm.is_fresh(&self.lock(), now)
+    }
+
+    fn peek(&self, algorithm: &A, now: u64) -> Decision {
+        algorithm.check(&self.lock(), now, 0).decision
+    }
+}

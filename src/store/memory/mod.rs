@@ -1,0 +1,118 @@
+//! [`MemoryStore`]: per-key state in process memory, the default store.
+//!
+//! One idea per module:
+//!
+//! - `algorithms`: [`MemoryAlgorithm`], what the store needs of an algorithm (the cell that
+//!   holds a key's state, and the fast paths that update it), implemented for each of the
+//!   crate's algorithms: one line to add for a new one.
+//! - `cell`: the two cells, [`AtomicCell`] (a `u64` by compare-and-swap) and [`LockedCell`]
+//!   (any state under a lock per key).
+//! - `shards`: the sharded map from keys to cells, and how it forgets keys; `probe` (a key as
+//!   its tables hold it) and `hasher` (the keyed hash of a key) serve it.
+//! - `table`: [`MemoryTable`], one policy's map and how a check runs on it.
+//! - `registry`: the tables of named policies, shared by every limiter that names them.
+
+mod algorithms;
+mod cell;
+mod hasher;
+mod probe;
+mod registry;
+mod shards;
+mod table;
+
+pub use self::algorithms::MemoryAlgorithm;
+pub use self::cell::{AtomicCell, LockedCell, StateCell};
+pub use self::table::MemoryTable;
+
+use std::fmt;
+use std::sync::Arc;
+
+use self::registry::Registry;
+
+/// Per-key state in process memory: the default store.
+///
+/// A sharded concurrent map keyed with a randomly seeded hasher, so clients cannot choose keys
+/// that collide. A state that is one `u64` (GCRA's) is updated by compare-and-swap under a
+/// shard's read lock: concurrent requests for one key never block each other and never lose an
+/// update. An allowed or denied request for a key already present allocates nothing.
+///
+/// Clones share the same state. Each named policy ([`Quota::named`](crate::Quota::named)) gets
+/// one table, shared by every limiter with that name, algorithm and quota (and options such as
+/// sub-windows); the same name with another algorithm or quota gets a table of its own, so
+/// that no limiter ever reads or resets another's state. An unnamed quota's limiter gets a
+/// table of its own.
+#[derive(Clone)]
+pub struct MemoryStore {
+    registry: Arc<Registry>,
+    max_keys: usize,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self {
+            registry: Arc::default(),
+            max_keys: Self::DEFAULT_MAX_KEYS,
+        }
+    }
+}
+
+impl MemoryStore {
+    /// How many keys each policy's table holds at most unless told otherwise
+    /// ([`with_max_keys`](Self::with_max_keys)): some 26 MB for GCRA and the leaky bucket at
+    /// their fullest (about 53 bytes per key), up to some 100 MB for a sliding window with 8
+    /// sub-windows or a sliding log of a few entries per key (BENCHMARKS.md, "Bytes per key").
+    /// Clients that invent keys (a new API key or header value per request) can never make the
+    /// store grow past it.
+    pub const DEFAULT_MAX_KEYS: usize = 500_000;
+
+    /// An empty store, each policy's table bounded to [`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS)
+    /// keys. Keys whose state is back to fresh are removed as new keys come in (a shard sweeps
+    /// its fresh keys out each time it has doubled since its last sweep), so the store holds at
+    /// most about twice the keys that are not fresh, and never more than the bound: see
+    /// [`with_max_keys`](Self::with_max_keys) for what happens at the bound.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty store in which each policy's table holds at most `max_keys` keys (the default
+    /// is [`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS); `usize::MAX` takes the bound away, for a
+    /// key space that clients cannot grow, such as peer IPv4 addresses behind a firewall).
+    ///
+    /// A new key that finds its shard full first sweeps out the fresh keys; when none are
+    /// fresh, the shard forgets the eighth of its keys that forgetting costs least: keys that
+    /// are not being limited before keys that are, and among those the closest to fresh.
+    /// A client that is being limited therefore stays limited while any other key can go, and
+    /// a flood of new keys (each with capacity left) evicts only its own kind. Forgetting a key
+    /// gives it a fresh start, so the bound should be well above the number of clients active
+    /// in one period.
+    ///
+    /// The bound is divided evenly among the table's shards (the keys' hashes spread them
+    /// evenly), so a table may fill a little before `max_keys` in all.
+    ///
+    /// ```
+    /// use tollgate::store::MemoryStore;
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// let store = MemoryStore::new().with_max_keys(100_000);
+    /// let limiter = RateLimiter::gcra(Quota::per_minute(60)).with_store(store);
+    /// # let _ = limiter;
+    /// ```
+    #[must_use]
+    pub fn with_max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// The bound on each policy's table ([`with_max_keys`](Self::with_max_keys)).
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("policies", &self.registry.len())
+            .finish()
+    }
+}

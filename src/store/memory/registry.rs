@@ -1,0 +1,60 @@
+//! The store's tables of named policies: one per name, algorithm and options, shared by every
+//! limiter that names the same policy.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::shards::Shards;
+use super::MemoryAlgorithm;
+
+/// One policy's keys and their cells.
+pub(super) type Map<A> = Shards<<A as MemoryAlgorithm>::Cell>;
+
+/// A named policy's identity: its name, its algorithm's type and that algorithm's options
+/// (its `Debug` form: the quota's figures, sub-windows, shaping).
+type Identity = (Box<str>, TypeId, Box<str>);
+
+/// Each named policy's map (a `Map<A>` for the policy's algorithm `A`), by its identity.
+type Maps = HashMap<Identity, Arc<dyn Any + Send + Sync>>;
+
+/// The maps of the named policies.
+#[derive(Default)]
+pub(super) struct Registry {
+    maps: Mutex<Maps>,
+}
+
+impl Registry {
+    /// How many named policies have a map.
+    pub(super) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The map of the policy named `policy` decided by `algorithm`, made with `make` the first
+    /// time. One name used with another algorithm, quota or option gets a map of its own: a
+    /// per-hour limit named "login" and a per-second one of the same name must never read or
+    /// reset each other's state.
+    pub(super) fn map<A: MemoryAlgorithm>(
+        &self,
+        policy: &str,
+        algorithm: &A,
+        make: impl FnOnce() -> Map<A>,
+    ) -> Arc<Map<A>> {
+        let identity = (
+            policy.into(),
+            TypeId::of::<A>(),
+            format!("{algorithm:?}").into_boxed_str(),
+        );
+        let mut maps = self.lock();
+        let slot = maps.entry(identity).or_insert_with(|| Arc::new(make()));
+        match Arc::clone(slot).downcast::<Map<A>>() {
+            Ok(map) => map,
+            // The slot's type is part of its key, so it always matches.
+            Err(_) => unreachable!("memory store table type mismatch"),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Maps> {
+        self.maps.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,52 @@
+//! What kind of failure a Redis error is ([`ErrorKind`]), with the client's key taken out.
+
+use std::time::Duration;
+
+use redis::{ErrorKind as RedisKind, RedisError, ServerErrorKind};
+
+use super::keys::redact;
+use crate::{Error, ErrorKind, Key};
+
+/// The kind of a redis-rs error: a timeout, a server that cannot be reached (refused,
+/// dropped, loading, no node for the slot), a configuration the server refuses (credentials,
+/// a URL or client setting), or else an answer the store cannot use (a script error, a reply
+/// of the wrong type, a `NOSCRIPT` that loading the script again did not cure).
+pub(crate) fn kind(error: &RedisError) -> ErrorKind {
+    if error.is_timeout() {
+        return ErrorKind::Timeout;
+    }
+    if error.is_connection_refusal() || error.is_connection_dropped() || error.is_io_error() {
+        return ErrorKind::Unreachable;
+    }
+    match error.kind() {
+        RedisKind::ClusterConnectionNotFound
+        | RedisKind::MasterNameNotFoundBySentinel
+        | RedisKind::NoValidReplicasFoundBySentinel
+        | RedisKind::EmptySentinelList
+        | RedisKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown,
+        ) => ErrorKind::Unreachable,
+        RedisKind::InvalidClientConfig
+        | RedisKind::AuthenticationFailed
+        | RedisKind::Server(ServerErrorKind::NoPerm) => ErrorKind::Misconfigured,
+        _ => ErrorKind::Protocol,
+    }
+}
+
+/// A redis-rs error met while connecting: its kind, and its text (no key is involved yet).
+pub(crate) fn connecting(error: RedisError) -> Error {
+    Error::new(kind(&error), error)
+}
+
+/// A redis-rs error met while deciding for `key`: its kind, and its text without the key.
+pub(crate) fn deciding(error: &RedisError, key: &Key) -> Error {
+    Error::new(kind(error), redact(&error.to_string(), key))
+}
+
+/// Redis did not answer within the store's timeout.
+pub(crate) fn timed_out(timeout: Duration) -> Error {
+    Error::timeout(format!("Redis did not answer within {timeout:?}"))
+}

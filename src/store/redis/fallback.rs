@@ -1,0 +1,78 @@
+//! What a check answers when Redis could not: the failure policy ([`OnFailure`]) at work.
+
+use std::time::Duration;
+
+use super::algorithms::RedisAlgorithm;
+use super::OnFailure;
+use crate::store::{MemoryTable, Store};
+use crate::{Decision, Error, Key};
+
+/// One policy's failure policy, ready to answer.
+pub(crate) enum Fallback<A: RedisAlgorithm> {
+    Open,
+    Closed,
+    Local(MemoryTable<A>),
+}
+
+impl<A: RedisAlgorithm> Fallback<A> {
+    /// The fallback of `on_failure` for the policy `policy` decided by `algorithm`.
+    pub(crate) fn new(
+        on_failure: &OnFailure,
+        policy: &str,
+        shared: bool,
+        algorithm: &A,
+    ) -> Result<Self, Error> {
+        Ok(match on_failure {
+            OnFailure::Open => Self::Open,
+            OnFailure::Closed => Self::Closed,
+            OnFailure::Local(memory) => {
+                Self::Local(Store::<A>::table(memory, policy, shared, algorithm)?)
+            }
+        })
+    }
+
+    /// The policy's name in logs and metrics: `open`, `closed` or `local`.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Closed => "closed",
+            Self::Local(_) => "local",
+        }
+    }
+
+    /// The answer to a request (or, with `refund`, a refund) of `cost` for `key` at `now`
+    /// that Redis failed with `error`, for tiers reporting `limits`.
+    pub(crate) fn answer(
+        &self,
+        error: Error,
+        limits: &[u64],
+        key: Key,
+        now: u64,
+        cost: u64,
+        refund: bool,
+    ) -> Result<Decision, Error> {
+        match self {
+            Self::Closed => Err(error),
+            Self::Open => {
+                // Allowed, reported as if every tier were fresh.
+                let fresh = |&limit: &u64| Decision::allow(limit, limit, Duration::ZERO);
+                let tiers: Vec<Decision> = limits.iter().map(fresh).collect();
+                if A::TIERED {
+                    Ok(Decision::from_tiers(tiers.into()))
+                } else {
+                    tiers.into_iter().next().ok_or(error)
+                }
+            }
+            // The admission's receipt is in Redis's terms, which the local table cannot read:
+            // a refund while Redis is away gives nothing back (the request keeps counting),
+            // and reports the local standing.
+            // An admission decided here carries no receipt: a refund of it that reaches Redis
+            // once it is back must not take back an admission Redis made (the request keeps
+            // counting, here and there).
+            Self::Local(table) => {
+                let decision = table.decide(key, now, if refund { 0 } else { cost });
+                Ok(decision.without_receipts())
+            }
+        }
+    }
+}
