@@ -47,6 +47,12 @@
 //! nanoseconds; stores apply them atomically; clocks are swappable, so tests move time by hand
 //! with [`ManualClock`](clock::ManualClock) and are exact.
 //!
+//! [`RateLimiter<A, St, C>`](RateLimiter) is typed; the middleware holds its limiter and key
+//! extractor as objects, so [`RateLimitLayer`] is one type whatever its algorithm, key, store and
+//! clock (keep layers in a `Vec`, pick them at run time, or build them from a file with `config`
+//! under the `serde` feature), and the service is [`RateLimit<S>`](RateLimit). Failures carry an
+//! [`ErrorKind`] ([`Error::kind`]).
+//!
 //! # Feature flags
 //!
 //! | feature | default | what it adds |
@@ -54,7 +60,7 @@
 //! | `axum` | yes | the peer IP from axum's `ConnectInfo<SocketAddr>` |
 //! | `tracing` | yes | logs for misconfigured servers, denials and store failures |
 //! | `tonic` | no | the peer IP from tonic's `TcpConnectInfo`, and `TlsConnectInfo<TcpConnectInfo>` over TLS |
-//! | `serde` | no | `Serialize`/`Deserialize` for [`Quota`], as its text form (`"100/min"`) |
+//! | `serde` | no | `Serialize`/`Deserialize` for [`Quota`], as its text form (`"100/min"`), and `config`: layers from configuration files |
 //! | `redis` | no | `store::RedisStore`: one limit across servers through Redis or Redis Cluster |
 //! | `metrics` | no | `tollgate_decisions_total{policy, outcome}` and `tollgate_store_latency_seconds{policy}` through the `metrics` crate |
 #![forbid(unsafe_code)]
@@ -63,7 +69,6 @@
 
 pub mod algorithm;
 pub mod clock;
-/// Layers from configuration files: `LimitConfig`, `Limits` (feature `serde`).
 #[cfg(feature = "serde")]
 pub mod config;
 mod decision;

@@ -21,7 +21,7 @@ use ipnet::{IpNet as Net, Ipv4Net, Ipv6Net};
 ///   single address than a network.
 /// - An IPv4-mapped IPv6 network of prefix 96 or longer (`::ffff:10.0.0.0/104`) is the IPv4
 ///   network it maps (`10.0.0.0/8`), since client addresses are compared in their canonical
-///   form ([`Ipv6Addr::to_canonical`]).
+///   form ([`Ipv6Addr::to_canonical`](std::net::Ipv6Addr::to_canonical)).
 /// - A zone id (`fe80::1%eth0`) is dropped; leading and trailing whitespace is ignored.
 ///
 /// IPv4 addresses only ever match IPv4 networks and IPv6 addresses IPv6 networks.
