@@ -279,7 +279,13 @@ fn parse_period(s: &str) -> Option<u64> {
     } else {
         count.parse::<u64>().ok()?
     };
-    let unit_ns: u64 = match unit.trim() {
+    count.checked_mul(unit_nanos(unit.trim())?)
+}
+
+/// The nanoseconds in one `unit` of time (`ns`, `us`, `ms`, `s`, `min`, `h`, `d` and their
+/// spellings), as quotas and durations in configuration are written.
+pub(crate) fn unit_nanos(unit: &str) -> Option<u64> {
+    Some(match unit {
         "ns" => 1,
         "us" | "µs" => 1_000,
         "ms" => 1_000_000,
@@ -288,8 +294,7 @@ fn parse_period(s: &str) -> Option<u64> {
         "h" | "hr" | "hour" | "hours" => 3_600_000_000_000,
         "d" | "day" | "days" => 86_400_000_000_000,
         _ => return None,
-    };
-    count.checked_mul(unit_ns)
+    })
 }
 
 /// Why a quota could not be read or built.

@@ -16,15 +16,8 @@ pub(crate) fn parse(field: &str, text: &str) -> Result<Duration, ConfigError> {
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(trimmed.len());
     let (count, unit) = trimmed.split_at(split);
-    let nanos_per: u64 = match unit.trim() {
-        "ns" => 1,
-        "us" | "µs" => 1_000,
-        "ms" => 1_000_000,
-        "s" | "sec" | "second" | "seconds" => 1_000_000_000,
-        "m" | "min" | "minute" | "minutes" => 60_000_000_000,
-        "h" | "hr" | "hour" | "hours" => 3_600_000_000_000,
-        "d" | "day" | "days" => 86_400_000_000_000,
-        _ => return Err(ConfigError::text(field, text, EXPECTED)),
+    let Some(nanos_per) = crate::quota::unit_nanos(unit.trim()) else {
+        return Err(ConfigError::text(field, text, EXPECTED));
     };
     let Ok(count) = count.parse::<u64>() else {
         return Err(ConfigError::text(field, text, EXPECTED));
