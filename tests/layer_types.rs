@@ -138,3 +138,48 @@ async fn a_hand_built_limiter_is_the_layers_limiter() {
     clock.advance(Duration::from_secs(30));
     assert!(limiter.check_now(tollgate::Key::from(0u64)).allowed);
 }
+
+/// A plan of tiers on a layer built with one quota: since plans are no longer tied to the
+/// layer's type, a selector may return several quotas for any layer. Each tier must hold: a
+/// client on the plan [10/s, 3/min] gets 3 a minute however it spaces them, and its requests
+/// never borrow from the layer's own looser quota.
+#[tokio::test]
+async fn a_plan_of_tiers_on_a_one_quota_layer_holds_every_tier() {
+    let clock = ManualClock::new();
+    let tiers = vec![
+        Quota::per_second(10).named("t-s"),
+        Quota::per_minute(3).named("t-m"),
+    ];
+    let layer = RateLimitLayer::gcra(Quota::per_minute(100))
+        .key(Header::new("x-api-key"))
+        .quota_for(move |key: &tollgate::Key, _head| {
+            if key.as_bytes() == Some(&b"tiered"[..]) {
+                tiers.clone()
+            } else {
+                vec![Quota::per_minute(100)]
+            }
+        })
+        .clock(clock.clone());
+    let mut svc = layer.layer(inner());
+    let mut passed = 0;
+    for _ in 0..20 {
+        // Spaced past the per-second tier: only the per-minute tier can stop them.
+        clock.advance(Duration::from_millis(500));
+        let resp = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(request("tiered"))
+            .await
+            .unwrap();
+        if resp.status() == StatusCode::OK {
+            passed += 1;
+        } else {
+            assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        }
+    }
+    // 10 s of requests: the per-minute tier allows its burst of 3 and nothing more.
+    assert_eq!(passed, 3);
+    // Another key on the layer's quota is not held by the plan.
+    assert_eq!(passes(&mut svc, "other").await, 10);
+}
