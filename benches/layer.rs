@@ -9,6 +9,17 @@
 //!
 //! The layer's cost per request is the difference between a group and `bare`. Each variant uses
 //! the system clock, as a server does.
+//!
+//! Instructions instead of time, which a busy machine does not disturb: with
+//! `LAYER_COUNT=<variant>:<n>` (variant `bare`, `allowed`, `allowed-no-headers` or `denied`)
+//! the binary only serves `n` requests to that variant and exits, for `perf stat`:
+//!
+//! ```text
+//! LAYER_COUNT=allowed:1000000 perf stat -e instructions:u target/release/deps/layer-<hash>
+//! ```
+//!
+//! The difference between a variant's count and `bare`'s, over `n`, is the layer's instructions
+//! per request.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -18,7 +29,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use http::{Request, Response};
 use tollgate::key::PeerAddr;
 use tollgate::{HeaderStyle, Quota, RateLimitLayer};
@@ -55,6 +66,40 @@ fn inner() -> impl Service<Request<String>, Response = Response<String>, Error =
     service_fn(|_req: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) })
 }
 
+/// Allows every request for the length of any run: 10^9 at once, refilled 10^9 a second.
+fn open() -> Quota {
+    Quota::new(1_000_000_000, Duration::from_secs(1))
+}
+
+/// Serves `n` requests to one variant, for instruction counts (see the module docs).
+fn count(spec: &str) {
+    let (variant, n) = spec
+        .split_once(':')
+        .and_then(|(v, n)| Some((v, n.parse::<u64>().ok()?)))
+        .expect("LAYER_COUNT is <variant>:<n>");
+    fn run<S>(mut svc: S, n: u64)
+    where
+        S: Service<Request<String>>,
+        S::Error: std::fmt::Debug,
+    {
+        for _ in 0..n {
+            black_box(respond(&mut svc, request()));
+        }
+    }
+    match variant {
+        "bare" => run(inner(), n),
+        "allowed" => run(RateLimitLayer::gcra(open()).layer(inner()), n),
+        "allowed-no-headers" => run(
+            RateLimitLayer::gcra(open())
+                .headers(HeaderStyle::None)
+                .layer(inner()),
+            n,
+        ),
+        "denied" => run(RateLimitLayer::gcra(Quota::per_day(1)).layer(inner()), n),
+        other => panic!("no variant {other:?}"),
+    }
+}
+
 fn layer_cost(c: &mut Criterion) {
     let mut group = c.benchmark_group("layer");
     group.throughput(Throughput::Elements(1));
@@ -64,9 +109,7 @@ fn layer_cost(c: &mut Criterion) {
         b.iter(|| black_box(respond(&mut bare, request())))
     });
 
-    // Allows every request for the length of any run: 10^9 at once, refilled 10^9 a second.
-    let open = Quota::new(1_000_000_000, Duration::from_secs(1));
-    let mut allowed = RateLimitLayer::gcra(open.clone()).layer(inner());
+    let mut allowed = RateLimitLayer::gcra(open()).layer(inner());
     group.bench_function("allowed", |b| {
         b.iter(|| {
             let response = respond(&mut allowed, request());
@@ -75,7 +118,7 @@ fn layer_cost(c: &mut Criterion) {
         })
     });
 
-    let mut quiet = RateLimitLayer::gcra(open)
+    let mut quiet = RateLimitLayer::gcra(open())
         .headers(HeaderStyle::None)
         .layer(inner());
     group.bench_function("allowed-no-headers", |b| {
@@ -96,4 +139,11 @@ fn layer_cost(c: &mut Criterion) {
 }
 
 criterion_group!(benches, layer_cost);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(spec) = std::env::var("LAYER_COUNT") {
+        return count(&spec);
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

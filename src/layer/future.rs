@@ -63,15 +63,16 @@ pin_project! {
             #[pin]
             check: Check,
             // The readied inner service, the request, the timer of the check, and the limiter,
-            // whose clock times a delay.
-            pending: Option<(S, Ticket<B>, Timer, Arc<dyn Limit>)>,
+            // whose clock times a delay. Boxed, as are the delayed states' contents: only
+            // requests that wait pay for them, and the future every request moves stays small.
+            pending: Option<Box<(S, Ticket<B>, Timer, Arc<dyn Limit>)>>,
         },
         // Allowed after a delay (shaping): waiting for the request's turn, holding nothing of
         // the inner service's readiness. Dropping the future here drops the request before the
         // inner service sees it.
-        Delaying { #[pin] sleep: Sleep, delayed: Option<Delayed<S, B>> },
+        Delaying { #[pin] sleep: Sleep, delayed: Option<Box<Delayed<S, B>>> },
         // The delay is over: readying the inner service, as for a new request.
-        Readying { delayed: Option<Delayed<S, B>> },
+        Readying { delayed: Option<Box<Delayed<S, B>>> },
         // The inner service is answering.
         Inner { #[pin] future: F },
         // The response did not count (`count_if`): giving its capacity back.
@@ -121,10 +122,10 @@ where
                     *inner = waiting.clone();
                     let state = State::Delaying {
                         sleep: limiter.sleep(delay),
-                        delayed: Some(Delayed {
+                        delayed: Some(Box::new(Delayed {
                             inner: waiting,
                             req,
-                        }),
+                        })),
                     };
                     (state, Some(decision))
                 }
@@ -182,7 +183,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
                 Self {
                     state: State::Checking {
                         check,
-                        pending: Some((readied, ticket, timer, limiter.clone())),
+                        pending: Some(Box::new((readied, ticket, timer, limiter.clone()))),
                     },
                     decision: None,
                     decided_at,
@@ -230,9 +231,10 @@ where
             match this.state.as_mut().project() {
                 StateProj::Checking { check, pending } => {
                     let result = ready!(check.poll(cx));
-                    let Some((mut inner, ticket, timer, limiter)) = pending.take() else {
+                    let Some(pending) = pending.take() else {
                         unreachable!("ResponseFuture polled after completion");
                     };
+                    let (mut inner, ticket, timer, limiter) = *pending;
                     this.responder.observer().finish(timer);
                     let (state, decision) =
                         next(this.responder, result, &mut inner, ticket, &*limiter);
@@ -251,9 +253,10 @@ where
                         unreachable!("ResponseFuture polled after completion");
                     };
                     ready!(waiting.inner.poll_ready(cx))?;
-                    let Some(Delayed { mut inner, req }) = delayed.take() else {
+                    let Some(delayed) = delayed.take() else {
                         unreachable!("ResponseFuture polled after completion");
                     };
+                    let Delayed { mut inner, req } = *delayed;
                     this.state.set(State::Inner {
                         future: inner.call(req),
                     });

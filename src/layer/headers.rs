@@ -262,9 +262,14 @@ impl HeaderWriter {
             HeaderStyle::Ietf => {
                 let mut rate = Text::new();
                 for (i, (p, d)) in pairs().enumerate() {
-                    let sep = if i > 0 { ", " } else { "" };
-                    let (r, t) = (sf_int(d.remaining), sf_int(ceil_secs(left(d))));
-                    let _ = write!(rate, "{sep}{};r={r};t={t}", p.name);
+                    if i > 0 {
+                        rate.push(", ");
+                    }
+                    rate.push(&p.name);
+                    rate.push(";r=");
+                    rate.push_int(sf_int(d.remaining));
+                    rate.push(";t=");
+                    rate.push_int(sf_int(ceil_secs(left(d))));
                 }
                 append(out, &RATELIMIT, &rate);
             }
@@ -275,7 +280,12 @@ impl HeaderWriter {
                     .and_then(draft7_figures);
                 if !stricter(theirs, (remaining, reset)) {
                     let mut rate = Text::new();
-                    let _ = write!(rate, "limit={limit}, remaining={remaining}, reset={reset}");
+                    rate.push("limit=");
+                    rate.push_int(limit);
+                    rate.push(", remaining=");
+                    rate.push_int(remaining);
+                    rate.push(", reset=");
+                    rate.push_int(reset);
                     insert(out, &RATELIMIT, &rate);
                 }
             }

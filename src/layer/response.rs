@@ -364,18 +364,19 @@ impl Responder {
         // Formatted on the stack and copied once, into the body or the gRPC message: a client
         // over its limit can ask for denials as fast as it likes, so they are kept cheap.
         let mut message = Text::new();
-        let _ = match decision.retry_after {
+        match decision.retry_after {
             Some(wait) => {
                 let secs = ceil_secs(wait);
-                let unit = if secs == 1 { "second" } else { "seconds" };
-                write!(message, "Too many requests: retry in {secs} {unit}.")
+                message.push("Too many requests: retry in ");
+                message.push_int(secs);
+                message.push(if secs == 1 { " second." } else { " seconds." });
             }
-            None => message.write_str(TOO_LARGE),
-        };
+            None => message.push(TOO_LARGE),
+        }
         let mut response = match &grpc {
             Some(form) => grpc_response(form, GRPC_RESOURCE_EXHAUSTED, message.as_bytes()),
             None => {
-                let _ = message.write_str("\n");
+                message.push("\n");
                 plain(status, message.to_bytes())
             }
         };
@@ -471,6 +472,9 @@ pub(crate) fn store_error(_error: &Error, grpc: Option<Grpc>) -> Response<Bytes>
 fn plain(status: StatusCode, body: Bytes) -> Response<Bytes> {
     let mut response = Response::new(body);
     *response.status_mut() = status;
+    // Room for the fields a denial gets (content type, `Retry-After`, the rate limit fields of
+    // any style) in one allocation.
+    *response.headers_mut() = HeaderMap::with_capacity(8);
     response.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
@@ -526,10 +530,12 @@ fn percent_encode(message: &[u8], out: &mut Text) {
 /// layer allocates nothing here beyond the extension itself.
 fn hand_on(extensions: &mut http::Extensions, decision: &Decision, policy: &std::sync::Arc<str>) {
     let ours = decision.clone().with_policy(policy.clone());
-    let Some(outer) = extensions.get::<Decision>().cloned() else {
-        extensions.insert(ours);
+    // One lookup for the common case, a single layer: the insert says whether an outer layer
+    // decided first.
+    let Some(outer) = extensions.insert(ours) else {
         return;
     };
+    let ours = decision.clone().with_policy(policy.clone());
     let strictest = {
         let pair = [outer.clone(), ours.clone()];
         pair[Decision::most_restrictive(&pair)].clone()

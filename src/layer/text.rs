@@ -34,6 +34,18 @@ impl Text {
         }
     }
 
+    /// Appends `s`.
+    #[inline]
+    pub(crate) fn push(&mut self, s: &str) {
+        let _ = fmt::Write::write_str(self, s);
+    }
+
+    /// Appends `n` in decimal (without `core::fmt`, which costs several times more).
+    #[inline]
+    pub(crate) fn push_int(&mut self, n: u64) {
+        self.push(itoa::Buffer::new().format(n));
+    }
+
     /// The text as a header value; `None` if it holds bytes a header value may not.
     pub(crate) fn to_header_value(&self) -> Option<HeaderValue> {
         HeaderValue::from_bytes(self.as_bytes()).ok()
@@ -112,6 +124,18 @@ mod tests {
         text.write_str("c").unwrap();
         assert_eq!(text.as_bytes().len(), INLINE + 1);
         assert!(text.as_bytes().ends_with(b"abc"));
+    }
+
+    #[test]
+    fn pushed_integers_read_as_formatted_ones() {
+        let mut text = Text::new();
+        let mut expected = String::new();
+        for n in [0, 7, 10, 999, 1_000_000_007, u64::MAX] {
+            text.push(";r=");
+            text.push_int(n);
+            write!(expected, ";r={n}").unwrap();
+        }
+        assert_eq!(text.as_bytes(), expected.as_bytes());
     }
 
     #[test]
