@@ -197,6 +197,9 @@ impl Decision {
     /// pass wins); when all are allowed, the one with the fewest requests remaining (on a tie,
     /// the longest `reset_after`). 0 for an empty list.
     pub(crate) fn most_restrictive(decisions: &[Decision]) -> usize {
+        if decisions.len() < 2 {
+            return 0;
+        }
         let denied = decisions.iter().any(|d| !d.allowed);
         let mut best = 0;
         for (i, d) in decisions.iter().enumerate() {

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use http::header::Entry;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::text::{int_value, Text};
@@ -318,17 +319,15 @@ impl HeaderWriter {
             HeaderStyle::None => {}
         }
         if let Some(policy_value) = &self.policy_value {
-            match out.get(&RATELIMIT_POLICY).map(HeaderValue::as_bytes) {
-                Some(theirs) => {
-                    let mut both = theirs.to_vec();
-                    both.extend_from_slice(b", ");
-                    both.extend_from_slice(policy_value.as_bytes());
-                    if let Ok(value) = HeaderValue::from_bytes(&both) {
-                        out.insert(RATELIMIT_POLICY.clone(), value);
+            // One lookup: the value is shared when no other layer wrote the field first.
+            match out.entry(&RATELIMIT_POLICY) {
+                Entry::Occupied(mut theirs) => {
+                    if let Some(both) = joined(theirs.get(), policy_value.as_bytes()) {
+                        theirs.insert(both);
                     }
                 }
-                None => {
-                    out.insert(RATELIMIT_POLICY.clone(), policy_value.clone());
+                Entry::Vacant(room) => {
+                    room.insert(policy_value.clone());
                 }
             }
         }
@@ -357,17 +356,29 @@ fn draft7_figures(value: &str) -> Option<(u64, u64)> {
     figure("remaining").zip(figure("reset"))
 }
 
-/// Adds `value`'s items to the list field `name`, after those already there.
+/// Adds `value`'s items to the list field `name`, after those already there (one lookup).
 fn append(out: &mut HeaderMap, name: &HeaderName, value: &Text) {
-    let Some(theirs) = out.get(name) else {
-        return insert(out, name, value);
-    };
-    let mut both = theirs.as_bytes().to_vec();
-    both.extend_from_slice(b", ");
-    both.extend_from_slice(value.as_bytes());
-    if let Ok(value) = HeaderValue::from_bytes(&both) {
-        out.insert(name.clone(), value);
+    match out.entry(name) {
+        Entry::Occupied(mut theirs) => {
+            if let Some(both) = joined(theirs.get(), value.as_bytes()) {
+                theirs.insert(both);
+            }
+        }
+        Entry::Vacant(room) => {
+            if let Some(value) = value.to_header_value() {
+                room.insert(value);
+            }
+        }
     }
+}
+
+/// The list `theirs` followed by the items `ours`.
+fn joined(theirs: &HeaderValue, ours: &[u8]) -> Option<HeaderValue> {
+    let mut both = Vec::with_capacity(theirs.len() + 2 + ours.len());
+    both.extend_from_slice(theirs.as_bytes());
+    both.extend_from_slice(b", ");
+    both.extend_from_slice(ours);
+    HeaderValue::from_bytes(&both).ok()
 }
 
 fn insert(out: &mut HeaderMap, name: &HeaderName, value: &Text) {
