@@ -30,25 +30,21 @@ fn quota() -> impl Strategy<Value = Quota> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
-    #[test]
     fn gcra_with_costs(q in quota(), burst in 3u64..=6, reqs in requests(700, 3000, 3), ff: bool) {
         let q = q.with_burst(burst);
         conform_to_gcra(&q, &on_memory(RateLimiter::gcra(q.clone()), &reqs, ff))?;
     }
 
-    #[test]
     fn token_bucket_with_costs(q in quota(), burst in 3u64..=6, reqs in requests(700, 3000, 3), ff: bool) {
         let q = q.with_burst(burst);
         conform_to_gcra(&q, &on_memory(RateLimiter::token_bucket(q.clone()), &reqs, ff))?;
     }
 
-    #[test]
     fn shaped_gcra_with_costs(q in quota(), reqs in requests(700, 3000, 3), ff: bool) {
         let limiter = RateLimiter::gcra(q.clone()).max_delay(Duration::from_secs(2));
         conform_to_gcra(&q, &on_memory(limiter, &reqs, ff))?;
     }
 
-    #[test]
     fn shaped_tiered_gcra_with_costs(q in quota(), reqs in requests(700, 3000, 3), ff: bool) {
         let per_minute = Quota::per_minute(q.limit() * 3);
         let limiter = RateLimiter::gcra([q.clone(), per_minute.clone()])
@@ -58,7 +54,6 @@ proptest! {
         conform_to_gcra(&per_minute, &counted)?;
     }
 
-    #[test]
     fn tiered_gcra_with_costs(q in quota(), reqs in requests(700, 3000, 3), ff: bool) {
         let per_minute = Quota::per_minute(q.limit() * 3);
         let counted = on_memory(RateLimiter::gcra([q.clone(), per_minute.clone()]), &reqs, ff);
@@ -68,19 +63,16 @@ proptest! {
 
     /// The leaky bucket: the counted requests, at the time they were admitted, keep to the
     /// queue's bound (a GCRA of the quota with its burst).
-    #[test]
     fn leaky_bucket_with_costs(q in quota(), burst in 3u64..=6, reqs in requests(700, 3000, 3), ff: bool) {
         let q = q.with_burst(burst);
         let counted = on_memory(RateLimiter::leaky_bucket(q.clone()), &reqs, ff);
         conform_to_gcra(&q, &at_admission(counted))?;
     }
 
-    #[test]
     fn fixed_window_with_costs(q in quota(), reqs in requests(700, 3000, 3), ff: bool) {
         fit_fixed_windows(&q, &on_memory(RateLimiter::fixed_window(q.clone()), &reqs, ff))?;
     }
 
-    #[test]
     fn sliding_window_with_costs(
         q in quota(),
         k in prop::sample::select(vec![1u64, 2, 4]),
@@ -91,7 +83,6 @@ proptest! {
         fit_the_sliding_estimate(&q, k, &on_memory(limiter, &reqs, ff))?;
     }
 
-    #[test]
     fn sliding_log_with_costs(q in quota(), reqs in requests(700, 3000, 3), ff: bool) {
         fit_every_window(&q, &on_memory(RateLimiter::sliding_log(q.clone()), &reqs, ff))?;
     }
@@ -99,7 +90,6 @@ proptest! {
 
 /// The same streams on the Redis scripts, costs included (of 1 to 3: the streams of cost 1 in
 /// `count_if_props` are among them), for every algorithm that refunds.
-#[test]
 fn redis_with_costs() {
     let Some(redis) = server::RedisServer::start() else {
         return;
@@ -182,4 +172,22 @@ fn redis_with_costs() {
             Ok(())
         })
         .unwrap();
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::plain("gcra_with_costs", gcra_with_costs),
+        server::plain("token_bucket_with_costs", token_bucket_with_costs),
+        server::plain("shaped_gcra_with_costs", shaped_gcra_with_costs),
+        server::plain(
+            "shaped_tiered_gcra_with_costs",
+            shaped_tiered_gcra_with_costs,
+        ),
+        server::plain("tiered_gcra_with_costs", tiered_gcra_with_costs),
+        server::plain("leaky_bucket_with_costs", leaky_bucket_with_costs),
+        server::plain("fixed_window_with_costs", fixed_window_with_costs),
+        server::plain("sliding_window_with_costs", sliding_window_with_costs),
+        server::plain("sliding_log_with_costs", sliding_log_with_costs),
+        server::needs_redis("redis_with_costs", redis_with_costs),
+    ])
 }

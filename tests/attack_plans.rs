@@ -36,7 +36,6 @@ fn request(key: &str, fail: bool) -> Request<String> {
 /// A plan stricter than the layer's quota, which the Redis store cannot keep (a sliding log
 /// above 500 a period), must not give its clients the layer's more generous quota: the client
 /// on the 600-a-day plan gets 400 an hour instead.
-#[tokio::test]
 async fn a_strict_plan_the_store_refuses_must_not_fall_back_to_a_looser_quota() {
     let Some(redis) = server::RedisServer::start() else {
         return;
@@ -77,7 +76,6 @@ async fn a_strict_plan_the_store_refuses_must_not_fall_back_to_a_looser_quota() 
 
 /// The 256-plan LRU: a plan's limiter evicted between a request's check and its refund. The
 /// refund must go to the state the check took from, and give back only that.
-#[tokio::test]
 async fn a_refund_after_its_plans_limiter_was_evicted_gives_back_only_its_own() {
     let clock = ManualClock::new();
     let store = MemoryStore::new();
@@ -123,7 +121,6 @@ async fn a_refund_after_its_plans_limiter_was_evicted_gives_back_only_its_own() 
 
 /// A dry run lets a would-be denial through; its response, not counting, must not refund what
 /// other (counted) requests took.
-#[tokio::test]
 async fn a_dry_run_denial_that_does_not_count_refunds_nothing() {
     let clock = ManualClock::new();
     let svc = RateLimitLayer::gcra(Quota::per_minute(2))
@@ -152,4 +149,21 @@ async fn a_dry_run_denial_that_does_not_count_refunds_nothing() {
     // Still spent: a failure now would be denied (reported r=0).
     let resp = svc.clone().oneshot(request("k", true)).await.unwrap();
     assert!(remaining(&resp).contains("r=0"), "{}", remaining(&resp));
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::needs_redis_async(
+            "a_strict_plan_the_store_refuses_must_not_fall_back_to_a_looser_quota",
+            a_strict_plan_the_store_refuses_must_not_fall_back_to_a_looser_quota,
+        ),
+        server::plain_async(
+            "a_refund_after_its_plans_limiter_was_evicted_gives_back_only_its_own",
+            a_refund_after_its_plans_limiter_was_evicted_gives_back_only_its_own,
+        ),
+        server::plain_async(
+            "a_dry_run_denial_that_does_not_count_refunds_nothing",
+            a_dry_run_denial_that_does_not_count_refunds_nothing,
+        ),
+    ])
 }

@@ -1,5 +1,4 @@
 //! Audit: the Redis store's failure policies, deny cache and refunds, combined.
-#![cfg(feature = "redis")]
 
 #[path = "support/redis.rs"]
 mod server;
@@ -36,7 +35,6 @@ async fn until_connected<St>(
 /// local table's terms. Refunded once Redis is back, it must give nothing back in Redis (which
 /// never counted it): here it gives back another request's slot, and a third request passes
 /// a burst of one.
-#[tokio::test]
 async fn a_local_admission_refunded_into_redis_gives_back_nothing_there() {
     let Some(mut redis) = server::RedisServer::start() else {
         return;
@@ -74,7 +72,6 @@ async fn a_local_admission_refunded_into_redis_gives_back_nothing_there() {
 }
 
 /// Failing open admits with an empty receipt; refunded once Redis is back, it gives nothing.
-#[tokio::test]
 async fn an_open_admission_refunded_into_redis_gives_back_nothing() {
     let Some(mut redis) = server::RedisServer::start() else {
         return;
@@ -125,7 +122,6 @@ async fn an_open_admission_refunded_into_redis_gives_back_nothing() {
 
 /// The deny cache answers a limited client locally; a refund on this server clears it, and a
 /// client that keeps knocking never gets past its quota through the cache.
-#[tokio::test]
 async fn the_deny_cache_never_admits_and_refunds_clear_it() {
     let Some(redis) = server::RedisServer::start() else {
         return;
@@ -159,4 +155,21 @@ async fn the_deny_cache_never_admits_and_refunds_clear_it() {
         admitted <= 4,
         "{admitted} admitted in 10 s of a 3-a-minute tier"
     );
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::needs_redis_async(
+            "a_local_admission_refunded_into_redis_gives_back_nothing_there",
+            a_local_admission_refunded_into_redis_gives_back_nothing_there,
+        ),
+        server::needs_redis_async(
+            "an_open_admission_refunded_into_redis_gives_back_nothing",
+            an_open_admission_refunded_into_redis_gives_back_nothing,
+        ),
+        server::needs_redis_async(
+            "the_deny_cache_never_admits_and_refunds_clear_it",
+            the_deny_cache_never_admits_and_refunds_clear_it,
+        ),
+    ])
 }

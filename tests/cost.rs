@@ -147,7 +147,6 @@ fn api_layer() -> RateLimitLayer {
         .cost(route_cost)
 }
 
-#[tokio::test]
 async fn each_route_costs_what_the_server_says_over_http() {
     let clock = ManualClock::new();
     let base = serve_without_peers(app(api_layer().clock(clock.clone()))).await;
@@ -155,7 +154,6 @@ async fn each_route_costs_what_the_server_says_over_http() {
 }
 
 #[cfg(feature = "redis")]
-#[tokio::test]
 async fn each_route_costs_what_the_server_says_through_redis() {
     let Some(redis) = server::RedisServer::start() else {
         return;
@@ -198,7 +196,6 @@ where
 }
 
 /// With `count_if`, a request that does not count gives back its whole cost, no more.
-#[tokio::test]
 async fn count_if_gives_back_the_cost_it_took() {
     let svc = RateLimitLayer::gcra(Quota::per_minute(10).named("login"))
         .key(Global)
@@ -227,7 +224,6 @@ async fn count_if_gives_back_the_cost_it_took() {
 }
 
 /// Every tier is charged the cost; the most restrictive one refuses.
-#[tokio::test]
 async fn every_tier_is_charged_the_cost() {
     let clock = ManualClock::new();
     let svc = RateLimitLayer::gcra([
@@ -259,7 +255,6 @@ async fn every_tier_is_charged_the_cost() {
 }
 
 /// A per-key plan is charged the same cost.
-#[tokio::test]
 async fn per_key_plans_are_charged_the_cost() {
     let pro = Quota::per_minute(20).named("pro");
     let svc = RateLimitLayer::gcra(Quota::per_minute(5).named("free"))
@@ -284,7 +279,6 @@ async fn per_key_plans_are_charged_the_cost() {
 }
 
 /// Shaping: a request waits as long as its cost takes to come back; a peek never waits.
-#[tokio::test]
 async fn shaping_delays_by_the_cost_and_peeks_never_wait() {
     let clock = ManualClock::new();
     let svc = RateLimitLayer::gcra(Quota::per_second(10).with_burst(1).named("shaped"))
@@ -376,7 +370,6 @@ where
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    #[test]
     fn the_layer_charges_the_cost_for_every_algorithm(steps in steps()) {
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let quota = Quota::new(5, Duration::from_secs(5));
@@ -395,7 +388,6 @@ proptest! {
 
 /// The documented hazard: a cost read from the client is the client's choice, and 0 makes
 /// requests free. Clamped to at least 1, as the docs say, it is not.
-#[tokio::test]
 async fn a_cost_from_a_client_header_must_be_clamped() {
     let client_cost = |head: RequestHead<'_>| -> u64 {
         head.headers()
@@ -429,7 +421,6 @@ async fn a_cost_from_a_client_header_must_be_clamped() {
 }
 
 /// The memory store's layer also answers a cost above the quota the gRPC way: no retry.
-#[tokio::test]
 async fn a_grpc_request_above_the_quota_is_told_not_to_retry() {
     let svc = RateLimitLayer::gcra(Quota::per_minute(2))
         .key(Global)
@@ -445,4 +436,45 @@ async fn a_grpc_request_above_the_quota_is_told_not_to_retry() {
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(resp.headers()["grpc-status"], "8");
     assert_eq!(resp.headers()["grpc-retry-pushback-ms"], "-1");
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::plain_async(
+            "each_route_costs_what_the_server_says_over_http",
+            each_route_costs_what_the_server_says_over_http,
+        ),
+        server::needs_redis_async(
+            "each_route_costs_what_the_server_says_through_redis",
+            each_route_costs_what_the_server_says_through_redis,
+        ),
+        server::plain_async(
+            "count_if_gives_back_the_cost_it_took",
+            count_if_gives_back_the_cost_it_took,
+        ),
+        server::plain_async(
+            "every_tier_is_charged_the_cost",
+            every_tier_is_charged_the_cost,
+        ),
+        server::plain_async(
+            "per_key_plans_are_charged_the_cost",
+            per_key_plans_are_charged_the_cost,
+        ),
+        server::plain_async(
+            "shaping_delays_by_the_cost_and_peeks_never_wait",
+            shaping_delays_by_the_cost_and_peeks_never_wait,
+        ),
+        server::plain(
+            "the_layer_charges_the_cost_for_every_algorithm",
+            the_layer_charges_the_cost_for_every_algorithm,
+        ),
+        server::plain_async(
+            "a_cost_from_a_client_header_must_be_clamped",
+            a_cost_from_a_client_header_must_be_clamped,
+        ),
+        server::plain_async(
+            "a_grpc_request_above_the_quota_is_told_not_to_retry",
+            a_grpc_request_above_the_quota_is_told_not_to_retry,
+        ),
+    ])
 }

@@ -1,7 +1,6 @@
 //! A quota too large for an algorithm's Redis script fails where the limiter or layer gets the
 //! store, with a panic naming the figure, its value, the bound and the fix; one just inside the
 //! bound is accepted and decides end to end on a real `redis-server`.
-#![cfg(feature = "redis")]
 
 #[path = "support/redis.rs"]
 mod server;
@@ -72,7 +71,6 @@ macro_rules! edge {
     }};
 }
 
-#[test]
 fn every_algorithm_accepts_its_bound_and_refuses_one_past_it_at_build() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -155,7 +153,6 @@ fn every_algorithm_accepts_its_bound_and_refuses_one_past_it_at_build() {
     });
 }
 
-#[test]
 fn the_issue_quota_and_other_figures_are_refused_at_build() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -237,7 +234,6 @@ fn the_issue_quota_and_other_figures_are_refused_at_build() {
 /// A plan that `quota_for` picks while serving a request and that Redis cannot keep never
 /// panics in the request, and never gives its clients the layer's own quota (which may be
 /// looser than the plan's): its requests are refused as by a store that fails closed.
-#[test]
 fn a_per_key_plan_too_large_for_redis_is_refused_not_panicked_nor_loosened() {
     use std::convert::Infallible;
     use tollgate::key::PeerAddr;
@@ -285,4 +281,21 @@ fn a_per_key_plan_too_large_for_redis_is_refused_not_panicked_nor_loosened() {
         }
         out
     }
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::needs_redis(
+            "every_algorithm_accepts_its_bound_and_refuses_one_past_it_at_build",
+            every_algorithm_accepts_its_bound_and_refuses_one_past_it_at_build,
+        ),
+        server::needs_redis(
+            "the_issue_quota_and_other_figures_are_refused_at_build",
+            the_issue_quota_and_other_figures_are_refused_at_build,
+        ),
+        server::needs_redis(
+            "a_per_key_plan_too_large_for_redis_is_refused_not_panicked_nor_loosened",
+            a_per_key_plan_too_large_for_redis_is_refused_not_panicked_nor_loosened,
+        ),
+    ])
 }

@@ -1,6 +1,5 @@
 //! The Redis store on a three-master Redis Cluster: keys spread over the masters, a key's tiers
 //! share one slot (one script updates them together), and one limit holds across connections.
-#![cfg(feature = "redis")]
 
 #[path = "support/hammer.rs"]
 mod hammer;
@@ -12,7 +11,6 @@ use std::time::Duration;
 use tollgate::store::{OnFailure, RedisStore};
 use tollgate::{Quota, RateLimiter};
 
-#[test]
 fn a_cluster_holds_every_limit_exactly() {
     let Some(cluster) = server::RedisCluster::start() else {
         return;
@@ -101,4 +99,11 @@ fn a_cluster_holds_every_limit_exactly() {
             "`}}`-keys spread over every master: {per_master:?}"
         );
     });
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![server::needs_redis(
+        "a_cluster_holds_every_limit_exactly",
+        a_cluster_holds_every_limit_exactly,
+    )])
 }

@@ -1,7 +1,6 @@
 //! The local cache of denials on a real `redis-server`: bounded however many clients are
 //! denied, evicting to make room for the newest denials, answering them without a round trip,
 //! and never letting a denied client through before its `retry_after`, evicted or not.
-#![cfg(feature = "redis")]
 
 #[path = "support/redis.rs"]
 mod server;
@@ -11,7 +10,6 @@ use std::time::Duration;
 use tollgate::clock::ManualClock;
 use tollgate::{Quota, RateLimiter};
 
-#[test]
 fn a_full_cache_stays_bounded_and_never_admits_a_denied_client_early() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -69,7 +67,6 @@ fn a_full_cache_stays_bounded_and_never_admits_a_denied_client_early() {
     });
 }
 
-#[test]
 fn a_large_cache_holds_exactly_its_capacity_across_its_shards() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -93,4 +90,17 @@ fn a_large_cache_holds_exactly_its_capacity_across_its_shards() {
         }
         assert_eq!(limiter.table().cached_denials(), 500);
     });
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::needs_redis(
+            "a_full_cache_stays_bounded_and_never_admits_a_denied_client_early",
+            a_full_cache_stays_bounded_and_never_admits_a_denied_client_early,
+        ),
+        server::needs_redis(
+            "a_large_cache_holds_exactly_its_capacity_across_its_shards",
+            a_large_cache_holds_exactly_its_capacity_across_its_shards,
+        ),
+    ])
 }

@@ -1,7 +1,6 @@
 //! `Error::kind` against real `redis-server` processes: a hung server is a timeout, a port
 //! with nothing listening is unreachable, a malformed state is a protocol error, and a quota
 //! beyond what the scripts decide exactly is a misconfiguration, refused where it is built.
-#![cfg(feature = "redis")]
 
 #[path = "support/redis.rs"]
 mod server;
@@ -30,7 +29,6 @@ async fn closed(url: &str, timeout: Duration) -> RedisStore {
         .on_failure(OnFailure::Closed)
 }
 
-#[test]
 fn a_hung_server_is_a_timeout() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -48,7 +46,6 @@ fn a_hung_server_is_a_timeout() {
     });
 }
 
-#[test]
 fn a_port_with_nothing_listening_is_unreachable() {
     // A port that was free a moment ago: nothing listens on it.
     let port = TcpListener::bind("127.0.0.1:0")
@@ -65,7 +62,6 @@ fn a_port_with_nothing_listening_is_unreachable() {
     });
 }
 
-#[test]
 fn a_server_that_died_is_unreachable() {
     let Some(mut server) = server::RedisServer::start() else {
         return;
@@ -81,7 +77,6 @@ fn a_server_that_died_is_unreachable() {
     });
 }
 
-#[test]
 fn a_malformed_state_is_a_protocol_error() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -105,7 +100,6 @@ fn a_malformed_state_is_a_protocol_error() {
     });
 }
 
-#[test]
 fn a_quota_beyond_the_scripts_bound_is_a_misconfiguration_where_it_is_built() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -130,4 +124,26 @@ fn a_quota_beyond_the_scripts_bound_is_a_misconfiguration_where_it_is_built() {
         let fine = RateLimiter::gcra(Quota::per_hour(5).named("fine")).try_with_store(store);
         assert!(fine.unwrap().check("k").await.unwrap().allowed);
     });
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::needs_redis("a_hung_server_is_a_timeout", a_hung_server_is_a_timeout),
+        server::plain(
+            "a_port_with_nothing_listening_is_unreachable",
+            a_port_with_nothing_listening_is_unreachable,
+        ),
+        server::needs_redis(
+            "a_server_that_died_is_unreachable",
+            a_server_that_died_is_unreachable,
+        ),
+        server::needs_redis(
+            "a_malformed_state_is_a_protocol_error",
+            a_malformed_state_is_a_protocol_error,
+        ),
+        server::needs_redis(
+            "a_quota_beyond_the_scripts_bound_is_a_misconfiguration_where_it_is_built",
+            a_quota_beyond_the_scripts_bound_is_a_misconfiguration_where_it_is_built,
+        ),
+    ])
 }

@@ -2,7 +2,6 @@
 //! Cluster hash tag (the bytes between the first `{` and the first `}` after it) is exactly the
 //! encoded client key, whatever bytes the client sends. The oracle below encodes keys as the
 //! store documents it, written apart from the store.
-#![cfg(feature = "redis")]
 
 #[path = "support/redis.rs"]
 mod server;
@@ -79,7 +78,6 @@ fn hash_tag(key: &[u8]) -> Option<&[u8]> {
     (close > 0).then(|| &key[open + 1..open + 1 + close])
 }
 
-#[test]
 fn every_client_key_is_its_own_and_fills_the_hash_tag_exactly() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -105,7 +103,6 @@ fn every_client_key_is_its_own_and_fills_the_hash_tag_exactly() {
     });
 }
 
-#[test]
 fn a_long_key_is_stored_by_its_digest_never_its_bytes() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -137,7 +134,6 @@ fn a_long_key_is_stored_by_its_digest_never_its_bytes() {
     });
 }
 
-#[test]
 fn a_prefix_with_a_brace_is_refused() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -158,4 +154,21 @@ fn a_prefix_with_a_brace_is_refused() {
     let limiter = RateLimiter::gcra(Quota::per_minute(1).named("p")).with_store(store);
     let names = limiter.table().redis_keys(&Key::from(1u64));
     assert!(names[0].starts_with(b"app:v2:{n:1}:p:gcra."));
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::needs_redis(
+            "every_client_key_is_its_own_and_fills_the_hash_tag_exactly",
+            every_client_key_is_its_own_and_fills_the_hash_tag_exactly,
+        ),
+        server::needs_redis(
+            "a_long_key_is_stored_by_its_digest_never_its_bytes",
+            a_long_key_is_stored_by_its_digest_never_its_bytes,
+        ),
+        server::needs_redis(
+            "a_prefix_with_a_brace_is_refused",
+            a_prefix_with_a_brace_is_refused,
+        ),
+    ])
 }

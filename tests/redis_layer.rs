@@ -1,6 +1,5 @@
 //! Two axum servers share one limit through the Redis store: real servers, a real HTTP client,
 //! a real `redis-server`; time moves by a `ManualClock` the store decides on.
-#![cfg(feature = "redis")]
 
 #[path = "support/redis.rs"]
 mod server;
@@ -17,7 +16,6 @@ use tollgate::{Quota, RateLimitLayer};
 
 use web::{header, serve};
 
-#[tokio::test]
 async fn two_servers_share_one_limit_per_client_ip() {
     let Some(redis) = server::RedisServer::start() else {
         return;
@@ -60,4 +58,11 @@ async fn two_servers_share_one_limit_per_client_ip() {
     assert_eq!(resp.status(), StatusCode::OK);
     let resp = client.get(&urls[0]).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![server::needs_redis_async(
+        "two_servers_share_one_limit_per_client_ip",
+        two_servers_share_one_limit_per_client_ip,
+    )])
 }

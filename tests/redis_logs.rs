@@ -48,7 +48,6 @@ fn forms(secret: &str, redis_key: &[u8]) -> Vec<String> {
     forms
 }
 
-#[test]
 fn store_failures_never_show_a_key_above_trace() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -166,4 +165,11 @@ fn store_failures_never_show_a_key_above_trace() {
             assert!(!line.contains(form.as_str()), "{form:?} shows: {line}");
         }
     }
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![server::needs_redis(
+        "store_failures_never_show_a_key_above_trace",
+        store_failures_never_show_a_key_above_trace,
+    )])
 }

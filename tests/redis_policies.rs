@@ -1,7 +1,6 @@
 //! Policies in one Redis never read each other's state: every algorithm on one quota and one
 //! client, one name given to two quotas, one name with two sub-window counts. Limiters with the
 //! same configuration, on different connections (as different servers), still share one limit.
-#![cfg(feature = "redis")]
 
 #[path = "support/redis.rs"]
 mod server;
@@ -39,7 +38,6 @@ where
     admitted
 }
 
-#[test]
 fn every_algorithm_on_one_unnamed_quota_keeps_its_own_state() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -104,7 +102,6 @@ fn every_algorithm_on_one_unnamed_quota_keeps_its_own_state() {
     });
 }
 
-#[test]
 fn one_name_on_two_quotas_or_two_sub_window_counts_keeps_them_apart() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -142,7 +139,6 @@ fn one_name_on_two_quotas_or_two_sub_window_counts_keeps_them_apart() {
     });
 }
 
-#[test]
 fn two_servers_with_one_configuration_share_one_limit() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -179,4 +175,21 @@ fn two_servers_with_one_configuration_share_one_limit() {
             gcra_b.table().redis_keys(&key)
         );
     });
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::needs_redis(
+            "every_algorithm_on_one_unnamed_quota_keeps_its_own_state",
+            every_algorithm_on_one_unnamed_quota_keeps_its_own_state,
+        ),
+        server::needs_redis(
+            "one_name_on_two_quotas_or_two_sub_window_counts_keeps_them_apart",
+            one_name_on_two_quotas_or_two_sub_window_counts_keeps_them_apart,
+        ),
+        server::needs_redis(
+            "two_servers_with_one_configuration_share_one_limit",
+            two_servers_with_one_configuration_share_one_limit,
+        ),
+    ])
 }

@@ -1,7 +1,6 @@
 //! The Redis store against a real `redis-server`: one limit across many connections and
 //! processes, keys that expire when fresh, one round trip per decision and none for a
 //! remembered denial, the failure policies when Redis dies or hangs, and garbage in Redis.
-#![cfg(feature = "redis")]
 
 #[path = "support/hammer.rs"]
 mod hammer;
@@ -32,7 +31,6 @@ async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-#[test]
 fn eight_connections_hammering_one_key_admit_exactly_the_quota() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -52,8 +50,7 @@ fn eight_connections_hammering_one_key_admit_exactly_the_quota() {
     });
 }
 
-/// Run by `separate_processes_share_one_limit` in child processes; does nothing otherwise.
-#[test]
+/// Run by `separate_processes_share_one_limit` in child processes (see `main`).
 fn worker_process() {
     let Ok(url) = std::env::var("TOLLGATE_REDIS_WORKER_URL") else {
         return;
@@ -72,7 +69,6 @@ fn worker_process() {
     println!("admitted={admitted}");
 }
 
-#[test]
 fn separate_processes_share_one_limit() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -112,7 +108,6 @@ fn separate_processes_share_one_limit() {
     );
 }
 
-#[test]
 fn keys_live_as_long_as_their_state_matters() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -165,7 +160,6 @@ fn keys_live_as_long_as_their_state_matters() {
     });
 }
 
-#[test]
 fn one_round_trip_per_decision_and_none_for_a_remembered_denial() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -205,7 +199,6 @@ fn one_round_trip_per_decision_and_none_for_a_remembered_denial() {
     });
 }
 
-#[test]
 fn garbage_in_redis_is_an_error_never_a_panic() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -233,7 +226,6 @@ fn garbage_in_redis_is_an_error_never_a_panic() {
     });
 }
 
-#[test]
 fn a_dead_or_hung_redis_is_answered_by_the_failure_policy_within_the_timeout() {
     let Some(mut server) = server::RedisServer::start() else {
         return;
@@ -319,7 +311,6 @@ fn a_dead_or_hung_redis_is_answered_by_the_failure_policy_within_the_timeout() {
     });
 }
 
-#[test]
 fn keys_are_binary_safe() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -341,7 +332,6 @@ fn keys_are_binary_safe() {
     });
 }
 
-#[test]
 fn connecting_reads_the_server_version_once() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -379,4 +369,42 @@ fn connecting_reads_the_server_version_once() {
             "one INFO for the first check"
         );
     });
+}
+
+fn main() -> std::process::ExitCode {
+    // A child process of `separate_processes_share_one_limit` runs only its worker.
+    if std::env::var_os("TOLLGATE_REDIS_WORKER_URL").is_some() {
+        return server::harness(vec![server::plain("worker_process", worker_process)]);
+    }
+    server::harness(vec![
+        server::needs_redis(
+            "eight_connections_hammering_one_key_admit_exactly_the_quota",
+            eight_connections_hammering_one_key_admit_exactly_the_quota,
+        ),
+        server::needs_redis(
+            "separate_processes_share_one_limit",
+            separate_processes_share_one_limit,
+        ),
+        server::needs_redis(
+            "keys_live_as_long_as_their_state_matters",
+            keys_live_as_long_as_their_state_matters,
+        ),
+        server::needs_redis(
+            "one_round_trip_per_decision_and_none_for_a_remembered_denial",
+            one_round_trip_per_decision_and_none_for_a_remembered_denial,
+        ),
+        server::needs_redis(
+            "garbage_in_redis_is_an_error_never_a_panic",
+            garbage_in_redis_is_an_error_never_a_panic,
+        ),
+        server::needs_redis(
+            "a_dead_or_hung_redis_is_answered_by_the_failure_policy_within_the_timeout",
+            a_dead_or_hung_redis_is_answered_by_the_failure_policy_within_the_timeout,
+        ),
+        server::needs_redis("keys_are_binary_safe", keys_are_binary_safe),
+        server::needs_redis(
+            "connecting_reads_the_server_version_once",
+            connecting_reads_the_server_version_once,
+        ),
+    ])
 }

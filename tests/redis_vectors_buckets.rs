@@ -3,7 +3,6 @@
 //! compared, and after each step the state Redis holds compared with the Rust algorithm's. Tiers
 //! of each; figures beyond a double's 2^53 (quotas up to what the store accepts, the end of the
 //! clock's range); states written by hand; the keys' TTLs; corrupt states.
-#![cfg(feature = "redis")]
 
 #[path = "support/parity.rs"]
 mod parity;
@@ -336,7 +335,6 @@ fn max_delay_ms() -> impl Strategy<Value = Duration> {
     prop_oneof![Just(0u64), 1u64..5_000].prop_map(Duration::from_millis)
 }
 
-#[test]
 fn the_token_bucket_decides_in_redis_as_in_memory() {
     let Some(bench) = Bench::start() else {
         return;
@@ -348,7 +346,6 @@ fn the_token_bucket_decides_in_redis_as_in_memory() {
     });
 }
 
-#[test]
 fn the_token_bucket_decides_in_redis_as_in_memory_up_to_2_53() {
     let Some(bench) = Bench::start() else {
         return;
@@ -360,7 +357,6 @@ fn the_token_bucket_decides_in_redis_as_in_memory_up_to_2_53() {
     });
 }
 
-#[test]
 fn token_bucket_tiers_decide_in_redis_as_in_memory() {
     let Some(bench) = Bench::start() else {
         return;
@@ -372,7 +368,6 @@ fn token_bucket_tiers_decide_in_redis_as_in_memory() {
     });
 }
 
-#[test]
 fn the_hybrid_decides_in_redis_as_in_memory() {
     let Some(bench) = Bench::start() else {
         return;
@@ -384,7 +379,6 @@ fn the_hybrid_decides_in_redis_as_in_memory() {
     });
 }
 
-#[test]
 fn the_hybrid_decides_in_redis_as_in_memory_up_to_2_53() {
     let Some(bench) = Bench::start() else {
         return;
@@ -395,7 +389,6 @@ fn the_hybrid_decides_in_redis_as_in_memory_up_to_2_53() {
     });
 }
 
-#[test]
 fn hybrid_tiers_decide_in_redis_as_in_memory() {
     let Some(bench) = Bench::start() else {
         return;
@@ -407,7 +400,6 @@ fn hybrid_tiers_decide_in_redis_as_in_memory() {
     });
 }
 
-#[test]
 fn both_decide_in_redis_as_in_memory_at_the_end_of_the_clock() {
     // Within minutes of u64::MAX ns: the bucket would be full again past the clock's range
     // (denied), the hybrid's window ends past it (its bucket stays empty at u64::MAX).
@@ -489,7 +481,6 @@ fn cost_near(most: u64) -> impl Strategy<Value = u64> {
     ]
 }
 
-#[test]
 fn token_buckets_written_by_hand_decide_as_the_algorithm() {
     // Any state a bucket of any quota could have written, read at any time: refilled in the
     // far past, or ahead of this clock; a deficit up to 2^53 (more than this bucket holds).
@@ -515,7 +506,6 @@ fn token_buckets_written_by_hand_decide_as_the_algorithm() {
     });
 }
 
-#[test]
 fn hybrid_states_written_by_hand_decide_as_the_algorithm() {
     // Windows opened long ago, just now or ahead of this clock, with any tokens left; smooth
     // buckets far below empty, nearly full, or read before their last request.
@@ -555,7 +545,6 @@ async fn assert_ttl(
     );
 }
 
-#[test]
 fn keys_live_until_their_state_is_fresh() {
     let Some(bench) = Bench::start() else {
         return;
@@ -634,7 +623,6 @@ fn keys_live_until_their_state_is_fresh() {
     });
 }
 
-#[test]
 fn the_edges_of_a_double_are_exact() {
     let Some(bench) = Bench::start() else {
         return;
@@ -680,7 +668,6 @@ fn the_edges_of_a_double_are_exact() {
     });
 }
 
-#[test]
 fn corrupt_states_are_errors() {
     let Some(bench) = Bench::start() else {
         return;
@@ -729,4 +716,54 @@ fn corrupt_states_are_errors() {
             assert!(error.contains("hybrid"), "{text}: {error}");
         }
     });
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::needs_redis(
+            "the_token_bucket_decides_in_redis_as_in_memory",
+            the_token_bucket_decides_in_redis_as_in_memory,
+        ),
+        server::needs_redis(
+            "the_token_bucket_decides_in_redis_as_in_memory_up_to_2_53",
+            the_token_bucket_decides_in_redis_as_in_memory_up_to_2_53,
+        ),
+        server::needs_redis(
+            "token_bucket_tiers_decide_in_redis_as_in_memory",
+            token_bucket_tiers_decide_in_redis_as_in_memory,
+        ),
+        server::needs_redis(
+            "the_hybrid_decides_in_redis_as_in_memory",
+            the_hybrid_decides_in_redis_as_in_memory,
+        ),
+        server::needs_redis(
+            "the_hybrid_decides_in_redis_as_in_memory_up_to_2_53",
+            the_hybrid_decides_in_redis_as_in_memory_up_to_2_53,
+        ),
+        server::needs_redis(
+            "hybrid_tiers_decide_in_redis_as_in_memory",
+            hybrid_tiers_decide_in_redis_as_in_memory,
+        ),
+        server::needs_redis(
+            "both_decide_in_redis_as_in_memory_at_the_end_of_the_clock",
+            both_decide_in_redis_as_in_memory_at_the_end_of_the_clock,
+        ),
+        server::needs_redis(
+            "token_buckets_written_by_hand_decide_as_the_algorithm",
+            token_buckets_written_by_hand_decide_as_the_algorithm,
+        ),
+        server::needs_redis(
+            "hybrid_states_written_by_hand_decide_as_the_algorithm",
+            hybrid_states_written_by_hand_decide_as_the_algorithm,
+        ),
+        server::needs_redis(
+            "keys_live_until_their_state_is_fresh",
+            keys_live_until_their_state_is_fresh,
+        ),
+        server::needs_redis(
+            "the_edges_of_a_double_are_exact",
+            the_edges_of_a_double_are_exact,
+        ),
+        server::needs_redis("corrupt_states_are_errors", corrupt_states_are_errors),
+    ])
 }

@@ -1,7 +1,6 @@
 //! GCRA, its shaping form and the leaky bucket in Redis decide exactly as in memory: random
 //! quotas and random sequences of checks, peeks and refunds, every decision compared. Tiers of
 //! them too (all or nothing, across the keys of one script).
-#![cfg(feature = "redis")]
 
 #[path = "support/parity.rs"]
 mod parity;
@@ -36,7 +35,6 @@ fn clock() -> ManualClock {
     clock
 }
 
-#[test]
 fn gcra_decides_in_redis_as_in_memory() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -51,7 +49,6 @@ fn gcra_decides_in_redis_as_in_memory() {
     });
 }
 
-#[test]
 fn the_leaky_bucket_decides_in_redis_as_in_memory() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -66,7 +63,6 @@ fn the_leaky_bucket_decides_in_redis_as_in_memory() {
     });
 }
 
-#[test]
 fn gcra_tiers_decide_in_redis_as_in_memory() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -81,7 +77,6 @@ fn gcra_tiers_decide_in_redis_as_in_memory() {
     });
 }
 
-#[test]
 fn seed_003s_session_comes_out_the_same_in_redis() {
     // 3 per 60 s: ALLOW at 20, 40, 60 s... checked here at the figures the memory store gives.
     let Some(server) = server::RedisServer::start() else {
@@ -114,7 +109,6 @@ fn seed_003s_session_comes_out_the_same_in_redis() {
     .unwrap();
 }
 
-#[test]
 fn gcra_decides_alike_at_the_edges_of_what_the_store_accepts() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -185,4 +179,29 @@ fn gcra_decides_alike_at_the_edges_of_what_the_store_accepts() {
         RateLimiter::gcra(Quota::new(1, Duration::from_nanos(big + 1))).with_store(redis.clone())
     }));
     assert!(too_big.is_err(), "a quota past the bound was accepted");
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::needs_redis(
+            "gcra_decides_in_redis_as_in_memory",
+            gcra_decides_in_redis_as_in_memory,
+        ),
+        server::needs_redis(
+            "the_leaky_bucket_decides_in_redis_as_in_memory",
+            the_leaky_bucket_decides_in_redis_as_in_memory,
+        ),
+        server::needs_redis(
+            "gcra_tiers_decide_in_redis_as_in_memory",
+            gcra_tiers_decide_in_redis_as_in_memory,
+        ),
+        server::needs_redis(
+            "seed_003s_session_comes_out_the_same_in_redis",
+            seed_003s_session_comes_out_the_same_in_redis,
+        ),
+        server::needs_redis(
+            "gcra_decides_alike_at_the_edges_of_what_the_store_accepts",
+            gcra_decides_alike_at_the_edges_of_what_the_store_accepts,
+        ),
+    ])
 }

@@ -11,7 +11,6 @@
 //! whose TTL is that short moves the clock on until it is fresh; a case where Redis expired a
 //! key all the same, on a machine that stalled, ends there.) The TTLs are checked on their
 //! own.
-#![cfg(feature = "redis")]
 
 #[path = "support/parity.rs"]
 mod parity;
@@ -356,7 +355,6 @@ fn fresh_in<A: Algorithm>(algorithm: &A, state: &A::State, now: u64) -> u64 {
     fresh
 }
 
-#[test]
 fn the_fixed_window_decides_in_redis_as_in_memory() {
     let Some(rig) = rig() else { return };
     proptest!(config(), |(q in quota(), ops in steps())| {
@@ -371,7 +369,6 @@ fn the_fixed_window_decides_in_redis_as_in_memory() {
     });
 }
 
-#[test]
 fn the_sliding_window_decides_in_redis_as_in_memory() {
     let Some(rig) = rig() else { return };
     proptest!(config(), |(q in quota(), k in sub_windows(), ops in steps())| {
@@ -389,7 +386,6 @@ fn the_sliding_window_decides_in_redis_as_in_memory() {
     });
 }
 
-#[test]
 fn the_sliding_log_decides_in_redis_as_in_memory() {
     let Some(rig) = rig() else { return };
     proptest!(config(), |(q in quota(), ops in steps())| {
@@ -404,7 +400,6 @@ fn the_sliding_log_decides_in_redis_as_in_memory() {
     });
 }
 
-#[test]
 fn a_clock_behind_the_newest_request_reads_as_its_time_in_redis_too() {
     let Some(rig) = rig() else { return };
     let usual = (quota(), steps()).prop_flat_map(|(q, ops)| (Just(q), two_clocks(ops)));
@@ -422,7 +417,6 @@ fn a_clock_behind_the_newest_request_reads_as_its_time_in_redis_too() {
     });
 }
 
-#[test]
 fn each_write_lives_until_the_state_is_fresh() {
     let Some(rig) = rig() else { return };
     proptest!(config(), |(q in quota(), k in sub_windows(), ops in steps())| {
@@ -470,7 +464,6 @@ where
         .unwrap_or_else(|panic| Err(panic.downcast_ref::<String>().cloned().unwrap_or_default()))
 }
 
-#[test]
 fn figures_of_2_pow_53_are_refused() {
     let Some(rig) = rig() else { return };
     // Refused where the limiter gets the store: a panic, never a decision.
@@ -506,7 +499,6 @@ fn figures_of_2_pow_53_are_refused() {
     }
 }
 
-#[test]
 fn a_sliding_log_limit_over_the_bound_is_refused_where_the_limiter_is_built() {
     let Some(rig) = rig() else { return };
     let q = Quota::new(MAX_LOG, Duration::from_secs(60));
@@ -531,7 +523,6 @@ fn a_sliding_log_limit_over_the_bound_is_refused_where_the_limiter_is_built() {
     }
 }
 
-#[test]
 fn a_state_too_far_ahead_of_the_clock_is_refused() {
     let Some(rig) = rig() else { return };
     // 2^40 ns, so every wait is within 2^41 of the state's newest time.
@@ -575,7 +566,6 @@ fn a_state_too_far_ahead_of_the_clock_is_refused() {
     refused(&rig, log);
 }
 
-#[test]
 fn a_malformed_state_is_an_error_not_a_decision() {
     let Some(rig) = rig() else { return };
     let q = Quota::new(5, Duration::from_secs(60)).named("w");
@@ -644,4 +634,45 @@ fn a_malformed_state_is_an_error_not_a_decision() {
     each(&rig, || RateLimiter::fixed_window(q.clone()), &fixed);
     each(&rig, || RateLimiter::sliding_window(q.clone()), &sliding);
     each(&rig, || RateLimiter::sliding_log(q.clone()), &log);
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::needs_redis(
+            "the_fixed_window_decides_in_redis_as_in_memory",
+            the_fixed_window_decides_in_redis_as_in_memory,
+        ),
+        server::needs_redis(
+            "the_sliding_window_decides_in_redis_as_in_memory",
+            the_sliding_window_decides_in_redis_as_in_memory,
+        ),
+        server::needs_redis(
+            "the_sliding_log_decides_in_redis_as_in_memory",
+            the_sliding_log_decides_in_redis_as_in_memory,
+        ),
+        server::needs_redis(
+            "a_clock_behind_the_newest_request_reads_as_its_time_in_redis_too",
+            a_clock_behind_the_newest_request_reads_as_its_time_in_redis_too,
+        ),
+        server::needs_redis(
+            "each_write_lives_until_the_state_is_fresh",
+            each_write_lives_until_the_state_is_fresh,
+        ),
+        server::needs_redis(
+            "figures_of_2_pow_53_are_refused",
+            figures_of_2_pow_53_are_refused,
+        ),
+        server::needs_redis(
+            "a_sliding_log_limit_over_the_bound_is_refused_where_the_limiter_is_built",
+            a_sliding_log_limit_over_the_bound_is_refused_where_the_limiter_is_built,
+        ),
+        server::needs_redis(
+            "a_state_too_far_ahead_of_the_clock_is_refused",
+            a_state_too_far_ahead_of_the_clock_is_refused,
+        ),
+        server::needs_redis(
+            "a_malformed_state_is_an_error_not_a_decision",
+            a_malformed_state_is_an_error_not_a_decision,
+        ),
+    ])
 }

@@ -1,7 +1,6 @@
 //! The Redis version the store needs: a real `redis-server` (7.x here) is accepted; a server
 //! that says it runs Redis 4 (a stand-in speaking the protocol on loopback, since Redis 4 is
 //! not installed) is refused at connect with a message naming its version and the minimum.
-#![cfg(feature = "redis")]
 
 #[path = "support/redis.rs"]
 mod server;
@@ -54,7 +53,6 @@ async fn stand_in(info: &'static str) -> String {
     url
 }
 
-#[tokio::test]
 async fn a_redis_older_than_5_is_refused_at_connect_naming_both_versions() {
     let url = stand_in("# Server\r\nredis_version:4.0.14\r\nredis_mode:standalone\r\n").await;
     let error = match RedisStore::connect(&url).await {
@@ -66,13 +64,11 @@ async fn a_redis_older_than_5_is_refused_at_connect_naming_both_versions() {
     assert!(error.contains("upgrade the Redis server"), "{error}");
 }
 
-#[tokio::test]
 async fn a_server_of_the_minimum_version_is_accepted() {
     let url = stand_in("# Server\r\nredis_version:5.0.0\r\n").await;
     assert!(RedisStore::connect(&url).await.is_ok());
 }
 
-#[tokio::test]
 async fn the_installed_redis_server_is_accepted_and_decides() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -83,4 +79,21 @@ async fn the_installed_redis_server_is_accepted_and_decides() {
     let limiter = RateLimiter::gcra(Quota::per_minute(1).named("v")).with_store(store);
     assert!(limiter.check("k").await.unwrap().allowed);
     assert!(!limiter.check("k").await.unwrap().allowed);
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::plain_async(
+            "a_redis_older_than_5_is_refused_at_connect_naming_both_versions",
+            a_redis_older_than_5_is_refused_at_connect_naming_both_versions,
+        ),
+        server::plain_async(
+            "a_server_of_the_minimum_version_is_accepted",
+            a_server_of_the_minimum_version_is_accepted,
+        ),
+        server::needs_redis_async(
+            "the_installed_redis_server_is_accepted_and_decides",
+            the_installed_redis_server_is_accepted_and_decides,
+        ),
+    ])
 }

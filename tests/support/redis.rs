@@ -1,6 +1,7 @@
 //! Real `redis-server` processes for the Redis store's tests: one server on a free loopback
-//! port, or a three-master Redis Cluster. Without `redis-server` on PATH a test says so in one
-//! loud line and skips, unless `TOLLGATE_REQUIRE_REDIS=1` (set by CI), which makes it fail.
+//! port, or a three-master Redis Cluster, and the harness of the files that use them: without
+//! `redis-server` on PATH their Redis tests are reported as ignored (the reason on stderr),
+//! unless `TOLLGATE_REQUIRE_REDIS=1` (set by CI), which makes them run and fail.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -31,23 +32,85 @@ pub async fn closed_on_caller_clock(url: &str) -> tollgate::store::RedisStore {
     closed(url).await.with_caller_clock()
 }
 
-/// Whether `redis-server` can be run; panics when it cannot and CI requires it.
-pub fn available() -> bool {
-    let found = Command::new("redis-server")
+/// Whether `redis-server` is on PATH and runs.
+fn found() -> bool {
+    Command::new("redis-server")
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        if std::env::var("TOLLGATE_REQUIRE_REDIS").is_ok_and(|v| v == "1") {
-            panic!("redis-server is not on PATH and TOLLGATE_REQUIRE_REDIS=1");
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether CI requires the Redis tests to run (`TOLLGATE_REQUIRE_REDIS=1`).
+fn required() -> bool {
+    std::env::var("TOLLGATE_REQUIRE_REDIS").is_ok_and(|v| v == "1")
+}
+
+/// Whether `redis-server` can be run. A test that needs it only runs when it can (the harness
+/// below reports it as ignored otherwise), so a missing server here fails the test: it was
+/// required by CI or asked for with `--ignored`.
+pub fn available() -> bool {
+    assert!(
+        found(),
+        "redis-server is not on PATH (apt-get install redis-server); this test needs it"
+    );
+    true
+}
+
+/// The test harness of the files with Redis tests (`harness = false`): each test is a
+/// [`Trial`], and those that start `redis-server` are reported as *ignored*, with the reason
+/// on stderr, when it is not on PATH, never as passed. With `TOLLGATE_REQUIRE_REDIS=1` (CI)
+/// they run, and fail, instead.
+pub fn harness(trials: Vec<Trial>) -> std::process::ExitCode {
+    let args = libtest_mimic::Arguments::from_args();
+    libtest_mimic::run(&args, trials).exit_code()
+}
+
+pub use libtest_mimic::Trial;
+
+/// A test that needs no Redis.
+pub fn plain(name: &'static str, test: impl FnOnce() + Send + 'static) -> Trial {
+    Trial::test(name, move || {
+        test();
+        Ok(())
+    })
+}
+
+/// An async test that needs no Redis, run on a current-thread runtime (as `#[tokio::test]`).
+pub fn plain_async<F>(name: &'static str, test: impl FnOnce() -> F + Send + 'static) -> Trial
+where
+    F: std::future::Future<Output = ()>,
+{
+    plain(name, move || runtime().block_on(test()))
+}
+
+/// A test that starts `redis-server`: ignored when it is missing (unless CI requires it).
+pub fn needs_redis(name: &'static str, test: impl FnOnce() + Send + 'static) -> Trial {
+    plain(name, test).with_ignored_flag(skip_redis())
+}
+
+/// [`needs_redis`] for an async test.
+pub fn needs_redis_async<F>(name: &'static str, test: impl FnOnce() -> F + Send + 'static) -> Trial
+where
+    F: std::future::Future<Output = ()>,
+{
+    plain_async(name, test).with_ignored_flag(skip_redis())
+}
+
+/// Whether tests that need `redis-server` are to be ignored; says why once.
+fn skip_redis() -> bool {
+    static SKIP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SKIP.get_or_init(|| {
+        let skip = !found() && !required();
+        if skip {
+            eprintln!(
+                "Redis tests ignored: redis-server is not on PATH. Install it (apt-get install \
+                 redis-server) to run them; TOLLGATE_REQUIRE_REDIS=1 makes a missing server fail."
+            );
         }
-        eprintln!(
-            "!!!!! SKIPPED: redis-server is not on PATH; the Redis store is not tested !!!!!"
-        );
-    }
-    found
+        skip
+    })
 }
 
 fn free_port() -> u16 {
@@ -98,7 +161,9 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// A new server, or `None` (after a loud line) when `redis-server` is missing.
+    /// A new server. (An `Option` for the tests written as `let Some(server) = .. else`: a
+    /// missing `redis-server` is a panic in [`available`], as the harness only runs a Redis
+    /// test when it is there or CI requires it.)
     pub fn start() -> Option<Self> {
         Self::start_with(&[])
     }
