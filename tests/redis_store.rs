@@ -199,6 +199,40 @@ fn one_round_trip_per_decision_and_none_for_a_remembered_denial() {
     });
 }
 
+fn callers_that_find_the_script_missing_together_load_it_once() {
+    let Some(server) = server::RedisServer::start() else {
+        return;
+    };
+    runtime().block_on(async {
+        let store = server::closed(&server.url()).await;
+        let limiter = RateLimiter::gcra(Quota::per_hour(40).named("once")).with_store(store);
+        // 64 checks at once on `key`: how many pass, once they all answered.
+        let admitted_at_once = |key: &'static str| {
+            let limiter = limiter.clone();
+            async move {
+                let checks: Vec<_> = (0..64)
+                    .map(|_| {
+                        let limiter = limiter.clone();
+                        tokio::spawn(async move { limiter.check(key).await.unwrap().allowed })
+                    })
+                    .collect();
+                let mut admitted = 0;
+                for check in checks {
+                    admitted += usize::from(check.await.unwrap());
+                }
+                admitted
+            }
+        };
+        // A fresh server: every caller's first EVALSHA finds no script.
+        assert_eq!(admitted_at_once("first").await, 40);
+        assert_eq!(server.calls("script|load"), 1, "one load for 64 callers");
+        // A flushed one (restarted, failed over): loaded once more, not once per caller.
+        assert!(server::command(server.port, "SCRIPT FLUSH").is_some());
+        assert_eq!(admitted_at_once("second").await, 40);
+        assert_eq!(server.calls("script|load"), 2);
+    });
+}
+
 fn garbage_in_redis_is_an_error_never_a_panic() {
     let Some(server) = server::RedisServer::start() else {
         return;
@@ -392,6 +426,10 @@ fn main() -> std::process::ExitCode {
         server::needs_redis(
             "one_round_trip_per_decision_and_none_for_a_remembered_denial",
             one_round_trip_per_decision_and_none_for_a_remembered_denial,
+        ),
+        server::needs_redis(
+            "callers_that_find_the_script_missing_together_load_it_once",
+            callers_that_find_the_script_missing_together_load_it_once,
         ),
         server::needs_redis(
             "garbage_in_redis_is_an_error_never_a_panic",

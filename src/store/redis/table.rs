@@ -1,5 +1,6 @@
 //! [`RedisTable`]: one policy in Redis, and the round trip of one check.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +16,11 @@ use super::version::{self, VersionCheck};
 use super::warn::Warnings;
 use super::{bounds, errors, script, Connection, RedisStore};
 use crate::{Decision, Error, Key};
+
+/// Whether Redis answered that it does not have the script.
+fn is_no_script(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
 
 /// A [`RedisStore`]'s view of one policy.
 pub struct RedisTable<A: RedisAlgorithm> {
@@ -41,6 +47,10 @@ impl<A: RedisAlgorithm> std::fmt::Debug for RedisTable<A> {
 struct Inner<A: RedisAlgorithm> {
     connection: Connection,
     script: Script,
+    /// How many times this table loaded its script, and the lock its loaders take turns on:
+    /// together they load it once per `NOSCRIPT` episode rather than once per caller.
+    script_loads: AtomicU64,
+    script_loading: tokio::sync::Mutex<()>,
     policy: Box<str>,
     /// The Redis keys of each tier, but for the client's part.
     names: KeyNames,
@@ -77,6 +87,8 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             inner: Arc::new(Inner {
                 connection: store.connection.clone(),
                 script: Script::new(&script::source::<A>()),
+                script_loads: AtomicU64::new(0),
+                script_loading: tokio::sync::Mutex::new(()),
                 policy: policy.into(),
                 names: KeyNames::new::<A>(&store.prefix, policy, &tiers),
                 params,
@@ -152,30 +164,24 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 Err(_) => return Err(errors::timed_out(inner.timeout)),
             }
         }
-        let mut invocation = inner.script.prepare_invoke();
-        for k in inner.names.keys(key) {
-            invocation.key(k);
+        let keys = inner.names.keys(key);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(inner.script.get_hash()).arg(keys.len());
+        for k in keys {
+            cmd.arg(k);
         }
-        invocation
-            .arg(if refund.is_some() { "r" } else { "c" })
-            .arg(cost);
+        cmd.arg(if refund.is_some() { "r" } else { "c" }).arg(cost);
         if inner.caller_clock {
-            invocation.arg(now / 1_000_000_000).arg(now % 1_000_000_000);
+            cmd.arg(now / 1_000_000_000).arg(now % 1_000_000_000);
         } else {
-            invocation.arg("").arg("");
+            cmd.arg("").arg("");
         }
-        invocation.arg(&inner.params[..]);
+        cmd.arg(&inner.params[..]);
         // A refund names what each tier's admission took, after the parameters.
         if let Some(receipts) = refund {
-            invocation.arg(receipts);
+            cmd.arg(receipts);
         }
-        let call = async {
-            match inner.connection.clone() {
-                Connection::Single(mut c) => invocation.invoke_async::<Vec<Figure>>(&mut c).await,
-                Connection::Cluster(mut c) => invocation.invoke_async::<Vec<Figure>>(&mut c).await,
-            }
-        };
-        let reply = match tokio::time::timeout(inner.timeout, call).await {
+        let reply = match tokio::time::timeout(inner.timeout, inner.evaluate(&cmd)).await {
             Ok(reply) => reply.map_err(|e| errors::deciding(&e, key))?,
             Err(_) => return Err(errors::timed_out(inner.timeout)),
         };
@@ -184,6 +190,48 @@ impl<A: RedisAlgorithm> RedisTable<A> {
 }
 
 impl<A: RedisAlgorithm> Inner<A> {
+    /// Runs the script (`cmd`, an `EVALSHA`), loading it first when the server does not have
+    /// it (`NOSCRIPT`: a fresh, restarted, flushed or failed-over server). The callers that
+    /// find it missing together load it once: the first loads it while the others wait, then
+    /// all run it again. A script lost again since (the server flushed twice) is loaded by
+    /// whoever finds it missing.
+    async fn evaluate(&self, cmd: &redis::Cmd) -> redis::RedisResult<Vec<Figure>> {
+        let seen = self.script_loads.load(Ordering::Acquire);
+        match self.query(cmd).await {
+            Err(error) if is_no_script(&error) => {}
+            reply => return reply,
+        }
+        {
+            let _one_at_a_time = self.script_loading.lock().await;
+            if self.script_loads.load(Ordering::Acquire) == seen {
+                self.load_script().await?;
+                self.script_loads.fetch_add(1, Ordering::Release);
+            }
+        }
+        match self.query(cmd).await {
+            Err(error) if is_no_script(&error) => {
+                self.load_script().await?;
+                self.query(cmd).await
+            }
+            reply => reply,
+        }
+    }
+
+    async fn query(&self, cmd: &redis::Cmd) -> redis::RedisResult<Vec<Figure>> {
+        match self.connection.clone() {
+            Connection::Single(mut c) => cmd.query_async(&mut c).await,
+            Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+        }
+    }
+
+    /// `SCRIPT LOAD`; on a Redis Cluster, on every primary.
+    async fn load_script(&self) -> redis::RedisResult<()> {
+        match self.connection.clone() {
+            Connection::Single(mut c) => self.script.load_async(&mut c).await.map(drop),
+            Connection::Cluster(mut c) => self.script.load_async(&mut c).await.map(drop),
+        }
+    }
+
     /// What the failure policy answers when Redis could not; counted, and logged at most
     /// every ten seconds.
     fn failed(
