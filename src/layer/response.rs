@@ -354,7 +354,11 @@ impl Responder {
     pub(crate) fn limited<B>(&self, decision: &Decision, req: &Request<B>) -> Response<Answer> {
         let grpc = self.grpc(req);
         if let (Some(on_limited), None) = (&self.settings.on_limited, &grpc) {
-            let mut response = on_limited(decision, RequestHead::new(req));
+            // `f` sees the decision as handlers do, with its layer's policy name.
+            let named = decision
+                .clone()
+                .with_policy(self.observer.policy_name().clone());
+            let mut response = on_limited(&named, RequestHead::new(req));
             if let Some(wait) = decision.retry_after {
                 let headers = response.headers_mut();
                 if !headers.contains_key(RETRY_AFTER) {
