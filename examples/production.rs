@@ -58,9 +58,7 @@ pub const MAX_NAME: usize = 64;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_max_level(Level::INFO)
-        .init();
+    tracing_subscriber::fmt().with_max_level(Level::INFO).init();
     let port = match std::env::var("PORT") {
         Ok(port) => port
             .parse::<u16>()
@@ -177,34 +175,34 @@ impl Limits {
                 "the login limit needs the `login_name` middleware outside it",
             )),
         };
-        let failed = |response: &axum::http::response::Parts| {
-            response.status == StatusCode::UNAUTHORIZED
-        };
+        let failed =
+            |response: &axum::http::response::Parts| response.status == StatusCode::UNAUTHORIZED;
         let fifteen_minutes = Duration::from_secs(15 * 60);
         let login_here = RateLimitLayer::gcra(Quota::new(5, fifteen_minutes).named("login"))
             .key((account, client_ip))
             .count_if(failed)
             .on_limited(too_many)
             .on_key_error(no_key);
-        let login_anywhere =
-            RateLimitLayer::gcra(Quota::per_hour(20).named("login-account"))
-                .key(account)
-                .count_if(failed)
-                .on_limited(too_many)
-                .on_key_error(no_key);
+        let login_anywhere = RateLimitLayer::gcra(Quota::per_hour(20).named("login-account"))
+            .key(account)
+            .count_if(failed)
+            .on_limited(too_many)
+            .on_key_error(no_key);
 
         // Keyed on the customer `authenticate` found; the quota is the customer's plan, read
         // from the same extension.
         let free = Quota::per_minute(5).named("free");
         let pro = Quota::per_minute(50).named("pro");
         let api = RateLimitLayer::gcra(free.clone())
-            .key(|head: RequestHead<'_>| match head.extensions().get::<Customer>() {
-                Some(customer) => Ok(Some(Key::from(customer.id))),
-                None => Err(KeyError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the API limit needs the `authenticate` middleware outside it",
-                )),
-            })
+            .key(
+                |head: RequestHead<'_>| match head.extensions().get::<Customer>() {
+                    Some(customer) => Ok(Some(Key::from(customer.id))),
+                    None => Err(KeyError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "the API limit needs the `authenticate` middleware outside it",
+                    )),
+                },
+            )
             .quota_for(move |_key: &Key, head: RequestHead<'_>| {
                 match head.extensions().get::<Customer>().map(|c| c.plan) {
                     Some(Plan::Pro) => pro.clone(),
@@ -322,7 +320,8 @@ pub async fn login_name(req: Request, next: Next) -> Response {
         );
     };
     parts.extensions.insert(LoginName(name));
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
 }
 
 /// The accounts and their passwords (a real service keeps password hashes in its database).
@@ -368,8 +367,20 @@ pub struct Customer {
 /// The issued API keys (a real service looks them up in its database).
 fn customers() -> HashMap<&'static str, Customer> {
     HashMap::from([
-        ("free_9Lk4", Customer { id: 1, plan: Plan::Free }),
-        ("pro_7Qx2", Customer { id: 2, plan: Plan::Pro }),
+        (
+            "free_9Lk4",
+            Customer {
+                id: 1,
+                plan: Plan::Free,
+            },
+        ),
+        (
+            "pro_7Qx2",
+            Customer {
+                id: 2,
+                plan: Plan::Pro,
+            },
+        ),
     ])
 }
 
@@ -382,7 +393,11 @@ async fn authenticate(
 ) -> Response {
     let mut values = req.headers().get_all("x-api-key").iter();
     let customer = match (values.next(), values.next()) {
-        (Some(value), None) => value.to_str().ok().and_then(|key| customers.get(key)).copied(),
+        (Some(value), None) => value
+            .to_str()
+            .ok()
+            .and_then(|key| customers.get(key))
+            .copied(),
         _ => None,
     };
     match customer {

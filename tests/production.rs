@@ -13,7 +13,6 @@ mod production;
 
 #[cfg(feature = "redis")]
 #[path = "support/redis.rs"]
-#[allow(dead_code)]
 mod server;
 
 use production::{account_name, app, Backend, Limits, MAX_LOGIN_BODY};
@@ -90,8 +89,14 @@ async fn every_spelling_of_an_account_spends_one_budget_of_failed_logins() {
         assert_eq!(body["retry_after_seconds"], 180);
     }
     // Bob, and alice from another address, are unaffected.
-    assert_eq!(login(&base, "198.51.100.1", "bob", "hunter2").await, StatusCode::OK);
-    assert_eq!(login(&base, "198.51.100.2", "alice", "hunter2").await, StatusCode::OK);
+    assert_eq!(
+        login(&base, "198.51.100.1", "bob", "hunter2").await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        login(&base, "198.51.100.2", "alice", "hunter2").await,
+        StatusCode::OK
+    );
 }
 
 #[tokio::test]
@@ -126,9 +131,15 @@ async fn names_no_account_can_have_are_refused_before_the_handler_and_spend_noth
     // None of them spent alice's budget: five failures are still allowed, then the sixth is
     // refused.
     for _ in 0..5 {
-        assert_eq!(login(&base, "198.51.100.1", "alice", "guess").await, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            login(&base, "198.51.100.1", "alice", "guess").await,
+            StatusCode::UNAUTHORIZED
+        );
     }
-    assert_eq!(login(&base, "198.51.100.1", "alice", "guess").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        login(&base, "198.51.100.1", "alice", "guess").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
 }
 
 #[tokio::test]
@@ -160,7 +171,10 @@ async fn a_body_naming_two_accounts_is_counted_against_the_one_the_handler_logs_
     };
     let welcome = login_raw(&base, "198.51.100.1", twice("hunter2")).await;
     assert_eq!(welcome.status(), StatusCode::OK);
-    let account = json_of(welcome).await["welcome"].as_str().unwrap().to_owned();
+    let account = json_of(welcome).await["welcome"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     for _ in 0..5 {
         let failed = login_raw(&base, "198.51.100.1", twice("guess")).await;
         assert_eq!(failed.status(), StatusCode::UNAUTHORIZED);
@@ -176,12 +190,21 @@ async fn a_body_naming_two_accounts_is_counted_against_the_one_the_handler_logs_
 async fn successful_logins_cost_nothing() {
     let base = start().await;
     for _ in 0..20 {
-        assert_eq!(login(&base, "198.51.100.1", "bob", "hunter2").await, StatusCode::OK);
+        assert_eq!(
+            login(&base, "198.51.100.1", "bob", "hunter2").await,
+            StatusCode::OK
+        );
     }
     for _ in 0..5 {
-        assert_eq!(login(&base, "198.51.100.1", "bob", "guess").await, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            login(&base, "198.51.100.1", "bob", "guess").await,
+            StatusCode::UNAUTHORIZED
+        );
     }
-    assert_eq!(login(&base, "198.51.100.1", "bob", "guess").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        login(&base, "198.51.100.1", "bob", "guess").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
 }
 
 #[tokio::test]
@@ -203,7 +226,10 @@ async fn guesses_at_one_account_from_many_addresses_are_limited_per_account() {
     .await;
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(json_of(response).await["policy"], "login-account");
-    assert_eq!(login(&base, "203.0.113.6", "bob", "hunter2").await, StatusCode::OK);
+    assert_eq!(
+        login(&base, "203.0.113.6", "bob", "hunter2").await,
+        StatusCode::OK
+    );
 }
 
 #[tokio::test]
@@ -213,7 +239,10 @@ async fn api_keys_get_their_plans_quota_and_both_limits_headers() {
         let response = api(&base, Some("free_9Lk4"), "198.51.100.1").await;
         assert_eq!(response.status(), StatusCode::OK);
         let items = header(&response, "ratelimit");
-        assert!(items.starts_with(&format!("\"free\";r={remaining};")), "{items}");
+        assert!(
+            items.starts_with(&format!("\"free\";r={remaining};")),
+            "{items}"
+        );
         assert!(items.contains("\"global\";r="), "{items}");
         assert_eq!(
             header(&response, "ratelimit-policy"),
@@ -270,10 +299,17 @@ async fn the_global_limit_counts_every_request_per_forwarded_client_but_not_heal
     assert_eq!(header(&denied, "retry-after"), "1");
     assert_eq!(json_of(denied).await["policy"], "global");
     // Another client behind the proxy has its own budget.
-    assert_eq!(api(&base, Some("pro_7Qx2"), "192.0.2.51").await.status(), StatusCode::OK);
+    assert_eq!(
+        api(&base, Some("pro_7Qx2"), "192.0.2.51").await.status(),
+        StatusCode::OK
+    );
     // Health checks are outside every limit.
     for _ in 0..100 {
-        let health = client().get(format!("{base}/healthz")).send().await.unwrap();
+        let health = client()
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(health.status(), StatusCode::OK);
         assert!(health.headers().get("ratelimit").is_none());
     }
@@ -314,7 +350,16 @@ async fn large_responses_are_compressed_and_keep_their_headers() {
 fn account_names_are_trimmed_ascii_and_caseless() {
     assert_eq!(account_name(" Alice\t").as_deref(), Some("alice"));
     assert_eq!(account_name("B.o_b-1").as_deref(), Some("b.o_b-1"));
-    for bad in ["", " ", "al ice", "ａｌｉｃｅ", "alicé", "ALİCE", "a\u{200b}lice", "a\0"] {
+    for bad in [
+        "",
+        " ",
+        "al ice",
+        "ａｌｉｃｅ",
+        "alicé",
+        "ALİCE",
+        "a\u{200b}lice",
+        "a\0",
+    ] {
         assert_eq!(account_name(bad), None, "{bad:?}");
     }
     assert!(account_name(&"a".repeat(64)).is_some());
@@ -339,7 +384,10 @@ async fn two_servers_over_redis_share_the_plan_limit() {
     let [first, second] = [&servers[0], &servers[1]];
     for n in 0..5 {
         let base = if n % 2 == 0 { first } else { second };
-        assert_eq!(api(base, Some("free_9Lk4"), "198.51.100.1").await.status(), StatusCode::OK);
+        assert_eq!(
+            api(base, Some("free_9Lk4"), "198.51.100.1").await.status(),
+            StatusCode::OK
+        );
     }
     for base in [first, second] {
         let denied = api(base, Some("free_9Lk4"), "198.51.100.1").await;

@@ -26,8 +26,7 @@ pub struct Limits {
 
 pub fn limits(store: &MemoryStore) -> Limits {
     Limits {
-        global: RateLimitLayer::gcra(Quota::per_minute(100).named("global"))
-            .store(store.clone()),
+        global: RateLimitLayer::gcra(Quota::per_minute(100).named("global")).store(store.clone()),
         api: api_limit(store),
     }
 }
@@ -65,7 +64,9 @@ pub fn plans_limit(plans: Arc<HashMap<String, Quota>>) -> RateLimitLayer {
     RateLimitLayer::gcra(free.clone())
         .key(Header::new("x-api-key"))
         .quota_for(move |key: &Key, _head: RequestHead<'_>| {
-            let name = key.as_bytes().and_then(|bytes| std::str::from_utf8(bytes).ok());
+            let name = key
+                .as_bytes()
+                .and_then(|bytes| std::str::from_utf8(bytes).ok());
             let plan = name.and_then(|name| plans.get(name));
             plan.cloned().unwrap_or_else(|| free.clone())
         })
@@ -84,12 +85,12 @@ pub fn plan_limit() -> RateLimitLayer {
     let pro = Quota::per_minute(100).named("pro");
     RateLimitLayer::gcra(free.clone())
         .key(Header::new("x-api-key"))
-        .quota_for(move |_key: &Key, head: RequestHead<'_>| {
-            match head.extensions().get::<Plan>() {
+        .quota_for(
+            move |_key: &Key, head: RequestHead<'_>| match head.extensions().get::<Plan>() {
                 Some(Plan::Pro) => pro.clone(),
                 _ => free.clone(),
-            }
-        })
+            },
+        )
 }
 
 // Recipe: a JSON 429, and JSON for requests without a key.
@@ -119,18 +120,29 @@ async fn nested_groups_stack_under_the_global_limit_and_clients_see_both() {
     let store = MemoryStore::new();
     let base = serve(app(limits(&store))).await;
     for remaining in (0..5).rev() {
-        let response = client().get(format!("{base}/api/orders")).send().await.unwrap();
+        let response = client()
+            .get(format!("{base}/api/orders"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         // The inner layer's item first, then the outer one's.
         let items = header(&response, "ratelimit");
-        assert!(items.starts_with(&format!("\"api\";r={remaining};t=")), "{items}");
+        assert!(
+            items.starts_with(&format!("\"api\";r={remaining};t=")),
+            "{items}"
+        );
         assert!(items.contains(", \"global\";r="), "{items}");
         assert_eq!(
             header(&response, "ratelimit-policy"),
             "\"api\";q=5;w=60, \"global\";q=100;w=60"
         );
     }
-    let denied = client().get(format!("{base}/api/orders")).send().await.unwrap();
+    let denied = client()
+        .get(format!("{base}/api/orders"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     // Outside the group only the global limit counts.
     let home = client().get(format!("{base}/")).send().await.unwrap();
@@ -145,7 +157,11 @@ async fn nested_groups_stack_under_the_global_limit_and_clients_see_both() {
         .await
         .unwrap();
     assert_eq!(keyed.status(), StatusCode::OK);
-    let health = client().get(format!("{base}/healthz")).send().await.unwrap();
+    let health = client()
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .unwrap();
     assert!(health.headers().get("ratelimit").is_none());
 }
 
@@ -155,10 +171,24 @@ async fn plans_come_from_a_captured_map_or_from_the_extensions() {
         "k-pro".to_owned(),
         Quota::per_minute(3).named("pro"),
     )]));
-    let base = serve(Router::new().route("/", get(|| async { "hi" })).layer(plans_limit(plans))).await;
+    let base = serve(
+        Router::new()
+            .route("/", get(|| async { "hi" }))
+            .layer(plans_limit(plans)),
+    )
+    .await;
     for key in ["k-pro", "k-other"] {
-        let response = client().get(&base).header("x-api-key", key).send().await.unwrap();
-        let expected = if key == "k-pro" { "\"pro\";q=3;w=60" } else { "\"free\";q=10;w=60" };
+        let response = client()
+            .get(&base)
+            .header("x-api-key", key)
+            .send()
+            .await
+            .unwrap();
+        let expected = if key == "k-pro" {
+            "\"pro\";q=3;w=60"
+        } else {
+            "\"free\";q=10;w=60"
+        };
         assert_eq!(header(&response, "ratelimit-policy"), expected);
     }
 
@@ -167,7 +197,8 @@ async fn plans_come_from_a_captured_map_or_from_the_extensions() {
         next: axum::middleware::Next,
     ) -> axum::response::Response {
         let pro = req.headers().get("x-api-key").is_some_and(|k| k == "k-pro");
-        req.extensions_mut().insert(if pro { Plan::Pro } else { Plan::Free });
+        req.extensions_mut()
+            .insert(if pro { Plan::Pro } else { Plan::Free });
         next.run(req).await
     }
     let app = Router::new()
@@ -175,18 +206,30 @@ async fn plans_come_from_a_captured_map_or_from_the_extensions() {
         .layer(plan_limit())
         .layer(axum::middleware::from_fn(authenticate));
     let base = serve(app).await;
-    for (key, policy) in [("k-pro", "\"pro\";q=100;w=60"), ("k-x", "\"free\";q=10;w=60")] {
-        let response = client().get(&base).header("x-api-key", key).send().await.unwrap();
+    for (key, policy) in [
+        ("k-pro", "\"pro\";q=100;w=60"),
+        ("k-x", "\"free\";q=10;w=60"),
+    ] {
+        let response = client()
+            .get(&base)
+            .header("x-api-key", key)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(header(&response, "ratelimit-policy"), policy);
     }
 }
 
 #[tokio::test]
 async fn json_answers_for_denials_and_missing_keys() {
-    let layer = json_answers(
-        RateLimitLayer::gcra(Quota::per_minute(1)).key(Header::new("x-api-key")),
-    );
-    let base = serve(Router::new().route("/", get(|| async { "hi" })).layer(layer)).await;
+    let layer =
+        json_answers(RateLimitLayer::gcra(Quota::per_minute(1)).key(Header::new("x-api-key")));
+    let base = serve(
+        Router::new()
+            .route("/", get(|| async { "hi" }))
+            .layer(layer),
+    )
+    .await;
     let missing = client().get(&base).send().await.unwrap();
     assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
     assert_eq!(header(&missing, "content-type"), "application/json");
@@ -209,13 +252,18 @@ fn the_readmes_recipes_are_this_files_code() {
     let this = [include_str!("readme.rs"), include_str!("readme_testing.rs")].concat();
     let mut checked = 0;
     for section in ["## Testing your limits", "## Recipes"] {
-        let start = readme.find(section).unwrap_or_else(|| panic!("no {section} in README"));
+        let start = readme
+            .find(section)
+            .unwrap_or_else(|| panic!("no {section} in README"));
         let body = &readme[start + section.len()..];
         let body = &body[..body.find("\n## ").unwrap_or(body.len())];
         let mut blocks = body.split("```rust\n").skip(1);
         for block in blocks.by_ref() {
             let code = &block[..block.find("```").unwrap()];
-            assert!(this.contains(code), "README block not in tests/readme*.rs:\n{code}");
+            assert!(
+                this.contains(code),
+                "README block not in tests/readme*.rs:\n{code}"
+            );
             checked += 1;
         }
     }

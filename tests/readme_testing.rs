@@ -20,7 +20,11 @@ async fn the_fourth_request_a_minute_is_refused_until_time_passes() {
         .layer(RateLimitLayer::gcra(Quota::per_minute(3)).clock(clock.clone()))
         // The peer address a server would record; outside (after) the rate limit layer.
         .layer(MockConnectInfo(SocketAddr::from(([192, 0, 2, 1], 4000))));
-    let get = || axum::http::Request::get("/").body(axum::body::Body::empty()).unwrap();
+    let get = || {
+        axum::http::Request::get("/")
+            .body(axum::body::Body::empty())
+            .unwrap()
+    };
 
     for remaining in [2, 1, 0] {
         let response = app.clone().oneshot(get()).await.unwrap();

@@ -112,7 +112,10 @@ impl<E: Into<BoxError> + 'static> AnswerBody for UnsyncBoxBody<Bytes, E> {
     }
 }
 
-impl<E: Into<BoxError> + 'static> sealed::Sealed for http_body_util::combinators::BoxBody<Bytes, E> {}
+impl<E: Into<BoxError> + 'static> sealed::Sealed
+    for http_body_util::combinators::BoxBody<Bytes, E>
+{
+}
 impl<E: Into<BoxError> + 'static> AnswerBody for http_body_util::combinators::BoxBody<Bytes, E> {
     fn into_answer(self) -> AnswerToken {
         AnswerToken(Answer::body(self))

@@ -64,11 +64,16 @@ impl<B> ResponseBody<B> {
 }
 
 /// The boxed body, reached without locking (the lock only keeps the body `Sync`).
-fn unlocked(body: &mut Mutex<UnsyncBoxBody<Bytes, BoxError>>) -> &mut UnsyncBoxBody<Bytes, BoxError> {
-    body.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner)
+fn unlocked(
+    body: &mut Mutex<UnsyncBoxBody<Bytes, BoxError>>,
+) -> &mut UnsyncBoxBody<Bytes, BoxError> {
+    body.get_mut()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn unlocked_ref(body: &Mutex<UnsyncBoxBody<Bytes, BoxError>>) -> Option<std::sync::MutexGuard<'_, UnsyncBoxBody<Bytes, BoxError>>> {
+fn unlocked_ref(
+    body: &Mutex<UnsyncBoxBody<Bytes, BoxError>>,
+) -> Option<std::sync::MutexGuard<'_, UnsyncBoxBody<Bytes, BoxError>>> {
     // Only `&self` methods (hints) get here; the lock is never held across a poll.
     body.try_lock().ok()
 }
@@ -109,7 +114,9 @@ where
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            Kind::Boxed { body } => unlocked_ref(body).map_or_else(SizeHint::default, |body| body.size_hint()),
+            Kind::Boxed { body } => {
+                unlocked_ref(body).map_or_else(SizeHint::default, |body| body.size_hint())
+            }
         }
     }
 }

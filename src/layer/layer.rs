@@ -5,12 +5,12 @@ use std::sync::{Arc, OnceLock};
 use http::{Response, StatusCode};
 use tower_layer::Layer;
 
+use super::answer::{answer, AnswerBody};
 use super::headers::{HeaderPlacement, HeaderStyle, Headers};
 use super::limit::Limit;
 use super::per_key::{self, Maker, PerKey, Plan, Select};
 use super::recipe::{Bind, Binder, Kind, LayerClock, LayerStore, Recipe};
 use super::response::Responder;
-use super::answer::{answer, AnswerBody};
 use super::response::{OnKeyError, OnLimited, Settings};
 use super::shared::{Cost, Shared};
 use super::RateLimit;
@@ -480,10 +480,11 @@ impl RateLimitLayer {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let layer = RateLimitLayer::gcra(Quota::per_minute(1)).on_limited(|decision, _head| {
-    ///     let wait = decision.retry_after.map_or(0, |d| d.as_secs().max(1));
+    ///     let wait = decision.retry_after.map_or(0, |d| d.as_secs_f64().ceil() as u64);
     ///     let body = serde_json::json!({ "error": "rate_limited", "retry_in_seconds": wait });
     ///     (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response()
     /// });
+    /// # let layer = layer.clock(tollgate::clock::ManualClock::new());
     /// let app = Router::new()
     ///     .route("/", get(|| async { "hello" }))
     ///     .layer(layer)
@@ -526,9 +527,8 @@ impl RateLimitLayer {
         T: AnswerBody,
     {
         let mut settings = self.settings.clone();
-        let f: Arc<OnLimited> = Arc::new(move |decision: &Decision, head: RequestHead<'_>| {
-            answer(f(decision, head))
-        });
+        let f: Arc<OnLimited> =
+            Arc::new(move |decision: &Decision, head: RequestHead<'_>| answer(f(decision, head)));
         settings.on_limited = Some(f);
         self.with_settings(settings)
     }
@@ -569,9 +569,8 @@ impl RateLimitLayer {
         T: AnswerBody,
     {
         let mut settings = self.settings.clone();
-        let f: Arc<OnKeyError> = Arc::new(move |error: &KeyError, head: RequestHead<'_>| {
-            answer(f(error, head))
-        });
+        let f: Arc<OnKeyError> =
+            Arc::new(move |error: &KeyError, head: RequestHead<'_>| answer(f(error, head)));
         settings.on_key_error = Some(f);
         self.with_settings(settings)
     }
