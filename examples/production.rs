@@ -22,12 +22,13 @@
 //!     -d '{"username":" Alice ","password":"guess"}' http://127.0.0.1:3000/login; done
 //! for i in $(seq 1 6); do curl -s -i -H 'x-api-key: free_9Lk4' http://127.0.0.1:3000/api/v1/me \
 //!     | grep -Ei '^(HTTP|ratelimit|retry-after)'; done
-//! curl -s -i -H 'x-forwarded-for: 203.0.113.9' http://127.0.0.1:3000/api/v1/me
+//! curl -s -i -H 'x-api-key: pro_7Qx2' -H 'x-forwarded-for: 203.0.113.9' http://127.0.0.1:3000/api/v1/me
 //! ```
 //!
 //! The 6th wrong password for alice (however her name is spaced or capitalised) gets a JSON 429
-//! before the password is checked; the free key's 6th call in a minute too, with the global and
-//! the plan's `RateLimit` items in its headers.
+//! before the password is checked; the free key's 6th call in a minute too, with the plan's and
+//! the global `RateLimit` items in its headers. The last call comes through the loopback, a
+//! trusted proxy, so its global budget is that of the client it forwards (`"global";r=59`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -78,6 +79,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  curl -s -i http://{addr}/healthz");
     println!("  for i in $(seq 1 6); do curl -s -w ' %{{http_code}}\\n' -H 'content-type: application/json' -d '{{\"username\":\" Alice \",\"password\":\"guess\"}}' http://{addr}/login; done");
     println!("  for i in $(seq 1 6); do curl -s -i -H 'x-api-key: free_9Lk4' http://{addr}/api/v1/me | grep -Ei '^(HTTP|ratelimit|retry-after)'; done");
+    println!("  curl -s -i -H 'x-api-key: pro_7Qx2' -H 'x-forwarded-for: 203.0.113.9' http://{addr}/api/v1/me");
     println!("Press Ctrl-C to stop.");
 
     // The peer address is what `ClientIp` starts from: serve with connect info.
