@@ -40,6 +40,41 @@
 //! # }
 //! ```
 //!
+//! # Testing your limits
+//!
+//! A limited router is tested without a server: axum's `MockConnectInfo`, layered outside the
+//! rate limit layer, stands in for the peer address a server records (it is read only when
+//! there is no real `ConnectInfo`), and a [`ManualClock`](clock::ManualClock) moves time by hand.
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use std::time::Duration;
+//! use axum::{extract::connect_info::MockConnectInfo, http::StatusCode, routing::get, Router};
+//! use tollgate::{clock::ManualClock, Quota, RateLimitLayer};
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let clock = ManualClock::new();
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::gcra(Quota::per_minute(1)).clock(clock.clone()))
+//!     .layer(MockConnectInfo(SocketAddr::from(([192, 0, 2, 1], 4000))));
+//! let get = || axum::http::Request::get("/").body(axum::body::Body::empty()).unwrap();
+//!
+//! assert_eq!(app.clone().oneshot(get()).await.unwrap().status(), StatusCode::OK);
+//! let denied = app.clone().oneshot(get()).await.unwrap();
+//! assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(denied.headers()["retry-after"], "60");
+//! clock.advance(Duration::from_secs(60));
+//! assert_eq!(app.oneshot(get()).await.unwrap().status(), StatusCode::OK);
+//! # }
+//! ```
+//!
+//! The README's "Recipes" show the common shapes of an app (layers in a struct, limits per
+//! route group, plans, JSON answers, keys in the body), and `examples/production.rs` a complete
+//! app with all of them, tested over TCP.
+//!
 //! # How it is built
 //!
 //! A request flows one way: request → [`key`] → [`RateLimiter`] ([`algorithm`] + [`store`] +
@@ -57,7 +92,7 @@
 //!
 //! | feature | default | what it adds |
 //! | --- | --- | --- |
-//! | `axum` | yes | the peer IP from axum's `ConnectInfo<SocketAddr>` |
+//! | `axum` | yes | the peer IP from axum's `ConnectInfo<SocketAddr>` (and `MockConnectInfo` in tests); axum's `Body` in [`on_limited`](RateLimitLayer::on_limited) and [`on_key_error`](RateLimitLayer::on_key_error) answers |
 //! | `tracing` | yes | logs for misconfigured servers, denials and store failures |
 //! | `tonic` | no | the peer IP from tonic's `TcpConnectInfo`, and `TlsConnectInfo<TcpConnectInfo>` over TLS |
 //! | `serde` | no | `Serialize`/`Deserialize` for [`Quota`], as its text form (`"100/min"`), and `config`: layers from configuration files |

@@ -34,7 +34,8 @@ impl KeyError {
             StatusCode::INTERNAL_SERVER_ERROR,
             "tollgate: the request carries no peer address, so it cannot be rate limited by client IP. \
              With axum (tollgate feature `axum`), serve the app with \
-             `app.into_make_service_with_connect_info::<SocketAddr>()`. \
+             `app.into_make_service_with_connect_info::<SocketAddr>()`; in a test without a server \
+             (`oneshot`), add `.layer(MockConnectInfo(addr))` after (outside) the rate limit layer. \
              With tonic, enable tollgate's feature `tonic` and serve over TCP with `Server::builder()` \
              (`serve`, or `serve_with_incoming` over a `TcpIncoming`), with or without TLS: tollgate reads \
              `TcpConnectInfo` and, over TLS, `TlsConnectInfo<TcpConnectInfo>`; a custom incoming stream \

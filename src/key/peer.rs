@@ -5,8 +5,9 @@ use super::{Key, KeyError, KeyExtractor, RequestHead};
 
 /// The address of the connection's peer, for servers that are not axum or tonic.
 ///
-/// axum's `ConnectInfo<SocketAddr>` and tonic's `TcpConnectInfo` (or, over TLS,
-/// `TlsConnectInfo<TcpConnectInfo>`) are read directly (features `axum` and `tonic`). A plain hyper server inserts this into each request's extensions
+/// axum's `ConnectInfo<SocketAddr>` (and, in tests, `MockConnectInfo<SocketAddr>`) and tonic's
+/// `TcpConnectInfo` (or, over TLS, `TlsConnectInfo<TcpConnectInfo>`) are read directly
+/// (features `axum` and `tonic`). A plain hyper server inserts this into each request's extensions
 /// before the rate limit layer sees it:
 ///
 /// ```
@@ -22,9 +23,12 @@ pub struct PeerAddr(pub SocketAddr);
 
 /// The key is the IP address of the connection's peer. The default key.
 ///
-/// Reads, in order, [`PeerAddr`], axum's `ConnectInfo<SocketAddr>` (feature `axum`), and
-/// tonic's `TcpConnectInfo` or, over TLS, `TlsConnectInfo<TcpConnectInfo>` (feature `tonic`)
-/// from the request extensions. IPv4-mapped IPv6 addresses
+/// Reads, in order, [`PeerAddr`], axum's `ConnectInfo<SocketAddr>` (feature `axum`), axum's
+/// `MockConnectInfo<SocketAddr>` (feature `axum`, for tests: read only without a real
+/// `ConnectInfo`, as axum's own extractor does), and tonic's `TcpConnectInfo` or, over TLS,
+/// `TlsConnectInfo<TcpConnectInfo>` (feature `tonic`) from the request extensions. These are
+/// extensions, which only the server's code can insert: no header or byte a client sends reaches
+/// them. IPv4-mapped IPv6 addresses
 /// (`::ffff:192.0.2.1`) count as the IPv4 address, so a dual-stack listener cannot give one
 /// client two keys. IPv6 addresses are grouped by their first 64 bits
 /// ([`ipv6_prefix`](Self::ipv6_prefix)): a subscriber commonly holds a whole `/64` and could
@@ -85,6 +89,15 @@ fn peer_addr(req: RequestHead<'_>) -> Option<SocketAddr> {
     #[cfg(feature = "axum")]
     if let Some(axum::extract::ConnectInfo(addr)) =
         ext.get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(*addr);
+    }
+    // axum's stand-in for tests, read only when the server recorded no real peer, as axum's own
+    // `ConnectInfo` extractor does. An extension is put there by code (`Router::layer`), never
+    // by a client, so it cannot let a client choose its key.
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::connect_info::MockConnectInfo(addr)) =
+        ext.get::<axum::extract::connect_info::MockConnectInfo<SocketAddr>>()
     {
         return Some(*addr);
     }

@@ -3,13 +3,22 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::sync::Mutex;
+
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
 use pin_project_lite::pin_project;
 
+use super::answer::{Answer, BoxError};
+
 pin_project! {
-    /// Either the inner service's body, or the short body of a response the layer made itself
-    /// (a 429, or a 500 for a misconfigured server).
+    /// Either the inner service's body, or the body of a response the layer made itself (a
+    /// 429, a 500 for a misconfigured server, or the response of `on_limited` or
+    /// `on_key_error`).
+    ///
+    /// Its error is a [`BoxError`]: the inner body's error, boxed only when it happens, or the
+    /// error of a body from `on_limited` or `on_key_error`.
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
@@ -21,6 +30,7 @@ pin_project! {
     enum Kind<B> {
         Inner { #[pin] body: B },
         Full { data: Option<Bytes> },
+        Boxed { body: Mutex<UnsyncBoxBody<Bytes, BoxError>> },
     }
 }
 
@@ -41,23 +51,52 @@ impl<B> ResponseBody<B> {
             },
         }
     }
+
+    /// The body of an answer the layer made.
+    pub(crate) fn answer(answer: Answer) -> Self {
+        match answer {
+            Answer::Full(data) => Self::full(data),
+            Answer::Body(body) => Self {
+                kind: Kind::Boxed { body },
+            },
+        }
+    }
+}
+
+/// The boxed body, reached without locking (the lock only keeps the body `Sync`).
+fn unlocked(
+    body: &mut Mutex<UnsyncBoxBody<Bytes, BoxError>>,
+) -> &mut UnsyncBoxBody<Bytes, BoxError> {
+    body.get_mut()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn unlocked_ref(
+    body: &Mutex<UnsyncBoxBody<Bytes, BoxError>>,
+) -> Option<std::sync::MutexGuard<'_, UnsyncBoxBody<Bytes, BoxError>>> {
+    // Only `&self` methods (hints) get here; the lock is never held across a poll.
+    body.try_lock().ok()
 }
 
 impl<B> Body for ResponseBody<B>
 where
     B: Body,
     B::Data: From<Bytes>,
+    B::Error: Into<BoxError>,
 {
     type Data = B::Data;
-    type Error = B::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+    ) -> Poll<Option<Result<Frame<B::Data>, BoxError>>> {
         match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Inner { body } => body.poll_frame(cx).map_err(Into::into),
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d.into())))),
+            KindProj::Boxed { body } => Pin::new(unlocked(body))
+                .poll_frame(cx)
+                .map_ok(|frame| frame.map_data(Into::into)),
         }
     }
 
@@ -65,6 +104,7 @@ where
         match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
             Kind::Full { data } => data.is_none(),
+            Kind::Boxed { body } => unlocked_ref(body).is_some_and(|body| body.is_end_stream()),
         }
     }
 
@@ -73,6 +113,9 @@ where
             Kind::Inner { body } => body.size_hint(),
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            Kind::Boxed { body } => {
+                unlocked_ref(body).map_or_else(SizeHint::default, |body| body.size_hint())
             }
         }
     }
@@ -83,6 +126,7 @@ impl<B> std::fmt::Debug for ResponseBody<B> {
         match &self.kind {
             Kind::Inner { .. } => f.write_str("ResponseBody::Inner"),
             Kind::Full { data } => f.debug_tuple("ResponseBody::Full").field(data).finish(),
+            Kind::Boxed { .. } => f.write_str("ResponseBody::Boxed"),
         }
     }
 }

@@ -3,11 +3,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use super::answer::Answer;
 use super::body::ResponseBody;
 use super::limit::{Check, Limit};
 use super::observe::Timer;
@@ -78,7 +78,7 @@ pin_project! {
         // The response did not count (`count_if`): giving its capacity back.
         Refunding { #[pin] refund: Check, response: Option<Response<R>> },
         // The layer answered itself.
-        Answered { response: Option<Response<Bytes>> },
+        Answered { response: Option<Response<Answer>> },
     }
 }
 
@@ -204,7 +204,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         }
     }
 
-    pub(crate) fn answered(response: Response<Bytes>, responder: Arc<Responder>) -> Self {
+    pub(crate) fn answered(response: Response<Answer>, responder: Arc<Responder>) -> Self {
         let state = State::Answered {
             response: Some(response),
         };
@@ -300,7 +300,7 @@ where
                     let Some(response) = response.take() else {
                         unreachable!("ResponseFuture polled after completion");
                     };
-                    return Poll::Ready(Ok(response.map(ResponseBody::full)));
+                    return Poll::Ready(Ok(response.map(ResponseBody::answer)));
                 }
             }
         }

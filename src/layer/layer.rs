@@ -2,16 +2,16 @@ use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use bytes::Bytes;
 use http::{Response, StatusCode};
 use tower_layer::Layer;
 
+use super::answer::{answer, AnswerBody};
 use super::headers::{HeaderPlacement, HeaderStyle, Headers};
 use super::limit::Limit;
 use super::per_key::{self, Maker, PerKey, Plan, Select};
 use super::recipe::{Bind, Binder, Kind, LayerClock, LayerStore, Recipe};
 use super::response::Responder;
-use super::response::{OnLimited, Settings};
+use super::response::{OnKeyError, OnLimited, Settings};
 use super::shared::{Cost, Shared};
 use super::RateLimit;
 use crate::algorithm::{Algorithm, Gcra, Quotas, Tiered};
@@ -463,8 +463,46 @@ impl RateLimitLayer {
     /// Answers denied HTTP requests with the response `f` makes from the decision and the
     /// request, instead of the layer's plain-text one. The layer still adds `Retry-After` (unless
     /// `f` set it) and the rate limit headers. gRPC requests keep their RESOURCE_EXHAUSTED
-    /// answer, which gRPC clients understand. [`problem_details`](super::problem_details) is a
-    /// ready-made `f` for RFC 9457 JSON.
+    /// answer, which gRPC clients understand, whatever `f` makes.
+    /// [`problem_details`](super::problem_details) is a ready-made `f` for RFC 9457 JSON.
+    ///
+    /// The response's body may be bytes (`String`, `Vec<u8>`, `Bytes`, ...), axum's `Body`, or
+    /// any `http_body::Body` boxed ([`AnswerBody`](super::AnswerBody) lists them), so what an
+    /// axum handler returns works as it is:
+    ///
+    /// ```
+    /// use axum::{http::StatusCode, response::IntoResponse, routing::get, Json, Router};
+    /// use axum::extract::connect_info::MockConnectInfo;
+    /// use std::net::SocketAddr;
+    /// use tower::ServiceExt;
+    /// use tollgate::{Quota, RateLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let layer = RateLimitLayer::gcra(Quota::per_minute(1)).on_limited(|decision, _head| {
+    ///     let wait = decision.retry_after.map_or(0, |d| d.as_secs_f64().ceil() as u64);
+    ///     let body = serde_json::json!({ "error": "rate_limited", "retry_in_seconds": wait });
+    ///     (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response()
+    /// });
+    /// # let layer = layer.clock(tollgate::clock::ManualClock::new());
+    /// let app = Router::new()
+    ///     .route("/", get(|| async { "hello" }))
+    ///     .layer(layer)
+    ///     .layer(MockConnectInfo(SocketAddr::from(([192, 0, 2, 1], 4000))));
+    ///
+    /// let request = || axum::http::Request::new(axum::body::Body::empty());
+    /// assert_eq!(app.clone().oneshot(request()).await.unwrap().status(), StatusCode::OK);
+    /// let denied = app.oneshot(request()).await.unwrap();
+    /// assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert_eq!(denied.headers()["content-type"], "application/json");
+    /// assert_eq!(denied.headers()["retry-after"], "60");
+    /// assert_eq!(denied.headers()["ratelimit"], "\"1/min\";r=0;t=60");
+    /// let body = axum::body::to_bytes(denied.into_body(), 1024).await.unwrap();
+    /// assert_eq!(body, r#"{"error":"rate_limited","retry_in_seconds":60}"#);
+    /// # }
+    /// ```
+    ///
+    /// Without axum, an `http::Response` of a `String`:
     ///
     /// ```
     /// use tollgate::{Quota, RateLimitLayer};
@@ -479,17 +517,61 @@ impl RateLimitLayer {
     /// });
     /// # let _ = layer;
     /// ```
+    ///
+    /// `f` may read the request's head (its route, headers, extensions) but runs for every
+    /// denial, which a client over its limit can ask for as fast as it likes: keep it cheap.
     #[must_use]
     pub fn on_limited<F, T>(self, f: F) -> Self
     where
         F: Fn(&Decision, RequestHead<'_>) -> Response<T> + Send + Sync + 'static,
-        T: Into<Bytes>,
+        T: AnswerBody,
     {
         let mut settings = self.settings.clone();
-        let f: Arc<OnLimited> = Arc::new(move |decision: &Decision, head: RequestHead<'_>| {
-            f(decision, head).map(Into::into)
-        });
+        let f: Arc<OnLimited> =
+            Arc::new(move |decision: &Decision, head: RequestHead<'_>| answer(f(decision, head)));
         settings.on_limited = Some(f);
+        self.with_settings(settings)
+    }
+
+    /// Answers HTTP requests whose key cannot be found (the key extractor's [`KeyError`], such
+    /// as a missing API key header, or a server that records no peer address) with the
+    /// response `f` makes, instead of the layer's plain-text one with the error's status and
+    /// message. `f` takes the same bodies as [`on_limited`](Self::on_limited). gRPC requests keep
+    /// their gRPC answer (the gRPC code of the error's status). The error is still logged and
+    /// counted as before; keep the request's bytes out of the response as you would out of a
+    /// log.
+    ///
+    /// ```
+    /// use axum::{http::StatusCode, response::IntoResponse, routing::get, Json, Router};
+    /// use tower::ServiceExt;
+    /// use tollgate::key::Header;
+    /// use tollgate::{Quota, RateLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let layer = RateLimitLayer::gcra(Quota::per_minute(60))
+    ///     .key(Header::new("x-api-key"))
+    ///     .on_key_error(|error, _head| {
+    ///         let body = serde_json::json!({ "error": error.message() });
+    ///         (error.status(), Json(body)).into_response()
+    ///     });
+    /// let app = Router::new().route("/", get(|| async { "hello" })).layer(layer);
+    ///
+    /// let response = app.oneshot(axum::http::Request::new(axum::body::Body::empty())).await.unwrap();
+    /// assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    /// assert_eq!(response.headers()["content-type"], "application/json");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn on_key_error<F, T>(self, f: F) -> Self
+    where
+        F: Fn(&KeyError, RequestHead<'_>) -> Response<T> + Send + Sync + 'static,
+        T: AnswerBody,
+    {
+        let mut settings = self.settings.clone();
+        let f: Arc<OnKeyError> =
+            Arc::new(move |error: &KeyError, head: RequestHead<'_>| answer(f(error, head)));
+        settings.on_key_error = Some(f);
         self.with_settings(settings)
     }
 

@@ -69,6 +69,7 @@
 //! axum's `Router::layer` and `route_layer`, tonic's `Server::builder().layer`, and
 //! `tower::ServiceBuilder` over a hyper service.
 
+mod answer;
 mod body;
 mod future;
 mod headers;
@@ -83,6 +84,7 @@ mod service;
 mod shared;
 mod text;
 
+pub use self::answer::{AnswerBody, BoxError};
 pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
 pub use self::headers::{HeaderPlacement, HeaderStyle};

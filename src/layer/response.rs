@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Version};
 
+use super::answer::Answer;
 use super::headers::{ceil_secs, HeaderWriter, Headers};
 use super::limit::Limit;
 use super::observe::Observer;
@@ -134,11 +135,14 @@ pub(crate) enum Admission {
     /// The request goes on to the inner service.
     Allowed(Decision),
     /// The layer answers the request itself.
-    Answered(Response<Bytes>),
+    Answered(Response<Answer>),
 }
 
 /// Makes the response to a denied request, in place of the layer's plain-text one.
-pub(crate) type OnLimited = dyn Fn(&Decision, RequestHead<'_>) -> Response<Bytes> + Send + Sync;
+pub(crate) type OnLimited = dyn Fn(&Decision, RequestHead<'_>) -> Response<Answer> + Send + Sync;
+
+/// Makes the response to a request without a key, in place of the layer's plain-text one.
+pub(crate) type OnKeyError = dyn Fn(&KeyError, RequestHead<'_>) -> Response<Answer> + Send + Sync;
 
 /// Picks the responses whose requests count against the quota.
 pub(crate) type CountIf = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
@@ -151,6 +155,7 @@ pub(crate) struct Settings {
     /// The status of denied HTTP requests; `None` for 429.
     pub(crate) status: Option<StatusCode>,
     pub(crate) on_limited: Option<Arc<OnLimited>>,
+    pub(crate) on_key_error: Option<Arc<OnKeyError>>,
     pub(crate) dry_run: bool,
     /// Which responses count against the quota; `None`: all of them.
     pub(crate) count_if: Option<Arc<CountIf>>,
@@ -165,6 +170,7 @@ impl Default for Settings {
             headers: Headers::default(),
             status: None,
             on_limited: None,
+            on_key_error: None,
             dry_run: false,
             count_if: None,
             grpc: true,
@@ -178,6 +184,7 @@ impl fmt::Debug for Settings {
             .field("headers", &self.headers)
             .field("status", &self.status)
             .field("on_limited", &self.on_limited.is_some())
+            .field("on_key_error", &self.on_key_error.is_some())
             .field("dry_run", &self.dry_run)
             .field("count_if", &self.count_if.is_some())
             .field("grpc", &self.grpc)
@@ -289,7 +296,7 @@ impl Responder {
                 self.observer.count("store_error");
                 #[cfg(feature = "tracing")]
                 tracing::error!(policy = self.observer.policy(), %error, "rate limit check failed");
-                Admission::Answered(store_error(&error, self.grpc(req)))
+                Admission::Answered(store_error(&error, self.grpc(req)).map(Answer::Full))
             }
         }
     }
@@ -344,10 +351,14 @@ impl Responder {
 
     /// The answer to a denied request: 429 (or the layer's status, or `on_limited`'s response)
     /// with `Retry-After`, or a gRPC RESOURCE_EXHAUSTED.
-    pub(crate) fn limited<B>(&self, decision: &Decision, req: &Request<B>) -> Response<Bytes> {
+    pub(crate) fn limited<B>(&self, decision: &Decision, req: &Request<B>) -> Response<Answer> {
         let grpc = self.grpc(req);
         if let (Some(on_limited), None) = (&self.settings.on_limited, &grpc) {
-            let mut response = on_limited(decision, RequestHead::new(req));
+            // `f` sees the decision as handlers do, with its layer's policy name.
+            let named = decision
+                .clone()
+                .with_policy(self.observer.policy_name().clone());
+            let mut response = on_limited(&named, RequestHead::new(req));
             if let Some(wait) = decision.retry_after {
                 let headers = response.headers_mut();
                 if !headers.contains_key(RETRY_AFTER) {
@@ -395,7 +406,18 @@ impl Responder {
             (None, false) => {}
         }
         self.add_headers(headers, decision);
-        response
+        response.map(Answer::Full)
+    }
+
+    /// The answer to a request whose key could not be found: `on_key_error`'s response for
+    /// HTTP, or else the error's status and message; for gRPC the status code of that HTTP
+    /// status.
+    pub(crate) fn key_error<B>(&self, error: &KeyError, req: &Request<B>) -> Response<Answer> {
+        let grpc = self.grpc(req);
+        match (&self.settings.on_key_error, grpc) {
+            (Some(on_key_error), None) => on_key_error(error, RequestHead::new(req)),
+            (_, grpc) => key_error(error, grpc).map(Answer::Full),
+        }
     }
 }
 
@@ -447,7 +469,7 @@ pub fn problem_details(decision: &Decision, _head: RequestHead<'_>) -> Response<
 
 /// The answer to a request whose key could not be found: the error's status and message, or
 /// for gRPC the status code of that HTTP status.
-pub(crate) fn key_error(error: &KeyError, grpc: Option<Grpc>) -> Response<Bytes> {
+fn key_error(error: &KeyError, grpc: Option<Grpc>) -> Response<Bytes> {
     match grpc {
         Some(form) => grpc_response(&form, grpc_code(error.status()), error.message().as_bytes()),
         None => plain(

@@ -89,7 +89,7 @@ where
                 // Answered here: the readiness `poll_ready` took (a permit) is given back.
                 self.inner = self.inner.clone();
                 return ResponseFuture::answered(
-                    response::key_error(&error, shared.responder.grpc(&req)),
+                    shared.responder.key_error(&error, &req),
                     responder,
                 );
             }
@@ -103,7 +103,7 @@ where
                     self.inner = self.inner.clone();
                     let grpc = shared.responder.grpc(&req);
                     return ResponseFuture::answered(
-                        response::store_error(&error, grpc),
+                        response::store_error(&error, grpc).map(Into::into),
                         responder,
                     );
                 }

@@ -19,6 +19,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A store on `url` that answers an error when Redis does not (fail closed).
+#[cfg(feature = "redis")]
 pub async fn closed(url: &str) -> tollgate::store::RedisStore {
     tollgate::store::RedisStore::connect(url)
         .await
@@ -28,6 +29,7 @@ pub async fn closed(url: &str) -> tollgate::store::RedisStore {
 
 /// A store on `url` that fails closed and reads the time from the limiter's clock (a
 /// `ManualClock` in the tests) rather than Redis's.
+#[cfg(feature = "redis")]
 pub async fn closed_on_caller_clock(url: &str) -> tollgate::store::RedisStore {
     closed(url).await.with_caller_clock()
 }
