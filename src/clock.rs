@@ -391,6 +391,9 @@ mod tests {
         // Over 20 ms both measure the same time, within calibration error (parts per million)
         // and the pairing's 50 µs, whichever source the system clock reads.
         let (system, os) = (s1 - s0, o1 - o0);
-        assert!(system.abs_diff(os) < os / 100 + 100_000, "{system} ns against {os} ns");
+        assert!(
+            system.abs_diff(os) < os / 100 + 100_000,
+            "{system} ns against {os} ns"
+        );
     }
 }
