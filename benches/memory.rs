@@ -113,9 +113,9 @@ fn tollgate<C: Clock + Clone>(c: &mut Criterion, scenario: Scenario, clock_name:
     for &n in scenario.keys {
         let keys = keys(n);
         let quota = Quota::new(1, (scenario.period)(n)).with_burst(u64::from(scenario.burst));
-        // Every held key is held, as in governor's map: above the store's default bound of half
-        // a million keys per policy it would forget some.
-        let store = MemoryStore::new().with_max_keys(n.max(MemoryStore::DEFAULT_MAX_KEYS));
+        // Every held key is held, as in governor's map: the bound is divided among the shards,
+        // and at `n` the fullest shards would forget some.
+        let store = MemoryStore::new().with_max_keys(2 * n.max(MemoryStore::DEFAULT_MAX_KEYS));
         let limiter = RateLimiter::gcra(quota)
             .with_store(store)
             .with_clock(clock.clone());
