@@ -1,9 +1,11 @@
 use std::time::Duration;
 
+use self::counts::Counts;
 use self::frame::Frame;
 use super::{Algorithm, Outcome};
 use crate::{Decision, Quota};
 
+mod counts;
 mod frame;
 
 /// A sliding window, estimated from per-window counters in fixed memory.
@@ -77,9 +79,9 @@ pub struct SlidingWindow {
 /// A key's [`SlidingWindow`] state: where its windows begin, its newest admitted request's
 /// time and its counters.
 ///
-/// 32 bytes per key, plus `8 × (k + 1)` bytes on the heap for the counters with `k`
-/// sub-windows: 48 bytes in all for the two-window estimate. The default is the fresh state and
-/// holds no heap memory. A state kept with another number of sub-windows reads as fresh.
+/// 40 bytes per key, the two-window estimate's two counters included; with `k > 1`
+/// sub-windows, `8 × (k + 1)` bytes more on the heap for the counters. The default is the
+/// fresh state and holds no heap memory. A state kept with another number of sub-windows reads as fresh.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct SlidingWindowState {
     /// A sub-window boundary: the start of the period that holds the newest counter.
@@ -88,7 +90,7 @@ pub struct SlidingWindowState {
     last: u64,
     /// The counts of the last `k + 1` sub-windows, oldest first, the newest being the
     /// sub-window of `last`. Empty in the default state.
-    counts: Box<[u64]>,
+    counts: Counts,
 }
 
 impl SlidingWindowState {
@@ -221,7 +223,7 @@ impl SlidingWindow {
             if state.counts.len() == k + 1 {
                 state.counts.fill(0);
             } else {
-                state.counts = vec![0; k + 1].into_boxed_slice();
+                state.counts = Counts::zeroed(k + 1);
             }
             state.base = now;
             state.last = now;

@@ -17,7 +17,7 @@ use crate::{Decision, Quota};
 /// with one item per quota; after a denial the tiers that would have allowed the request report
 /// their standing unchanged.
 ///
-/// A key's state is one state per tier (plus 16 bytes for the slice). The list of per-tier
+/// A key's state is one state per tier: two tiers' states inline, more in one heap block. The list of per-tier
 /// decisions is one allocation per thread, reused by the thread's next check once no decision
 /// holds it any more: a tiered check allocates nothing while decisions are dropped before the
 /// next check on the same thread.
@@ -45,31 +45,86 @@ impl<A: Algorithm> Tiered<A> {
 }
 
 /// A key's state under [`Tiered`]: one state per tier. Empty (the default) is fresh.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Two tiers' states live in the state itself, so a check reads them without a second memory
+/// access; three or more live in one heap block.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TieredState<S> {
-    states: Box<[S]>,
+    states: States<S>,
+}
+
+impl<S> Default for TieredState<S> {
+    fn default() -> Self {
+        Self {
+            states: States::Empty,
+        }
+    }
+}
+
+/// The tiers' states: none (fresh), two inline, or any other number on the heap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum States<S> {
+    Empty,
+    Two([S; 2]),
+    Heap(Box<[S]>),
+}
+
+impl<S> States<S> {
+    fn as_slice(&self) -> &[S] {
+        match self {
+            Self::Empty => &[],
+            Self::Two(states) => states,
+            Self::Heap(states) => states,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [S] {
+        match self {
+            Self::Empty => &mut [],
+            Self::Two(states) => states,
+            Self::Heap(states) => states,
+        }
+    }
+
+    fn into_vec(self) -> Vec<S> {
+        match self {
+            Self::Empty => Vec::new(),
+            Self::Two(states) => states.into(),
+            Self::Heap(states) => states.into_vec(),
+        }
+    }
+
+    fn from_vec(states: Vec<S>) -> Self {
+        if states.is_empty() {
+            return Self::Empty;
+        }
+        match <[S; 2]>::try_from(states) {
+            Ok(two) => Self::Two(two),
+            Err(states) => Self::Heap(states.into_boxed_slice()),
+        }
+    }
 }
 
 impl<S> TieredState<S> {
     /// Each tier's state, in order; empty when the key is fresh.
     pub fn states(&self) -> &[S] {
-        &self.states
+        self.states.as_slice()
     }
 }
 
 impl<S: Clone + Default> TieredState<S> {
     fn get<'a>(&'a self, tier: usize, fresh: &'a S) -> &'a S {
-        self.states.get(tier).unwrap_or(fresh)
+        self.states().get(tier).unwrap_or(fresh)
     }
 
     /// The states, one per tier, made fresh where missing.
     fn sized(&mut self, tiers: usize) -> &mut [S] {
-        if self.states.len() != tiers {
-            let mut states = std::mem::take(&mut self.states).into_vec();
+        if self.states().len() != tiers {
+            let mut states = std::mem::replace(&mut self.states, States::Empty).into_vec();
             states.resize_with(tiers, S::default);
-            self.states = states.into_boxed_slice();
+            self.states = States::from_vec(states);
         }
-        &mut self.states
+        self.states.as_mut_slice()
     }
 }
 

@@ -35,15 +35,15 @@ impl SlidingWindow {
         let (k, p) = (self.k(), u128::from(self.period));
         let at = now.max(state.last);
         let units = u128::from(at.saturating_sub(state.base)) * k;
-        let index = units / p;
-        let last_index = u128::from(state.last.saturating_sub(state.base)) * k / p;
+        let (index, offset) = div_rem(units, p);
+        let last_index = div_rem(u128::from(state.last.saturating_sub(state.base)) * k, p).0;
         // Sub-windows passed since the newest counter's.
         let passed = usize::try_from(index - last_index).ok()?;
         let live = state.counts.get(passed..)?;
         live.iter().any(|&c| c > 0).then_some(Frame {
             live,
             index,
-            offset: units % p,
+            offset,
         })
     }
 
@@ -166,5 +166,15 @@ impl SlidingWindow {
         }
         // Unreachable for a cost of at most `limit`: the last sub-window holds nothing.
         Duration::ZERO
+    }
+}
+
+/// `(n / d, n % d)`, by a 64-bit division when both fit in 64 bits (always, but for periods
+/// or times past 2⁶⁴ / 64 ns, some 9 years): a 128-bit division is a call into a slow routine.
+#[inline]
+fn div_rem(n: u128, d: u128) -> (u128, u128) {
+    match (u64::try_from(n), u64::try_from(d)) {
+        (Ok(n), Ok(d)) if d > 0 => (u128::from(n / d), u128::from(n % d)),
+        _ => (n / d, n % d),
     }
 }
