@@ -19,6 +19,9 @@
 //!   governor's `FakeRelativeClock`), which leaves the cost of the store and the algorithm.
 //! - `clock`: one reading of each crate's default clock.
 //!
+//! With `TOLLGATE_BENCH_TIME=cpu` each measurement is the longest CPU time of the bench's
+//! threads instead of wall time (see `run_threads`), for a machine shared with other work.
+//!
 //! `system` is each crate's default clock: tollgate's `SystemClock` (the TSC through one
 //! calibrated `quanta` clock where the kernel keeps time with it), governor's `DefaultClock`
 //! (`quanta`).
@@ -94,17 +97,47 @@ fn random(n: usize, seed: u64) -> impl Iterator<Item = usize> {
     })
 }
 
-/// Runs `iters` checks split across `threads` threads and returns the wall time.
+/// Runs `iters` checks split across `threads` threads and returns the wall time, or with
+/// `TOLLGATE_BENCH_TIME=cpu` (Linux) the longest CPU time of one thread
+/// (`CLOCK_THREAD_CPUTIME_ID`), which leaves out the time the threads were preempted: on a
+/// loaded machine that time is the same for both crates and hides their difference.
 fn run_threads(iters: u64, threads: usize, check: impl Fn(usize, u64) + Sync) -> Duration {
     let per = iters / threads as u64;
+    let cpu = std::env::var("TOLLGATE_BENCH_TIME").is_ok_and(|t| t == "cpu");
     let start = Instant::now();
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let check = &check;
-            s.spawn(move || check(t, per));
-        }
+    let longest = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..threads)
+            .map(|t| {
+                let check = &check;
+                s.spawn(move || {
+                    let before = cpu_time();
+                    check(t, per);
+                    cpu_time().saturating_sub(before)
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|run| run.join().unwrap_or_default())
+            .max()
+            .unwrap_or_default()
     });
-    start.elapsed()
+    if cpu && longest > Duration::ZERO {
+        longest
+    } else {
+        start.elapsed()
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Not measured off Linux: the bench reports wall time.
+#[cfg(not(target_os = "linux"))]
+fn cpu_time() -> Duration {
+    Duration::ZERO
 }
 
 fn tollgate<C: Clock + Clone>(c: &mut Criterion, scenario: Scenario, clock_name: &str, clock: C) {
