@@ -15,6 +15,8 @@
 //!   to a few periods. tollgate's store may forget keys that have been fresh a while and insert
 //!   them again (the map's size at the end is printed); governor never forgets a key.
 //! - `hot/system`: one key (a `Global` limit) on 1 and 2 threads: one contended cache line.
+//! - `held/os`, `churn/os`: tollgate at 10 000 keys on [`OsClock`], the OS monotonic clock
+//!   that `SystemClock` read before it read the TSC.
 //! - `held/manual`: the held scenario on each crate's hand-moved test clock (`ManualClock`,
 //!   governor's `FakeRelativeClock`), which leaves the cost of the store and the algorithm.
 //! - `clock`: one reading of each crate's default clock.
@@ -248,6 +250,14 @@ fn checks(c: &mut Criterion) {
     for scenario in [HELD, CHURN, HOT] {
         tollgate(c, scenario, "system", SystemClock);
         governor(c, scenario, "system", DefaultClock::default());
+    }
+    // tollgate on the OS clock (its default before `SystemClock` read the TSC).
+    for scenario in [HELD, CHURN] {
+        let os = Scenario {
+            keys: &[10_000],
+            ..scenario
+        };
+        tollgate(c, os, "os", OsClock);
     }
     let manual = Scenario {
         keys: &[10_000],
