@@ -1,22 +1,35 @@
 //! `check` throughput on the in-memory store, against governor's keyed limiter in the same run.
 //!
-//! Run with `cargo bench --bench memory`. Groups:
-//! - `check/<clock>/<keys>/<threads>t`: one `check` per iteration over 1, 10 000 or 1 000 000
-//!   distinct client IPs, on 1 or 2 threads, for tollgate and governor.
-//!   `system` uses each crate's default clock (tollgate: the OS monotonic clock; governor: a
-//!   TSC-based `quanta` clock); `manual` uses each crate's hand-moved test clock, which isolates
-//!   the cost of the store and algorithm.
+//! Run with `cargo bench --bench memory`. Keyed GCRA, one check per iteration, client IPv4
+//! addresses visited at random (with repetition, each thread drawing its own sequence), on 1
+//! or 2 threads, for tollgate and governor (`DefaultKeyedStateStore<IpAddr>`, a `DashMap`).
+//! Groups, `<scenario>/<clock>` with benchmarks `<crate>/<keys>/<threads>t`:
 //!
-//! Every key is checked once before measuring, so the maps hold all keys and no measured check
-//! inserts. The quota (one request per 10 s, in bursts of up to 10⁹) allows every check and
-//! keeps every key from being fresh for the whole run: each check moves the key's state 10 s
-//! on. (With a quota such as 10⁹ a second, a key is fresh again a nanosecond after its check,
-//! and on the system clock tollgate's store sweeps such keys out as others come in: the map
-//! would hold a few thousand keys and most measured checks would insert.) After each
-//! benchmark, each map is checked to still hold every key.
+//! - `held/system`: 10 000 and 1 000 000 keys that are never fresh again (one request per 10 s
+//!   in bursts of up to 10⁹: every check passes and moves its key's state 10 s on), each
+//!   checked once before measuring, so the maps hold every key and no measured check inserts;
+//!   each map is asserted to still hold every key afterwards.
+//! - `churn/system`: the same keys, every key fresh again by its next visit, as for clients
+//!   under their limit: one request per period in bursts of 1, the period some 40 ns (10 000
+//!   keys) or 150 ns (1 000 000 keys) per key, so that on one thread a key comes back after one
+//!   to a few periods. tollgate's store may forget keys that have been fresh a while and insert
+//!   them again (the map's size at the end is printed); governor never forgets a key.
+//! - `hot/system`: one key (a `Global` limit) on 1 and 2 threads: one contended cache line.
+//! - `held/os`, `churn/os`: tollgate at 10 000 keys on [`OsClock`], the OS monotonic clock
+//!   that `SystemClock` read before it read the TSC.
+//! - `held/manual`: the held scenario on each crate's hand-moved test clock (`ManualClock`,
+//!   governor's `FakeRelativeClock`), which leaves the cost of the store and the algorithm.
+//! - `clock`: one reading of each crate's default clock.
+//!
+//! With `TOLLGATE_BENCH_TIME=cpu` each measurement is the longest CPU time of the bench's
+//! threads instead of wall time (see `run_threads`), for a machine shared with other work.
+//!
+//! `system` is each crate's default clock: tollgate's `SystemClock` (the TSC through one
+//! calibrated `quanta` clock where the kernel keeps time with it), governor's `DefaultClock`
+//! (`quanta`).
 
 use std::hint::black_box;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,109 +38,164 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use governor::clock::{Clock as _, DefaultClock, FakeRelativeClock};
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
-use tollgate::clock::{Clock, ManualClock, SystemClock};
-use tollgate::store::{MemoryStore, Store};
+use tollgate::clock::{Clock, ManualClock, OsClock, SystemClock};
+use tollgate::store::MemoryStore;
 use tollgate::{Decision, Quota, RateLimiter};
 
-const KEY_COUNTS: [usize; 3] = [1, 10_000, 1_000_000];
 const THREADS: [usize; 2] = [1, 2];
-/// The quota: `BURST` requests at once, then one per `PERIOD`.
-const PERIOD: Duration = Duration::from_secs(10);
-const BURST: u32 = 1_000_000_000;
 
+/// A scenario: its keys' quota, one request per `period` in bursts of `burst`.
+#[derive(Clone, Copy)]
+struct Scenario {
+    name: &'static str,
+    keys: &'static [usize],
+    period: fn(usize) -> Duration,
+    burst: u32,
+    /// Whether every key stays held for the whole run.
+    held: bool,
+}
+
+const HELD: Scenario = Scenario {
+    name: "held",
+    keys: &[10_000, 1_000_000],
+    period: |_| Duration::from_secs(10),
+    burst: 1_000_000_000,
+    held: true,
+};
+
+const CHURN: Scenario = Scenario {
+    name: "churn",
+    keys: &[10_000, 1_000_000],
+    period: |n| Duration::from_nanos(n as u64 * if n > 100_000 { 150 } else { 40 }),
+    burst: 1,
+    held: false,
+};
+
+const HOT: Scenario = Scenario {
+    name: "hot",
+    keys: &[1],
+    ..HELD
+};
+
+/// `n` distinct IPv4 addresses, spread over the whole space (an odd multiplier is a bijection
+/// of `u32`).
 fn keys(n: usize) -> Arc<Vec<IpAddr>> {
     Arc::new(
-        (0..n as u128)
-            .map(|i| {
-                IpAddr::V6(Ipv6Addr::from(
-                    0x2001_0db8_u128 << 96 | i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                ))
-            })
+        (0..n as u32)
+            .map(|i| IpAddr::V4(Ipv4Addr::from(i.wrapping_mul(0x9e37_79b9) ^ 0x5bd1_e995)))
             .collect(),
     )
 }
 
-/// Visits every key in a scattered order (a stride coprime to the count), so consecutive checks
-/// do not touch neighbouring memory. Steps by subtraction, not `%`, so that the benchmark loop
-/// costs a few cycles, not a division.
-fn scattered(n: usize, start: usize) -> impl Iterator<Item = usize> {
-    let stride = if n > 1 { (7_919 % n) | 1 } else { 0 };
-    std::iter::successors(Some(start % n), move |&i| {
-        let next = i + stride;
-        Some(if next >= n { next - n } else { next })
+/// Indices in `0..n` at random (xorshift, reduced by a multiply and a shift rather than a
+/// division): a few cycles per draw.
+fn random(n: usize, seed: u64) -> impl Iterator<Item = usize> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    std::iter::repeat_with(move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ((u128::from(x) * n as u128) >> 64) as usize
     })
 }
 
-/// Runs `iters` checks split across `threads` threads and returns the wall time.
+/// Runs `iters` checks split across `threads` threads and returns the wall time, or with
+/// `TOLLGATE_BENCH_TIME=cpu` (Linux) the longest CPU time of one thread
+/// (`CLOCK_THREAD_CPUTIME_ID`), which leaves out the time the threads were preempted: on a
+/// loaded machine that time is the same for both crates and hides their difference.
 fn run_threads(iters: u64, threads: usize, check: impl Fn(usize, u64) + Sync) -> Duration {
     let per = iters / threads as u64;
+    let cpu = std::env::var("TOLLGATE_BENCH_TIME").is_ok_and(|t| t == "cpu");
     let start = Instant::now();
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let check = &check;
-            s.spawn(move || check(t, per));
-        }
+    let longest = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..threads)
+            .map(|t| {
+                let check = &check;
+                s.spawn(move || {
+                    let before = cpu_time();
+                    check(t, per);
+                    cpu_time().saturating_sub(before)
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|run| run.join().unwrap_or_default())
+            .max()
+            .unwrap_or_default()
     });
-    start.elapsed()
-}
-
-fn tollgate_limiter<C: Clock + Clone>(
-    clock: C,
-    keys: &[IpAddr],
-) -> RateLimiter<tollgate::algorithm::Gcra, MemoryStore, C>
-where
-    MemoryStore: Store<tollgate::algorithm::Gcra>,
-{
-    let quota = Quota::new(1, PERIOD).with_burst(u64::from(BURST));
-    // Every key is held, as in governor's map: above the store's default bound of half a
-    // million keys per policy it would forget some.
-    let store = MemoryStore::new().with_max_keys(keys.len().max(MemoryStore::DEFAULT_MAX_KEYS));
-    let limiter = RateLimiter::gcra(quota).with_store(store).with_clock(clock);
-    for &ip in keys {
-        let _: Decision = limiter.check_now(ip);
+    if cpu && longest > Duration::ZERO {
+        longest
+    } else {
+        start.elapsed()
     }
-    limiter
 }
 
-fn bench_tollgate<C: Clock + Clone>(c: &mut Criterion, clock_name: &str, clock: C) {
-    let mut group = c.benchmark_group(format!("check/{clock_name}"));
+#[cfg(target_os = "linux")]
+fn cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Not measured off Linux: the bench reports wall time.
+#[cfg(not(target_os = "linux"))]
+fn cpu_time() -> Duration {
+    Duration::ZERO
+}
+
+fn tollgate<C: Clock + Clone>(c: &mut Criterion, scenario: Scenario, clock_name: &str, clock: C) {
+    let mut group = c.benchmark_group(format!("{}/{clock_name}", scenario.name));
     group.throughput(Throughput::Elements(1));
-    for n in KEY_COUNTS {
+    for &n in scenario.keys {
         let keys = keys(n);
-        let limiter = tollgate_limiter(clock.clone(), &keys);
+        let quota = Quota::new(1, (scenario.period)(n)).with_burst(u64::from(scenario.burst));
+        // Every held key is held, as in governor's map: the bound is divided among the shards,
+        // and at `n` the fullest shards would forget some.
+        let store = MemoryStore::new().with_max_keys(2 * n.max(MemoryStore::DEFAULT_MAX_KEYS));
+        let limiter = RateLimiter::gcra(quota)
+            .with_store(store)
+            .with_clock(clock.clone());
+        for &ip in keys.iter() {
+            let _: Decision = limiter.check_now(ip);
+        }
         for threads in THREADS {
-            group.bench_function(
-                BenchmarkId::new(format!("tollgate/{n}"), format!("{threads}t")),
-                |b| {
-                    b.iter_custom(|iters| {
-                        run_threads(iters, threads, |t, per| {
-                            for i in scattered(n, t * n / threads).take(per as usize) {
-                                black_box(limiter.check_now(keys[i]));
-                            }
-                        })
+            let id = BenchmarkId::new(format!("tollgate/{n}"), format!("{threads}t"));
+            group.bench_function(id, |b| {
+                b.iter_custom(|iters| {
+                    run_threads(iters, threads, |t, per| {
+                        for i in random(n, t as u64 + 1).take(per as usize) {
+                            black_box(limiter.check_now(keys[i]));
+                        }
                     })
-                },
+                })
+            });
+        }
+        if scenario.held {
+            // No key was forgotten (so no measured check inserted), and checks still pass.
+            assert_eq!(limiter.table().len(), n, "tollgate forgot keys");
+            assert!(keys.iter().all(|&ip| limiter.check_now(ip).allowed));
+        } else {
+            println!(
+                "tollgate {n} keys, {}: {} held",
+                scenario.name,
+                limiter.table().len()
             );
         }
-        // No key was forgotten (so no measured check inserted), and checks still pass.
-        assert_eq!(limiter.table().len(), n, "tollgate forgot keys");
-        assert!(keys.iter().all(|&ip| limiter.check_now(ip).allowed));
     }
     group.finish();
 }
 
-fn bench_governor<C>(c: &mut Criterion, clock_name: &str, clock: C)
+fn governor<C>(c: &mut Criterion, scenario: Scenario, clock_name: &str, clock: C)
 where
     C: governor::clock::Clock + Clone + Send + Sync,
     C::Instant: governor::clock::Reference + Send + Sync,
 {
-    let mut group = c.benchmark_group(format!("check/{clock_name}"));
+    let mut group = c.benchmark_group(format!("{}/{clock_name}", scenario.name));
     group.throughput(Throughput::Elements(1));
-    for n in KEY_COUNTS {
+    for &n in scenario.keys {
         let keys = keys(n);
-        let quota = governor::Quota::with_period(PERIOD)
+        let quota = governor::Quota::with_period((scenario.period)(n))
             .expect("non-zero")
-            .allow_burst(NonZeroU32::new(BURST).expect("non-zero"));
+            .allow_burst(NonZeroU32::new(scenario.burst).expect("non-zero"));
         let limiter: governor::RateLimiter<
             IpAddr,
             DefaultKeyedStateStore<IpAddr>,
@@ -142,45 +210,69 @@ where
             let _ = limiter.check_key(ip);
         }
         for threads in THREADS {
-            group.bench_function(
-                BenchmarkId::new(format!("governor/{n}"), format!("{threads}t")),
-                |b| {
-                    b.iter_custom(|iters| {
-                        run_threads(iters, threads, |t, per| {
-                            for i in scattered(n, t * n / threads).take(per as usize) {
-                                let _ = black_box(limiter.check_key(&keys[i]));
-                            }
-                        })
+            let id = BenchmarkId::new(format!("governor/{n}"), format!("{threads}t"));
+            group.bench_function(id, |b| {
+                b.iter_custom(|iters| {
+                    run_threads(iters, threads, |t, per| {
+                        for i in random(n, t as u64 + 1).take(per as usize) {
+                            let _ = black_box(limiter.check_key(&keys[i]));
+                        }
                     })
-                },
-            );
+                })
+            });
         }
         assert_eq!(limiter.len(), n, "governor forgot keys");
-        assert!(keys.iter().all(|ip| limiter.check_key(ip).is_ok()));
+        if scenario.held {
+            assert!(keys.iter().all(|ip| limiter.check_key(ip).is_ok()));
+        }
     }
     group.finish();
 }
 
 fn clocks(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock");
+    SystemClock::calibrate();
+    println!(
+        "SystemClock reads the TSC: {}",
+        SystemClock::reads_counter()
+    );
     group.bench_function("tollgate-system", |b| {
         b.iter(|| black_box(SystemClock.now_nanos()))
     });
+    group.bench_function("tollgate-os", |b| b.iter(|| black_box(OsClock.now_nanos())));
     let quanta = DefaultClock::default();
     group.bench_function("governor-default", |b| b.iter(|| black_box(quanta.now())));
     group.finish();
 }
 
+/// Each scenario for tollgate then governor, so that both crates run each one side by side.
 fn checks(c: &mut Criterion) {
-    bench_tollgate(c, "system", SystemClock);
-    bench_governor(c, "system", DefaultClock::default());
-    bench_tollgate(c, "manual", ManualClock::new());
-    bench_governor(c, "manual", FakeRelativeClock::default());
+    for scenario in [HELD, CHURN, HOT] {
+        tollgate(c, scenario, "system", SystemClock);
+        governor(c, scenario, "system", DefaultClock::default());
+    }
+    // tollgate on the OS clock (its default before `SystemClock` read the TSC).
+    for scenario in [HELD, CHURN] {
+        let os = Scenario {
+            keys: &[10_000],
+            ..scenario
+        };
+        tollgate(c, os, "os", OsClock);
+    }
+    let manual = Scenario {
+        keys: &[10_000],
+        ..HELD
+    };
+    tollgate(c, manual, "manual", ManualClock::new());
+    governor(c, manual, "manual", FakeRelativeClock::default());
 }
 
 criterion_group! {
     name = benches;
-    config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2)).sample_size(30);
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(20);
     targets = clocks, checks
 }
 criterion_main!(benches);

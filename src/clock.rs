@@ -1,4 +1,6 @@
-//! Time sources: [`SystemClock`] for production, [`ManualClock`] for tests and simulation.
+//! Time sources: [`SystemClock`] for production (the processor's time-stamp counter where the
+//! kernel trusts it, else the OS clock), [`OsClock`] (the OS clock always), [`ManualClock`] for
+//! tests and simulation.
 //!
 //! A limiter asks its clock for the time once per decision. Every algorithm works in integer
 //! nanoseconds since the clock's origin, so a decision depends only on the clock's readings.
@@ -23,7 +25,9 @@ use std::time::{Duration, Instant};
 
 /// A monotonic source of time for a limiter.
 pub trait Clock: Send + Sync + 'static {
-    /// The time elapsed since the clock's origin. Must never go backwards.
+    /// The time elapsed since the clock's origin. One thread's readings must never go
+    /// backwards; readings on different cores may be out of order by a little, as the
+    /// [`SystemClock`]'s are (its docs bound what that costs).
     fn now(&self) -> Duration;
 
     /// [`now`](Self::now) in whole nanoseconds, saturating at `u64::MAX` (about 584 years).
@@ -76,23 +80,132 @@ impl fmt::Debug for Sleep {
     }
 }
 
-/// The operating system's monotonic clock ([`std::time::Instant`]).
+/// The default clock: the processor's time-stamp counter where the operating system trusts
+/// it, the OS monotonic clock elsewhere.
 ///
-/// All `SystemClock`s in a process share one origin, so limiters that share a store agree on
-/// the time. It never goes backwards and does not read the processor's time-stamp counter
-/// directly, which on some machines differs between cores.
+/// One time source serves the whole process, chosen and calibrated once (the first reading, or
+/// [`SystemClock::calibrate`]), so every `SystemClock` shares one origin and limiters that share
+/// a store agree on the time. Reading it costs one `rdtsc` and a multiply (about 11 ns on the
+/// reference machine, against 32 ns for the OS clock: BENCHMARKS.md, "`check` on the memory
+/// store").
+///
+/// **Where the counter is used.** On Linux on x86-64, when the kernel's own clock source is the
+/// TSC (`/sys/devices/system/clocksource/clocksource0/current_clocksource` reads `tsc`): the
+/// kernel has then checked at boot (and at CPU hot-plug) that the counters of all cores are
+/// synchronized and tick at a constant rate, and switches away from the TSC when it finds
+/// otherwise. The counter is read through [`quanta`](https://docs.rs/quanta), calibrated once
+/// against the OS clock; `quanta` itself reads the OS clock instead when the processor lacks an
+/// invariant TSC. Everywhere else (other systems, other architectures, a kernel on `hpet`,
+/// `acpi_pm` or `kvm-clock`) this clock reads the OS monotonic clock, as [`OsClock`] does.
+///
+/// **Cost of the first reading.** Calibration runs once per process, on the first reading or on
+/// [`SystemClock::calibrate`]: usually 10 to 20 ms, never more than 200 ms. Call `calibrate`
+/// at start-up to keep that off the first request.
+///
+/// **Readings across cores.** One thread's readings never go backwards. A reading on one core
+/// may be earlier, by a small `J`, than one taken an instant before on another core: the
+/// counters are synchronized, but `rdtsc` is not a serializing instruction and may run a few
+/// dozen cycles early, and the kernel tolerates a residual offset between cores (`J` is tens of
+/// nanoseconds on a sound machine, under a microsecond on any the kernel accepts). Every
+/// algorithm of this crate treats a time earlier than its key's state as no time elapsed, so a
+/// backward reading never gives extra budget: with readings up to `J` early, every
+/// algorithm admits, in any interval of true time, at most what it admits on a perfect clock
+/// in an interval `J` longer. For GCRA, the token and leaky buckets: at most
+/// `burst + (D + J) / T` requests in any interval of length `D` (with `T = period / limit`),
+/// that is at most `⌈J / T⌉` more than a perfect clock, and none more while `J < T` (a limit
+/// below a million per second, for `J` under a microsecond); for the sliding log, at most
+/// `limit` in any window of `period − J`; for the fixed and sliding windows and the hybrid, at
+/// most `limit` per window of the key's own windows, as on a perfect clock. `tests/clock_jitter.rs`
+/// checks these bounds for all seven algorithms, and tiers of them, with readings up to `J` early
+/// at random.
+///
+/// Like `quanta`, the counter does not count time the machine spends suspended.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
-fn origin() -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(Instant::now)
+impl SystemClock {
+    /// Chooses the process's time source and calibrates it now, rather than on the first
+    /// reading (up to 200 ms the first time; nothing afterwards).
+    pub fn calibrate() {
+        let _ = source();
+    }
+
+    /// Whether this process's `SystemClock` reads the processor's time-stamp counter (`true`) or
+    /// the OS monotonic clock (`false`). Calibrates on the first call.
+    pub fn reads_counter() -> bool {
+        matches!(source(), Source::Counter { .. })
+    }
+}
+
+/// The process's time source.
+enum Source {
+    /// The TSC through `quanta`, and its raw reading at the origin.
+    Counter { clock: quanta::Clock, origin: u64 },
+    /// The OS monotonic clock.
+    Os,
+}
+
+fn source() -> &'static Source {
+    static SOURCE: OnceLock<Source> = OnceLock::new();
+    SOURCE.get_or_init(|| {
+        if kernel_trusts_tsc() {
+            let clock = quanta::Clock::new();
+            let origin = clock.raw();
+            Source::Counter { clock, origin }
+        } else {
+            Source::Os
+        }
+    })
+}
+
+/// Whether the kernel keeps time with the TSC: it then found the counters synchronized across
+/// cores and invariant, and it stops using them when it finds otherwise.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn kernel_trusts_tsc() -> bool {
+    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .is_ok_and(|source| source.trim() == "tsc")
+}
+
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+fn kernel_trusts_tsc() -> bool {
+    false
 }
 
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> Duration {
-        Instant::now().saturating_duration_since(origin())
+        Duration::from_nanos(self.now_nanos())
+    }
+
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        match source() {
+            // Zero for a counter behind the origin's (a core whose counter lags the first one
+            // read): no time elapsed, never a wrap.
+            Source::Counter { clock, origin } => clock.delta_as_nanos(*origin, clock.raw()),
+            Source::Os => OsClock.now_nanos(),
+        }
+    }
+}
+
+/// The operating system's monotonic clock ([`std::time::Instant`]) on every reading.
+///
+/// [`SystemClock`] reads the same clock where the processor's time-stamp counter is not to be
+/// trusted; `OsClock` reads it everywhere, at some 20 to 40 ns a reading on x86-64 Linux
+/// (vDSO `clock_gettime`). It never goes backwards, across cores either. All `OsClock`s in a
+/// process share one origin.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OsClock;
+
+fn os_origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+impl Clock for OsClock {
+    #[inline]
+    fn now(&self) -> Duration {
+        Instant::now().saturating_duration_since(os_origin())
     }
 }
 
@@ -245,13 +358,42 @@ mod tests {
     }
 
     #[test]
-    fn system_clock_is_monotonic() {
-        let c = SystemClock;
-        let mut last = c.now_nanos();
-        for _ in 0..10_000 {
-            let now = c.now_nanos();
-            assert!(now >= last);
-            last = now;
+    fn system_and_os_clocks_are_monotonic_on_one_thread() {
+        for clock in [&SystemClock as &dyn Clock, &OsClock] {
+            let mut last = clock.now_nanos();
+            for _ in 0..10_000 {
+                let now = clock.now_nanos();
+                assert!(now >= last);
+                last = now;
+            }
         }
+    }
+
+    #[test]
+    fn the_system_clock_keeps_pace_with_the_os_clock() {
+        SystemClock::calibrate();
+        // A system reading between two OS readings at most 50 µs apart (a thread preempted in
+        // between tries again), and the OS reading half-way.
+        let paired = || loop {
+            let before = OsClock.now_nanos();
+            let system = SystemClock.now_nanos();
+            let after = OsClock.now_nanos();
+            if after - before < 50_000 {
+                return (system, before + (after - before) / 2);
+            }
+        };
+        let (s0, o0) = paired();
+        let mut spin = 0u64;
+        while OsClock.now_nanos() - o0 < 20_000_000 {
+            spin = std::hint::black_box(spin + 1);
+        }
+        let (s1, o1) = paired();
+        // Over 20 ms both measure the same time, within calibration error (parts per million)
+        // and the pairing's 50 µs, whichever source the system clock reads.
+        let (system, os) = (s1 - s0, o1 - o0);
+        assert!(
+            system.abs_diff(os) < os / 100 + 100_000,
+            "{system} ns against {os} ns"
+        );
     }
 }

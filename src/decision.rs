@@ -1,5 +1,6 @@
 //! [`Decision`]: what a limiter answered for one request.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -175,6 +176,25 @@ impl Decision {
     /// Whether the request was denied.
     pub fn is_denied(&self) -> bool {
         !self.allowed
+    }
+
+    /// A list of `len` tier decisions, filled in place by `fill`: this thread's previous list
+    /// when no decision holds it any more (so a tiered check allocates nothing in the steady
+    /// state), a new one otherwise.
+    pub(crate) fn tier_list(len: usize, fill: impl FnOnce(&mut [Decision])) -> Arc<[Decision]> {
+        thread_local! {
+            static SPARE: Cell<Option<Arc<[Decision]>>> = const { Cell::new(None) };
+        }
+        let spare = SPARE.try_with(Cell::take).ok().flatten();
+        let mut list = match spare {
+            Some(list) if list.len() == len && Arc::strong_count(&list) == 1 => list,
+            // None yet, another length, or still held by a decision (left to it).
+            _ => vec![Decision::allow(0, 0, Duration::ZERO); len].into(),
+        };
+        // The list is not shared here: `make_mut` never copies it.
+        fill(Arc::make_mut(&mut list));
+        let _ = SPARE.try_with(|spare| spare.set(Some(Arc::clone(&list))));
+        list
     }
 
     /// The decision reported for a request decided by several tiers (quotas on one key, in

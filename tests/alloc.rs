@@ -88,3 +88,42 @@ fn checks_on_an_existing_key_do_not_allocate() {
         );
     }
 }
+
+/// A check with two GCRA tiers on a key the store holds allocates nothing either, allowed or
+/// denied, once the thread has made one list of tier decisions (reused when the caller has
+/// dropped the previous decision); a decision still held when the next check runs costs that
+/// check a new list.
+#[test]
+fn tiered_checks_on_an_existing_key_do_not_allocate() {
+    let clock = ManualClock::new();
+    let tiers = [
+        Quota::new(1_000_000, Duration::from_secs(1)).with_burst(10),
+        Quota::new(10_000_000, Duration::from_secs(10)).with_burst(100),
+    ];
+    let limiter = RateLimiter::gcra(tiers).with_clock(clock.clone());
+    assert!(limiter.check_now("k").allowed);
+    let (allocs, allowed) = allocations_in(|| {
+        let mut allowed = 0;
+        for _ in 0..N {
+            clock.advance(Duration::from_micros(1));
+            let decision = black_box(limiter.check_now("k"));
+            assert_eq!(decision.tiers().len(), 2);
+            allowed += u64::from(decision.allowed);
+        }
+        allowed
+    });
+    assert_eq!((allocs, allowed), (0, N), "allowed tiered checks");
+    assert!(limiter.check_n_now("k", 9).allowed);
+    let (allocs, allowed) = allocations_in(|| {
+        (0..N)
+            .map(|_| u64::from(black_box(limiter.check_now("k")).allowed))
+            .sum::<u64>()
+    });
+    assert_eq!((allocs, allowed), (0, 0), "denied tiered checks");
+    // The test can tell: holding each decision across the next check allocates a list each.
+    let (allocs, _) = allocations_in(|| {
+        let held: Vec<_> = (0..10).map(|_| limiter.check_now("k")).collect();
+        black_box(held)
+    });
+    assert!(allocs >= 10, "{allocs} allocations for 10 held decisions");
+}

@@ -26,3 +26,39 @@ pub fn scattered(n: usize, start: usize) -> impl Iterator<Item = usize> {
         Some(if next >= n { next - n } else { next })
     })
 }
+
+/// A stopwatch that reads wall time, or with `TOLLGATE_BENCH_TIME=cpu` (Linux) the thread's
+/// CPU time (`CLOCK_THREAD_CPUTIME_ID`), which leaves out the time the thread was preempted:
+/// on a machine shared with other work, what one check costs.
+pub struct Stopwatch {
+    wall: std::time::Instant,
+    cpu: Option<std::time::Duration>,
+}
+
+impl Stopwatch {
+    pub fn start() -> Self {
+        let cpu = std::env::var("TOLLGATE_BENCH_TIME").is_ok_and(|t| t == "cpu");
+        Self {
+            wall: std::time::Instant::now(),
+            cpu: cpu.then(cpu_time).flatten(),
+        }
+    }
+
+    pub fn elapsed(&self) -> std::time::Duration {
+        match (self.cpu, cpu_time()) {
+            (Some(before), Some(now)) => now.saturating_sub(before),
+            _ => self.wall.elapsed(),
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn cpu_time() -> Option<std::time::Duration> {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Some(std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn cpu_time() -> Option<std::time::Duration> {
+    None
+}

@@ -1,9 +1,11 @@
 use std::time::Duration;
 
+use self::counts::Counts;
 use self::frame::Frame;
 use super::{Algorithm, Outcome};
 use crate::{Decision, Quota};
 
+mod counts;
 mod frame;
 
 /// A sliding window, estimated from per-window counters in fixed memory.
@@ -77,9 +79,9 @@ pub struct SlidingWindow {
 /// A key's [`SlidingWindow`] state: where its windows begin, its newest admitted request's
 /// time and its counters.
 ///
-/// 32 bytes per key, plus `8 × (k + 1)` bytes on the heap for the counters with `k`
-/// sub-windows: 48 bytes in all for the two-window estimate. The default is the fresh state and
-/// holds no heap memory. A state kept with another number of sub-windows reads as fresh.
+/// 40 bytes per key, the two-window estimate's two counters included; with `k > 1`
+/// sub-windows, `8 × (k + 1)` bytes more on the heap for the counters. The default is the
+/// fresh state and holds no heap memory. A state kept with another number of sub-windows reads as fresh.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct SlidingWindowState {
     /// A sub-window boundary: the start of the period that holds the newest counter.
@@ -88,7 +90,7 @@ pub struct SlidingWindowState {
     last: u64,
     /// The counts of the last `k + 1` sub-windows, oldest first, the newest being the
     /// sub-window of `last`. Empty in the default state.
-    counts: Box<[u64]>,
+    counts: Counts,
 }
 
 impl SlidingWindowState {
@@ -160,22 +162,28 @@ impl SlidingWindow {
         cost: u64,
     ) -> Decision {
         let (decision, admit) = self.evaluate(state, now, cost);
-        if !admit {
+        let Some(place) = admit else {
             return decision;
-        }
-        self.admit(state, now, cost);
+        };
+        self.admit(state, place, now, cost);
         // The receipt is a time in the sub-window the request was counted in.
         decision.with_receipt(state.last)
     }
 
-    /// The decision, and whether the request is admitted with a cost.
+    /// The decision, and where an admitted request of a positive cost goes (`None`: the
+    /// state stays as it is).
     #[inline]
-    fn evaluate(&self, state: &SlidingWindowState, now: u64, cost: u64) -> (Decision, bool) {
+    fn evaluate(
+        &self,
+        state: &SlidingWindowState,
+        now: u64,
+        cost: u64,
+    ) -> (Decision, Option<Place>) {
         let Some(frame) = self.frame(state, now) else {
             // Fresh: nothing weighs in; a first request opens the key's windows at `now`.
             if cost > self.limit {
                 let decision = Decision::deny(self.limit, self.limit, Duration::ZERO, None);
-                return (decision, false);
+                return (decision, None);
             }
             let (remaining, reset_after) = if cost == 0 {
                 (self.limit, Duration::ZERO)
@@ -190,7 +198,7 @@ impl SlidingWindow {
             };
             return (
                 Decision::allow(self.limit, remaining, reset_after),
-                cost > 0,
+                (cost > 0).then_some(Place::Fresh),
             );
         };
         let (partial, full) = self.split(&frame, 0);
@@ -201,47 +209,59 @@ impl SlidingWindow {
             let retry_after =
                 (cost <= self.limit).then(|| self.retry_after(state.base, &frame, cost, now));
             let decision = Decision::deny(self.limit, remaining, reset_after, retry_after);
-            return (decision, false);
+            return (decision, None);
         }
         let remaining = self.remaining(&frame, cost);
         let reset_after = self.reset_after(state.base, &frame, cost, now);
+        let place = Place::Live {
+            live: frame.live.len(),
+            index: frame.index,
+        };
         (
             Decision::allow(self.limit, remaining, reset_after),
-            cost > 0,
+            (cost > 0).then_some(place),
         )
     }
 
-    /// Counts an admitted `cost` at `now`: moves the counters up to the current sub-window and
-    /// adds to it. Allocates only for a key that had no counters.
+    /// Counts an admitted `cost` at `now` where [`evaluate`](Self::evaluate) placed it: moves
+    /// the counters up to the current sub-window and adds to it. Allocates only for a key that
+    /// had no counters.
     #[inline]
-    fn admit(&self, state: &mut SlidingWindowState, now: u64, cost: u64) {
+    fn admit(&self, state: &mut SlidingWindowState, place: Place, now: u64, cost: u64) {
         let k = self.sub_windows;
-        let Some(frame) = self.frame(state, now) else {
+        let Place::Live { live, index } = place else {
             // A new grid of windows, beginning now.
             if state.counts.len() == k + 1 {
                 state.counts.fill(0);
             } else {
-                state.counts = vec![0; k + 1].into_boxed_slice();
+                state.counts = Counts::zeroed(k + 1);
             }
             state.base = now;
             state.last = now;
             state.counts[k] = cost;
             return;
         };
-        let passed = k + 1 - frame.live.len();
-        let index = frame.index;
+        let passed = k + 1 - live;
         state.counts.copy_within(passed.., 0);
         state.counts[k + 1 - passed..].fill(0);
         state.counts[k] = state.counts[k].saturating_add(cost);
         // Move the base up by whole periods, so the newest sub-window's index stays below `k`
         // and every product above stays small.
-        let periods = index / self.k();
+        let periods = frame::div_rem(index, self.k()).0;
         let shift = periods * u128::from(self.period);
         state.base = state
             .base
             .saturating_add(u64::try_from(shift).unwrap_or(u64::MAX));
         state.last = now.max(state.last);
     }
+}
+
+/// Where an admitted request goes, as [`SlidingWindow::evaluate`] read the state: a new grid
+/// of windows, or the live counters (how many, and the current sub-window's index).
+#[derive(Clone, Copy)]
+enum Place {
+    Fresh,
+    Live { live: usize, index: u128 },
 }
 
 impl Algorithm for SlidingWindow {
@@ -254,9 +274,9 @@ impl Algorithm for SlidingWindow {
         cost: u64,
     ) -> Outcome<SlidingWindowState> {
         let (decision, admit) = self.evaluate(state, now, cost);
-        let next = admit.then(|| {
+        let next = admit.map(|place| {
             let mut next = state.clone();
-            self.admit(&mut next, now, cost);
+            self.admit(&mut next, place, now, cost);
             next
         });
         let decision = match &next {

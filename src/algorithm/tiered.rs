@@ -17,8 +17,10 @@ use crate::{Decision, Quota};
 /// with one item per quota; after a denial the tiers that would have allowed the request report
 /// their standing unchanged.
 ///
-/// A key's state is one state per tier (plus 16 bytes for the slice). Deciding a tiered request
-/// allocates the list of per-tier decisions once.
+/// A key's state is one state per tier: two tiers' states inline, more in one heap block. The list of per-tier
+/// decisions is one allocation per thread, reused by the thread's next check once no decision
+/// holds it any more: a tiered check allocates nothing while decisions are dropped before the
+/// next check on the same thread.
 #[derive(Debug, Clone)]
 pub struct Tiered<A> {
     tiers: Arc<[A]>,
@@ -43,62 +45,99 @@ impl<A: Algorithm> Tiered<A> {
 }
 
 /// A key's state under [`Tiered`]: one state per tier. Empty (the default) is fresh.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Two tiers' states live in the state itself, so a check reads them without a second memory
+/// access; three or more live in one heap block.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TieredState<S> {
-    states: Box<[S]>,
+    states: States<S>,
+}
+
+impl<S> Default for TieredState<S> {
+    fn default() -> Self {
+        Self {
+            states: States::Empty,
+        }
+    }
+}
+
+/// The tiers' states: none (fresh), two inline, or any other number on the heap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum States<S> {
+    Empty,
+    Two([S; 2]),
+    Heap(Box<[S]>),
+}
+
+impl<S> States<S> {
+    fn as_slice(&self) -> &[S] {
+        match self {
+            Self::Empty => &[],
+            Self::Two(states) => states,
+            Self::Heap(states) => states,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [S] {
+        match self {
+            Self::Empty => &mut [],
+            Self::Two(states) => states,
+            Self::Heap(states) => states,
+        }
+    }
+
+    fn into_vec(self) -> Vec<S> {
+        match self {
+            Self::Empty => Vec::new(),
+            Self::Two(states) => states.into(),
+            Self::Heap(states) => states.into_vec(),
+        }
+    }
+
+    fn from_vec(states: Vec<S>) -> Self {
+        if states.is_empty() {
+            return Self::Empty;
+        }
+        match <[S; 2]>::try_from(states) {
+            Ok(two) => Self::Two(two),
+            Err(states) => Self::Heap(states.into_boxed_slice()),
+        }
+    }
 }
 
 impl<S> TieredState<S> {
     /// Each tier's state, in order; empty when the key is fresh.
     pub fn states(&self) -> &[S] {
-        &self.states
+        self.states.as_slice()
     }
 }
 
 impl<S: Clone + Default> TieredState<S> {
     fn get<'a>(&'a self, tier: usize, fresh: &'a S) -> &'a S {
-        self.states.get(tier).unwrap_or(fresh)
+        self.states().get(tier).unwrap_or(fresh)
     }
 
     /// The states, one per tier, made fresh where missing.
     fn sized(&mut self, tiers: usize) -> &mut [S] {
-        if self.states.len() != tiers {
-            let mut states = std::mem::take(&mut self.states).into_vec();
+        if self.states().len() != tiers {
+            let mut states = std::mem::replace(&mut self.states, States::Empty).into_vec();
             states.resize_with(tiers, S::default);
-            self.states = states.into_boxed_slice();
+            self.states = States::from_vec(states);
         }
-        &mut self.states
+        self.states.as_mut_slice()
     }
 }
 
 impl<A: Algorithm> Tiered<A> {
-    fn all_allow(&self, state: &TieredState<A::State>, now: u64, cost: u64) -> bool {
-        let fresh = A::State::default();
-        self.tiers
-            .iter()
-            .enumerate()
-            .all(|(i, tier)| tier.check(state.get(i, &fresh), now, cost).decision.allowed)
-    }
-
-    /// Each tier's decision for a request that is denied: the tiers that would allow it
-    /// consume nothing and report their standing.
-    fn denied(&self, state: &TieredState<A::State>, now: u64, cost: u64) -> Decision {
-        let fresh = A::State::default();
-        let decisions = self.tiers.iter().enumerate().map(|(i, tier)| {
-            let s = state.get(i, &fresh);
-            let d = tier.check(s, now, cost).decision;
-            if d.allowed {
-                tier.check(s, now, 0).decision
-            } else {
-                d
-            }
-        });
-        Decision::from_tiers(decisions.collect())
-    }
-
     /// Decides a request and updates every tier of `state` in place when all allow it, each
     /// tier by `check` (the tier's own check in place, which must agree with
-    /// [`Algorithm::check`]). A denial consumes from no tier.
+    /// [`Algorithm::check`]). A denial consumes from no tier, and the tiers that would have
+    /// allowed it report their standing.
+    ///
+    /// Each tier is decided once on the state as it is; when all allow, `check` then writes
+    /// the states (its decisions are those already made). The list of tier decisions reuses
+    /// the thread's previous list when no decision holds it any more, so a check allocates
+    /// nothing once the key has its states.
     pub(crate) fn check_tiers(
         &self,
         state: &mut TieredState<A::State>,
@@ -106,25 +145,28 @@ impl<A: Algorithm> Tiered<A> {
         cost: u64,
         mut check: impl FnMut(&A, &mut A::State) -> Decision,
     ) -> Decision {
-        if !self.all_allow(state, now, cost) {
-            return self.denied(state, now, cost);
-        }
-        if cost == 0 {
+        let tiers = &self.tiers;
+        let decisions = Decision::tier_list(tiers.len(), |decisions| {
             let fresh = A::State::default();
-            let decisions = self
-                .tiers
-                .iter()
-                .enumerate()
-                .map(|(i, tier)| tier.check(state.get(i, &fresh), now, 0).decision);
-            return Decision::from_tiers(decisions.collect());
-        }
-        let states = state.sized(self.tiers.len());
-        let decisions = self
-            .tiers
-            .iter()
-            .zip(states.iter_mut())
-            .map(|(tier, s)| check(tier, s));
-        Decision::from_tiers(decisions.collect())
+            let mut all_allow = true;
+            for (i, (tier, d)) in tiers.iter().zip(decisions.iter_mut()).enumerate() {
+                *d = tier.check(state.get(i, &fresh), now, cost).decision;
+                all_allow &= d.allowed;
+            }
+            if !all_allow {
+                for (i, (tier, d)) in tiers.iter().zip(decisions.iter_mut()).enumerate() {
+                    if d.allowed {
+                        *d = tier.check(state.get(i, &fresh), now, 0).decision;
+                    }
+                }
+            } else if cost > 0 {
+                let states = state.sized(tiers.len());
+                for (tier, s) in tiers.iter().zip(states.iter_mut()) {
+                    check(tier, s);
+                }
+            }
+        });
+        Decision::from_tiers(decisions)
     }
 }
 
@@ -132,9 +174,6 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
     type State = TieredState<A::State>;
 
     fn check(&self, state: &Self::State, now: u64, cost: u64) -> Outcome<Self::State> {
-        if !self.all_allow(state, now, cost) {
-            return Outcome::new(self.denied(state, now, cost), None);
-        }
         let mut next = state.clone();
         let decision = self.check_tiers(&mut next, now, cost, |tier, s| {
             let outcome = tier.check(s, now, cost);
@@ -143,7 +182,8 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
             }
             outcome.decision
         });
-        Outcome::new(decision, (cost > 0).then_some(next))
+        let changed = decision.allowed && cost > 0;
+        Outcome::new(decision, changed.then_some(next))
     }
 
     /// Gives each tier back what the admission took from it ([`Decision::tiers`]).

@@ -35,15 +35,15 @@ impl SlidingWindow {
         let (k, p) = (self.k(), u128::from(self.period));
         let at = now.max(state.last);
         let units = u128::from(at.saturating_sub(state.base)) * k;
-        let index = units / p;
-        let last_index = u128::from(state.last.saturating_sub(state.base)) * k / p;
+        let (index, offset) = div_rem(units, p);
+        let last_index = div_rem(u128::from(state.last.saturating_sub(state.base)) * k, p).0;
         // Sub-windows passed since the newest counter's.
         let passed = usize::try_from(index - last_index).ok()?;
         let live = state.counts.get(passed..)?;
         live.iter().any(|&c| c > 0).then_some(Frame {
             live,
             index,
-            offset: units % p,
+            offset,
         })
     }
 
@@ -99,14 +99,16 @@ impl SlidingWindow {
     pub(super) fn remaining(&self, frame: &Frame<'_>, extra: u64) -> u64 {
         let p = u128::from(self.period);
         let (partial, full) = self.split(frame, 0);
-        let weighed = (partial * (p - frame.offset)).div_ceil(p);
+        let (whole, part) = div_rem(partial * (p - frame.offset), p);
+        let weighed = whole + u128::from(part > 0);
         let left = u128::from(self.limit).saturating_sub(full + u128::from(extra) + weighed);
         u64::try_from(left).unwrap_or(0)
     }
 
     /// The wait from `now` until `units` past `base`: the first nanosecond at or after it.
     pub(super) fn until(&self, base: u64, units: u128, now: u64) -> Duration {
-        let at = u128::from(base) + units.div_ceil(self.k());
+        let (whole, part) = div_rem(units, self.k());
+        let at = u128::from(base) + whole + u128::from(part > 0);
         let wait = at.saturating_sub(u128::from(now));
         Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
     }
@@ -166,5 +168,15 @@ impl SlidingWindow {
         }
         // Unreachable for a cost of at most `limit`: the last sub-window holds nothing.
         Duration::ZERO
+    }
+}
+
+/// `(n / d, n % d)`, by a 64-bit division when both fit in 64 bits (always, but for periods
+/// or times past 2⁶⁴ / 64 ns, some 9 years): a 128-bit division is a call into a slow routine.
+#[inline]
+pub(super) fn div_rem(n: u128, d: u128) -> (u128, u128) {
+    match (u64::try_from(n), u64::try_from(d)) {
+        (Ok(n), Ok(d)) if d > 0 => (u128::from(n / d), u128::from(n % d)),
+        _ => (n / d, n % d),
     }
 }

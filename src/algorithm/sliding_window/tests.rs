@@ -272,5 +272,15 @@ fn extreme_values_saturate_instead_of_overflowing() {
 #[cfg(target_pointer_width = "64")]
 #[test]
 fn state_size() {
-    assert_eq!(std::mem::size_of::<SlidingWindowState>(), 32);
+    // The two-window estimate's counters inline: 40 bytes and no heap block, where a boxed
+    // slice took 32 bytes and a 16-byte block (and a second memory access per check).
+    assert_eq!(std::mem::size_of::<SlidingWindowState>(), 40);
+    let window = SlidingWindow::new(&Quota::per_second(10));
+    let mut state = SlidingWindowState::default();
+    window.check_mut(&mut state, S, 1);
+    assert!(matches!(state.counts, Counts::Two([0, 1])));
+    let eight = window.sub_windows(8);
+    let mut state = SlidingWindowState::default();
+    eight.check_mut(&mut state, S, 1);
+    assert!(matches!(&state.counts, Counts::Heap(c) if c.len() == 9));
 }

@@ -66,10 +66,13 @@ impl MemoryStore {
     pub const DEFAULT_MAX_KEYS: usize = 500_000;
 
     /// An empty store, each policy's table bounded to [`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS)
-    /// keys. Keys whose state is back to fresh are removed as new keys come in (a shard sweeps
-    /// its fresh keys out each time it has doubled since its last sweep), so the store holds at
-    /// most about twice the keys that are not fresh, and never more than the bound: see
-    /// [`with_max_keys`](Self::with_max_keys) for what happens at the bound.
+    /// keys. Keys whose state is back to fresh are removed as new keys come in, once they have
+    /// been fresh since the previous sweep: a shard sweeps each time it has grown by as many
+    /// keys as it held that were not fresh, so at a steady rate of new keys its sweeps are as
+    /// far apart as a key takes to go fresh, and a client that comes back within a period or
+    /// two keeps its entry instead of being removed and inserted again at each visit. The store
+    /// holds at most about three times the keys that are not fresh, and never more than the
+    /// bound: see [`with_max_keys`](Self::with_max_keys) for what happens at the bound.
     pub fn new() -> Self {
         Self::default()
     }

@@ -6,7 +6,7 @@
 //! - **Bytes per key.** IP and integer keys live in tables of plain words beside the cell, so a
 //!   GCRA key costs some 52 bytes where governor's `DashMap<IpAddr, _>` costs 69 ("Bytes per
 //!   key"), and finding one compares integers.
-//! - **Eviction.** A bounded shard sweeps its fresh keys when it has doubled, and when full
+//! - **Eviction.** A shard sweeps out the keys fresh since its previous sweep as it grows, and when full
 //!   forgets the eighth of its keys that forgetting costs least (not being limited first, then
 //!   closest to fresh), judged by the algorithm through [`Forget`]. A general map knows neither
 //!   what "fresh" means nor which key is cheap to lose, and a cache's eviction (recency or
@@ -30,11 +30,17 @@ struct Shard<V> {
     tables: RwLock<Tables<V>>,
 }
 
-/// What the map asks of its owner to forget keys: whether a cell is back to fresh, and how
-/// limited it is.
+/// What the map asks of its owner to forget keys: the time, whether a cell is fresh at a
+/// given time, and how limited it is.
 pub(crate) trait Forget<V> {
-    /// Whether the cell is back to fresh: forgetting it changes no decision.
-    fn is_fresh(&self, cell: &V) -> bool;
+    /// The time of the request that makes room, in the clock's nanoseconds.
+    fn now(&self) -> u64;
+
+    /// Whether the cell is fresh at `at`: forgetting it then changes no decision. For a time
+    /// before the cell's last change this says whether the cell was already fresh then and has
+    /// not changed since (every algorithm reads a time earlier than its state's as no time
+    /// elapsed), so a cell fresh at the previous sweep and now has been left alone in between.
+    fn is_fresh(&self, cell: &V, at: u64) -> bool;
 
     /// How much forgetting the cell would cost its key: `(limited, until_fresh)`, where
     /// `limited` means no request of cost 1 would pass now and `until_fresh` is the time in
@@ -53,8 +59,11 @@ struct Tables<V> {
     v6: HashTable<([u64; 2], V)>,
     ints: HashTable<(u64, V)>,
     other: HashTable<(Key, V)>,
-    /// When the shard grows to this many keys, a new key first sweeps the fresh ones out.
+    /// When the shard grows to this many keys, a new key first sweeps out the keys that have
+    /// been fresh since the previous sweep.
     sweep_at: usize,
+    /// The time of the previous sweep (0 before the first).
+    swept_at: u64,
 }
 
 impl<V> Tables<V> {
@@ -65,6 +74,7 @@ impl<V> Tables<V> {
             ints: HashTable::new(),
             other: HashTable::new(),
             sweep_at: SWEEP_FLOOR,
+            swept_at: 0,
         }
     }
 
@@ -99,13 +109,29 @@ impl<V> Tables<V> {
             .chain(self.other.iter().map(|e| &e.1))
     }
 
-    /// Makes room for one more key: removes the fresh keys once the shard has doubled since the
-    /// last sweep, and when it is still at `limit`, evicts the least limited eighth of it.
+    /// Makes room for one more key. Once the shard has grown by as many keys as it held that
+    /// were not fresh at the previous sweep, it removes the keys that have been fresh since then:
+    /// a client that comes back within a period or two of going fresh keeps its entry rather
+    /// than being removed and inserted again at each visit. At `limit`, every fresh key goes,
+    /// and when the shard is still full, the least limited eighth of it.
     fn make_room(&mut self, limit: usize, forget: &impl Forget<V>) {
+        let now = forget.now();
         let len = self.len();
-        if len >= self.sweep_at || len >= limit {
-            self.retain(|cell| !forget.is_fresh(cell));
-            self.sweep_at = (self.len() * 2).max(SWEEP_FLOOR);
+        if len >= limit {
+            self.retain(|cell| !forget.is_fresh(cell, now));
+            self.swept(self.len(), now);
+        } else if len >= self.sweep_at {
+            let before = self.swept_at;
+            let mut not_fresh = 0;
+            self.retain(|cell| {
+                if !forget.is_fresh(cell, now) {
+                    not_fresh += 1;
+                    true
+                } else {
+                    !forget.is_fresh(cell, before)
+                }
+            });
+            self.swept(not_fresh, now);
         }
         let len = self.len();
         if len < limit {
@@ -130,7 +156,16 @@ impl<V> Tables<V> {
                 true
             }
         });
-        self.sweep_at = (self.len() * 2).max(SWEEP_FLOOR);
+        self.swept(self.len(), now);
+    }
+
+    /// Notes a sweep at `now` that left `not_fresh` keys that are not fresh: the next sweeps
+    /// once as many keys again have come in. The keys kept while fresh go at the next sweep
+    /// unless they are used before it, so the shard holds at most some three times the keys
+    /// used within a period (twice those not fresh, and the ones gone fresh since the sweep).
+    fn swept(&mut self, not_fresh: usize, now: u64) {
+        self.sweep_at = self.len() + not_fresh.max(SWEEP_FLOOR);
+        self.swept_at = self.swept_at.max(now);
     }
 }
 
@@ -210,8 +245,8 @@ impl<V: Default> Shards<V> {
 
     /// Runs `f` on the key's cell under the shard's write lock, inserting a default cell first
     /// if the key is absent. `hash` is [`hash`](Self::hash)`(&key)`. Before a key goes in, the
-    /// shard makes room ([`Forget`]): it sweeps out fresh keys once it has doubled since the
-    /// last sweep, and evicts the least limited keys when it is at its bound.
+    /// shard makes room ([`Forget`]): as it grows it sweeps out the keys that have been fresh
+    /// since its previous sweep, and evicts the least limited keys when it is at its bound.
     pub(crate) fn get_or_insert_with<R>(
         &self,
         hash: u64,
@@ -287,7 +322,11 @@ mod tests {
     struct Never;
 
     impl Forget<AtomicU64> for Never {
-        fn is_fresh(&self, _: &AtomicU64) -> bool {
+        fn now(&self) -> u64 {
+            0
+        }
+
+        fn is_fresh(&self, _: &AtomicU64, _: u64) -> bool {
             false
         }
 
@@ -340,5 +379,71 @@ mod tests {
         for key in [ip, int, v6, Key::from("x")] {
             assert_eq!(map.get_with(map.hash(&key), &key, |_| ()), None, "{key:?}");
         }
+    }
+
+    /// Cells that hold the time of their key's last visit plus one (0: just inserted), fresh
+    /// `PERIOD` after the visit.
+    struct Visits {
+        now: u64,
+    }
+
+    const PERIOD: u64 = 1_000;
+
+    impl Forget<AtomicU64> for Visits {
+        fn now(&self) -> u64 {
+            self.now
+        }
+
+        fn is_fresh(&self, cell: &AtomicU64, at: u64) -> bool {
+            let visited = cell.load(Ordering::Relaxed).saturating_sub(1);
+            // A time before the visit reads as the visit's own, as the algorithms do.
+            at.max(visited) >= visited + PERIOD
+        }
+
+        fn weight(&self, cell: &AtomicU64) -> (bool, u64) {
+            (false, cell.load(Ordering::Relaxed))
+        }
+    }
+
+    /// Visits `key` at `now`; whether the map had forgotten it (the cell was new).
+    fn visit(map: &Shards<AtomicU64>, key: Key, now: u64) -> bool {
+        let hash = map.hash(&key);
+        let forget = Visits { now };
+        map.get_or_insert_with(hash, key, &forget, |cell| {
+            cell.swap(now + 1, Ordering::Relaxed) == 0
+        })
+    }
+
+    #[test]
+    fn clients_back_within_two_periods_are_never_forgotten_and_the_rest_are() {
+        let map = Shards::<AtomicU64>::bounded(Some(1 << 30));
+        let regulars: Vec<Key> = (0..20_000u64).map(Key::from).collect();
+        // Each round lasts 1.5 periods: every regular comes back once, fresh for half a period
+        // by then, while as many passers-by come once each and never again, so that the shards
+        // keep growing and sweeping.
+        let steps = 100;
+        let mut passer = 1u64 << 40;
+        let mut now = 0;
+        let mut forgotten = 0;
+        for round in 0..20 {
+            for step in 0..steps {
+                now += PERIOD * 3 / 2 / steps;
+                for key in regulars.iter().skip(step as usize).step_by(steps as usize) {
+                    let new = visit(&map, key.clone(), now);
+                    if round > 0 && new {
+                        forgotten += 1;
+                    }
+                }
+                for _ in 0..regulars.len() as u64 / steps {
+                    passer += 1;
+                    assert!(visit(&map, Key::from(passer), now));
+                }
+            }
+        }
+        assert_eq!(forgotten, 0, "regular clients removed and inserted again");
+        // The passers-by do not pile up: about the keys of a few periods are held.
+        let per_round = regulars.len();
+        let len = map.len();
+        assert!(len < regulars.len() + 4 * per_round, "{len} keys held");
     }
 }

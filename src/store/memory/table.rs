@@ -99,8 +99,12 @@ struct Forgetting<'a, A> {
 }
 
 impl<A: MemoryAlgorithm> Forget<A::Cell> for Forgetting<'_, A> {
-    fn is_fresh(&self, cell: &A::Cell) -> bool {
-        cell.is_fresh(self.algorithm, self.now)
+    fn now(&self) -> u64 {
+        self.now
+    }
+
+    fn is_fresh(&self, cell: &A::Cell, at: u64) -> bool {
+        cell.is_fresh(self.algorithm, at)
     }
 
     fn weight(&self, cell: &A::Cell) -> (bool, u64) {
