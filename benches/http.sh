@@ -10,7 +10,8 @@
 #
 # Variants (see benches/http_server.rs): bare; bare-429, the handler itself answering with
 # tollgate's denial (same status, headers and body), which shows what a response of that size
-# costs without any limiter; tollgate-allowed, tollgate-denied; governor-allowed,
+# costs without any limiter; tollgate-allowed, tollgate-allowed-no-headers (no rate limit
+# headers, only with VARIANTS), tollgate-denied; governor-allowed,
 # governor-denied.
 #
 # Method:

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! http_server <variant> [port]     variants: bare, bare-429, tollgate-allowed,
-//!                                   tollgate-denied, governor-allowed, governor-denied
+//!                                   tollgate-allowed-no-headers, tollgate-denied,
+//!                                   governor-allowed, governor-denied
 //! ```
 //!
 //! - `bare`: the handler alone.
@@ -16,6 +17,8 @@
 //! - `governor-*`: behind tower_governor's `GovernorLayer` keyed by the peer IP
 //!   (`PeerIpKeyExtractor`, the default), with its default responses: nothing added to an
 //!   allowed one; `x-ratelimit-after`, `retry-after` and a short text body on a denial.
+//! - `tollgate-allowed-no-headers`: `tollgate-allowed` with `HeaderStyle::None`, which shows
+//!   what writing the rate limit headers costs.
 //! - `*-allowed`: a quota so large nothing is ever denied (10⁹ a second, bursts of 10⁹).
 //! - `*-denied`: one request an hour: the first request from an IP is allowed, every later one
 //!   is denied.
@@ -40,10 +43,11 @@ use tower::util::MapResponseLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
-const VARIANTS: [&str; 6] = [
+const VARIANTS: [&str; 7] = [
     "bare",
     "bare-429",
     "tollgate-allowed",
+    "tollgate-allowed-no-headers",
     "tollgate-denied",
     "governor-allowed",
     "governor-denied",
@@ -90,6 +94,10 @@ fn app(variant: &str) -> Result<Router, String> {
         "tollgate-allowed" => hello.layer(RateLimitLayer::gcra(
             Quota::per_second(1_000_000_000).with_burst(1_000_000_000),
         )),
+        "tollgate-allowed-no-headers" => hello.layer(
+            RateLimitLayer::gcra(Quota::per_second(1_000_000_000).with_burst(1_000_000_000))
+                .headers(tollgate::HeaderStyle::None),
+        ),
         "tollgate-denied" => hello.layer(RateLimitLayer::gcra(Quota::per_hour(1))),
         "governor-allowed" => {
             let config = GovernorConfigBuilder::default()
