@@ -85,7 +85,9 @@ impl fmt::Debug for Sleep {
 ///
 /// One time source serves the whole process, chosen and calibrated once (the first reading, or
 /// [`SystemClock::calibrate`]), so every `SystemClock` shares one origin and limiters that share
-/// a store agree on the time. Reading it costs one `rdtsc` and a multiply (about 11 ns on the
+/// a store agree on the time. That origin is [`OsClock`]'s: the two clocks read the same time
+/// (up to the calibration's drift, parts per million), so limiters on either may share a
+/// store and a policy. Reading it costs one `rdtsc` and a multiply (about 11 ns on the
 /// reference machine, against 32 ns for the OS clock: BENCHMARKS.md, "`check` on the memory
 /// store").
 ///
@@ -119,7 +121,11 @@ impl fmt::Debug for Sleep {
 /// checks these bounds for all seven algorithms, and tiers of them, with readings up to `J` early
 /// at random.
 ///
-/// Like `quanta`, the counter does not count time the machine spends suspended.
+/// Like `quanta`, the counter does not count time the machine spends suspended. The choice of
+/// source is made once per process: if the kernel later stops trusting the TSC (its watchdog
+/// finds it unstable), or the counter is reset (a resume from suspend on some platforms),
+/// this clock keeps reading it; a reading behind the origin counts as the origin, which only
+/// denies longer, never admits more. On such machines use [`OsClock`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
@@ -139,8 +145,14 @@ impl SystemClock {
 
 /// The process's time source.
 enum Source {
-    /// The TSC through `quanta`, and its raw reading at the origin.
-    Counter { clock: quanta::Clock, origin: u64 },
+    /// The TSC through `quanta`, its raw reading at `offset`, and [`OsClock`]'s reading at
+    /// that moment: the counter's readings are counted from `OsClock`'s origin, so the two
+    /// clocks agree (up to the calibration's drift) and may share a store.
+    Counter {
+        clock: quanta::Clock,
+        origin: u64,
+        offset: u64,
+    },
     /// The OS monotonic clock.
     Os,
 }
@@ -150,8 +162,13 @@ fn source() -> &'static Source {
     SOURCE.get_or_init(|| {
         if kernel_trusts_tsc() {
             let clock = quanta::Clock::new();
+            let offset = OsClock.now_nanos();
             let origin = clock.raw();
-            Source::Counter { clock, origin }
+            Source::Counter {
+                clock,
+                origin,
+                offset,
+            }
         } else {
             Source::Os
         }
@@ -182,7 +199,11 @@ impl Clock for SystemClock {
         match source() {
             // Zero for a counter behind the origin's (a core whose counter lags the first one
             // read): no time elapsed, never a wrap.
-            Source::Counter { clock, origin } => clock.delta_as_nanos(*origin, clock.raw()),
+            Source::Counter {
+                clock,
+                origin,
+                offset,
+            } => offset.saturating_add(clock.delta_as_nanos(*origin, clock.raw())),
             Source::Os => OsClock.now_nanos(),
         }
     }
