@@ -81,6 +81,24 @@ impl PeerIp {
     }
 }
 
+/// Says once per process, at warn level, that `MockConnectInfo` supplies the peer address: in a
+/// test that is the point, but left in a server that is served without connect info it would
+/// give every client the same address (and, with `ClientIp` trusting it, let forwarded headers
+/// choose the key).
+#[cfg(feature = "axum")]
+fn warn_mock_once() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(
+            "the rate limit key reads the peer address from axum's MockConnectInfo, a stand-in \
+             for tests; serve with into_make_service_with_connect_info::<SocketAddr>() in \
+             production"
+        );
+    }
+}
+
 fn peer_addr(req: RequestHead<'_>) -> Option<SocketAddr> {
     let ext = req.extensions();
     if let Some(PeerAddr(addr)) = ext.get::<PeerAddr>() {
@@ -99,6 +117,7 @@ fn peer_addr(req: RequestHead<'_>) -> Option<SocketAddr> {
     if let Some(axum::extract::connect_info::MockConnectInfo(addr)) =
         ext.get::<axum::extract::connect_info::MockConnectInfo<SocketAddr>>()
     {
+        warn_mock_once();
         return Some(*addr);
     }
     #[cfg(feature = "tonic")]
