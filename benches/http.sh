@@ -41,14 +41,7 @@ cd "$(dirname "$0")/.."
 command -v wrk >/dev/null || { echo "wrk not found (apt-get install wrk)" >&2; exit 1; }
 command -v curl >/dev/null || { echo "curl not found" >&2; exit 1; }
 
-if [[ -n ${HTTP_SERVER:-} ]]; then
-    BIN=$HTTP_SERVER
-else
-    echo "building benches/http_server.rs (release)..." >&2
-    BIN=$(cargo bench --bench http_server --no-run 2>&1 | tee /dev/stderr |
-        sed -n 's/.*Executable .*(\(.*http_server-[0-9a-f]*\)).*/\1/p' | tail -n 1)
-fi
-[[ -x "$BIN" ]] || { echo "could not find the http_server binary ($BIN)" >&2; exit 1; }
+source benches/http_server_bin.sh
 
 SERVER_PIN=() WRK_PIN=()
 if command -v taskset >/dev/null && [[ $(nproc) -ge 2 ]]; then

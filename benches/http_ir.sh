@@ -25,14 +25,7 @@ cd "$(dirname "$0")/.."
 for tool in valgrind wrk curl; do
     command -v $tool >/dev/null || { echo "$tool not found (apt-get install $tool)" >&2; exit 1; }
 done
-if [[ -n ${HTTP_SERVER:-} ]]; then
-    BIN=$HTTP_SERVER
-else
-    echo "building benches/http_server.rs (release)..." >&2
-    BIN=$(cargo bench --bench http_server --no-run 2>&1 | tee /dev/stderr |
-        sed -n 's/.*Executable .*(\(.*http_server-[0-9a-f]*\)).*/\1/p' | tail -n 1)
-fi
-[[ -x "$BIN" ]] || { echo "could not find the http_server binary ($BIN)" >&2; exit 1; }
+source benches/http_server_bin.sh
 
 WORK=$(mktemp -d)
 SERVER=""
