@@ -21,7 +21,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A monotonic source of time for a limiter.
 pub trait Clock: Send + Sync + 'static {
@@ -49,6 +49,30 @@ pub trait Clock: Send + Sync + 'static {
     fn sleep(&self, duration: Duration) -> Sleep {
         Sleep::new(tokio::time::sleep(duration))
     }
+
+    /// The wall-clock time: nanoseconds since the UNIX epoch in UTC, saturating at 0 and at
+    /// `u64::MAX` (the year 2554). Read only by calendar windows
+    /// ([`FixedWindow::aligned`](crate::algorithm::FixedWindow::aligned)), whose windows start
+    /// at whole multiples of their period since the epoch, so that "1000 a day" resets at
+    /// midnight UTC.
+    ///
+    /// Unlike [`now`](Self::now) it may jump either way (the system's time being set, NTP
+    /// stepping it). The default reads [`SystemTime`]; [`ManualClock`] overrides it to move with
+    /// the clock and to be set by hand.
+    #[inline]
+    fn wall_nanos(&self) -> u64 {
+        system_wall_nanos()
+    }
+}
+
+/// [`SystemTime::now`] as nanoseconds since the UNIX epoch, saturating.
+#[inline]
+fn system_wall_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+        })
 }
 
 /// The future returned by [`Clock::sleep`].
@@ -233,7 +257,9 @@ impl Clock for OsClock {
 /// A clock that moves only when told to: exact, instant tests and simulations.
 ///
 /// It starts at zero. Clones share the same time, so a test keeps one clone and gives another
-/// to the limiter. Its [`sleep`](Clock::sleep) completes when the clock is moved past the end
+/// to the limiter. Its wall-clock time ([`Clock::wall_nanos`], read by calendar windows) starts
+/// at the UNIX epoch and moves with it; [`set_wall_time`](Self::set_wall_time) sets it, either
+/// way, as a system's time can be set. Its [`sleep`](Clock::sleep) completes when the clock is moved past the end
 /// of the sleep, so requests a layer delays pass exactly when the test says.
 #[derive(Debug, Clone, Default)]
 pub struct ManualClock {
@@ -243,6 +269,8 @@ pub struct ManualClock {
 #[derive(Debug, Default)]
 struct Shared {
     nanos: AtomicU64,
+    /// The wall-clock time less `nanos`, wrapping: the wall-clock time is `nanos + wall`.
+    wall: AtomicU64,
     /// Sleeps that have not ended, by the time they end.
     sleepers: Mutex<Vec<(u64, Waker)>>,
 }
@@ -271,6 +299,30 @@ impl ManualClock {
         let to = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
         self.shared.nanos.fetch_max(to, Ordering::AcqRel);
         self.wake();
+    }
+
+    /// Sets the wall-clock time ([`Clock::wall_nanos`]) to `to`, leaving [`now`](Clock::now)
+    /// where it is: later readings of both move together again. It may go backwards, as a
+    /// system's time may be set back; a time before the UNIX epoch reads as the epoch.
+    ///
+    /// ```
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use tollgate::clock::{Clock, ManualClock};
+    ///
+    /// let clock = ManualClock::new();
+    /// clock.set_wall_time(UNIX_EPOCH + Duration::from_secs(86_400)); // 1970-01-02, midnight
+    /// clock.advance(Duration::from_secs(5));
+    /// assert_eq!(clock.wall_nanos(), 86_405_000_000_000);
+    /// assert_eq!(clock.now(), Duration::from_secs(5));
+    /// ```
+    pub fn set_wall_time(&self, to: SystemTime) {
+        let to = to.duration_since(UNIX_EPOCH).map_or(0, |since| {
+            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+        });
+        let now = self.now_nanos();
+        self.shared
+            .wall
+            .store(to.wrapping_sub(now), Ordering::Release);
     }
 
     /// Wakes the sleeps that have ended.
@@ -304,6 +356,12 @@ impl Clock for ManualClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
         self.shared.nanos.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    fn wall_nanos(&self) -> u64 {
+        let wall = self.shared.wall.load(Ordering::Acquire);
+        self.now_nanos().wrapping_add(wall)
     }
 
     fn sleep(&self, duration: Duration) -> Sleep {
@@ -341,6 +399,11 @@ impl<C: Clock> Clock for Arc<C> {
 
     fn sleep(&self, duration: Duration) -> Sleep {
         (**self).sleep(duration)
+    }
+
+    #[inline]
+    fn wall_nanos(&self) -> u64 {
+        (**self).wall_nanos()
     }
 }
 

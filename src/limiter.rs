@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::{
-    Algorithm, FixedWindow, Gcra, Hybrid, LeakyBucket, Quotas, Shaping, SlidingLog, SlidingWindow,
-    SubWindows, TokenBucket,
+    Algorithm, Aligned, FixedWindow, Gcra, Hybrid, LeakyBucket, Quotas, Shaping, SlidingLog,
+    SlidingWindow, SubWindows, TokenBucket,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::store::{MemoryAlgorithm, MemoryStore, Store};
@@ -52,6 +52,8 @@ where
     store: St,
     table: St::Table,
     clock: C,
+    /// The algorithm reads the wall clock ([`Algorithm::wall_clock`]).
+    wall: bool,
 }
 
 impl RateLimiter<Gcra> {
@@ -219,6 +221,7 @@ where
     ) -> Result<Self, crate::Error> {
         let policy = Self::policy_of(&quotas);
         let table = store.table(&policy, shared, &algorithm)?;
+        let wall = algorithm.wall_clock();
         Ok(Self {
             quotas,
             policy,
@@ -226,6 +229,7 @@ where
             store,
             table,
             clock,
+            wall,
         })
     }
 
@@ -287,6 +291,7 @@ where
             algorithm,
             store,
             table,
+            wall,
             ..
         } = self;
         RateLimiter {
@@ -296,6 +301,18 @@ where
             store,
             table,
             clock,
+            wall,
+        }
+    }
+
+    /// The time decisions are made at, in nanoseconds: the clock's monotonic time, or its wall
+    /// clock for an algorithm that reads it ([`Algorithm::wall_clock`]: calendar windows).
+    #[inline]
+    pub(crate) fn now_nanos(&self) -> u64 {
+        if self.wall {
+            self.clock.wall_nanos()
+        } else {
+            self.clock.now_nanos()
         }
     }
 
@@ -310,7 +327,7 @@ where
     /// and consumes nothing.
     #[inline]
     pub fn check_n(&self, key: impl Into<Key>, cost: u64) -> St::Future {
-        St::check(&self.table, key.into(), self.clock.now_nanos(), cost)
+        St::check(&self.table, key.into(), self.now_nanos(), cost)
     }
 
     /// [`check_n`](Self::check_n) at `now`, a time the caller read from this limiter's clock.
@@ -346,13 +363,7 @@ where
     /// # }
     /// ```
     pub fn refund(&self, key: impl Into<Key>, admission: &Decision, cost: u64) -> St::Future {
-        St::refund(
-            &self.table,
-            key.into(),
-            admission,
-            self.clock.now_nanos(),
-            cost,
-        )
+        St::refund(&self.table, key.into(), admission, self.now_nanos(), cost)
     }
 }
 
@@ -384,6 +395,24 @@ impl<A: Shaping, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
     #[track_caller]
     pub fn max_delay(self, max_delay: Duration) -> Self {
         let algorithm = self.algorithm.with_max_delay(max_delay);
+        RateLimiter::bind(self.quotas, algorithm, self.store, self.clock)
+    }
+}
+
+impl<A: Aligned, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
+    /// Calendar windows: every tier's windows start at whole multiples of its period since the
+    /// UNIX epoch in UTC, the same instant for every key, so a day's quota resets at midnight
+    /// UTC. Time is then the clock's wall-clock time (the server's `TIME` in Redis). See
+    /// [`FixedWindow::aligned`](crate::algorithm::FixedWindow::aligned).
+    ///
+    /// # Panics
+    ///
+    /// When a period is shorter than a millisecond, or when the store cannot keep the aligned
+    /// windows ([`Store::table`]), with the store's message.
+    #[must_use]
+    #[track_caller]
+    pub fn aligned(self) -> Self {
+        let algorithm = self.algorithm.with_aligned_windows();
         RateLimiter::bind(self.quotas, algorithm, self.store, self.clock)
     }
 }
@@ -427,7 +456,7 @@ where
     /// [`check_n`](Self::check_n) at once, without a future.
     #[inline]
     pub fn check_n_now(&self, key: impl Into<Key>, cost: u64) -> Decision {
-        self.table.decide(key.into(), self.clock.now_nanos(), cost)
+        self.table.decide(key.into(), self.now_nanos(), cost)
     }
 }
 
@@ -482,6 +511,7 @@ where
             store: self.store.clone(),
             table: self.table.clone(),
             clock: self.clock.clone(),
+            wall: self.wall,
         }
     }
 }

@@ -386,6 +386,13 @@ const BAD: &[(&str, &str, Option<&str>)] = &[
     ),
     (
         r#"quota = "1/s"
+        algorithm = "sliding_window"
+        aligned = true"#,
+        "aligned",
+        Some("true"),
+    ),
+    (
+        r#"quota = "1/s"
         store = { max_keys = 0 }"#,
         "store.max_keys",
         Some("0"),
@@ -408,7 +415,13 @@ fn bad_values_are_named_in_errors() {
         let shown = err.to_string();
         assert_eq!(err.field(), *field, "{shown}");
         assert_eq!(err.value(), *value, "{shown}");
-        let start = match (value, value.and_then(|v| v.parse::<u64>().ok())) {
+        let bare = value.and_then(|v| v.parse::<u64>().ok().map(|n| n.to_string()));
+        let bare = bare.or_else(|| {
+            value
+                .filter(|v| v.parse::<bool>().is_ok())
+                .map(str::to_owned)
+        });
+        let start = match (value, bare) {
             (Some(_), Some(n)) => format!("{field} = {n}: "),
             (Some(v), None) => format!("{field} = {v:?}: "),
             (None, _) => format!("{field}: "),
@@ -739,4 +752,26 @@ proptest! {
             Err(err) => prop_assert!(!err.field().is_empty() && !err.to_string().is_empty()),
         }
     }
+}
+
+#[test]
+fn aligned_gives_calendar_windows() {
+    use std::time::{Duration, UNIX_EPOCH};
+    use tollgate::clock::ManualClock;
+    let layer = RateLimitLayer::from_config(&config(
+        r#"algorithm = "fixed_window"
+           quota = "2/min"
+           key = "global"
+           aligned = true"#,
+    ))
+    .unwrap();
+    let clock = ManualClock::new();
+    clock.set_wall_time(UNIX_EPOCH + Duration::from_secs(1_795_543_200 + 45));
+    let layer = layer.clock(clock);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let response = rt.block_on(layer.layer(ok()).oneshot(request(0))).unwrap();
+    // The minute's window ends 15 s later, on the minute.
+    assert_eq!(response.headers()["ratelimit"], "\"2/min\";r=1;t=15");
 }

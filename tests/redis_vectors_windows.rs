@@ -355,8 +355,26 @@ fn fresh_in<A: Algorithm>(algorithm: &A, state: &A::State, now: u64) -> u64 {
     fresh
 }
 
+/// `q` with a period of at least 1 ms, the shortest calendar windows take.
+fn calendar(q: &Quota) -> Quota {
+    Quota::new(q.limit(), q.period().max(Duration::from_millis(1))).named("w")
+}
+
 fn the_fixed_window_decides_in_redis_as_in_memory() {
     let Some(rig) = rig() else { return };
+    // Calendar windows: whole multiples of the period since the epoch (the manual clocks'
+    // wall time is their time).
+    proptest!(config(), |(q in quota(), ops in steps())| {
+        rig.parity(|| RateLimiter::fixed_window(q.clone()).aligned(), (EPOCH, 0), &one_clock(ops))?;
+    });
+    proptest!(config(), |((q, ops) in extreme(MAX))| {
+        let q = calendar(&q);
+        rig.parity(|| RateLimiter::fixed_window(q.clone()).aligned(), (EPOCH, 0), &one_clock(ops))?;
+    });
+    proptest!(config(), |(a in quota(), b in quota(), ops in steps())| {
+        let tiers = || RateLimiter::fixed_window([a.clone(), b.clone()]).aligned();
+        rig.parity(tiers, (EPOCH, 0), &one_clock(ops))?;
+    });
     proptest!(config(), |(q in quota(), ops in steps())| {
         rig.parity(|| RateLimiter::fixed_window(q.clone()), (EPOCH, 0), &one_clock(ops))?;
     });
@@ -411,6 +429,9 @@ fn a_clock_behind_the_newest_request_reads_as_its_time_in_redis_too() {
     let far = (far, (start, 0..=1u64 << 51), sub_windows());
     proptest!(config(), |(((q, ops), clocks, k) in prop_oneof![usual, far])| {
         rig.parity(|| RateLimiter::fixed_window(q.clone()), clocks, &ops)?;
+        // Two wall clocks apart: calendar windows whose start is ahead of the clock.
+        let aligned = calendar(&q);
+        rig.parity(|| RateLimiter::fixed_window(aligned.clone()).aligned(), clocks, &ops)?;
         rig.parity(|| RateLimiter::sliding_window(q.clone()).sub_windows(k), clocks, &ops)?;
         let log = log_quota(&q);
         rig.parity(|| RateLimiter::sliding_log(log.clone()), clocks, &ops)?;
@@ -636,8 +657,55 @@ fn a_malformed_state_is_an_error_not_a_decision() {
     each(&rig, || RateLimiter::sliding_log(q.clone()), &log);
 }
 
+/// On the server's `TIME` (no caller clock), a day's calendar window ends at the next midnight
+/// UTC as the server counts it: the reported `reset_after`, from the moment of the script,
+/// lands on a multiple of a day, read against the local wall clock around the call (the
+/// server runs on this machine).
+fn calendar_windows_follow_the_servers_time() {
+    let Some(rig) = rig() else { return };
+    let day = 86_400 * S;
+    let url = rig.server.url();
+    let store = rig.rt.block_on(RedisStore::connect(&url));
+    let store = store.expect("redis connects").deny_cache(0);
+    let limiter = RateLimiter::fixed_window(Quota::per_day(3).named("daily"))
+        .aligned()
+        .with_store(store);
+    let wall = || tollgate::clock::SystemClock.wall_nanos();
+    let (key, _) = key();
+    for remaining in [2, 1, 0] {
+        let before = wall();
+        let d = rig
+            .rt
+            .block_on(limiter.check(key.clone()))
+            .expect("decided");
+        let after = wall();
+        assert!(d.allowed);
+        assert_eq!(d.remaining, remaining);
+        let midnight = before / day * day + day;
+        if after >= midnight {
+            return; // the test ran across midnight: nothing to compare
+        }
+        let reset = u64::try_from(d.reset_after.as_nanos()).unwrap();
+        // The script ran between `before` and `after` (TIME has microseconds).
+        let at = midnight - reset;
+        assert!(
+            before.saturating_sub(1_000) <= at && at <= after + 1_000,
+            "the window ends {reset} ns after a call made between {before} and {after}"
+        );
+    }
+    let denied = rig.rt.block_on(limiter.check(key)).expect("decided");
+    assert!(!denied.allowed);
+    assert!(denied
+        .retry_after
+        .is_some_and(|r| r <= Duration::from_secs(86_400)));
+}
+
 fn main() -> std::process::ExitCode {
     server::harness(vec![
+        server::needs_redis(
+            "calendar_windows_follow_the_servers_time",
+            calendar_windows_follow_the_servers_time,
+        ),
         server::needs_redis(
             "the_fixed_window_decides_in_redis_as_in_memory",
             the_fixed_window_decides_in_redis_as_in_memory,

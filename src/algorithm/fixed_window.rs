@@ -17,6 +17,10 @@ use crate::{Decision, Quota};
 /// [`SlidingWindow`](super::SlidingWindow) and [`SlidingLog`](super::SlidingLog) close that gap.
 /// The quota's burst is not used.
 ///
+/// [`aligned`](Self::aligned) makes the windows calendar windows: every key's windows start
+/// at whole multiples of `period` since the UNIX epoch in UTC, so "1000 a day" resets for
+/// everyone at midnight UTC and "100 an hour" on the hour.
+///
 /// The reported figures: `remaining = limit − count`; `reset_after` is the time until the
 /// window ends (zero for a key without a window); a denied request may retry when the window
 /// ends, or never, when its cost is above `limit`.
@@ -49,6 +53,8 @@ pub struct FixedWindow {
     limit: u64,
     /// The window length in nanoseconds, at least 1.
     period: u64,
+    /// Windows start at multiples of `period` since the UNIX epoch, on the wall clock.
+    aligned: bool,
 }
 
 /// A key's [`FixedWindow`] state: its window's start and count. 16 bytes per key.
@@ -72,7 +78,65 @@ impl FixedWindow {
             period: u64::try_from(quota.period().as_nanos())
                 .unwrap_or(u64::MAX)
                 .max(1),
+            aligned: false,
         }
+    }
+
+    /// The shortest period [`aligned`](Self::aligned) takes: one millisecond.
+    pub const MIN_ALIGNED_PERIOD: Duration = Duration::from_millis(1);
+
+    /// Calendar windows: each window is `[n × period, (n + 1) × period)` in nanoseconds since
+    /// the UNIX epoch in UTC, the same for every key, instead of starting at the key's first
+    /// request. A day's quota resets at midnight UTC, an hour's on the hour; the headers' `t`
+    /// and `Retry-After` count down to that instant.
+    ///
+    /// Time is then the wall clock ([`Clock::wall_nanos`](crate::clock::Clock::wall_nanos)): the
+    /// system's time in memory, the server's `TIME` in Redis (or the limiter's clock with
+    /// [`RedisStore::with_caller_clock`](crate::store::RedisStore)). The wall clock may be set
+    /// back or forward. Set back, a key's window reads as just opened (no time has passed since
+    /// its start), so nothing more passes and the wait grows by the step; set forward past the
+    /// window's end, the next window opens early, as if that time had passed. Whole seconds
+    /// count from the epoch as UTC counts them (leap seconds are not counted), as `SystemTime`
+    /// and Redis `TIME` do.
+    ///
+    /// All keys reset at the same instant, so clients that wait for it come back together:
+    /// prefer per-key windows (the default) or a sliding window unless the calendar is the
+    /// contract.
+    ///
+    /// # Panics
+    ///
+    /// When the period is shorter than [`MIN_ALIGNED_PERIOD`](Self::MIN_ALIGNED_PERIOD).
+    ///
+    /// ```
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use tollgate::clock::ManualClock;
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// let clock = ManualClock::new();
+    /// // 2026-11-24, 23:00 UTC
+    /// clock.set_wall_time(UNIX_EPOCH + Duration::from_secs(1_795_561_200));
+    /// let limiter = RateLimiter::fixed_window(Quota::per_day(1000)).aligned().with_clock(clock.clone());
+    /// let first = limiter.check_now("user-1");
+    /// assert_eq!(first.reset_after, Duration::from_secs(3600)); // at midnight UTC
+    /// ```
+    #[must_use]
+    #[track_caller]
+    pub fn aligned(self) -> Self {
+        assert!(
+            self.period >= Self::MIN_ALIGNED_PERIOD.as_nanos() as u64,
+            "FixedWindow::aligned: a period of {} ns is too short for calendar windows; use a \
+             period of at least 1 ms",
+            self.period
+        );
+        Self {
+            aligned: true,
+            ..self
+        }
+    }
+
+    /// Whether the windows are calendar windows ([`aligned`](Self::aligned)).
+    pub fn is_aligned(&self) -> bool {
+        self.aligned
     }
 
     /// The limit: how many requests a window holds.
@@ -138,11 +202,14 @@ impl Algorithm for FixedWindow {
                 (next, reset_after)
             }
             None => {
-                let next = FixedWindowState {
-                    start: now,
-                    count: cost,
+                // A calendar window began at the last multiple of the period.
+                let start = if self.aligned {
+                    now - now % self.period
+                } else {
+                    now
                 };
-                (next, Duration::from_nanos(self.period))
+                let next = FixedWindowState { start, count: cost };
+                (next, Duration::from_nanos(self.period - (now - start)))
             }
         };
         // The receipt is the window the request was counted in.
@@ -185,6 +252,11 @@ impl Algorithm for FixedWindow {
     #[inline]
     fn is_fresh(&self, state: &FixedWindowState, now: u64) -> bool {
         self.open_window(state, now).is_none()
+    }
+
+    #[inline]
+    fn wall_clock(&self) -> bool {
+        self.aligned
     }
 }
 

@@ -113,6 +113,16 @@ pub trait Algorithm: Clone + std::fmt::Debug + Send + Sync + 'static {
 
     /// Whether `state` is back to fresh at `now`, so the store may forget the key.
     fn is_fresh(&self, state: &Self::State, now: u64) -> bool;
+
+    /// Whether the algorithm reads the wall clock ([`Clock::wall_nanos`](crate::clock::Clock::wall_nanos):
+    /// nanoseconds since the UNIX epoch) rather than the clock's monotonic time: calendar
+    /// windows ([`FixedWindow::aligned`]) do. A limiter then hands every check and refund the
+    /// wall-clock time; the Redis store decides on the server's `TIME`, which is wall-clock
+    /// time already.
+    #[inline]
+    fn wall_clock(&self) -> bool {
+        false
+    }
 }
 
 /// An algorithm that can shape instead of reject: a request that would pass within a wait
@@ -163,6 +173,30 @@ impl SubWindows for SlidingWindow {
 impl<A: SubWindows> SubWindows for Tiered<A> {
     fn with_sub_windows(&self, k: usize) -> Self {
         Tiered::new(self.tiers().iter().map(|t| t.with_sub_windows(k)))
+    }
+}
+
+/// An algorithm whose windows can follow the calendar ([`FixedWindow::aligned`]).
+pub trait Aligned: Algorithm {
+    /// The same algorithm with windows aligned on the UNIX epoch.
+    ///
+    /// # Panics
+    ///
+    /// When a period is too short to align ([`FixedWindow::aligned`]).
+    #[must_use]
+    #[track_caller]
+    fn with_aligned_windows(&self) -> Self;
+}
+
+impl Aligned for FixedWindow {
+    fn with_aligned_windows(&self) -> Self {
+        (*self).aligned()
+    }
+}
+
+impl<A: Aligned> Aligned for Tiered<A> {
+    fn with_aligned_windows(&self) -> Self {
+        Tiered::new(self.tiers().iter().map(Aligned::with_aligned_windows))
     }
 }
 

@@ -218,6 +218,10 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
         let fresh = A::State::default();
         (0..self.tiers.len()).all(|i| self.tiers[i].is_fresh(state.get(i, &fresh), now))
     }
+
+    fn wall_clock(&self) -> bool {
+        self.tiers.iter().any(Algorithm::wall_clock)
+    }
 }
 
 /// One quota, or several that must all allow a request ([`Tiered`]): what the limiter and

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::store::{Backend, ConfiguredStore, StoreConfig};
 use super::{duration, ConfigError, KeyConfig};
+use crate::algorithm::FixedWindow;
 use crate::layer::{Kind, Recipe};
 use crate::{HeaderPlacement, HeaderStyle, Quota, RateLimitLayer};
 
@@ -26,6 +27,7 @@ use crate::{HeaderPlacement, HeaderStyle, Quota, RateLimitLayer};
 /// | `status` | `429` | the status of denials, a 4xx or 5xx ([`RateLimitLayer::status`]) |
 /// | `max_delay` | | shape instead of refusing, up to this wait, such as `"250ms"` (gcra and token_bucket; [`RateLimitLayer::max_delay`]) |
 /// | `sub_windows` | `1` | counters per period, 1 to 64 (sliding_window; [`RateLimitLayer::sub_windows`]) |
+/// | `aligned` | `false` | calendar windows, starting at multiples of the period since the UNIX epoch in UTC (fixed_window; [`RateLimitLayer::aligned`]) |
 /// | `dry_run` | `false` | never deny; log and report would-be denials ([`RateLimitLayer::dry_run`]) |
 /// | `store` | memory | where state lives: see [`StoreConfig`] |
 ///
@@ -79,6 +81,9 @@ pub struct LimitConfig {
     /// The sliding window's counters per period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub_windows: Option<usize>,
+    /// Calendar windows (the fixed window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aligned: Option<bool>,
     /// Report would-be denials without denying.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,
@@ -257,6 +262,33 @@ impl LimitConfig {
                 ));
             }
             recipe.sub_windows = Some(k);
+        }
+        if self.aligned == Some(true) {
+            if kind != Kind::FixedWindow {
+                return Err(ConfigError::bare(
+                    "aligned",
+                    true,
+                    format!(
+                        "calendar windows are the fixed window's; this limit's algorithm is \"{}\"",
+                        kind.name()
+                    ),
+                ));
+            }
+            if let Some(short) = recipe
+                .quotas
+                .iter()
+                .find(|q| q.period() < FixedWindow::MIN_ALIGNED_PERIOD)
+            {
+                return Err(ConfigError::bare(
+                    "aligned",
+                    true,
+                    format!(
+                        "the quota \"{short}\" has a period shorter than 1 ms, too short for \
+                         calendar windows; use a longer period or leave aligned unset"
+                    ),
+                ));
+            }
+            recipe.aligned = true;
         }
         Ok(recipe)
     }

@@ -180,7 +180,7 @@ impl RateLimitLayer {
             None => panic!(
                 "RateLimitLayer::{method}: this layer was made by from_limiter, which keeps the \
                  limiter as it was built; set the store and clock on the RateLimiter \
-                 (with_store, with_clock, max_delay, sub_windows) before from_limiter, or build \
+                 (with_store, with_clock, max_delay, sub_windows, aligned) before from_limiter, or build \
                  the layer with an algorithm constructor such as RateLimitLayer::gcra"
             ),
         }
@@ -220,6 +220,43 @@ impl RateLimitLayer {
         );
         let recipe = Recipe {
             sub_windows: Some(k),
+            ..recipe.clone()
+        };
+        let (store, clock) = self.parts();
+        self.rebuilt(recipe, store, clock)
+    }
+
+    /// Calendar windows for a fixed window: every window starts at a whole multiple of its
+    /// period since the UNIX epoch in UTC, the same instant for every client, so
+    /// `Quota::per_day(1000)` resets at midnight UTC and the headers' `t` counts down to it.
+    /// Time is then the wall clock (the Redis server's `TIME` with a [`RedisStore`]). See
+    /// [`FixedWindow::aligned`](crate::algorithm::FixedWindow::aligned).
+    ///
+    /// ```
+    /// use tollgate::{Quota, RateLimitLayer};
+    ///
+    /// let daily = RateLimitLayer::fixed_window(Quota::per_day(1000)).aligned();
+    /// # let _ = daily;
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the layer's algorithm is not the fixed window, or a period is shorter than a
+    /// millisecond.
+    ///
+    /// [`RedisStore`]: crate::store
+    #[must_use]
+    #[track_caller]
+    pub fn aligned(self) -> Self {
+        let recipe = self.recipe_for("aligned");
+        assert!(
+            recipe.kind == Kind::FixedWindow,
+            "RateLimitLayer::aligned: calendar windows are the fixed window's; this layer's \
+             algorithm is {}",
+            recipe.kind.name()
+        );
+        let recipe = Recipe {
+            aligned: true,
             ..recipe.clone()
         };
         let (store, clock) = self.parts();

@@ -98,7 +98,7 @@ where
 
     #[inline]
     fn now(&self) -> u64 {
-        self.clock().now_nanos()
+        self.now_nanos()
     }
 
     fn sleep(&self, delay: Duration) -> Sleep {

@@ -69,6 +69,8 @@ pub(crate) struct Recipe {
     pub(crate) max_delay: Option<Duration>,
     /// Counters per period (the sliding window).
     pub(crate) sub_windows: Option<usize>,
+    /// Calendar windows (the fixed window).
+    pub(crate) aligned: bool,
 }
 
 impl Recipe {
@@ -79,6 +81,7 @@ impl Recipe {
             quotas: quotas.into(),
             max_delay: None,
             sub_windows: None,
+            aligned: false,
         }
     }
 
@@ -176,6 +179,14 @@ impl Clock for LayerClock {
             LayerClock::Other(clock) => clock.sleep(duration),
         }
     }
+
+    #[inline]
+    fn wall_nanos(&self) -> u64 {
+        match self {
+            LayerClock::System => SystemClock.wall_nanos(),
+            LayerClock::Other(clock) => clock.wall_nanos(),
+        }
+    }
 }
 
 /// Makes limiters from recipes over one store.
@@ -223,6 +234,7 @@ impl<St: LayerStore> Bind for Binder<St> {
         let (store, clock) = (self.0.clone(), clock.clone());
         let max_delay = recipe.max_delay;
         let sub_windows = recipe.sub_windows;
+        let aligned = recipe.aligned;
         Ok(match recipe.kind {
             Kind::Gcra => limiter!(recipe, store, clock, shared, |q: &Quota| {
                 let gcra = Gcra::new(q);
@@ -233,7 +245,14 @@ impl<St: LayerStore> Bind for Binder<St> {
                 max_delay.map_or(bucket, |d| bucket.max_delay(d))
             }),
             Kind::LeakyBucket => limiter!(recipe, store, clock, shared, LeakyBucket::new),
-            Kind::FixedWindow => limiter!(recipe, store, clock, shared, FixedWindow::new),
+            Kind::FixedWindow => limiter!(recipe, store, clock, shared, |q: &Quota| {
+                let window = FixedWindow::new(q);
+                if aligned {
+                    window.aligned()
+                } else {
+                    window
+                }
+            }),
             Kind::SlidingWindow => limiter!(recipe, store, clock, shared, |q: &Quota| {
                 let window = SlidingWindow::new(q);
                 sub_windows.map_or(window, |k| window.sub_windows(k))

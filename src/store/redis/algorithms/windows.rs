@@ -12,7 +12,8 @@ const LIMIT_AND_PERIOD: &[(&str, &str)] = &[
     ("period (in ns)", "a shorter period"),
 ];
 
-/// Parameters: the limit and the period (ns), each below 2^53 (104 days).
+/// Parameters: the limit and the period (ns), each below 2^53 (104 days), and 1 for calendar
+/// windows ([`FixedWindow::aligned`]; the period is then at least 1 ms), else 0.
 ///
 /// The script is exact while a key's window starts at most 2^53 ns, less the period, after the
 /// clock's reading (it always does on one clock that does not jump back by weeks); a window
@@ -21,14 +22,24 @@ impl RedisAlgorithm for FixedWindow {
     const LUA: &'static str = concat!(
         include_str!("../lua/windows.lua"),
         "\n",
+        include_str!("../lua/wide.lua"),
+        "\n",
         include_str!("../lua/fixed_window.lua")
     );
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "fixed_window";
-    const FIGURES: &'static [(&'static str, &'static str)] = LIMIT_AND_PERIOD;
+    const FIGURES: &'static [(&'static str, &'static str)] = &[
+        ("limit", "a smaller limit"),
+        ("period (in ns)", "a shorter period"),
+        ("calendar flag", "no calendar windows"),
+    ];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
-        tiers.push(RedisTier::new(self, [self.limit(), self.period_nanos()]));
+        let aligned = u64::from(self.is_aligned());
+        tiers.push(RedisTier::new(
+            self,
+            [self.limit(), self.period_nanos(), aligned],
+        ));
     }
 }
 

@@ -1,13 +1,26 @@
 -- Fixed window, mirrored from src/algorithm/fixed_window.rs: the state is the window's start
 -- and the cost admitted in it, stored as '<start ns>:<count>'. Parameters: the limit, and the
--- period in ns, both below 2^53. Counts are at most 2^53 (decode checks them), and so is every
+-- period in ns, both below 2^53, and 1 for calendar windows (the period at least 1 ms), which
+-- start at whole multiples of the period since the Unix epoch. Counts are at most 2^53 (decode checks them), and so is every
 -- wait: a window that starts so far after now that its end would not be is refused (only a
 -- clock that jumped back by weeks sees one). A start long past may be inexact, but it is
 -- then more than a period past, exactly as it should read.
-local ALG = { TAG = 'fw', NPARAMS = 2 }
+local ALG = { TAG = 'fw', NPARAMS = 3 }
 
 function ALG.params(argv, i)
-  return { limit = tonumber(argv[i]), period = tonumber(argv[i + 1]) }
+  return { limit = tonumber(argv[i]), period = tonumber(argv[i + 1]), aligned = argv[i + 2] == '1' }
+end
+
+-- Where a window opened at `now` (relative) starts: `now`, or for calendar windows the last
+-- multiple of the period since the epoch, now - ((NOW_S * 10^9 + now) mod period), in wide
+-- integers: the quotient is below 2^53 for a period of 1 ms or more, so it is exact.
+local function window_start(now, p)
+  if not p.aligned then
+    return now
+  end
+  local abs = wadd(WNOW, wide(now - NOW))
+  local phase = wsub(abs, wmul(wdiv(abs, p.period), p.period))
+  return now - wnum(phase)
 end
 
 -- A key without a window (count 0: the start is never read).
@@ -60,7 +73,8 @@ function ALG.check(state, now, cost, p)
     return allow(remaining - cost, reset_after, 0, tformat(state.start)),
       { start = state.start, count = count + cost }
   end
-  return allow(remaining - cost, p.period, 0, tformat(now)), { start = now, count = cost }
+  local start = window_start(now, p)
+  return allow(remaining - cost, p.period - (now - start), 0, tformat(start)), { start = start, count = cost }
 end
 
 -- Takes the admission back from its window's count (never below zero), while that window
