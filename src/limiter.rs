@@ -305,6 +305,17 @@ where
         }
     }
 
+    /// The same limiter over another table of its store.
+    pub(crate) fn with_table(&self, table: St::Table) -> Self
+    where
+        C: Clone,
+    {
+        Self {
+            table,
+            ..self.clone()
+        }
+    }
+
     /// The time decisions are made at, in nanoseconds: the clock's monotonic time, or its wall
     /// clock for an algorithm that reads it ([`Algorithm::wall_clock`]: calendar windows).
     #[inline]

@@ -60,9 +60,53 @@ async fn two_servers_share_one_limit_per_client_ip() {
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
 }
 
+/// The Redis store cannot carry each key's usage over to new quotas: `Handle::set_quotas`
+/// refuses, and the old quotas stay in force (never a fresh budget for every client).
+async fn new_quotas_on_redis_are_refused_and_change_nothing() {
+    let Some(redis) = server::RedisServer::start() else {
+        return;
+    };
+    let store = server::closed_on_caller_clock(&redis.url()).await;
+    let layer = RateLimitLayer::gcra(Quota::per_minute(1).named("live"))
+        .store(store)
+        .key(tollgate::key::Global)
+        .clock(ManualClock::new());
+    let handle = layer.handle();
+    let url = serve(
+        Router::new()
+            .route("/", get(|| async { "hello" }))
+            .layer(layer),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    assert_eq!(
+        client.get(&url).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    let refused = handle
+        .set_quotas(Quota::per_minute(100).named("live"))
+        .unwrap_err();
+    assert_eq!(refused.kind(), tollgate::ErrorKind::Misconfigured);
+    assert!(
+        refused
+            .to_string()
+            .contains("cannot change a limiter's quotas"),
+        "{refused}"
+    );
+    assert_eq!(handle.quotas(), [Quota::per_minute(1).named("live")]);
+    let denied = client.get(&url).send().await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
 fn main() -> std::process::ExitCode {
-    server::harness(vec![server::needs_redis_async(
-        "two_servers_share_one_limit_per_client_ip",
-        two_servers_share_one_limit_per_client_ip,
-    )])
+    server::harness(vec![
+        server::needs_redis_async(
+            "two_servers_share_one_limit_per_client_ip",
+            two_servers_share_one_limit_per_client_ip,
+        ),
+        server::needs_redis_async(
+            "new_quotas_on_redis_are_refused_and_change_nothing",
+            new_quotas_on_redis_are_refused_and_change_nothing,
+        ),
+    ])
 }

@@ -123,6 +123,23 @@ pub trait Algorithm: Clone + std::fmt::Debug + Send + Sync + 'static {
     fn wall_clock(&self) -> bool {
         false
     }
+
+    /// A key's state under `self` when its quotas change from `from`'s to `self`'s at `now`
+    /// (a live layer's [`Handle::set_quotas`](crate::layer::Handle::set_quotas)): the key keeps
+    /// what it used, counted in requests, not a fresh budget.
+    ///
+    /// The default reads what the key used under `from` (what a fresh key could take at once,
+    /// less what this one can: [`Decision::remaining`]) and charges it again at `now` on a fresh
+    /// state of `self`, up to what a fresh key may take at once. So a key that used 2 of 2 a
+    /// minute and moves to 10 a minute has 8 left; one that used 1 of 10 and moves to 2 has 1
+    /// left; one that used 8 of 10 and moves to 2 has none, and gets more as `self` gives them
+    /// back. Usage is charged as of `now`, so it comes back on `self`'s schedule from then:
+    /// never sooner than a key that had always been under `self` would get it back after using
+    /// as much at `now`, and a key never gets more, over the change, than `from` allowed before
+    /// it and `self` allows after it.
+    fn carried(&self, from: &Self, state: &Self::State, now: u64) -> Self::State {
+        charged(self, used(from, state, now), now)
+    }
 }
 
 /// An algorithm that can shape instead of reject: a request that would pass within a wait
@@ -173,6 +190,31 @@ impl SubWindows for SlidingWindow {
 impl<A: SubWindows> SubWindows for Tiered<A> {
     fn with_sub_windows(&self, k: usize) -> Self {
         Tiered::new(self.tiers().iter().map(|t| t.with_sub_windows(k)))
+    }
+}
+
+/// What a key whose state under `algorithm` is `state` has used at `now`, in requests: what a
+/// fresh key could take at once, less what this one can.
+pub(crate) fn used<A: Algorithm>(algorithm: &A, state: &A::State, now: u64) -> u64 {
+    let could = algorithm
+        .check(&A::State::default(), now, 0)
+        .decision
+        .remaining;
+    let can = algorithm.check(state, now, 0).decision.remaining;
+    could.saturating_sub(can)
+}
+
+/// The state under `algorithm` of a key charged `used` requests at `now`, up to what a fresh key
+/// may take at once.
+pub(crate) fn charged<A: Algorithm>(algorithm: &A, used: u64, now: u64) -> A::State {
+    let fresh = A::State::default();
+    let room = algorithm.check(&fresh, now, 0).decision.remaining;
+    match used.min(room) {
+        0 => fresh,
+        charge => algorithm
+            .check(&fresh, now, charge)
+            .state
+            .unwrap_or_default(),
     }
 }
 

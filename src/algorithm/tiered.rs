@@ -222,6 +222,27 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
     fn wall_clock(&self) -> bool {
         self.tiers.iter().any(Algorithm::wall_clock)
     }
+
+    /// Every tier is charged the most that any tier of `from` shows the key used, up to what
+    /// it allows at once ([`Algorithm::carried`]): no tier starts fresh for a key that used
+    /// anything, whatever the tiers' order or number. A short tier charged with a long one's
+    /// usage holds a busy key back for at most one of its own periods.
+    fn carried(&self, from: &Self, state: &Self::State, now: u64) -> Self::State {
+        let fresh = A::State::default();
+        let used = (0..from.tiers.len())
+            .map(|i| super::used(&from.tiers[i], state.get(i, &fresh), now))
+            .max()
+            .unwrap_or(0);
+        if used == 0 {
+            return Self::State::default();
+        }
+        let mut next = Self::State::default();
+        let states = next.sized(self.tiers.len());
+        for (tier, s) in self.tiers.iter().zip(states.iter_mut()) {
+            *s = super::charged(tier, used, now);
+        }
+        next
+    }
 }
 
 /// One quota, or several that must all allow a request ([`Tiered`]): what the limiter and
@@ -245,6 +266,14 @@ pub trait Quotas {
     ///
     /// When there is no quota.
     fn build<A: Algorithm>(self, make: impl Fn(&Quota) -> A) -> (Vec<Quota>, Self::Algorithm<A>);
+
+    /// The quotas in order, with no algorithm made (an empty list is returned as it is).
+    fn into_quotas(self) -> Vec<Quota>
+    where
+        Self: Sized,
+    {
+        self.build(super::Gcra::new).0
+    }
 }
 
 impl Quotas for Quota {
@@ -253,6 +282,10 @@ impl Quotas for Quota {
     fn build<A: Algorithm>(self, make: impl Fn(&Quota) -> A) -> (Vec<Quota>, A) {
         let algorithm = make(&self);
         (vec![self], algorithm)
+    }
+
+    fn into_quotas(self) -> Vec<Quota> {
+        vec![self]
     }
 }
 
@@ -263,6 +296,10 @@ impl Quotas for Vec<Quota> {
         let algorithm = Tiered::new(self.iter().map(make));
         (self, algorithm)
     }
+
+    fn into_quotas(self) -> Vec<Quota> {
+        self
+    }
 }
 
 impl<const N: usize> Quotas for [Quota; N] {
@@ -270,6 +307,10 @@ impl<const N: usize> Quotas for [Quota; N] {
 
     fn build<A: Algorithm>(self, make: impl Fn(&Quota) -> A) -> (Vec<Quota>, Tiered<A>) {
         Vec::from(self).build(make)
+    }
+
+    fn into_quotas(self) -> Vec<Quota> {
+        Vec::from(self)
     }
 }
 

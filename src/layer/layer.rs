@@ -6,11 +6,11 @@ use http::{Response, StatusCode};
 use tower_layer::Layer;
 
 use super::answer::{answer, AnswerBody};
+use super::handle::{Handle, Live};
 use super::headers::{HeaderPlacement, HeaderStyle, Headers};
 use super::limit::Limit;
 use super::per_key::{self, Maker, PerKey, Plan, Select};
 use super::recipe::{Bind, Binder, Kind, LayerClock, LayerStore, Recipe};
-use super::response::Responder;
 use super::response::{OnKeyError, OnLimited, Settings};
 use super::shared::{Cost, Shared};
 use super::RateLimit;
@@ -48,7 +48,11 @@ use crate::{Decision, Key, Quota, RateLimiter};
 pub struct RateLimitLayer {
     /// How the limiter is made; `None` for a limiter built by hand ([`from_limiter`](Self::from_limiter)).
     recipe: Option<Recipe>,
+    /// The limiter as the layer was built (its quotas may have changed since: `live`).
     limiter: Arc<dyn Limit>,
+    /// The limiter of now, shared with the layer's [`Handle`]s and services; made again when
+    /// the algorithm, store or clock change.
+    live: Arc<Live>,
     /// The store, as a maker of limiters (for a new clock, options, or plans).
     store: Option<Arc<dyn Bind>>,
     clock: LayerClock,
@@ -131,9 +135,16 @@ impl RateLimitLayer {
         let store: Arc<dyn Bind> = Arc::new(Binder(MemoryStore::new()));
         let clock = LayerClock::System;
         let limiter = bound(&*store, &recipe, &clock);
+        let live = Arc::new(Live::new(
+            limiter.clone(),
+            Some(recipe.clone()),
+            Some(store.clone()),
+            clock.clone(),
+        ));
         Self {
             recipe: Some(recipe),
             limiter,
+            live,
             store: Some(store),
             clock,
             key: Arc::new(PeerIp),
@@ -159,9 +170,11 @@ impl RateLimitLayer {
         St: Store<A>,
         C: Clock + Clone,
     {
+        let limiter: Arc<dyn Limit> = Arc::new(limiter);
         Self {
             recipe: None,
-            limiter: Arc::new(limiter),
+            live: Arc::new(Live::new(limiter.clone(), None, None, LayerClock::System)),
+            limiter,
             store: None,
             clock: LayerClock::System,
             key: Arc::new(PeerIp),
@@ -190,6 +203,12 @@ impl RateLimitLayer {
     #[track_caller]
     fn rebuilt(mut self, recipe: Recipe, store: Arc<dyn Bind>, clock: LayerClock) -> Self {
         self.limiter = bound(&*store, &recipe, &clock);
+        self.live = Arc::new(Live::new(
+            self.limiter.clone(),
+            Some(recipe.clone()),
+            Some(store.clone()),
+            clock.clone(),
+        ));
         self.recipe = Some(recipe);
         self.store = Some(store);
         self.clock = clock;
@@ -749,31 +768,53 @@ impl RateLimitLayer {
         self.limiter.quotas()
     }
 
+    /// The layer's [`Handle`]: its quotas changed live, for every service it made and makes.
+    ///
+    /// Take it once the algorithm, its options, the store and the clock are set (those make a
+    /// new limiter, which a handle taken before does not reach); the key, answers, headers and
+    /// the other settings may change after. Clones of the layer share it, as they share state.
+    ///
+    /// ```
+    /// use tollgate::{Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::gcra(Quota::per_minute(60));
+    /// let handle = layer.handle();
+    /// // `.layer(..)` the layer into a router, keep `handle` for an admin route:
+    /// handle.set_quotas(Quota::per_minute(600))?;
+    /// assert_eq!(handle.quotas(), [Quota::per_minute(600)]);
+    /// # Ok::<(), tollgate::Error>(())
+    /// ```
+    pub fn handle(&self) -> Handle {
+        Handle {
+            live: self.live.clone(),
+        }
+    }
+
     /// What the services of this layer share, made on first use.
     fn shared(&self) -> Arc<Shared> {
         self.built
             .get_or_init(|| {
-                let responder =
-                    Arc::new(Responder::for_limit(&self.limiter, self.settings.clone()));
-                let per_key = match (&self.select, &self.recipe) {
-                    (Some(select), Some(recipe)) => {
-                        let (store, clock) = self.parts();
-                        let maker = Maker {
-                            recipe: recipe.clone(),
-                            store,
-                            clock,
-                            settings: self.settings.clone(),
-                        };
-                        Some(PerKey::new(select.clone(), maker))
-                    }
-                    _ => None,
-                };
-                Arc::new(Shared {
-                    limiter: self.limiter.clone(),
-                    key: self.key.clone(),
-                    responder,
-                    per_key,
-                    cost: self.cost.clone(),
+                self.live.serve(|limiter| {
+                    let per_key = match (&self.select, &self.recipe) {
+                        (Some(select), Some(recipe)) => {
+                            let (store, clock) = self.parts();
+                            let maker = Maker {
+                                recipe: recipe.clone(),
+                                store,
+                                clock,
+                                settings: self.settings.clone(),
+                            };
+                            Some(PerKey::new(select.clone(), maker))
+                        }
+                        _ => None,
+                    };
+                    Arc::new(Shared::new(
+                        limiter,
+                        self.settings.clone(),
+                        self.key.clone(),
+                        per_key,
+                        self.cost.clone(),
+                    ))
                 })
             })
             .clone()

@@ -1,8 +1,10 @@
 //! The limiter behind a layer, as an object: whatever its algorithm, store and clock.
 
+use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -79,13 +81,29 @@ pub(crate) trait Limit: Send + Sync + 'static {
 
     /// The limiter's `Debug` form.
     fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
+
+    /// The limiter, for [`inherit`](Self::inherit) to find its type.
+    fn as_any(&self) -> &dyn Any;
+
+    /// This limiter (new quotas for the same algorithm, store and clock) taking over from
+    /// `previous`: each key keeps what it used there ([`Store::succeed`]).
+    ///
+    /// # Errors
+    ///
+    /// When `previous` is not a limiter of the same type (one quota against tiers), or the
+    /// store cannot carry usage over.
+    fn inherit(&self, previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error>;
+
+    /// This limiter once it has carried over every key of the limiter it took over from
+    /// ([`Store::settle`]).
+    fn settled(&self) -> Arc<dyn Limit>;
 }
 
 impl<A, St, C> Limit for RateLimiter<A, St, C>
 where
     A: Algorithm,
     St: Store<A>,
-    C: Clock,
+    C: Clock + Clone,
 {
     #[inline]
     fn check(&self, key: Key, now: u64, cost: u64) -> Check {
@@ -115,6 +133,29 @@ where
 
     fn refunds(&self) -> bool {
         self.algorithm().refunds()
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn inherit(&self, previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error> {
+        let Some(previous) = previous.as_any().downcast_ref::<Self>() else {
+            return Err(Error::misconfigured(
+                "the new quotas are decided differently from the old ones (one quota against \
+                 tiers): give as many quotas as the limit was built with, or build the layer \
+                 with a list of quotas (tiers) to change how many there are",
+            ));
+        };
+        let table = self
+            .store()
+            .succeed(previous.table(), self.algorithm(), self.now_nanos())?;
+        Ok(Arc::new(self.with_table(table)))
+    }
+
+    fn settled(&self) -> Arc<dyn Limit> {
+        let table = self.store().settle(self.table(), self.now_nanos());
+        Arc::new(self.with_table(table))
     }
 
     fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

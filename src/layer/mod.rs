@@ -72,6 +72,7 @@
 mod answer;
 mod body;
 mod future;
+mod handle;
 mod headers;
 #[allow(clippy::module_inception)]
 mod layer;
@@ -87,6 +88,7 @@ mod text;
 pub use self::answer::{AnswerBody, BoxError};
 pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
+pub use self::handle::Handle;
 pub use self::headers::{HeaderPlacement, HeaderStyle};
 pub use self::layer::RateLimitLayer;
 pub use self::per_key::Plan;

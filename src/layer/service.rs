@@ -57,7 +57,7 @@ impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
-            .field("policy", &self.shared.limiter.policy())
+            .field("policy", &self.shared.active.load().limiter.policy())
             .finish_non_exhaustive()
     }
 }
@@ -79,40 +79,40 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
-        let responder = shared.responder.clone();
+        let active = shared.active.load();
+        let responder = active.responder.clone();
         let key = match shared.key.extract(RequestHead::new(&req)) {
             Ok(Some(key)) => key,
             Ok(None) => return ResponseFuture::unlimited(self.inner.call(req), responder),
             Err(error) => {
-                shared.responder.observer().count("key_error");
+                responder.observer().count("key_error");
                 log_key_error(&error);
                 // Answered here: the readiness `poll_ready` took (a permit) is given back.
                 self.inner = self.inner.clone();
-                return ResponseFuture::answered(
-                    shared.responder.key_error(&error, &req),
-                    responder,
-                );
+                return ResponseFuture::answered(responder.key_error(&error, &req), responder);
             }
         };
         let policy = match &shared.per_key {
-            Some(per_key) => match per_key.policy(&key, RequestHead::new(&req)) {
-                Ok(policy) => policy,
-                // A plan the store refuses: refused as by a store that fails closed.
-                Err(error) => {
-                    shared.responder.observer().count("store_error");
-                    self.inner = self.inner.clone();
-                    let grpc = shared.responder.grpc(&req);
-                    return ResponseFuture::answered(
-                        response::store_error(&error, grpc).map(Into::into),
-                        responder,
-                    );
+            Some(per_key) => {
+                match per_key.policy(&key, RequestHead::new(&req), active.limiter.quotas()) {
+                    Ok(policy) => policy,
+                    // A plan the store refuses: refused as by a store that fails closed.
+                    Err(error) => {
+                        responder.observer().count("store_error");
+                        self.inner = self.inner.clone();
+                        let grpc = responder.grpc(&req);
+                        return ResponseFuture::answered(
+                            response::store_error(&error, grpc).map(Into::into),
+                            responder,
+                        );
+                    }
                 }
-            },
+            }
             None => None,
         };
         let (limiter, responder) = match &policy {
             Some(policy) => (&policy.limiter, policy.responder.clone()),
-            None => (&shared.limiter, responder),
+            None => (&active.limiter, responder),
         };
         let cost = shared.cost(&key, RequestHead::new(&req));
         // With `count_if`, a request whose response does not count gives back what it took.

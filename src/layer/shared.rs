@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+
 use super::limit::Limit;
 use super::per_key::PerKey;
-use super::response::Responder;
+use super::response::{Responder, Settings};
 use crate::key::{KeyExtractor, RequestHead};
 use crate::Key;
 
@@ -14,16 +16,54 @@ pub(crate) type Cost = dyn Fn(&Key, RequestHead<'_>) -> u64 + Send + Sync;
 
 /// Everything a [`RateLimit`](super::RateLimit) service needs besides its inner service.
 pub(crate) struct Shared {
-    pub(crate) limiter: Arc<dyn Limit>,
+    /// The limiter of now and its answers, replaced whole when the quotas change
+    /// ([`Handle::set_quotas`](super::Handle::set_quotas)).
+    pub(crate) active: ArcSwap<Active>,
+    /// The settings the answers are made with.
+    settings: Settings,
     pub(crate) key: Arc<dyn KeyExtractor>,
-    pub(crate) responder: Arc<Responder>,
     /// Per-key quotas, when the layer has a `quota_for` selector.
     pub(crate) per_key: Option<PerKey>,
     /// The cost of each request; `None`: 1.
     pub(crate) cost: Option<Arc<Cost>>,
 }
 
+/// A limiter and the answers made for its quotas and policy.
+pub(crate) struct Active {
+    pub(crate) limiter: Arc<dyn Limit>,
+    pub(crate) responder: Arc<Responder>,
+}
+
+impl Active {
+    fn new(limiter: Arc<dyn Limit>, settings: &Settings) -> Self {
+        let responder = Arc::new(Responder::for_limit(&limiter, settings.clone()));
+        Self { limiter, responder }
+    }
+}
+
 impl Shared {
+    pub(crate) fn new(
+        limiter: Arc<dyn Limit>,
+        settings: Settings,
+        key: Arc<dyn KeyExtractor>,
+        per_key: Option<PerKey>,
+        cost: Option<Arc<Cost>>,
+    ) -> Self {
+        Self {
+            active: ArcSwap::from_pointee(Active::new(limiter, &settings)),
+            settings,
+            key,
+            per_key,
+            cost,
+        }
+    }
+
+    /// Puts `limiter` in force for the requests that come next.
+    pub(crate) fn put(&self, limiter: Arc<dyn Limit>) {
+        self.active
+            .store(Arc::new(Active::new(limiter, &self.settings)));
+    }
+
     /// The cost of a request for `key` with `head`.
     #[inline]
     pub(crate) fn cost(&self, key: &Key, head: RequestHead<'_>) -> u64 {

@@ -94,4 +94,35 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
         now: u64,
         cost: u64,
     ) -> Self::Future;
+
+    /// A table for `algorithm` (the same algorithm with new quotas) that takes over from
+    /// `previous` at `now`: each key keeps what it used there, counted in requests
+    /// ([`Algorithm::carried`]). What a live layer's
+    /// [`Handle::set_quotas`](crate::layer::Handle::set_quotas) asks of its store.
+    ///
+    /// # Errors
+    ///
+    /// The default: an error of kind [`Misconfigured`](crate::ErrorKind::Misconfigured), for a
+    /// store that cannot carry usage over (its limits are changed by building new limiters,
+    /// which start every key fresh).
+    fn succeed(
+        &self,
+        previous: &Self::Table,
+        algorithm: &A,
+        now: u64,
+    ) -> Result<Self::Table, Error> {
+        let _ = (previous, algorithm, now);
+        Err(Error::misconfigured(
+            "this store cannot change a limiter's quotas while keeping what each key used; \
+             build a new limiter (or layer) with the new quotas instead",
+        ))
+    }
+
+    /// `table` (made by [`succeed`](Self::succeed)) once it has carried over what every key
+    /// used in the table it took over from, which it no longer needs. Called once the new
+    /// table is in use; the default returns it as it is.
+    fn settle(&self, table: &Self::Table, now: u64) -> Self::Table {
+        let _ = now;
+        table.clone()
+    }
 }

@@ -40,6 +40,12 @@ pub trait StateCell<A: MemoryAlgorithm>: Default + Send + Sync + 'static {
 
     /// The key's standing at `now`: the decision for a request of cost 0.
     fn peek(&self, algorithm: &A, now: u64) -> Decision;
+
+    /// A copy of the state in the cell.
+    fn state(&self) -> A::State;
+
+    /// Replaces the state in the cell.
+    fn set_state(&self, state: A::State);
 }
 
 /// A `u64` state updated by compare-and-swap: requests for one key never block each other and
@@ -109,6 +115,14 @@ impl<A: MemoryAlgorithm<State = u64>> StateCell<A> for AtomicCell {
     fn peek(&self, algorithm: &A, now: u64) -> Decision {
         algorithm.check(&self.load(), now, 0).decision
     }
+
+    fn state(&self) -> u64 {
+        self.load()
+    }
+
+    fn set_state(&self, state: u64) {
+        self.0.store(state, Ordering::Release);
+    }
 }
 
 /// A state of any type under a small lock of its own per key. The lock is held only while the
@@ -155,5 +169,13 @@ impl<A: MemoryAlgorithm> StateCell<A> for LockedCell<A::State> {
 
     fn peek(&self, algorithm: &A, now: u64) -> Decision {
         algorithm.check(&self.lock(), now, 0).decision
+    }
+
+    fn state(&self) -> A::State {
+        self.lock().clone()
+    }
+
+    fn set_state(&self, state: A::State) {
+        *self.lock() = state;
     }
 }

@@ -254,6 +254,20 @@ impl<V: Default> Shards<V> {
         forget: &impl Forget<V>,
         f: impl FnOnce(&V) -> R,
     ) -> R {
+        self.get_or_insert_from(hash, key, forget, |_| {}, f)
+    }
+
+    /// [`get_or_insert_with`](Self::get_or_insert_with), running `init` on the cell first when
+    /// this call inserts it (under the same write lock, so no other call sees the cell before
+    /// `init` has run).
+    pub(crate) fn get_or_insert_from<R>(
+        &self,
+        hash: u64,
+        key: Key,
+        forget: &impl Forget<V>,
+        init: impl FnOnce(&V),
+        f: impl FnOnce(&V) -> R,
+    ) -> R {
         let mut tables = self
             .shard(hash)
             .write()
@@ -294,7 +308,29 @@ impl<V: Default> Shards<V> {
                     .1
             }
         };
+        init(cell);
         f(cell)
+    }
+
+    /// Each key and what `f` reads of its cell, one shard at a time (read under the shard's
+    /// read lock, handed to `each` after it is released).
+    pub(crate) fn for_each<T>(&self, f: impl Fn(&V) -> T, mut each: impl FnMut(Key, T)) {
+        for shard in &*self.shards {
+            let entries: Vec<(Key, T)> = {
+                let tables = shard.tables.read().unwrap_or_else(PoisonError::into_inner);
+                let v4 = tables
+                    .v4
+                    .iter()
+                    .map(|e| (Key::from(Ipv4Addr::from(e.0.to_ne_bytes())), f(&e.1)));
+                let v6 = tables.v6.iter().map(|e| (v6_key(e.0), f(&e.1)));
+                let ints = tables.ints.iter().map(|e| (Key::from(e.0), f(&e.1)));
+                let other = tables.other.iter().map(|e| (e.0.clone(), f(&e.1)));
+                v4.chain(v6).chain(ints).chain(other).collect()
+            };
+            for (key, value) in entries {
+                each(key, value);
+            }
+        }
     }
 
     /// How many keys the map holds.

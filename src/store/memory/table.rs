@@ -14,6 +14,15 @@ use crate::{Decision, Error, Key};
 pub struct MemoryTable<A: MemoryAlgorithm> {
     map: Arc<Map<A>>,
     algorithm: A,
+    /// The table this one takes over from while its quotas change: a key this table does not
+    /// hold carries over what it used there ([`Algorithm::carried`](crate::algorithm::Algorithm::carried)).
+    previous: Option<Arc<Predecessor<A>>>,
+}
+
+/// A table another takes over from: its keys and the algorithm that wrote their states.
+struct Predecessor<A: MemoryAlgorithm> {
+    map: Arc<Map<A>>,
+    algorithm: A,
 }
 
 impl<A: MemoryAlgorithm> Clone for MemoryTable<A> {
@@ -21,6 +30,7 @@ impl<A: MemoryAlgorithm> Clone for MemoryTable<A> {
         Self {
             map: self.map.clone(),
             algorithm: self.algorithm.clone(),
+            previous: self.previous.clone(),
         }
     }
 }
@@ -75,6 +85,7 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         let hash = self.map.hash(&key);
         match self.map.get_with(hash, &key, apply) {
             Some(seen) => seen,
+            None if self.previous.is_some() => self.carry_over(key, hash, now, cost),
             None => {
                 // A key never seen is fresh. A request that would not change a fresh state (a
                 // peek or a denial) must not make the store remember the key.
@@ -88,6 +99,85 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
                         .get_or_insert_with(hash, key.stored(), &forget, apply)
                 }
             }
+        }
+    }
+}
+
+impl<A: MemoryAlgorithm> MemoryTable<A> {
+    /// A request for a key this table does not hold while it takes over from a table of other
+    /// quotas: the key starts from what it used there (read, not moved: every caller that finds
+    /// the key missing computes the same state, and the first to insert it wins), converted to
+    /// this table's quotas.
+    #[cold]
+    fn carry_over(
+        &self,
+        key: Key,
+        hash: u64,
+        now: u64,
+        cost: u64,
+    ) -> <A::Cell as StateCell<A>>::Seen {
+        let algorithm = &self.algorithm;
+        let carried = self
+            .previous
+            .as_ref()
+            .and_then(|p| {
+                let state = p.map.get_with(p.map.hash(&key), &key, StateCell::state)?;
+                Some(algorithm.carried(&p.algorithm, &state, now))
+            })
+            .filter(|state| !algorithm.is_fresh(state, now));
+        let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
+        let Some(carried) = carried else {
+            let fresh = A::State::default();
+            if algorithm.transition(&fresh, now, cost).is_none() {
+                return A::Cell::unchanged(&fresh, algorithm, now, cost);
+            }
+            let forget = Forgetting { algorithm, now };
+            return self
+                .map
+                .get_or_insert_with(hash, key.stored(), &forget, apply);
+        };
+        let forget = Forgetting { algorithm, now };
+        let init = |cell: &A::Cell| cell.set_state(carried);
+        self.map
+            .get_or_insert_from(hash, key.stored(), &forget, init, apply)
+    }
+
+    /// A table for `algorithm` (new quotas of the same shape) that takes over from `self`:
+    /// its own keys, and what each key used here carried over on its first request, until
+    /// [`settled`](Self::settled) has carried over the rest.
+    pub(crate) fn succeeded(&self, algorithm: &A, max_keys: usize) -> Self {
+        MemoryTable {
+            map: Arc::new(Map::<A>::bounded(Some(max_keys))),
+            algorithm: algorithm.clone(),
+            previous: Some(Arc::new(Predecessor {
+                map: self.map.clone(),
+                algorithm: self.algorithm.clone(),
+            })),
+        }
+    }
+
+    /// Carries every key of the table this one takes over from that it does not hold yet
+    /// (and that used anything), then lets that table go: the same table without a
+    /// predecessor.
+    pub(crate) fn settled(&self, now: u64) -> Self {
+        if let Some(previous) = &self.previous {
+            let algorithm = &self.algorithm;
+            let forget = Forgetting { algorithm, now };
+            previous.map.for_each(StateCell::state, |key, state| {
+                let carried = algorithm.carried(&previous.algorithm, &state, now);
+                if algorithm.is_fresh(&carried, now) {
+                    return;
+                }
+                let hash = self.map.hash(&key);
+                let init = |cell: &A::Cell| cell.set_state(carried);
+                self.map
+                    .get_or_insert_from(hash, key, &forget, init, |_| ());
+            });
+        }
+        MemoryTable {
+            map: self.map.clone(),
+            algorithm: self.algorithm.clone(),
+            previous: None,
         }
     }
 }
@@ -129,7 +219,25 @@ impl<A: MemoryAlgorithm> Store<A> for MemoryStore {
         Ok(MemoryTable {
             map,
             algorithm: algorithm.clone(),
+            previous: None,
         })
+    }
+
+    /// A private table for `algorithm` that carries each key's usage over from `previous`,
+    /// converted by [`Algorithm::carried`](crate::algorithm::Algorithm::carried): on the key's
+    /// first request, or when [`settle`](Store::settle) carries over the rest.
+    fn succeed(
+        &self,
+        previous: &MemoryTable<A>,
+        algorithm: &A,
+        _now: u64,
+    ) -> Result<MemoryTable<A>, Error> {
+        Ok(previous.succeeded(algorithm, self.max_keys))
+    }
+
+    /// Carries over every key `table` has not taken over yet, then lets the old table go.
+    fn settle(&self, table: &MemoryTable<A>, now: u64) -> MemoryTable<A> {
+        table.settled(now)
     }
 
     #[inline]

@@ -1,0 +1,181 @@
+//! [`Handle`]: a layer's limits, operated while it serves.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use super::limit::Limit;
+use super::recipe::{Bind, LayerClock, Recipe};
+use super::shared::Shared;
+use crate::algorithm::Quotas;
+use crate::{Error, Quota};
+
+/// Operates a layer's limits while it serves: new quotas at once, without a restart and
+/// without giving anyone a fresh budget.
+///
+/// Take it from the layer ([`RateLimitLayer::handle`](super::RateLimitLayer::handle)) before or
+/// after `.layer(..)`: it reaches every service the layer (and its clones) made and will make.
+/// Cheap to clone; `Send` and `Sync`, so an admin route or a configuration watcher can keep one.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::clock::ManualClock;
+/// use tollgate::{Quota, RateLimitLayer};
+///
+/// # fn main() -> Result<(), tollgate::Error> {
+/// let layer = RateLimitLayer::gcra(Quota::per_minute(2)).clock(ManualClock::new());
+/// let handle = layer.handle();
+/// // ... serve with `layer`, then, from an admin route:
+/// handle.set_quotas(Quota::per_minute(10))?;
+/// assert_eq!(handle.quotas(), [Quota::per_minute(10)]);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Handle {
+    pub(crate) live: Arc<Live>,
+}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let now = self.live.lock();
+        f.debug_struct("Handle")
+            .field("policy", &now.limiter.policy())
+            .field("quotas", &now.limiter.quotas())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a layer's handle and services share: how to make the limiter, the limiter of now, and
+/// the services to hand a new one to.
+pub(crate) struct Live {
+    /// `None` for a layer made from a limiter built by hand.
+    recipe: Option<Recipe>,
+    store: Option<Arc<dyn Bind>>,
+    clock: LayerClock,
+    now: Mutex<Now>,
+}
+
+struct Now {
+    limiter: Arc<dyn Limit>,
+    /// The services made so far (their shared part), to be handed the next limiter.
+    services: Vec<Weak<Shared>>,
+}
+
+impl Live {
+    pub(crate) fn new(
+        limiter: Arc<dyn Limit>,
+        recipe: Option<Recipe>,
+        store: Option<Arc<dyn Bind>>,
+        clock: LayerClock,
+    ) -> Self {
+        Self {
+            recipe,
+            store,
+            clock,
+            now: Mutex::new(Now {
+                limiter,
+                services: Vec::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Now> {
+        self.now.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes the services' shared part with the limiter of now (`make`), and keeps it to hand
+    /// it the next limiter.
+    pub(crate) fn serve(&self, make: impl FnOnce(Arc<dyn Limit>) -> Arc<Shared>) -> Arc<Shared> {
+        let mut now = self.lock();
+        let shared = make(now.limiter.clone());
+        now.services.retain(|s| s.strong_count() > 0);
+        now.services.push(Arc::downgrade(&shared));
+        shared
+    }
+}
+
+impl Now {
+    /// Puts `limiter` in force for every service.
+    fn put(&mut self, limiter: Arc<dyn Limit>) {
+        self.services.retain(|service| match service.upgrade() {
+            Some(shared) => {
+                shared.put(limiter.clone());
+                true
+            }
+            None => false,
+        });
+        self.limiter = limiter;
+    }
+}
+
+impl Handle {
+    /// The policy name the layer's limiter reports now.
+    pub fn policy(&self) -> String {
+        self.live.lock().limiter.policy().to_owned()
+    }
+
+    /// The quotas in force now: one, or each tier in order.
+    pub fn quotas(&self) -> Vec<Quota> {
+        self.live.lock().limiter.quotas().to_vec()
+    }
+
+    /// Puts `quotas` in force at once: the next request of every key is decided by them, and
+    /// the headers show them. No request waits for it (it takes no `.await`).
+    ///
+    /// **Clients keep what they used, counted in requests**, not a fresh budget: a client that
+    /// used 2 of 2 a minute and is moved to 10 a minute has 8 more at once; one that used 1 of
+    /// 10 a minute and is moved to 2 a minute has 1 more; one that used 8 of 10 and is moved to
+    /// 2 has none, and gets more as the new quota gives them back. Each key is converted on its
+    /// next request, from the state it was left in ([`Algorithm::carried`](crate::algorithm::Algorithm::carried)):
+    /// what it used is charged again at that moment under the new quota, up to what a fresh key
+    /// may take at once, so no key ever gets more, across the change, than the old quota allowed
+    /// before it and the new one allows after it. The call then carries over the keys that
+    /// have not come back yet, in one pass over the layer's keys while requests go on (so it
+    /// takes longer on a layer of many keys; it never blocks requests for more than one of
+    /// the store's shards at a time), and any number of changes in a row keeps every key's
+    /// usage. With tiers, every new tier is charged the most that any old tier shows
+    /// the key used, up to what it allows at once: no tier starts fresh for a key that used
+    /// anything, whatever the order or number of tiers, and a short tier charged with a long
+    /// one's usage holds a busy key back for at most one of its own periods.
+    ///
+    /// The algorithm and its options (shaping, sub-windows, calendar windows), the store and
+    /// the clock stay. A layer built with one quota takes one quota; a layer built with a list
+    /// of quotas (tiers, even a list of one) takes any number.
+    ///
+    /// Keep the store in memory: the Redis store refuses (see Errors) rather than start every
+    /// key fresh. Per-key plans ([`quota_for`](super::RateLimitLayer::quota_for)) are not
+    /// changed: a plan is the quotas its selector returns.
+    ///
+    /// # Errors
+    ///
+    /// An error of kind [`Misconfigured`](crate::ErrorKind::Misconfigured), and nothing
+    /// changes, when `quotas` is empty, when it has several quotas for a layer built with one,
+    /// when the layer was made by [`from_limiter`](super::RateLimitLayer::from_limiter), or when
+    /// the store cannot keep these quotas or cannot carry usage over (the Redis store).
+    pub fn set_quotas<Q: Quotas>(&self, quotas: Q) -> Result<(), Error> {
+        let quotas = quotas.into_quotas();
+        if quotas.is_empty() {
+            return Err(Error::misconfigured(
+                "Handle::set_quotas: no quota given; give at least one",
+            ));
+        }
+        let live = &*self.live;
+        let (Some(recipe), Some(store)) = (&live.recipe, &live.store) else {
+            return Err(Error::misconfigured(
+                "Handle::set_quotas: this layer was made by RateLimitLayer::from_limiter, which \
+                 keeps its limiter as it was built; build the layer with an algorithm \
+                 constructor such as RateLimitLayer::gcra to change its quotas live",
+            ));
+        };
+        let recipe = recipe.for_plan(&quotas);
+        // Bound privately: the next limiter reads the old one's keys, never another layer's.
+        let next = store.bind(&recipe, &live.clock, false)?;
+        let mut now = live.lock();
+        let next = next.inherit(&*now.limiter)?;
+        // In force at once: a key's first request carries its usage over.
+        now.put(next.clone());
+        // Then every other key's, and the old states go.
+        now.put(next.settled());
+        Ok(())
+    }
+}
