@@ -33,8 +33,10 @@ fn extractor(header: ForwardedHeader) -> ClientIp {
 }
 
 /// Bytes a header value may hold: a byte it may not is replaced with a space.
-fn header_value(bytes: &[u8]) -> HeaderValue {
-    let bytes: Vec<u8> = bytes
+/// `bytes` as a header may carry them: control bytes (which a header value cannot hold) as
+/// spaces.
+fn sendable(bytes: &[u8]) -> Vec<u8> {
+    bytes
         .iter()
         .map(|&b| {
             if (b >= 0x20 && b != 0x7f) || b == b'\t' {
@@ -43,8 +45,11 @@ fn header_value(bytes: &[u8]) -> HeaderValue {
                 b' '
             }
         })
-        .collect();
-    HeaderValue::from_bytes(&bytes).unwrap()
+        .collect()
+}
+
+fn header_value(bytes: &[u8]) -> HeaderValue {
+    HeaderValue::from_bytes(&sendable(bytes)).unwrap()
 }
 
 fn request(peer: &str, header: &ForwardedHeader, lines: &[Vec<u8>]) -> Request<()> {
@@ -63,7 +68,9 @@ fn request(peer: &str, header: &ForwardedHeader, lines: &[Vec<u8>]) -> Request<(
 fn addresses_in(lines: &[Vec<u8>]) -> Vec<IpAddr> {
     let mut found = Vec::new();
     for line in lines {
-        let text = String::from_utf8_lossy(line);
+        // What was sent: a NUL after an address went out as a space, which ends it.
+        let sent = sendable(line);
+        let text = String::from_utf8_lossy(&sent);
         for token in text.split([',', ';', '=', '"', '[', ']', ' ', '\t']) {
             let unzoned = token.split('%').next().unwrap_or(token);
             let unported = token.rsplit_once(':').map_or(token, |(host, _)| host);
