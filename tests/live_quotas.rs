@@ -61,14 +61,19 @@ fn passes(rt: &tokio::runtime::Runtime, app: &Router, n: usize) -> usize {
     (0..n).filter(|_| allowed(rt, app)).count()
 }
 
+/// `layer` keyed globally on `clock`: its handle and the app it limits.
+fn live(layer: RateLimitLayer, clock: &ManualClock) -> (tollgate::layer::Handle, Router) {
+    let layer = layer.key(Global).clock(clock.clone());
+    (layer.handle(), app(layer))
+}
+
 #[test]
 fn an_upgrade_keeps_what_was_used_and_gives_the_rest() {
     let rt = runtime();
-    let layer = RateLimitLayer::gcra(Quota::per_minute(2))
-        .key(Global)
-        .clock(ManualClock::new());
-    let handle = layer.handle();
-    let app = app(layer);
+    let (handle, app) = live(
+        RateLimitLayer::gcra(Quota::per_minute(2)),
+        &ManualClock::new(),
+    );
     assert_eq!(passes(&rt, &app, 3), 2);
     handle.set_quotas(Quota::per_minute(10)).unwrap();
     let first = send(&rt, &app);
@@ -82,21 +87,16 @@ fn an_upgrade_keeps_what_was_used_and_gives_the_rest() {
 #[test]
 fn a_downgrade_leaves_what_the_new_quota_has_left() {
     let rt = runtime();
-    let layer = RateLimitLayer::fixed_window(Quota::per_minute(10))
-        .key(Global)
-        .clock(ManualClock::new());
-    let handle = layer.handle();
-    let app = app(layer);
+    let (handle, app) = live(
+        RateLimitLayer::fixed_window(Quota::per_minute(10)),
+        &ManualClock::new(),
+    );
     assert_eq!(passes(&rt, &app, 1), 1);
     handle.set_quotas(Quota::per_minute(2)).unwrap();
     assert_eq!(passes(&rt, &app, 5), 1);
     // Used 8 of 10, moved to 2: nothing left until the new window.
     let clock = ManualClock::new();
-    let layer = RateLimitLayer::fixed_window(Quota::per_minute(10))
-        .key(Global)
-        .clock(clock.clone());
-    let handle = layer.handle();
-    let app = crate::app(layer);
+    let (handle, app) = live(RateLimitLayer::fixed_window(Quota::per_minute(10)), &clock);
     assert_eq!(passes(&rt, &app, 8), 8);
     handle.set_quotas(Quota::per_minute(2)).unwrap();
     assert_eq!(passes(&rt, &app, 3), 0);
@@ -108,11 +108,7 @@ fn a_downgrade_leaves_what_the_new_quota_has_left() {
 fn a_key_untouched_through_several_changes_keeps_its_usage() {
     let rt = runtime();
     let clock = ManualClock::new();
-    let layer = RateLimitLayer::sliding_log(Quota::per_hour(3))
-        .key(Global)
-        .clock(clock.clone());
-    let handle = layer.handle();
-    let app = app(layer);
+    let (handle, app) = live(RateLimitLayer::sliding_log(Quota::per_hour(3)), &clock);
     assert_eq!(passes(&rt, &app, 3), 3);
     for limit in (4..=12).chain([6]) {
         clock.advance(Duration::from_secs(60));
@@ -125,11 +121,10 @@ fn a_key_untouched_through_several_changes_keeps_its_usage() {
 #[test]
 fn every_new_tier_is_charged_what_the_key_used() {
     let rt = runtime();
-    let layer = RateLimitLayer::gcra([Quota::per_second(5), Quota::per_hour(20)])
-        .key(Global)
-        .clock(ManualClock::new());
-    let handle = layer.handle();
-    let app = app(layer);
+    let (handle, app) = live(
+        RateLimitLayer::gcra([Quota::per_second(5), Quota::per_hour(20)]),
+        &ManualClock::new(),
+    );
     assert_eq!(passes(&rt, &app, 6), 5);
     // Every tier, the added one too, is charged the 5 used: the hour's 6 has 1 left.
     handle
@@ -148,11 +143,10 @@ fn every_new_tier_is_charged_what_the_key_used() {
 #[test]
 fn refused_changes_change_nothing() {
     let rt = runtime();
-    let layer = RateLimitLayer::gcra(Quota::per_minute(2))
-        .key(Global)
-        .clock(ManualClock::new());
-    let handle = layer.handle();
-    let app = app(layer);
+    let (handle, app) = live(
+        RateLimitLayer::gcra(Quota::per_minute(2)),
+        &ManualClock::new(),
+    );
     let none = handle.set_quotas(Vec::<Quota>::new()).unwrap_err();
     assert_eq!(none.kind(), ErrorKind::Misconfigured);
     assert!(none.to_string().contains("no quota given"), "{none}");
@@ -358,11 +352,10 @@ fn requests_racing_changes_never_exceed_the_bursts() {
         .worker_threads(THREADS as usize)
         .build()
         .unwrap();
-    let layer = RateLimitLayer::gcra(Quota::per_hour(5))
-        .key(Global)
-        .clock(ManualClock::new());
-    let handle = layer.handle();
-    let app = app(layer);
+    let (handle, app) = live(
+        RateLimitLayer::gcra(Quota::per_hour(5)),
+        &ManualClock::new(),
+    );
     let admitted = Arc::new(AtomicU64::new(0));
     let mut bursts = 5;
     let changes = 40;
