@@ -70,6 +70,7 @@
 //! `tower::ServiceBuilder` over a hyper service.
 
 mod answer;
+mod ban;
 mod body;
 mod future;
 mod headers;
@@ -85,6 +86,7 @@ mod shared;
 mod text;
 
 pub use self::answer::{AnswerBody, BoxError};
+pub use self::ban::Ban;
 pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
 pub use self::headers::{HeaderPlacement, HeaderStyle};

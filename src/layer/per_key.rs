@@ -7,6 +7,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use foldhash::fast::RandomState;
 
+use super::ban::Ban;
 use super::limit::Limit;
 use super::recipe::{Bind, LayerClock, Recipe};
 use super::response::{Responder, Settings};
@@ -114,6 +115,8 @@ pub(crate) struct Maker {
     pub(crate) store: Arc<dyn Bind>,
     pub(crate) clock: LayerClock,
     pub(crate) settings: Settings,
+    /// The layer's bans, applied to each plan under the plan's policy.
+    pub(crate) ban: Option<Ban>,
 }
 
 /// The plan selector and the limiters made for the plans it picked lately.
@@ -202,10 +205,17 @@ impl PerKey {
         // Shared under the plan's name, or its text when unnamed: a limiter made again for
         // this plan after its eviction finds the state this one leaves.
         let maker = &self.maker;
-        let limiter = match maker
+        let bound = maker
             .store
             .bind(&maker.recipe.for_plan(quotas), &maker.clock, true)
-        {
+            .and_then(|limiter| match &maker.ban {
+                Some(ban) => {
+                    let counter = ban.bind(&limiter, &*maker.store, &maker.clock, true)?;
+                    Ok(ban.wrap(limiter, counter, maker.settings.dry_run))
+                }
+                None => Ok(limiter),
+            });
+        let limiter = match bound {
             Ok(limiter) => limiter,
             Err(refused) => {
                 // A plan the store cannot keep (a quota too large for Redis): its requests are

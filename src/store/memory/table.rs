@@ -3,16 +3,19 @@
 use std::fmt;
 use std::future::{ready, Ready};
 use std::sync::Arc;
+use std::time::Duration;
 
+use super::blocks::Blocks;
 use super::registry::Map;
 use super::shards::Forget;
 use super::{MemoryAlgorithm, MemoryStore, StateCell};
-use crate::store::Store;
+use crate::store::{Store, Update};
 use crate::{Decision, Error, Key};
 
 /// A [`MemoryStore`]'s table for one policy.
 pub struct MemoryTable<A: MemoryAlgorithm> {
     map: Arc<Map<A>>,
+    blocks: Arc<Blocks>,
     algorithm: A,
 }
 
@@ -20,6 +23,7 @@ impl<A: MemoryAlgorithm> Clone for MemoryTable<A> {
     fn clone(&self) -> Self {
         Self {
             map: self.map.clone(),
+            blocks: self.blocks.clone(),
             algorithm: self.algorithm.clone(),
         }
     }
@@ -44,10 +48,45 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         self.len() == 0
     }
 
+    /// How many keys are blocked (blocks that have ended included, until they make room for
+    /// others). At most the store's [`max_keys`](MemoryStore::max_keys).
+    pub fn blocked_keys(&self) -> usize {
+        self.blocks.len()
+    }
+
     #[inline]
     pub(crate) fn decide(&self, key: Key, now: u64, cost: u64) -> Decision {
+        if let Some(until) = self.blocks.until(&key, now) {
+            return self.blocked(&key, now, until);
+        }
         let seen = self.apply(key, now, cost);
         A::Cell::decide(seen, &self.algorithm, now, cost)
+    }
+
+    /// The key's standing at `now`, consuming nothing and remembering no new key.
+    pub(crate) fn peek(&self, key: &Key, now: u64) -> Decision {
+        if let Some(until) = self.blocks.until(key, now) {
+            return self.blocked(key, now, until);
+        }
+        self.standing(key, now)
+    }
+
+    /// The key's standing at `now` by its state alone (a fresh state for a key not held).
+    fn standing(&self, key: &Key, now: u64) -> Decision {
+        let algorithm = &self.algorithm;
+        let hash = self.map.hash(key);
+        let peek = |cell: &A::Cell| cell.peek(algorithm, now);
+        match self.map.get_with(hash, key, peek) {
+            Some(standing) => standing,
+            None => algorithm.check(&A::State::default(), now, 0).decision,
+        }
+    }
+
+    /// The denial of a key blocked until `until`: its standing, denied until then.
+    #[cold]
+    fn blocked(&self, key: &Key, now: u64, until: u64) -> Decision {
+        let left = Duration::from_nanos(until - now);
+        self.standing(key, now).blocked_for(left)
     }
 
     /// Gives back what `admission` took from `key` and returns the key's standing afterwards.
@@ -57,7 +96,24 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         let refund = |cell: &A::Cell| cell.refund(algorithm, admission, now, cost);
         // A key the store does not hold has nothing to give back.
         let after = self.map.get_with(hash, &key, refund).unwrap_or_default();
-        algorithm.check(&after, now, 0).decision
+        let standing = algorithm.check(&after, now, 0).decision;
+        match self.blocks.until(&key, now) {
+            Some(until) => standing.blocked_for(Duration::from_nanos(until - now)),
+            None => standing,
+        }
+    }
+
+    /// Forgets `key`'s state and lifts its block: the key is fresh again.
+    pub(crate) fn reset(&self, key: &Key) {
+        self.map.remove(self.map.hash(key), key);
+        self.blocks.lift(key);
+    }
+
+    /// Blocks `key` from `now` for `duration` (until the end of the clock when that reaches
+    /// past it), or keeps a block that ends later.
+    pub(crate) fn block(&self, key: &Key, now: u64, duration: Duration) {
+        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        self.blocks.block(key, now, now.saturating_add(nanos));
     }
 
     /// Applies the request to the key's state. Only this runs under the shard's lock; the
@@ -121,13 +177,16 @@ impl<A: MemoryAlgorithm> Store<A> for MemoryStore {
     /// Never fails: memory holds any policy.
     fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Result<MemoryTable<A>, Error> {
         let make = || Map::<A>::bounded(Some(self.max_keys));
-        let map = if shared {
-            self.registry.map(policy, algorithm, make)
+        let blocks = || Blocks::new(self.max_keys);
+        let (map, blocks) = if shared {
+            let map = self.registry.map(policy, algorithm, make);
+            (map, self.registry.blocks(policy, blocks))
         } else {
-            Arc::new(make())
+            (Arc::new(make()), Arc::new(blocks()))
         };
         Ok(MemoryTable {
             map,
+            blocks,
             algorithm: algorithm.clone(),
         })
     }
@@ -145,5 +204,19 @@ impl<A: MemoryAlgorithm> Store<A> for MemoryStore {
         cost: u64,
     ) -> Self::Future {
         ready(Ok(table.refund(key, admission, now, cost)))
+    }
+
+    fn peek(table: &MemoryTable<A>, key: Key, now: u64) -> Self::Future {
+        ready(Ok(table.peek(&key, now)))
+    }
+
+    fn reset(table: &MemoryTable<A>, key: Key, _now: u64) -> Update {
+        table.reset(&key);
+        Box::pin(ready(Ok(())))
+    }
+
+    fn block(table: &MemoryTable<A>, key: Key, now: u64, duration: Duration) -> Update {
+        table.block(&key, now, duration);
+        Box::pin(ready(Ok(())))
     }
 }
