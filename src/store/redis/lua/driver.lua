@@ -99,18 +99,32 @@ local function answer(decision)
   end
 end
 
--- What is left of the key's block, in ns (0: not blocked).
-local blocked = 0
+-- What is left of the key's block, in ns (0: not blocked), and the same as exact decimal text
+-- (a block may reach past what a double or a Redis integer holds).
+local blocked, blocked_text = 0, nil
 do
   local bs, bn = bsplit(redis.call('GET', BLOCK))
   if bs then
-    blocked = math.max((bs - NOW_S) * E9 + (bn - NOW), 0)
+    local s, n = bs - NOW_S, bn - NOW
+    if n < 0 then
+      s, n = s - 1, n + E9
+    end
+    if s > 0 then
+      blocked, blocked_text = s * E9 + n, string.format('%d%09d', s, n)
+    elseif s == 0 and n > 0 then
+      blocked, blocked_text = n, string.format('%d', n)
+    end
   end
 end
 
--- A tier's standing as the denial of a blocked key: allowed 2 marks a block.
+-- A tier's standing as the denial of a blocked key (allowed 2 marks a block): nothing left,
+-- fresh no sooner than the block ends, which is when it may retry.
 local function block_of(decision)
-  return { 2, 0, math.max(decision[3], blocked), blocked, 0, 0 }
+  local reset = blocked_text
+  if tonumber(decision[3]) > blocked then
+    reset = decision[3]
+  end
+  return { 2, 0, reset, blocked_text, 0, 0 }
 end
 
 if ARGV[1] == 'r' then
