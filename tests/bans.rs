@@ -53,7 +53,10 @@ struct Model<A: tollgate::store::MemoryAlgorithm> {
 impl<A: tollgate::store::MemoryAlgorithm> Model<A> {
     fn request(&mut self, now: u64) -> (u16, Option<String>) {
         if now < self.banned_until {
-            return (429, Some(retry_after(Duration::from_nanos(self.banned_until - now))));
+            return (
+                429,
+                Some(retry_after(Duration::from_nanos(self.banned_until - now))),
+            );
         }
         let decision = self.twin.check_now("client");
         if decision.allowed {
@@ -75,9 +78,8 @@ impl<A: tollgate::store::MemoryAlgorithm> Model<A> {
 }
 
 fn ban() -> impl Strategy<Value = Ban> {
-    (1u64..5, 1u64..20, 1u64..30).prop_map(|(n, w, d)| {
-        Ban::new(n, Duration::from_secs(w), Duration::from_secs(d))
-    })
+    (1u64..5, 1u64..20, 1u64..30)
+        .prop_map(|(n, w, d)| Ban::new(n, Duration::from_secs(w), Duration::from_secs(d)))
 }
 
 /// Steps: a gap before the next request, in ms.
@@ -176,7 +178,11 @@ fn a_hammering_client_is_banned_then_back_to_normal() {
     let clock = ManualClock::new();
     let mut svc = RateLimitLayer::gcra(Quota::per_second(1))
         .clock(clock.clone())
-        .ban(Ban::new(5, Duration::from_secs(10), Duration::from_secs(60)))
+        .ban(Ban::new(
+            5,
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+        ))
         .layer(ok());
     let mut hit = || answer(&send(&mut svc, Req::new().from("192.0.2.9:1").build()));
     assert_eq!(hit().0, 200);
@@ -210,7 +216,11 @@ fn many_banned_keys_stay_within_the_store_bound() {
     let mut svc = RateLimitLayer::gcra(q.clone())
         .store(store.clone())
         .clock(clock.clone())
-        .ban(Ban::new(1, Duration::from_secs(60), Duration::from_secs(600)))
+        .ban(Ban::new(
+            1,
+            Duration::from_secs(60),
+            Duration::from_secs(600),
+        ))
         .layer(ok());
     // The limiter of the same policy on the same store sees its bans.
     let view = RateLimiter::gcra(q).with_store(store);
@@ -221,9 +231,15 @@ fn many_banned_keys_stay_within_the_store_bound() {
         }
         assert!(view.table().blocked_keys() <= max);
     }
-    assert!(view.table().blocked_keys() > max / 2, "the flood was banned");
+    assert!(
+        view.table().blocked_keys() > max / 2,
+        "the flood was banned"
+    );
     // The newest offender is banned.
-    let last = std::net::SocketAddr::from((std::net::Ipv4Addr::from(0x0a00_0000 + 10 * max as u32 - 1), 1));
+    let last = std::net::SocketAddr::from((
+        std::net::Ipv4Addr::from(0x0a00_0000 + 10 * max as u32 - 1),
+        1,
+    ));
     let resp = send(&mut svc, Req::new().peer(last).build());
     assert_eq!(answer(&resp), (429, Some("600".into())));
 }
@@ -234,7 +250,11 @@ fn a_dry_run_bans_no_one() {
     let mut svc = RateLimitLayer::gcra(Quota::per_second(1))
         .clock(clock.clone())
         .dry_run(true)
-        .ban(Ban::new(1, Duration::from_secs(10), Duration::from_secs(60)))
+        .ban(Ban::new(
+            1,
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+        ))
         .layer(ok());
     for _ in 0..20 {
         let resp = send(&mut svc, Req::new().from("192.0.2.9:1").build());
@@ -242,7 +262,11 @@ fn a_dry_run_bans_no_one() {
     }
     clock.advance(Duration::from_secs(1));
     let resp = send(&mut svc, Req::new().from("192.0.2.9:1").build());
-    assert_eq!(resp.headers()["ratelimit"], "\"1/s\";r=0;t=1", "no ban in the headers");
+    assert_eq!(
+        resp.headers()["ratelimit"],
+        "\"1/s\";r=0;t=1",
+        "no ban in the headers"
+    );
 }
 
 #[test]
@@ -251,30 +275,55 @@ fn count_if_and_stacked_layers_each_ban_by_their_own_denials() {
     let inner = RateLimitLayer::gcra(Quota::per_second(1).named("inner"))
         .clock(clock.clone())
         .count_if(|_| true)
-        .ban(Ban::new(1, Duration::from_secs(10), Duration::from_secs(30)));
+        .ban(Ban::new(
+            1,
+            Duration::from_secs(10),
+            Duration::from_secs(30),
+        ));
     let outer = RateLimitLayer::gcra(Quota::per_second(100).named("outer"))
         .clock(clock.clone())
-        .ban(Ban::new(1, Duration::from_secs(10), Duration::from_secs(300)));
+        .ban(Ban::new(
+            1,
+            Duration::from_secs(10),
+            Duration::from_secs(300),
+        ));
     let mut svc = outer.layer(inner.layer(ok()));
     let mut hit = || answer(&send(&mut svc, Req::new().from("192.0.2.9:1").build()));
     assert_eq!(hit().0, 200);
     assert_eq!(hit(), (429, Some("1".into())));
     assert_eq!(hit(), (429, Some("30".into())), "the inner layer bans");
     clock.advance(Duration::from_secs(30));
-    assert_eq!(hit().0, 200, "the outer layer never denied, so never banned");
+    assert_eq!(
+        hit().0,
+        200,
+        "the outer layer never denied, so never banned"
+    );
 }
 
 #[test]
 fn bad_figures_fail_where_the_layer_is_built() {
     let cases = [
-        (Ban::new(0, Duration::from_secs(1), Duration::from_secs(1)), "denials is 0"),
-        (Ban::new(1, Duration::ZERO, Duration::from_secs(1)), "within is zero"),
-        (Ban::new(1, Duration::from_secs(1), Duration::ZERO), "duration is zero"),
-        (Ban::new(1, Duration::MAX, Duration::from_secs(1)), "within is"),
+        (
+            Ban::new(0, Duration::from_secs(1), Duration::from_secs(1)),
+            "denials is 0",
+        ),
+        (
+            Ban::new(1, Duration::ZERO, Duration::from_secs(1)),
+            "within is zero",
+        ),
+        (
+            Ban::new(1, Duration::from_secs(1), Duration::ZERO),
+            "duration is zero",
+        ),
+        (
+            Ban::new(1, Duration::MAX, Duration::from_secs(1)),
+            "within is",
+        ),
     ];
     for (ban, message) in cases {
-        let panic = std::panic::catch_unwind(|| RateLimitLayer::gcra(Quota::per_second(1)).ban(ban))
-            .unwrap_err();
+        let panic =
+            std::panic::catch_unwind(|| RateLimitLayer::gcra(Quota::per_second(1)).ban(ban))
+                .unwrap_err();
         let text = panic.downcast_ref::<String>().cloned().unwrap_or_default();
         assert!(text.contains(message), "{text}");
         assert!(text.contains("RateLimitLayer::ban"), "{text}");
@@ -324,7 +373,10 @@ fn bans_are_counted() {
         .collect();
     // One ban (its refusals do not count again); in the dry run, a would-be ban every other
     // denial, as the count starts afresh after each.
-    assert!(bans.contains(&("policy=api,outcome=banned".into(), 1)), "{bans:?}");
+    assert!(
+        bans.contains(&("policy=api,outcome=banned".into(), 1)),
+        "{bans:?}"
+    );
     assert!(
         bans.contains(&("policy=dry,outcome=dry_run_banned".into(), 2)),
         "{bans:?}"

@@ -112,9 +112,8 @@ fn quota() -> impl Strategy<Value = Quota> {
 }
 
 fn window() -> impl Strategy<Value = Quota> {
-    (1u64..8, 1u64..4_000).prop_map(|(limit, period_ms)| {
-        Quota::new(limit, Duration::from_millis(period_ms))
-    })
+    (1u64..8, 1u64..4_000)
+        .prop_map(|(limit, period_ms)| Quota::new(limit, Duration::from_millis(period_ms)))
 }
 
 fn ops() -> impl Strategy<Value = Vec<Op>> {
@@ -234,7 +233,10 @@ fn zero_and_endless_blocks() {
     let clock = ManualClock::new();
     let limiter = RateLimiter::sliding_log(Quota::per_second(1)).with_clock(clock.clone());
     block_on(limiter.block("z", Duration::ZERO)).unwrap();
-    assert!(limiter.check_now("z").allowed, "a zero block blocks nothing");
+    assert!(
+        limiter.check_now("z").allowed,
+        "a zero block blocks nothing"
+    );
     clock.advance(Duration::from_secs(5));
     block_on(limiter.block("forever", Duration::MAX)).unwrap();
     clock.advance(Duration::from_secs(100 * 365 * 24 * 3600));
@@ -258,7 +260,11 @@ fn a_peek_takes_nothing_remembers_no_key_and_shows_a_block() {
         assert!(standing.allowed);
         assert_eq!(standing.remaining, 3);
     }
-    assert_eq!(limiter.table().len(), 0, "a peek at an unknown key keeps nothing");
+    assert_eq!(
+        limiter.table().len(),
+        0,
+        "a peek at an unknown key keeps nothing"
+    );
     block_on(limiter.block("ghost", Duration::from_secs(3))).unwrap();
     let standing = block_on(limiter.peek("ghost")).unwrap();
     assert!(standing.is_blocked() && !standing.allowed);
@@ -296,10 +302,16 @@ fn many_blocked_keys_never_outgrow_the_bound() {
         .with_store(MemoryStore::new().with_max_keys(max));
     for n in 0..20 * max as u64 {
         let key = Key::from(format!("attacker-{n}").as_str());
-        block_on(limiter.block(key.clone(), Duration::from_secs(60) + Duration::from_nanos(n)))
-            .unwrap();
+        block_on(limiter.block(
+            key.clone(),
+            Duration::from_secs(60) + Duration::from_nanos(n),
+        ))
+        .unwrap();
         assert!(limiter.table().blocked_keys() <= max);
-        assert!(limiter.check_now(key).is_blocked(), "the newest block holds");
+        assert!(
+            limiter.check_now(key).is_blocked(),
+            "the newest block holds"
+        );
     }
     // Past their end, blocks leave the hot path: a check costs one load again (tested by the
     // benches), and new blocks replace the ended ones.
@@ -315,7 +327,12 @@ impl<A: MemoryAlgorithm> tollgate::store::Store<A> for Plain {
     type Table = <MemoryStore as tollgate::store::Store<A>>::Table;
     type Future = <MemoryStore as tollgate::store::Store<A>>::Future;
 
-    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Result<Self::Table, tollgate::Error> {
+    fn table(
+        &self,
+        policy: &str,
+        shared: bool,
+        algorithm: &A,
+    ) -> Result<Self::Table, tollgate::Error> {
         tollgate::store::Store::<A>::table(&self.0, policy, shared, algorithm)
     }
 

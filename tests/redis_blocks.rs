@@ -86,7 +86,10 @@ where
         match *op {
             Op::Advance(ns) => clock.advance(Duration::from_nanos(ns)),
             Op::Block(ns) => {
-                redis.block(key.clone(), Duration::from_nanos(ns)).await.unwrap();
+                redis
+                    .block(key.clone(), Duration::from_nanos(ns))
+                    .await
+                    .unwrap();
                 until = until.max(now + ns);
             }
             Op::Reset => {
@@ -164,23 +167,44 @@ fn pair<Q: Strategy<Value = Quota>>(q: fn() -> Q) -> impl Strategy<Value = [Quot
 twin_case!(gcra, quota(), |q| RateLimiter::gcra(q.clone()));
 twin_case!(gcra_shaping, quota(), |q| RateLimiter::gcra(q.clone())
     .max_delay(Duration::from_millis(1_500)));
-twin_case!(token_bucket, quota(), |q| RateLimiter::token_bucket(q.clone()));
-twin_case!(leaky_bucket, quota(), |q| RateLimiter::leaky_bucket(q.clone()));
-twin_case!(fixed_window, window(), |q| RateLimiter::fixed_window(q.clone()));
-twin_case!(sliding_window, window(), |q| RateLimiter::sliding_window(q.clone()));
-twin_case!(sliding_window_sub_windows, window(), |q| RateLimiter::sliding_window(
+twin_case!(token_bucket, quota(), |q| RateLimiter::token_bucket(
     q.clone()
-)
-.sub_windows(4));
-twin_case!(sliding_log, window(), |q| RateLimiter::sliding_log(q.clone()));
+));
+twin_case!(leaky_bucket, quota(), |q| RateLimiter::leaky_bucket(
+    q.clone()
+));
+twin_case!(fixed_window, window(), |q| RateLimiter::fixed_window(
+    q.clone()
+));
+twin_case!(sliding_window, window(), |q| RateLimiter::sliding_window(
+    q.clone()
+));
+twin_case!(sliding_window_sub_windows, window(), |q| {
+    RateLimiter::sliding_window(q.clone()).sub_windows(4)
+});
+twin_case!(sliding_log, window(), |q| RateLimiter::sliding_log(
+    q.clone()
+));
 twin_case!(hybrid, window(), |q| RateLimiter::hybrid(q.clone()));
 twin_case!(tiers_of_gcra, pair(quota), |q| RateLimiter::gcra(q.clone()));
-twin_case!(tiers_of_token_buckets, pair(quota), |q| RateLimiter::token_bucket(q.clone()));
-twin_case!(tiers_of_leaky_buckets, pair(quota), |q| RateLimiter::leaky_bucket(q.clone()));
-twin_case!(tiers_of_fixed_windows, pair(window), |q| RateLimiter::fixed_window(q.clone()));
-twin_case!(tiers_of_sliding_windows, pair(window), |q| RateLimiter::sliding_window(q.clone()));
-twin_case!(tiers_of_sliding_logs, pair(window), |q| RateLimiter::sliding_log(q.clone()));
-twin_case!(tiers_of_hybrids, pair(window), |q| RateLimiter::hybrid(q.clone()));
+twin_case!(tiers_of_token_buckets, pair(quota), |q| {
+    RateLimiter::token_bucket(q.clone())
+});
+twin_case!(tiers_of_leaky_buckets, pair(quota), |q| {
+    RateLimiter::leaky_bucket(q.clone())
+});
+twin_case!(tiers_of_fixed_windows, pair(window), |q| {
+    RateLimiter::fixed_window(q.clone())
+});
+twin_case!(tiers_of_sliding_windows, pair(window), |q| {
+    RateLimiter::sliding_window(q.clone())
+});
+twin_case!(tiers_of_sliding_logs, pair(window), |q| {
+    RateLimiter::sliding_log(q.clone())
+});
+twin_case!(tiers_of_hybrids, pair(window), |q| RateLimiter::hybrid(
+    q.clone()
+));
 
 /// Two stores on one Redis, each with its deny cache: a block on one holds on the other; a
 /// reset on one lifts it on the other, at once on the store that reset and within
@@ -211,7 +235,11 @@ fn blocks_and_resets_hold_across_stores_and_deny_caches() {
         let denied = a.check("k").await.unwrap();
         assert!(denied.is_blocked());
         assert_eq!(denied.retry_after, Some(Duration::from_secs(600)));
-        assert_eq!(a.table().cached_denials(), 1, "a block is remembered locally");
+        assert_eq!(
+            a.table().cached_denials(),
+            1,
+            "a block is remembered locally"
+        );
         clock.advance(Duration::from_millis(400));
         // From the cache: what is left of the block, aged.
         let cached = a.check("k").await.unwrap();
@@ -245,7 +273,10 @@ fn blocks_and_resets_hold_across_stores_and_deny_caches() {
         assert!(!limited.allowed && !limited.is_blocked());
         b.reset("q").await.unwrap();
         assert!(b.check("q").await.unwrap().allowed);
-        assert!(!a.check("q").await.unwrap().allowed, "a remembers its denial");
+        assert!(
+            !a.check("q").await.unwrap().allowed,
+            "a remembers its denial"
+        );
         clock.advance(limited.retry_after.unwrap());
         assert!(a.check("q").await.unwrap().allowed);
 
@@ -281,7 +312,10 @@ fn a_block_on_server_time() {
         let denied = limiter.peek("k").await.unwrap();
         assert!(denied.is_blocked());
         let left = denied.retry_after.unwrap();
-        assert!(left <= Duration::from_secs(90) && left > Duration::from_secs(85), "{left:?}");
+        assert!(
+            left <= Duration::from_secs(90) && left > Duration::from_secs(85),
+            "{left:?}"
+        );
         // Far past the end of the clock: blocked for good, never an error.
         limiter.block("z", Duration::MAX).await.unwrap();
         assert!(limiter.check("z").await.unwrap().is_blocked());
@@ -348,7 +382,11 @@ fn bans_hold_across_two_servers() {
             let layer = RateLimitLayer::gcra(Quota::per_minute(2).named("api"))
                 .store(store)
                 .clock(clock.clone())
-                .ban(Ban::new(3, Duration::from_secs(60), Duration::from_secs(600)));
+                .ban(Ban::new(
+                    3,
+                    Duration::from_secs(60),
+                    Duration::from_secs(600),
+                ));
             services.push(layer.layer(services::ok()));
         }
         let send = |i: usize| {

@@ -16,12 +16,15 @@ use crate::Key;
 /// How many shards the lookups spread over (fewer for a small bound).
 const SHARDS: usize = 16;
 
+/// One shard's blocked keys, each with the end of its block.
+type Shard = RwLock<HashTable<(Key, u64)>>;
+
 /// The blocked keys of one policy, each with the end of its block (ns on the limiter's clock).
 pub(crate) struct Blocks {
     /// The latest end of any block held, 0 when none is held: a check at or past it has no
     /// block to look for.
     horizon: AtomicU64,
-    shards: Box<[RwLock<HashTable<(Key, u64)>>]>,
+    shards: Box<[Shard]>,
     /// The most blocks one shard holds.
     per_shard: usize,
     hasher: RandomState,
@@ -43,7 +46,7 @@ impl Blocks {
         }
     }
 
-    fn shard(&self, hash: u64) -> &RwLock<HashTable<(Key, u64)>> {
+    fn shard(&self, hash: u64) -> &Shard {
         &self.shards[(hash >> 32) as usize % self.shards.len()]
     }
 
@@ -59,7 +62,10 @@ impl Blocks {
     #[inline(never)]
     fn look_up(&self, key: &Key, now: u64) -> Option<u64> {
         let hash = std::hash::BuildHasher::hash_one(&self.hasher, key);
-        let shard = self.shard(hash).read().unwrap_or_else(PoisonError::into_inner);
+        let shard = self
+            .shard(hash)
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
         let &(_, until) = shard.find(hash, |e| e.0 == *key)?;
         (until > now).then_some(until)
     }
@@ -188,7 +194,11 @@ mod tests {
             let key = Key::from(format!("client-{n}").as_str());
             blocks.block(&key, 20, 1_000_000 + n);
             assert!(blocks.len() <= max, "{} blocks held", blocks.len());
-            assert_eq!(blocks.until(&key, 20), Some(1_000_000 + n), "the newest is kept");
+            assert_eq!(
+                blocks.until(&key, 20),
+                Some(1_000_000 + n),
+                "the newest is kept"
+            );
         }
         // The blocks that end last are the ones kept.
         let last = Key::from(format!("client-{}", 10 * max - 1).as_str());

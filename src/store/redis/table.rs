@@ -226,7 +226,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             let result = table.round_trip(&key, now, Mode::Reset).await;
             // A denial remembered while the reset was on its way is forgotten too.
             inner.denials.remove(&key);
-            result.map(drop).map_err(|error| inner.update_failed(error, now))
+            result
+                .map(drop)
+                .map_err(|error| inner.update_failed(error, now))
         })
     }
 
@@ -239,7 +241,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             let inner = &table.inner;
             inner.fallback.block(&key, now, duration);
             let result = table.round_trip(&key, now, Mode::Block(nanos)).await;
-            result.map(drop).map_err(|error| inner.update_failed(error, now))
+            result
+                .map(drop)
+                .map_err(|error| inner.update_failed(error, now))
         })
     }
 }
@@ -310,7 +314,8 @@ impl<A: RedisAlgorithm> Inner<A> {
             "on_failure" => self.fallback.name()
         )
         .increment(1);
-        self.warnings.warn(&error, now, &self.policy, self.fallback.name());
+        self.warnings
+            .warn(&error, now, &self.policy, self.fallback.name());
         error
     }
 
