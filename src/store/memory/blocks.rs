@@ -50,17 +50,18 @@ impl Blocks {
         &self.shards[(hash >> 32) as usize % self.shards.len()]
     }
 
-    /// The end of `key`'s block when it is blocked at `now`.
+    /// Whether any block may hold at `now`: one load, and the only work a check does while no
+    /// block is live.
     #[inline]
-    pub(crate) fn until(&self, key: &Key, now: u64) -> Option<u64> {
-        if now >= self.horizon.load(Ordering::Acquire) {
-            return None;
-        }
-        self.look_up(key, now)
+    pub(crate) fn any(&self, now: u64) -> bool {
+        now < self.horizon.load(Ordering::Acquire)
     }
 
-    #[inline(never)]
-    fn look_up(&self, key: &Key, now: u64) -> Option<u64> {
+    /// The end of `key`'s block when it is blocked at `now`.
+    pub(crate) fn until(&self, key: &Key, now: u64) -> Option<u64> {
+        if !self.any(now) {
+            return None;
+        }
         let hash = std::hash::BuildHasher::hash_one(&self.hasher, key);
         let shard = self
             .shard(hash)

@@ -54,8 +54,22 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         self.blocks.len()
     }
 
+    /// While no block is live the test for blocks costs one load and a branch (and some 20
+    /// instructions a check in all: BENCHMARKS.md, "Blocks on the hot path").
     #[inline]
     pub(crate) fn decide(&self, key: Key, now: u64, cost: u64) -> Decision {
+        if self.blocks.any(now) {
+            return self.decide_among_blocks(key, now, cost);
+        }
+        let seen = self.apply(key, now, cost);
+        A::Cell::decide(seen, &self.algorithm, now, cost)
+    }
+
+    /// [`decide`](Self::decide) while some key of the table is blocked: out of the way of the
+    /// checks made while none is.
+    #[cold]
+    #[inline(never)]
+    fn decide_among_blocks(&self, key: Key, now: u64, cost: u64) -> Decision {
         if let Some(until) = self.blocks.until(&key, now) {
             return self.blocked(&key, now, until);
         }
@@ -83,7 +97,6 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
     }
 
     /// The denial of a key blocked until `until`: its standing, denied until then.
-    #[cold]
     fn blocked(&self, key: &Key, now: u64, until: u64) -> Decision {
         let left = Duration::from_nanos(until - now);
         self.standing(key, now).blocked_for(left)
