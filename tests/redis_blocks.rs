@@ -427,6 +427,93 @@ fn bans_hold_across_two_servers() {
     });
 }
 
+/// While Redis is away, the failure policy decides: with the local fallback the count and the
+/// ban hold on this server (the ban is not written to Redis, and the block call says so);
+/// failing open bans no one.
+fn bans_while_redis_is_away() {
+    let Some(mut server) = server::RedisServer::start() else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let clock = clock();
+        let connect = |on_failure: OnFailure| {
+            let url = server.url();
+            async move {
+                RedisStore::connect(&url)
+                    .await
+                    .unwrap()
+                    .with_caller_clock()
+                    .on_failure(on_failure)
+                    .timeout(Duration::from_millis(200))
+            }
+        };
+        let ban = Ban::new(1, Duration::from_secs(60), Duration::from_secs(600));
+        let local = RateLimitLayer::gcra(Quota::per_minute(1).named("local"))
+            .store(connect(OnFailure::Local(MemoryStore::new())).await)
+            .clock(clock.clone())
+            .ban(ban)
+            .layer(services::ok());
+        let open = RateLimitLayer::gcra(Quota::per_minute(1).named("open"))
+            .store(connect(OnFailure::Open).await)
+            .clock(clock.clone())
+            .ban(ban)
+            .layer(services::ok());
+        let direct = RateLimiter::gcra(Quota::per_minute(1).named("direct"))
+            .with_clock(clock.clone())
+            .with_store(connect(OnFailure::Local(MemoryStore::new())).await);
+        server.kill();
+        let send = |svc: &tollgate::RateLimit<_>| {
+            let svc = svc.clone();
+            async move {
+                let resp = svc
+                    .oneshot(Req::new().from("192.0.2.7:1").build::<String>())
+                    .await
+                    .unwrap();
+                let retry = resp
+                    .headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                (resp.status().as_u16(), retry)
+            }
+        };
+        assert_eq!(send(&local).await, (200, None));
+        assert_eq!(send(&local).await, (429, Some("60".to_owned())));
+        // The second denial bans: the block fails in Redis but holds here.
+        assert_eq!(send(&local).await.0, 429);
+        clock.advance(Duration::from_secs(120));
+        assert_eq!(
+            send(&local).await,
+            (429, Some("480".to_owned())),
+            "banned here"
+        );
+        clock.advance(Duration::from_secs(480));
+        assert_eq!(send(&local).await.0, 200, "back after the ban");
+
+        for _ in 0..10 {
+            assert_eq!(send(&open).await.0, 200, "failing open bans no one");
+        }
+
+        let refused = direct
+            .block("k", Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                refused.kind(),
+                tollgate::ErrorKind::Unreachable | tollgate::ErrorKind::Timeout
+            ),
+            "{refused}"
+        );
+        assert!(
+            direct.check("k").await.unwrap().is_blocked(),
+            "blocked locally"
+        );
+        direct.reset("k").await.unwrap_err();
+        assert!(direct.check("k").await.unwrap().allowed, "reset locally");
+    });
+}
+
 fn main() -> std::process::ExitCode {
     let trials: Vec<Trial> = vec![
         needs_redis("gcra", gcra),
@@ -455,6 +542,7 @@ fn main() -> std::process::ExitCode {
             the_block_lives_in_the_key_slot_on_a_cluster,
         ),
         needs_redis("bans_hold_across_two_servers", bans_hold_across_two_servers),
+        needs_redis("bans_while_redis_is_away", bans_while_redis_is_away),
     ];
     server::harness(trials)
 }

@@ -229,9 +229,10 @@ impl RateLimitLayer {
     /// - The memory store holds at most [`max_keys`](MemoryStore::max_keys) bans per policy
     ///   (a client with many keys cannot grow it further): past that, the bans that have ended
     ///   go first, then those that end soonest.
-    /// - When the store fails, its failure policy decides the count (see `OnFailure`: the
-    ///   local fallback counts and bans on this server alone; failing open bans no one), and a
-    ///   ban the store could not write is logged by the store and not applied.
+    /// - When a shared store fails, its failure policy decides (`OnFailure`): the local
+    ///   fallback counts and bans on this server alone while Redis is away (the ban is not
+    ///   written to Redis, and the store logs the failure); failing open bans no one; failing
+    ///   closed answers every request with the store's error anyway.
     ///
     /// ```
     /// use std::time::Duration;
