@@ -114,11 +114,14 @@ start_server
 mapfile -t EVALSHA < <("$BIN" args "redis://127.0.0.1:$PORT/")
 stop_server
 SHA=${EVALSHA[1]}
-[[ ${EVALSHA[0]^^} == EVALSHA && ${EVALSHA[2]} == 1 && ${EVALSHA[3]} == 'tollgate:{n:100000000000}:bench:gcra.'* ]] ||
+[[ ${EVALSHA[0]^^} == EVALSHA && ${EVALSHA[2]} == 2 && ${EVALSHA[3]} == 'tollgate:{n:100000000000}:bench:gcra.'* &&
+    ${EVALSHA[4]} == 'tollgate:{n:100000000000}:bench:block' ]] ||
     fail "unexpected probe command: ${EVALSHA[*]}"
-# What follows the client's key: the policy, the algorithm and its parameters' fingerprint.
+# What follows the client's key: the policy, the algorithm and its parameters' fingerprint; then
+# the key's block (redis-benchmark may draw another number for it: only its GET is measured).
 KEY_TAIL=${EVALSHA[3]#'tollgate:{n:100000000000}'}
-BENCH_ARGS=(EVALSHA "$SHA" 1 "tollgate:{n:__rand_int__}$KEY_TAIL" "${EVALSHA[@]:4}")
+BLOCK_TAIL=${EVALSHA[4]#'tollgate:{n:100000000000}'}
+BENCH_ARGS=(EVALSHA "$SHA" 2 "tollgate:{n:__rand_int__}$KEY_TAIL" "tollgate:{n:__rand_int__}$BLOCK_TAIL" "${EVALSHA[@]:5}")
 echo "redis-benchmark sends: ${BENCH_ARGS[*]} (ARGV 3 and 4 are empty strings)" >&2
 
 now() { echo "$EPOCHREALTIME"; }

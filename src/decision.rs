@@ -37,6 +37,8 @@ pub struct Decision {
     receipt: u64,
     /// The policy of the layer that made this decision, once a layer has handed it on.
     policy: Option<Arc<str>>,
+    /// Whether the key was blocked ([`RateLimiter::block`](crate::RateLimiter::block)).
+    blocked: bool,
 }
 
 impl PartialEq for Decision {
@@ -78,6 +80,7 @@ impl Decision {
             tiers: None,
             receipt: 0,
             policy: None,
+            blocked: false,
         }
     }
 
@@ -99,6 +102,7 @@ impl Decision {
             tiers: None,
             receipt: 0,
             policy: None,
+            blocked: false,
         }
     }
 
@@ -176,6 +180,35 @@ impl Decision {
     /// Whether the request was denied.
     pub fn is_denied(&self) -> bool {
         !self.allowed
+    }
+
+    /// Whether the request was denied because its key is blocked
+    /// ([`RateLimiter::block`](crate::RateLimiter::block), or a layer's
+    /// [`ban`](crate::RateLimitLayer::ban)) rather than by its quota. Not compared by `==`.
+    pub fn is_blocked(&self) -> bool {
+        self.blocked
+    }
+
+    /// The standing `self` (a peek at the key's state) as a denial of a key blocked for `left`
+    /// more: nothing passes and nothing is consumed until then, in every tier, and the state
+    /// is fresh no sooner than the block's end.
+    pub(crate) fn blocked_for(mut self, left: Duration) -> Decision {
+        let block = |d: &mut Decision| {
+            d.allowed = false;
+            d.remaining = 0;
+            d.reset_after = d.reset_after.max(left);
+            d.retry_after = Some(left);
+            d.delay = Duration::ZERO;
+            d.receipt = 0;
+            d.blocked = true;
+        };
+        block(&mut self);
+        if let Some(tiers) = &self.tiers {
+            let mut tiers: Vec<Decision> = tiers.to_vec();
+            tiers.iter_mut().for_each(block);
+            self.tiers = Some(tiers.into());
+        }
+        self
     }
 
     /// A list of `len` tier decisions, filled in place by `fill`: this thread's previous list

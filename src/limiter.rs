@@ -10,7 +10,7 @@ use crate::algorithm::{
     SlidingWindow, SubWindows, TokenBucket,
 };
 use crate::clock::{Clock, SystemClock};
-use crate::store::{MemoryAlgorithm, MemoryStore, Store};
+use crate::store::{MemoryAlgorithm, MemoryStore, Store, Update};
 use crate::{Decision, Key, Quota};
 
 /// Decides whether a key may make a request: an algorithm with its quota, over a store, on a
@@ -375,6 +375,99 @@ where
     /// ```
     pub fn refund(&self, key: impl Into<Key>, admission: &Decision, cost: u64) -> St::Future {
         St::refund(&self.table, key.into(), admission, self.now_nanos(), cost)
+    }
+
+    /// `key`'s standing, consuming nothing: the decision a request of cost 0 would get. A
+    /// blocked key's standing is its denial ([`block`](Self::block)). Peeking at a key the
+    /// memory store does not hold does not make it keep the key.
+    ///
+    /// ```
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tollgate::Error> {
+    /// let limiter = RateLimiter::gcra(Quota::per_minute(3));
+    /// limiter.check("alice").await?;
+    /// assert_eq!(limiter.peek("alice").await?.remaining, 2);
+    /// assert_eq!(limiter.peek("alice").await?.remaining, 2); // a peek takes nothing
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn peek(&self, key: impl Into<Key>) -> St::Future {
+        St::peek(&self.table, key.into(), self.now_nanos())
+    }
+
+    /// Makes `key` fresh again, in every tier: its state is forgotten and its block, if any,
+    /// lifted ([`block`](Self::block)). In a shared store the key is fresh for every server.
+    ///
+    /// ```
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tollgate::Error> {
+    /// let limiter = RateLimiter::gcra(Quota::per_minute(1));
+    /// assert!(limiter.check("alice").await?.allowed);
+    /// assert!(!limiter.check("alice").await?.allowed);
+    /// limiter.reset("alice").await?;
+    /// assert!(limiter.check("alice").await?.allowed);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When the store fails (a Redis store that cannot be reached or times out: the key is
+    /// then reset in the store's local fallback only), or cannot reset keys (a store of your
+    /// own that does not implement [`Store::reset`]).
+    pub fn reset(&self, key: impl Into<Key>) -> Update {
+        St::reset(&self.table, key.into(), self.now_nanos())
+    }
+
+    /// Denies every request of `key` for `duration` from now, whatever its quota: each denial's
+    /// `retry_after` (hence `Retry-After` and the headers' reset) is what is left of the block,
+    /// and [`Decision::is_blocked`] is true. The key's state is left as it is, so once the
+    /// block ends the key stands as it would have without it (its usage having come back with
+    /// time as usual). In a shared store (Redis) the block holds on every server.
+    ///
+    /// - A block never shortens another: a key already blocked past `now + duration` stays
+    ///   blocked until then, and a longer block extends a shorter one. [`reset`](Self::reset)
+    ///   lifts a block (and forgets the key's state).
+    /// - A zero `duration` blocks nothing. A duration that reaches past the end of the clock
+    ///   (`u64` nanoseconds from its origin, some 584 years) blocks until then: for good.
+    /// - The memory store holds at most [`max_keys`](MemoryStore::max_keys) blocks per policy:
+    ///   past that, the blocks that have ended go first, then those that end soonest. A
+    ///   policy's blocks belong to its name (a named quota's), not to its figures.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::clock::ManualClock;
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tollgate::Error> {
+    /// let clock = ManualClock::new();
+    /// let limiter = RateLimiter::gcra(Quota::per_second(10)).with_clock(clock.clone());
+    /// limiter.block("mallory", Duration::from_secs(60)).await?;
+    /// clock.advance(Duration::from_secs(15));
+    /// let denied = limiter.check("mallory").await?;
+    /// assert!(denied.is_blocked());
+    /// assert_eq!(denied.retry_after, Some(Duration::from_secs(45)));
+    /// clock.advance(Duration::from_secs(45));
+    /// assert!(limiter.check("mallory").await?.allowed);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When the store fails (a Redis store that cannot be reached or times out: the key is
+    /// then blocked in the store's local fallback only), or cannot block keys (a store of your
+    /// own that does not implement [`Store::block`]).
+    pub fn block(&self, key: impl Into<Key>, duration: Duration) -> Update {
+        if duration.is_zero() {
+            return Box::pin(std::future::ready(Ok(())));
+        }
+        St::block(&self.table, key.into(), self.now_nanos(), duration)
     }
 }
 

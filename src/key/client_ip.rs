@@ -214,6 +214,14 @@ impl ClientIp {
         self
     }
 
+    /// The key this extractor makes for a client at `ip` (the address it would find in the
+    /// headers): what a live layer's [`Handle`](crate::layer::Handle) takes to peek at, reset
+    /// or block that client. An IPv6 address is grouped by [`ipv6_prefix`](Self::ipv6_prefix),
+    /// an IPv4-mapped one read as IPv4.
+    pub fn key_for(&self, ip: IpAddr) -> Key {
+        Key::from(group_v6(ip.to_canonical(), self.ipv6_prefix))
+    }
+
     /// The client's address for `req`, before the IPv6 prefix is applied; `None` when the
     /// server did not record the peer address.
     pub fn client_addr<'a>(&self, req: impl Into<RequestHead<'a>>) -> Option<IpAddr> {

@@ -75,6 +75,24 @@ impl PeerIp {
         Self { ipv6_prefix: bits }
     }
 
+    /// The key this extractor makes for a client at `ip`: what a live layer's
+    /// [`Handle`](crate::layer::Handle) takes to peek at, reset or block that client (an
+    /// IPv6 address grouped by its prefix, an IPv4-mapped one read as IPv4).
+    ///
+    /// ```
+    /// use tollgate::key::PeerIp;
+    /// use tollgate::Key;
+    ///
+    /// let ip = "2001:db8::1".parse().unwrap();
+    /// let same = "2001:db8::ffff".parse().unwrap();
+    /// assert_eq!(PeerIp.key_for(ip), PeerIp.key_for(same)); // one /64
+    /// let v4 = std::net::Ipv4Addr::new(192, 0, 2, 7);
+    /// assert_eq!(PeerIp.key_for(v4.to_ipv6_mapped().into()), Key::from(v4));
+    /// ```
+    pub fn key_for(&self, ip: IpAddr) -> Key {
+        Key::from(group_v6(ip.to_canonical(), self.ipv6_prefix))
+    }
+
     /// The peer's IP, if the server recorded it.
     pub fn peer_ip<'a>(req: impl Into<RequestHead<'a>>) -> Option<IpAddr> {
         peer_addr(req.into()).map(|addr| addr.ip().to_canonical())

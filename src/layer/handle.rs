@@ -1,13 +1,21 @@
 //! [`Handle`]: a layer's limits, operated while it serves.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
 
 use super::limit::Limit;
 use super::recipe::{Bind, LayerClock, Recipe};
 use super::shared::Shared;
 use crate::algorithm::Quotas;
-use crate::{Error, Quota};
+use crate::store::Blocks;
+use crate::{Decision, Error, Key, Quota};
+
+/// How many keys a layer's handle holds blocked for its plans at once
+/// ([`Handle::block`]); past that, the blocks that have ended go first, then those that end
+/// soonest (the blocks in the plans' stores stay).
+const MAX_HELD: usize = 100_000;
 
 /// Operates a layer's limits while it serves: new quotas at once, without a restart and
 /// without giving anyone a fresh budget.
@@ -52,6 +60,10 @@ pub(crate) struct Live {
     recipe: Option<Recipe>,
     store: Option<Arc<dyn Bind>>,
     clock: LayerClock,
+    /// The keys blocked through a handle, which every plan's limiter this layer makes checks
+    /// first ([`Handle::block`]): a plan made after the block, or on a key's first request
+    /// under it, holds the block too.
+    held: Arc<Blocks>,
     now: Mutex<Now>,
 }
 
@@ -72,6 +84,7 @@ impl Live {
             recipe,
             store,
             clock,
+            held: Arc::new(Blocks::new(MAX_HELD)),
             now: Mutex::new(Now {
                 limiter,
                 services: Vec::new(),
@@ -81,6 +94,11 @@ impl Live {
 
     fn lock(&self) -> MutexGuard<'_, Now> {
         self.now.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The keys blocked through the layer's handles, for its plans' limiters.
+    pub(crate) fn held(&self) -> Arc<Blocks> {
+        self.held.clone()
     }
 
     /// Makes the services' shared part with the limiter of now (`make`), and keeps it to hand
@@ -95,6 +113,29 @@ impl Live {
 }
 
 impl Now {
+    /// Every limiter a key of the layer may be decided by, each once: the layer's own (with
+    /// its bans), and each plan's made so far by any of its services.
+    fn limiters(&self) -> Vec<Arc<dyn Limit>> {
+        let mut all: Vec<Arc<dyn Limit>> = Vec::new();
+        let mut add = |limiter: Arc<dyn Limit>| {
+            if !all.iter().any(|l| same(l, &limiter)) {
+                all.push(limiter);
+            }
+        };
+        let mut own = false;
+        for shared in self.services.iter().filter_map(Weak::upgrade) {
+            add(shared.active.load().limiter.clone());
+            own = true;
+            if let Some(per_key) = &shared.per_key {
+                per_key.limiters().into_iter().for_each(&mut add);
+            }
+        }
+        if !own {
+            add(self.limiter.clone());
+        }
+        all
+    }
+
     /// Puts `limiter` in force for every service.
     fn put(&mut self, limiter: Arc<dyn Limit>) {
         self.services.retain(|service| match service.upgrade() {
@@ -109,6 +150,101 @@ impl Now {
 }
 
 impl Handle {
+    /// `key`'s standing under the layer's quotas in force, consuming nothing: the decision a
+    /// request of cost 0 would get ([`RateLimiter::peek`](crate::RateLimiter::peek)); a
+    /// blocked key's is its denial ([`Decision::is_blocked`]). `key` is what the layer's key
+    /// extractor makes of a request (for the default, the client's IP address:
+    /// `Key::from(ip)`).
+    ///
+    /// A key on a per-key plan ([`quota_for`](super::RateLimitLayer::quota_for)) is decided
+    /// by its plan, which depends on the request: its standing there is not what this reports.
+    ///
+    /// The future owns what it needs (`'static`): spawn it or await it where you like.
+    ///
+    /// # Errors
+    ///
+    /// When the store fails (a Redis store that cannot be reached: its failure policy
+    /// answers).
+    pub fn peek(
+        &self,
+        key: impl Into<Key>,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'static {
+        let limiter = self.serving();
+        let key = key.into();
+        async move { limiter.peek(key).await }
+    }
+
+    /// Makes `key` fresh again under the layer's quotas and every plan's made so far, in every
+    /// tier: its state is forgotten, its block lifted, and its count of denials towards a ban
+    /// ([`ban`](super::RateLimitLayer::ban)) started afresh
+    /// ([`RateLimiter::reset`](crate::RateLimiter::reset)). With a shared store (Redis) the
+    /// key is fresh for every server, under the policies this server has made.
+    ///
+    /// # Errors
+    ///
+    /// The first error of a store that fails or cannot reset keys; every limiter is reset
+    /// that can be.
+    pub fn reset(
+        &self,
+        key: impl Into<Key>,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let key = key.into();
+        self.live.held.lift(&key);
+        let updates = self
+            .live
+            .lock()
+            .limiters()
+            .iter()
+            .map(|limiter| limiter.reset(key.clone()))
+            .collect();
+        all_of(updates)
+    }
+
+    /// Denies every request of `key` for `duration` from now, under the layer's quotas and
+    /// every plan's (per-key quotas), whatever its standing: each denial's `Retry-After` is
+    /// what is left of the block ([`RateLimiter::block`](crate::RateLimiter::block)), and the
+    /// key's state is as before once it ends. A block never shortens a longer one;
+    /// [`reset`](Self::reset) lifts it.
+    ///
+    /// - The block is written to the layer's store under its policy and under each plan's
+    ///   this layer has made: with a shared store (Redis) it holds on every server for those.
+    /// - This layer also holds it for the plans it makes later, or picks for the key for the
+    ///   first time: a key cannot step out of a block by landing on another plan. Such a
+    ///   block is held in memory by the layer (at most 100 000 keys: past that, the blocks
+    ///   that end soonest go first); other servers hold it for their plans once their handle
+    ///   is called too.
+    /// - A block survives [`set_quotas`](Self::set_quotas).
+    ///
+    /// # Errors
+    ///
+    /// The first error of a store that fails or cannot block keys; every limiter that can
+    /// block the key does.
+    pub fn block(
+        &self,
+        key: impl Into<Key>,
+        duration: Duration,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let key = key.into();
+        let updates = {
+            let now = self.live.lock();
+            let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+            let at = now.limiter.now();
+            self.live.held.block(&key, at, at.saturating_add(nanos));
+            now.limiters()
+                .iter()
+                .map(|limiter| limiter.block(key.clone(), duration))
+                .collect()
+        };
+        all_of(updates)
+    }
+
+    /// The limiter the layer's own quotas are decided by now, bans included.
+    fn serving(&self) -> Arc<dyn Limit> {
+        let now = self.live.lock();
+        let limiter = now.limiters().into_iter().next();
+        limiter.unwrap_or_else(|| now.limiter.clone())
+    }
+
     /// The policy name the layer's limiter reports now.
     pub fn policy(&self) -> String {
         self.live.lock().limiter.policy().to_owned()
@@ -178,4 +314,22 @@ impl Handle {
         now.put(next.settled());
         Ok(())
     }
+}
+
+/// Whether `a` and `b` are one limiter.
+fn same(a: &Arc<dyn Limit>, b: &Arc<dyn Limit>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+/// Runs `updates` one after the other, all of them whatever fails; the first error, if any.
+async fn all_of(updates: Vec<crate::store::Update>) -> Result<(), Error> {
+    let mut outcome = Ok(());
+    for update in updates {
+        if let Err(error) = update.await {
+            if outcome.is_ok() {
+                outcome = Err(error);
+            }
+        }
+    }
+    outcome
 }

@@ -6,6 +6,7 @@ use http::{Response, StatusCode};
 use tower_layer::Layer;
 
 use super::answer::{answer, AnswerBody};
+use super::ban::Ban;
 use super::handle::{Handle, Live};
 use super::headers::{HeaderPlacement, HeaderStyle, Headers};
 use super::limit::Limit;
@@ -60,6 +61,8 @@ pub struct RateLimitLayer {
     settings: Settings,
     select: Option<Arc<Select>>,
     cost: Option<Arc<Cost>>,
+    /// Bans of repeat offenders, with the limiter that counts the denials.
+    ban: Option<(Ban, Arc<dyn Limit>)>,
     /// What the services share, made by the first [`Layer::layer`] call and kept for the
     /// others (and for clones of this layer).
     built: Arc<OnceLock<Arc<Shared>>>,
@@ -151,6 +154,7 @@ impl RateLimitLayer {
             settings: Settings::default(),
             select: None,
             cost: None,
+            ban: None,
             built: Arc::default(),
         }
     }
@@ -181,6 +185,7 @@ impl RateLimitLayer {
             settings: Settings::default(),
             select: None,
             cost: None,
+            ban: None,
             built: Arc::default(),
         }
     }
@@ -209,9 +214,72 @@ impl RateLimitLayer {
             Some(store.clone()),
             clock.clone(),
         ));
+        if let Some((ban, _)) = self.ban.take() {
+            let counter = ban_counter(&ban, &self.limiter, &*store, &recipe, &clock);
+            self.ban = Some((ban, counter));
+        }
         self.recipe = Some(recipe);
         self.store = Some(store);
         self.clock = clock;
+        self.changed()
+    }
+
+    /// Bans repeat offenders: a key denied more than [`Ban::denials`] times within
+    /// [`Ban::within`] is blocked for [`Ban::duration`] ([`RateLimiter::block`]): every request
+    /// it makes is refused until then, with `Retry-After` what is left of the ban. Then it
+    /// stands as its quota says, as if the ban had never been.
+    ///
+    /// - Denials are counted in the layer's store, under the policy's name with `:ban` added,
+    ///   by a fixed window of `denials` per `within` that starts at the key's first denial: a
+    ///   key is banned at its `denials + 1`-th denial within that window. With a `RedisStore`
+    ///   the count and the ban hold across every server. The count starts afresh after each
+    ///   ban, and the requests a ban refuses do not count: a client banned for `duration` is
+    ///   back to its quota after it, whatever it sent meanwhile.
+    /// - Each ban is logged at info level (the policy and the key's kind, the key itself only
+    ///   at trace level) and counted in `tollgate_bans_total{policy, outcome="banned"}`
+    ///   (feature `metrics`). Requests racing on other servers may ban a key twice at once,
+    ///   which changes nothing but the count.
+    /// - With [`dry_run`](Self::dry_run), nothing is blocked: would-be bans are logged and
+    ///   counted with `outcome="dry_run_banned"`.
+    /// - Per-key plans ([`quota_for`](Self::quota_for)) count and ban under each plan's
+    ///   policy; tiers count a denial by any tier once; with [`count_if`](Self::count_if) a
+    ///   denial counts whatever the response would have been (it has none); stacked layers
+    ///   each ban by their own denials.
+    /// - The memory store holds at most [`max_keys`](MemoryStore::max_keys) bans per policy
+    ///   (a client with many keys cannot grow it further): past that, the bans that have ended
+    ///   go first, then those that end soonest.
+    /// - When a shared store fails, its failure policy decides (`OnFailure`): the local
+    ///   fallback counts and bans on this server alone while Redis is away (the ban is not
+    ///   written to Redis, and the store logs the failure); failing open bans no one; failing
+    ///   closed answers every request with the store's error anyway.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::layer::Ban;
+    /// use tollgate::{Quota, RateLimitLayer};
+    ///
+    /// // More than 20 denials within a minute: refused for 15 minutes.
+    /// let layer = RateLimitLayer::gcra(Quota::per_second(10))
+    ///     .ban(Ban::new(20, Duration::from_secs(60), Duration::from_secs(15 * 60)));
+    /// # let _ = layer;
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When a figure of `ban` is zero (or `within` is longer than `u64::MAX` nanoseconds),
+    /// naming it; when the store cannot keep the count (the Redis store refuses a window past
+    /// its exact bound, naming it); or when the layer was made by
+    /// [`from_limiter`](Self::from_limiter).
+    #[must_use]
+    #[track_caller]
+    pub fn ban(mut self, ban: Ban) -> Self {
+        if let Some(refusal) = ban.refusal() {
+            panic!("{refusal}");
+        }
+        let recipe = self.recipe_for("ban").clone();
+        let (store, clock) = self.parts();
+        let counter = ban_counter(&ban, &self.limiter, &*store, &recipe, &clock);
+        self.ban = Some((ban, counter));
         self.changed()
     }
 
@@ -794,6 +862,10 @@ impl RateLimitLayer {
     fn shared(&self) -> Arc<Shared> {
         self.built
             .get_or_init(|| {
+                let ban = self
+                    .ban
+                    .as_ref()
+                    .map(|(ban, counter)| (*ban, counter.clone(), self.settings.dry_run));
                 self.live.serve(|limiter| {
                     let per_key = match (&self.select, &self.recipe) {
                         (Some(select), Some(recipe)) => {
@@ -803,6 +875,8 @@ impl RateLimitLayer {
                                 store,
                                 clock,
                                 settings: self.settings.clone(),
+                                ban: self.ban.as_ref().map(|(ban, _)| *ban),
+                                held: self.live.held(),
                             };
                             Some(PerKey::new(select.clone(), maker))
                         }
@@ -814,6 +888,7 @@ impl RateLimitLayer {
                         self.key.clone(),
                         per_key,
                         self.cost.clone(),
+                        ban,
                     ))
                 })
             })
@@ -827,6 +902,22 @@ fn bound(store: &dyn Bind, recipe: &Recipe, clock: &LayerClock) -> Arc<dyn Limit
     match store.bind(recipe, clock, recipe.named()) {
         Ok(limiter) => limiter,
         Err(error) => panic!("RateLimitLayer: {error}"),
+    }
+}
+
+/// The limiter that counts `limiter`'s denials for `ban`, over `store`, or a panic naming why
+/// the store refuses it.
+#[track_caller]
+fn ban_counter(
+    ban: &Ban,
+    limiter: &Arc<dyn Limit>,
+    store: &dyn Bind,
+    recipe: &Recipe,
+    clock: &LayerClock,
+) -> Arc<dyn Limit> {
+    match ban.bind(limiter, store, clock, recipe.named()) {
+        Ok(counter) => counter,
+        Err(error) => panic!("RateLimitLayer::ban: {error}"),
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::algorithm::Algorithm;
 use crate::clock::{Clock, Sleep};
-use crate::store::Store;
+use crate::store::{Store, Update};
 use crate::{Decision, Error, Key, Quota, RateLimiter};
 
 /// A store's answer still on its way (a remote store), boxed once it has to wait.
@@ -64,6 +64,16 @@ pub(crate) trait Limit: Send + Sync + 'static {
     /// Gives back what the allowed request `admission` of `cost` took ([`RateLimiter::refund`]).
     fn refund(&self, key: Key, admission: &Decision, cost: u64) -> Check;
 
+    /// `key`'s standing, consuming nothing ([`RateLimiter::peek`]), for a handle on a live
+    /// layer.
+    fn peek(&self, key: Key) -> Check;
+
+    /// Makes `key` fresh again and lifts its block ([`RateLimiter::reset`]).
+    fn reset(&self, key: Key) -> Update;
+
+    /// Denies `key` for `duration` from now ([`RateLimiter::block`]).
+    fn block(&self, key: Key, duration: Duration) -> Update;
+
     /// The limiter's clock, in nanoseconds.
     fn now(&self) -> u64;
 
@@ -112,6 +122,18 @@ where
 
     fn refund(&self, key: Key, admission: &Decision, cost: u64) -> Check {
         Check::of(RateLimiter::refund(self, key, admission, cost))
+    }
+
+    fn peek(&self, key: Key) -> Check {
+        Check::of(RateLimiter::peek(self, key))
+    }
+
+    fn reset(&self, key: Key) -> Update {
+        RateLimiter::reset(self, key)
+    }
+
+    fn block(&self, key: Key, duration: Duration) -> Update {
+        RateLimiter::block(self, key, duration)
     }
 
     #[inline]

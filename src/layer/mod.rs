@@ -70,10 +70,12 @@
 //! `tower::ServiceBuilder` over a hyper service.
 
 mod answer;
+mod ban;
 mod body;
 mod future;
 mod handle;
 mod headers;
+mod held;
 #[allow(clippy::module_inception)]
 mod layer;
 mod limit;
@@ -86,6 +88,7 @@ mod shared;
 mod text;
 
 pub use self::answer::{AnswerBody, BoxError};
+pub use self::ban::Ban;
 pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
 pub use self::handle::Handle;

@@ -7,10 +7,13 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use foldhash::fast::RandomState;
 
+use super::ban::Ban;
+use super::held::held;
 use super::limit::Limit;
 use super::recipe::{Bind, LayerClock, Recipe};
 use super::response::{Responder, Settings};
 use crate::key::RequestHead;
+use crate::store::Blocks;
 use crate::{Key, Quota};
 
 /// How many plans one layer keeps limiters for at once. Past this, the least recently used
@@ -114,6 +117,10 @@ pub(crate) struct Maker {
     pub(crate) store: Arc<dyn Bind>,
     pub(crate) clock: LayerClock,
     pub(crate) settings: Settings,
+    /// The layer's bans, applied to each plan under the plan's policy.
+    pub(crate) ban: Option<Ban>,
+    /// The keys blocked through the layer's handle, which every plan denies.
+    pub(crate) held: Arc<Blocks>,
 }
 
 /// The plan selector and the limiters made for the plans it picked lately.
@@ -163,6 +170,15 @@ impl PerKey {
         }
     }
 
+    /// The limiters of the plans made and not evicted (for a handle's reset and block).
+    pub(crate) fn limiters(&self) -> Vec<Arc<dyn Limit>> {
+        let policies = self.policies.read().unwrap_or_else(PoisonError::into_inner);
+        policies
+            .values()
+            .map(|entry| entry.policy.limiter.clone())
+            .collect()
+    }
+
     /// The policy of this request's plan, made on first use with the layer's algorithm
     /// options, store, clock and answers; `None`: the layer's own quotas apply. An error when
     /// the store refuses the plan (a quota too large for it): the request is refused, never
@@ -206,10 +222,18 @@ impl PerKey {
         // Shared under the plan's name, or its text when unnamed: a limiter made again for
         // this plan after its eviction finds the state this one leaves.
         let maker = &self.maker;
-        let limiter = match maker
+        let bound = maker
             .store
             .bind(&maker.recipe.for_plan(quotas), &maker.clock, true)
-        {
+            .and_then(|limiter| match &maker.ban {
+                Some(ban) => {
+                    let counter = ban.bind(&limiter, &*maker.store, &maker.clock, true)?;
+                    Ok(ban.wrap(limiter, counter, maker.settings.dry_run))
+                }
+                None => Ok(limiter),
+            })
+            .map(|limiter| held(limiter, maker.held.clone()));
+        let limiter = match bound {
             Ok(limiter) => limiter,
             Err(refused) => {
                 // A plan the store cannot keep (a quota too large for Redis): its requests are

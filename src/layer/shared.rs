@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use super::ban::Ban;
 use super::limit::Limit;
 use super::per_key::PerKey;
 use super::response::{Responder, Settings};
@@ -13,6 +14,10 @@ use crate::Key;
 
 /// Prices a request: how much of the quota it takes (`RateLimitLayer::cost`).
 pub(crate) type Cost = dyn Fn(&Key, RequestHead<'_>) -> u64 + Send + Sync;
+
+/// A layer's bans ([`RateLimitLayer::ban`](super::RateLimitLayer::ban)): the figures, the
+/// limiter that counts denials, and whether the layer is a dry run.
+pub(crate) type Bans = (Ban, Arc<dyn Limit>, bool);
 
 /// Everything a [`RateLimit`](super::RateLimit) service needs besides its inner service.
 pub(crate) struct Shared {
@@ -26,6 +31,8 @@ pub(crate) struct Shared {
     pub(crate) per_key: Option<PerKey>,
     /// The cost of each request; `None`: 1.
     pub(crate) cost: Option<Arc<Cost>>,
+    /// Bans of repeat offenders, put around every limiter the services are handed.
+    bans: Option<Bans>,
 }
 
 /// A limiter and the answers made for its quotas and policy.
@@ -48,18 +55,22 @@ impl Shared {
         key: Arc<dyn KeyExtractor>,
         per_key: Option<PerKey>,
         cost: Option<Arc<Cost>>,
+        bans: Option<Bans>,
     ) -> Self {
+        let limiter = banning(&bans, limiter);
         Self {
             active: ArcSwap::from_pointee(Active::new(limiter, &settings)),
             settings,
             key,
             per_key,
             cost,
+            bans,
         }
     }
 
-    /// Puts `limiter` in force for the requests that come next.
+    /// Puts `limiter` in force for the requests that come next (with the bans).
     pub(crate) fn put(&self, limiter: Arc<dyn Limit>) {
+        let limiter = banning(&self.bans, limiter);
         self.active
             .store(Arc::new(Active::new(limiter, &self.settings)));
     }
@@ -68,5 +79,13 @@ impl Shared {
     #[inline]
     pub(crate) fn cost(&self, key: &Key, head: RequestHead<'_>) -> u64 {
         self.cost.as_ref().map_or(1, |cost| cost(key, head))
+    }
+}
+
+/// `limiter` with `bans` around it, if any.
+fn banning(bans: &Option<Bans>, limiter: Arc<dyn Limit>) -> Arc<dyn Limit> {
+    match bans {
+        Some((ban, counter, dry_run)) => ban.wrap(limiter, counter.clone(), *dry_run),
+        None => limiter,
     }
 }

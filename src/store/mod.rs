@@ -42,6 +42,7 @@ mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 
+pub(crate) use self::memory::Blocks;
 pub use self::memory::{
     AtomicCell, LockedCell, MemoryAlgorithm, MemoryStore, MemoryTable, StateCell,
 };
@@ -49,9 +50,23 @@ pub use self::memory::{
 pub use self::redis::{OnFailure, RedisStore};
 
 use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
 
 use crate::algorithm::Algorithm;
 use crate::{Decision, Error, Key};
+
+/// The future of a change a store makes to one key ([`Store::reset`], [`Store::block`]).
+pub type Update = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'static>>;
+
+/// The answer of a store that does not implement `what`.
+fn unsupported(what: &str) -> Update {
+    let error = Error::misconfigured(format!(
+        "this store cannot {what} a key: implement `Store::{what}` for it, or use a store of \
+         this crate (MemoryStore, RedisStore)"
+    ));
+    Box::pin(std::future::ready(Err(error)))
+}
 
 /// Keeps per-key state and applies an [`Algorithm`] to it atomically.
 pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
@@ -124,5 +139,35 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
     fn settle(&self, table: &Self::Table, now: u64) -> Self::Table {
         let _ = now;
         table.clone()
+    }
+
+    /// `key`'s standing at `now`: the decision a request of cost 0 would get (a blocked key's
+    /// denial included), consuming nothing, and never making the store keep a key it does not
+    /// hold. By default a check of cost 0.
+    fn peek(table: &Self::Table, key: Key, now: u64) -> Self::Future {
+        Self::check(table, key, now, 0)
+    }
+
+    /// Forgets `key`'s state in every tier and lifts its block: its next request finds it
+    /// fresh. `now` is the limiter's time, for the store's own bookkeeping (logs).
+    ///
+    /// Provided so that stores written before it keep compiling: the default answers an error
+    /// of kind [`Misconfigured`](crate::ErrorKind::Misconfigured) saying the store cannot
+    /// reset keys. The stores of this crate implement it.
+    fn reset(table: &Self::Table, key: Key, now: u64) -> Update {
+        let _ = (table, key, now);
+        unsupported("reset")
+    }
+
+    /// Denies every request of `key` from `now` until `now + duration`, leaving its state as
+    /// it is ([`RateLimiter::block`](crate::RateLimiter::block) tells the rules: a block never
+    /// shortens a longer one; a zero duration blocks nothing).
+    ///
+    /// Every check of a blocked key, [`peek`](Self::peek) included, must deny it, with
+    /// `retry_after` what is left of the block, and consume nothing. The default answers an error of kind
+    /// [`Misconfigured`](crate::ErrorKind::Misconfigured) saying the store cannot block keys.
+    fn block(table: &Self::Table, key: Key, now: u64, duration: Duration) -> Update {
+        let _ = (table, key, now, duration);
+        unsupported("block")
     }
 }

@@ -10,9 +10,11 @@
 //! - `shards`: the sharded map from keys to cells, and how it forgets keys; `probe` (a key as
 //!   its tables hold it) and `hasher` (the keyed hash of a key) serve it.
 //! - `table`: [`MemoryTable`], one policy's map and how a check runs on it.
+//! - `blocks`: the keys blocked until a time, beside a table, bounded as it is.
 //! - `registry`: the tables of named policies, shared by every limiter that names them.
 
 mod algorithms;
+mod blocks;
 mod cell;
 mod hasher;
 mod probe;
@@ -21,6 +23,7 @@ mod shards;
 mod table;
 
 pub use self::algorithms::MemoryAlgorithm;
+pub(crate) use self::blocks::Blocks;
 pub use self::cell::{AtomicCell, LockedCell, StateCell};
 pub use self::table::MemoryTable;
 

@@ -5,6 +5,7 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::blocks::Blocks;
 use super::shards::Shards;
 use super::MemoryAlgorithm;
 
@@ -22,6 +23,9 @@ type Maps = HashMap<Identity, Arc<dyn Any + Send + Sync>>;
 #[derive(Default)]
 pub(super) struct Registry {
     maps: Mutex<Maps>,
+    /// Each named policy's blocked keys, by name alone: a block outlives a change of the
+    /// policy's quota or algorithm.
+    blocks: Mutex<HashMap<Box<str>, Arc<Blocks>>>,
 }
 
 impl Registry {
@@ -52,6 +56,15 @@ impl Registry {
             // The slot's type is part of its key, so it always matches.
             Err(_) => unreachable!("memory store table type mismatch"),
         }
+    }
+
+    /// The blocked keys of the policy named `policy`, made with `make` the first time.
+    pub(super) fn blocks(&self, policy: &str, make: impl FnOnce() -> Blocks) -> Arc<Blocks> {
+        let mut blocks = self.blocks.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = blocks
+            .entry(policy.into())
+            .or_insert_with(|| Arc::new(make()));
+        Arc::clone(slot)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Maps> {

@@ -333,6 +333,37 @@ impl<V: Default> Shards<V> {
         }
     }
 
+    /// Forgets `key`, if the map holds it. `hash` is [`hash`](Self::hash)`(key)`.
+    pub(crate) fn remove(&self, hash: u64, key: &Key) {
+        let mut tables = self
+            .shard(hash)
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let tables = &mut *tables;
+        match Probe::of(key) {
+            Probe::V4(w) => {
+                if let Ok(entry) = tables.v4.find_entry(hash, |e| e.0 == w) {
+                    entry.remove();
+                }
+            }
+            Probe::V6(w) => {
+                if let Ok(entry) = tables.v6.find_entry(hash, |e| e.0 == w) {
+                    entry.remove();
+                }
+            }
+            Probe::Int(n) => {
+                if let Ok(entry) = tables.ints.find_entry(hash, |e| e.0 == n) {
+                    entry.remove();
+                }
+            }
+            Probe::Other(key) => {
+                if let Ok(entry) = tables.other.find_entry(hash, |e| e.0 == *key) {
+                    entry.remove();
+                }
+            }
+        }
+    }
+
     /// How many keys the map holds.
     pub(crate) fn len(&self) -> usize {
         self.shards

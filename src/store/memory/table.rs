@@ -3,16 +3,19 @@
 use std::fmt;
 use std::future::{ready, Ready};
 use std::sync::Arc;
+use std::time::Duration;
 
+use super::blocks::Blocks;
 use super::registry::Map;
 use super::shards::Forget;
 use super::{MemoryAlgorithm, MemoryStore, StateCell};
-use crate::store::Store;
+use crate::store::{Store, Update};
 use crate::{Decision, Error, Key};
 
 /// A [`MemoryStore`]'s table for one policy.
 pub struct MemoryTable<A: MemoryAlgorithm> {
     map: Arc<Map<A>>,
+    blocks: Arc<Blocks>,
     algorithm: A,
     /// The table this one takes over from while its quotas change: a key this table does not
     /// hold carries over what it used there ([`Algorithm::carried`](crate::algorithm::Algorithm::carried)).
@@ -29,6 +32,7 @@ impl<A: MemoryAlgorithm> Clone for MemoryTable<A> {
     fn clone(&self) -> Self {
         Self {
             map: self.map.clone(),
+            blocks: self.blocks.clone(),
             algorithm: self.algorithm.clone(),
             previous: self.previous.clone(),
         }
@@ -54,10 +58,58 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         self.len() == 0
     }
 
+    /// How many keys are blocked (blocks that have ended included, until they make room for
+    /// others). At most the store's [`max_keys`](MemoryStore::max_keys).
+    pub fn blocked_keys(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// While no block is live the test for blocks costs one load and a branch (and some 20
+    /// instructions a check in all: BENCHMARKS.md, "Blocks on the hot path").
     #[inline]
     pub(crate) fn decide(&self, key: Key, now: u64, cost: u64) -> Decision {
+        if self.blocks.any(now) {
+            return self.decide_among_blocks(key, now, cost);
+        }
         let seen = self.apply(key, now, cost);
         A::Cell::decide(seen, &self.algorithm, now, cost)
+    }
+
+    /// [`decide`](Self::decide) while some key of the table is blocked: out of the way of the
+    /// checks made while none is.
+    #[cold]
+    #[inline(never)]
+    fn decide_among_blocks(&self, key: Key, now: u64, cost: u64) -> Decision {
+        if let Some(until) = self.blocks.until(&key, now) {
+            return self.blocked(&key, now, until);
+        }
+        let seen = self.apply(key, now, cost);
+        A::Cell::decide(seen, &self.algorithm, now, cost)
+    }
+
+    /// The key's standing at `now`, consuming nothing and remembering no new key.
+    pub(crate) fn peek(&self, key: &Key, now: u64) -> Decision {
+        if let Some(until) = self.blocks.until(key, now) {
+            return self.blocked(key, now, until);
+        }
+        self.standing(key, now)
+    }
+
+    /// The key's standing at `now` by its state alone (a fresh state for a key not held).
+    fn standing(&self, key: &Key, now: u64) -> Decision {
+        let algorithm = &self.algorithm;
+        let hash = self.map.hash(key);
+        let peek = |cell: &A::Cell| cell.peek(algorithm, now);
+        match self.map.get_with(hash, key, peek) {
+            Some(standing) => standing,
+            None => algorithm.check(&A::State::default(), now, 0).decision,
+        }
+    }
+
+    /// The denial of a key blocked until `until`: its standing, denied until then.
+    fn blocked(&self, key: &Key, now: u64, until: u64) -> Decision {
+        let left = Duration::from_nanos(until - now);
+        self.standing(key, now).blocked_for(left)
     }
 
     /// Gives back what `admission` took from `key` and returns the key's standing afterwards.
@@ -67,7 +119,35 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         let refund = |cell: &A::Cell| cell.refund(algorithm, admission, now, cost);
         // A key the store does not hold has nothing to give back.
         let after = self.map.get_with(hash, &key, refund).unwrap_or_default();
-        algorithm.check(&after, now, 0).decision
+        let standing = algorithm.check(&after, now, 0).decision;
+        match self.blocks.until(&key, now) {
+            Some(until) => standing.blocked_for(Duration::from_nanos(until - now)),
+            None => standing,
+        }
+    }
+
+    /// Forgets `key`'s state and lifts its block: the key is fresh again.
+    pub(crate) fn reset(&self, key: &Key, now: u64) {
+        let hash = self.map.hash(key);
+        if self.previous.is_some() {
+            // The key must not carry over what it used in the table this one takes over
+            // from: it stays, fresh.
+            let algorithm = &self.algorithm;
+            let forget = Forgetting { algorithm, now };
+            let fresh = |cell: &A::Cell| cell.set_state(A::State::default());
+            self.map
+                .get_or_insert_from(hash, key.clone().stored(), &forget, |_| (), fresh);
+        } else {
+            self.map.remove(hash, key);
+        }
+        self.blocks.lift(key);
+    }
+
+    /// Blocks `key` from `now` for `duration` (until the end of the clock when that reaches
+    /// past it), or keeps a block that ends later.
+    pub(crate) fn block(&self, key: &Key, now: u64, duration: Duration) {
+        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        self.blocks.block(key, now, now.saturating_add(nanos));
     }
 
     /// Applies the request to the key's state. Only this runs under the shard's lock; the
@@ -148,6 +228,8 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
     pub(crate) fn succeeded(&self, algorithm: &A, max_keys: usize) -> Self {
         MemoryTable {
             map: Arc::new(Map::<A>::bounded(Some(max_keys))),
+            // A block outlives a change of quotas.
+            blocks: self.blocks.clone(),
             algorithm: algorithm.clone(),
             previous: Some(Arc::new(Predecessor {
                 map: self.map.clone(),
@@ -176,6 +258,7 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         }
         MemoryTable {
             map: self.map.clone(),
+            blocks: self.blocks.clone(),
             algorithm: self.algorithm.clone(),
             previous: None,
         }
@@ -211,13 +294,16 @@ impl<A: MemoryAlgorithm> Store<A> for MemoryStore {
     /// Never fails: memory holds any policy.
     fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Result<MemoryTable<A>, Error> {
         let make = || Map::<A>::bounded(Some(self.max_keys));
-        let map = if shared {
-            self.registry.map(policy, algorithm, make)
+        let blocks = || Blocks::new(self.max_keys);
+        let (map, blocks) = if shared {
+            let map = self.registry.map(policy, algorithm, make);
+            (map, self.registry.blocks(policy, blocks))
         } else {
-            Arc::new(make())
+            (Arc::new(make()), Arc::new(blocks()))
         };
         Ok(MemoryTable {
             map,
+            blocks,
             algorithm: algorithm.clone(),
             previous: None,
         })
@@ -253,5 +339,19 @@ impl<A: MemoryAlgorithm> Store<A> for MemoryStore {
         cost: u64,
     ) -> Self::Future {
         ready(Ok(table.refund(key, admission, now, cost)))
+    }
+
+    fn peek(table: &MemoryTable<A>, key: Key, now: u64) -> Self::Future {
+        ready(Ok(table.peek(&key, now)))
+    }
+
+    fn reset(table: &MemoryTable<A>, key: Key, now: u64) -> Update {
+        table.reset(&key, now);
+        Box::pin(ready(Ok(())))
+    }
+
+    fn block(table: &MemoryTable<A>, key: Key, now: u64, duration: Duration) -> Update {
+        table.block(&key, now, duration);
+        Box::pin(ready(Ok(())))
     }
 }

@@ -119,8 +119,11 @@ impl Shard {
 ///
 /// Serving them from here is correct on every server: a denial says the key may not pass
 /// before `retry_after`, and no other server's requests can make that time come sooner (they
-/// only ever push it further out). Only a refund gives capacity back early, and a refund
-/// through this store forgets the key's denial. Evicting a denial early only costs a round
+/// only ever push it further out). Only a refund or a reset gives capacity back early: through
+/// this store, either forgets the key's denial here; another server keeps answering the denial
+/// it remembers until it ends, at most its `retry_after`. A blocked key's denial is remembered
+/// for at most [`BLOCK_CACHE_HOLD`](super::RedisStore::BLOCK_CACHE_HOLD), so that a reset
+/// elsewhere lifts the block here within that. Evicting a denial early only costs a round
 /// trip: Redis answers for it again.
 pub(crate) struct DenyCache {
     shards: Box<[Mutex<Shard>]>,
@@ -182,6 +185,12 @@ impl DenyCache {
         if self.shards.is_empty() || decision.allowed {
             return;
         }
+        // A block is remembered briefly, so that a reset elsewhere soon reaches this server.
+        let retry_after = if decision.is_blocked() {
+            retry_after.min(super::RedisStore::BLOCK_CACHE_HOLD)
+        } else {
+            retry_after
+        };
         let wait = u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX);
         let until = now.saturating_add(wait);
         if until <= now {

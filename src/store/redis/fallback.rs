@@ -40,6 +40,21 @@ impl<A: RedisAlgorithm> Fallback<A> {
         }
     }
 
+    /// Forgets `key`'s state and block in the local table, if the policy has one.
+    pub(crate) fn reset(&self, key: &Key, now: u64) {
+        if let Self::Local(table) = self {
+            table.reset(key, now);
+        }
+    }
+
+    /// Blocks `key` in the local table, if the policy has one, so that the block holds here
+    /// while Redis is away.
+    pub(crate) fn block(&self, key: &Key, now: u64, duration: Duration) {
+        if let Self::Local(table) = self {
+            table.block(key, now, duration);
+        }
+    }
+
     /// The answer to a request (or, with `refund`, a refund) of `cost` for `key` at `now`
     /// that Redis failed with `error`, for tiers reporting `limits`.
     pub(crate) fn answer(

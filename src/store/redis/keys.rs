@@ -26,6 +26,10 @@ pub(crate) struct KeyNames {
     head: Vec<u8>,
     /// Each tier's end: `}:<policy>:<algorithm>.<fingerprint>`, then `:<n>` for tiers.
     tails: Vec<Vec<u8>>,
+    /// The end of the key's block: `}:<policy>:block`. It names the policy alone, so a block
+    /// outlives a change of the policy's figures; it never meets a state's key, which ends in
+    /// hex digits or a tier's number.
+    block_tail: Vec<u8>,
 }
 
 impl KeyNames {
@@ -43,24 +47,40 @@ impl KeyNames {
                 tail
             })
             .collect();
-        Self { head, tails }
+        let block_tail = format!("}}:{policy}:block").into_bytes();
+        Self {
+            head,
+            tails,
+            block_tail,
+        }
     }
 
     /// The Redis key of each tier for `key`.
     pub(crate) fn keys(&self, key: &Key) -> Vec<Vec<u8>> {
+        let mut keys = self.keys_and_block(key);
+        keys.pop();
+        keys
+    }
+
+    /// The Redis key of `key`'s block.
+    pub(crate) fn block(&self, key: &Key) -> Vec<u8> {
+        self.keys_and_block(key).pop().unwrap_or_default()
+    }
+
+    /// The Redis key of each tier for `key`, then that of its block: the keys a script
+    /// call names, all in the key's slot.
+    pub(crate) fn keys_and_block(&self, key: &Key) -> Vec<Vec<u8>> {
         let mut base = Vec::with_capacity(self.head.len() + 2 * Key::MAX_LEN + 4);
         base.extend_from_slice(&self.head);
         encode_key(key, &mut base);
-        let mut keys = Vec::with_capacity(self.tails.len());
-        for (i, tail) in self.tails.iter().enumerate() {
-            let mut k = if i + 1 == self.tails.len() {
-                std::mem::take(&mut base)
-            } else {
-                base.clone()
-            };
+        let mut keys = Vec::with_capacity(self.tails.len() + 1);
+        for tail in &self.tails {
+            let mut k = base.clone();
             k.extend_from_slice(tail);
             keys.push(k);
         }
+        base.extend_from_slice(&self.block_tail);
+        keys.push(base);
         keys
     }
 }

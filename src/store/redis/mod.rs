@@ -96,7 +96,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
-use super::Store;
+use super::{Store, Update};
 use crate::{Decision, Error, Key};
 
 #[derive(Clone)]
@@ -127,6 +127,11 @@ impl RedisStore {
 
     /// How many denials a table remembers locally by default.
     pub const DEFAULT_DENY_CACHE: usize = 10_000;
+
+    /// The longest a server answers a blocked key from its [`deny_cache`](Self::deny_cache)
+    /// before asking Redis again: a reset on another server reaches this one within it, and a
+    /// blocked client that keeps knocking costs each server one round trip per this long.
+    pub const BLOCK_CACHE_HOLD: Duration = Duration::from_secs(1);
 
     /// Connects to one Redis server (`redis://host:port/db`, `rediss://` for TLS when
     /// redis-rs is built with it). The connection is multiplexed and comes back by itself
@@ -321,5 +326,24 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
     ) -> RedisFuture {
         let receipts = admission.tiers().iter().map(Decision::receipt).collect();
         table.run(key, now, cost, Some(receipts))
+    }
+
+    fn peek(table: &RedisTable<A>, key: Key, now: u64) -> RedisFuture {
+        table.peek(key, now)
+    }
+
+    /// Deletes the key's state in every tier and its block in one script call, and forgets
+    /// its denial on this server. Other servers may still answer a denial they remember
+    /// ([`deny_cache`](RedisStore::deny_cache)) until it ends: for at most the
+    /// `retry_after` it was decided with, and for a blocked key at most
+    /// [`BLOCK_CACHE_HOLD`](RedisStore::BLOCK_CACHE_HOLD).
+    fn reset(table: &RedisTable<A>, key: Key, now: u64) -> Update {
+        table.reset(key, now)
+    }
+
+    /// Writes the block's end beside the key's state (`<prefix>:{<key>}:<policy>:block`, in
+    /// the key's Cluster slot) with a TTL to it; every check reads it in the same script call.
+    fn block(table: &RedisTable<A>, key: Key, now: u64, duration: Duration) -> Update {
+        table.block(key, now, duration)
     }
 }

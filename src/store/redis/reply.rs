@@ -25,7 +25,7 @@ impl redis::FromRedisValue for Figure {
 }
 
 /// The decision from the script's reply, for tiers reporting `limits`: six integers per tier
-/// (allowed, remaining, reset_after, retry_after or -1, delay, and the admission's receipt,
+/// (allowed, or 2 for a blocked key, remaining, reset_after, retry_after or -1, delay, and the admission's receipt,
 /// which may pass `i64::MAX` and comes as text). With `tiered`, the tiers' decisions are
 /// combined ([`Decision::from_tiers`]). A reply of any other shape is a protocol error.
 pub(crate) fn decision(reply: &[Figure], limits: &[u64], tiered: bool) -> Result<Decision, Error> {
@@ -54,6 +54,8 @@ pub(crate) fn decision(reply: &[Figure], limits: &[u64], tiered: bool) -> Result
                     let retry_after = if d[3] == -1 { None } else { Some(nanos(d[3])?) };
                     Ok(Decision::deny(limit, remaining, reset_after, retry_after))
                 }
+                // Denied by a block, for what is left of it.
+                2 => Ok(Decision::deny(limit, 0, reset_after, None).blocked_for(nanos(d[3])?)),
                 _ => Err(bad()),
             }
         })

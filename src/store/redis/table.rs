@@ -15,6 +15,7 @@ use super::reply::{self, Figure};
 use super::version::{self, VersionCheck};
 use super::warn::Warnings;
 use super::{bounds, errors, script, Connection, RedisStore};
+use crate::store::Update;
 use crate::{Decision, Error, Key};
 
 /// Whether Redis answered that it does not have the script.
@@ -110,6 +111,12 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         self.inner.names.keys(key)
     }
 
+    /// The Redis key of `key`'s block under this policy: `<prefix>:{<key>}:<policy>:block`,
+    /// in the key's slot. It holds the block's end and expires with it.
+    pub fn block_key(&self, key: &Key) -> Vec<u8> {
+        self.inner.names.block(key)
+    }
+
     /// How many denials the table remembers locally right now.
     pub fn cached_denials(&self) -> usize {
         self.inner.denials.len()
@@ -156,6 +163,16 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         cost: u64,
         refund: Option<&[u64]>,
     ) -> Result<Decision, Error> {
+        let mode = match refund {
+            Some(receipts) => Mode::Refund(cost, receipts),
+            None => Mode::Check(cost),
+        };
+        let reply = self.round_trip(key, now, mode).await?;
+        reply::decision(&reply, &self.inner.limits, A::TIERED)
+    }
+
+    /// The script in `mode` for `key`, bounded by the timeout; its reply.
+    async fn round_trip(&self, key: &Key, now: u64, mode: Mode<'_>) -> Result<Vec<Figure>, Error> {
         let inner = &self.inner;
         if !inner.version.is_done() {
             match tokio::time::timeout(inner.timeout, version::check(&inner.connection)).await {
@@ -164,13 +181,18 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 Err(_) => return Err(errors::timed_out(inner.timeout)),
             }
         }
-        let keys = inner.names.keys(key);
+        let keys = inner.names.keys_and_block(key);
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(inner.script.get_hash()).arg(keys.len());
         for k in keys {
             cmd.arg(k);
         }
-        cmd.arg(if refund.is_some() { "r" } else { "c" }).arg(cost);
+        match mode {
+            Mode::Check(cost) => cmd.arg("c").arg(cost),
+            Mode::Refund(cost, _) => cmd.arg("r").arg(cost),
+            Mode::Reset => cmd.arg("x").arg(0),
+            Mode::Block(nanos) => cmd.arg("b").arg(nanos),
+        };
         if inner.caller_clock {
             cmd.arg(now / 1_000_000_000).arg(now % 1_000_000_000);
         } else {
@@ -178,15 +200,65 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         }
         cmd.arg(&inner.params[..]);
         // A refund names what each tier's admission took, after the parameters.
-        if let Some(receipts) = refund {
+        if let Mode::Refund(_, receipts) = mode {
             cmd.arg(receipts);
         }
-        let reply = match tokio::time::timeout(inner.timeout, inner.evaluate(&cmd)).await {
-            Ok(reply) => reply.map_err(|e| errors::deciding(&e, key))?,
-            Err(_) => return Err(errors::timed_out(inner.timeout)),
-        };
-        reply::decision(&reply, &inner.limits, A::TIERED)
+        match tokio::time::timeout(inner.timeout, inner.evaluate(&cmd)).await {
+            Ok(reply) => reply.map_err(|e| errors::deciding(&e, key)),
+            Err(_) => Err(errors::timed_out(inner.timeout)),
+        }
     }
+
+    /// `key`'s standing: a check of cost 0, never answered from the denials remembered here
+    /// (a peek asks Redis).
+    pub(crate) fn peek(&self, key: Key, now: u64) -> RedisFuture {
+        self.run(key, now, 0, None)
+    }
+
+    /// Deletes `key`'s state in every tier and its block, and forgets its denial here and in
+    /// the local fallback.
+    pub(crate) fn reset(&self, key: Key, now: u64) -> Update {
+        let table = self.clone();
+        Box::pin(async move {
+            let inner = &table.inner;
+            inner.denials.remove(&key);
+            inner.fallback.reset(&key, now);
+            let result = table.round_trip(&key, now, Mode::Reset).await;
+            // A denial remembered while the reset was on its way is forgotten too.
+            inner.denials.remove(&key);
+            result
+                .map(drop)
+                .map_err(|error| inner.update_failed(error, now))
+        })
+    }
+
+    /// Blocks `key` for `duration` from `now` (Redis `TIME`, or `now` with the caller's
+    /// clock), here and in the local fallback.
+    pub(crate) fn block(&self, key: Key, now: u64, duration: Duration) -> Update {
+        let table = self.clone();
+        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        Box::pin(async move {
+            let inner = &table.inner;
+            inner.fallback.block(&key, now, duration);
+            let result = table.round_trip(&key, now, Mode::Block(nanos)).await;
+            result
+                .map(drop)
+                .map_err(|error| inner.update_failed(error, now))
+        })
+    }
+}
+
+/// What one script call does.
+#[derive(Clone, Copy)]
+enum Mode<'a> {
+    /// A check of a cost.
+    Check(u64),
+    /// A refund of a cost, with each tier's receipt.
+    Refund(u64, &'a [u64]),
+    /// Deletes the key's states and block.
+    Reset,
+    /// Blocks the key for a number of ns.
+    Block(u64),
 }
 
 impl<A: RedisAlgorithm> Inner<A> {
@@ -230,6 +302,21 @@ impl<A: RedisAlgorithm> Inner<A> {
             Connection::Single(mut c) => self.script.load_async(&mut c).await.map(drop),
             Connection::Cluster(mut c) => self.script.load_async(&mut c).await.map(drop),
         }
+    }
+
+    /// A reset or block that Redis failed: counted and logged as a check's failure would be,
+    /// and handed back (the local fallback has it already).
+    fn update_failed(&self, error: Error, now: u64) -> Error {
+        #[cfg(feature = "metrics")]
+        metrics::counter!(
+            "tollgate_store_failures_total",
+            "policy" => self.policy.to_string(),
+            "on_failure" => self.fallback.name()
+        )
+        .increment(1);
+        self.warnings
+            .warn(&error, now, &self.policy, self.fallback.name());
+        error
     }
 
     /// What the failure policy answers when Redis could not; counted, and logged at most

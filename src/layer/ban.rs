@@ -1,0 +1,302 @@
+//! Bans of repeat offenders ([`RateLimitLayer::ban`](super::RateLimitLayer::ban)): a key denied
+//! too often is blocked for a while, through the limiter's own store.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use sha2::{Digest as _, Sha256};
+
+use super::limit::{Check, Limit, Waiting};
+use super::observe::Observer;
+use super::recipe::{Bind, Kind, LayerClock, Recipe};
+use crate::clock::Sleep;
+use crate::store::Update;
+use crate::{Decision, Error, Key, Quota};
+
+/// When a layer bans a key: more than [`denials`](Self::denials) denials within
+/// [`within`](Self::within) block it for [`duration`](Self::duration). See
+/// [`RateLimitLayer::ban`](super::RateLimitLayer::ban).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::layer::Ban;
+///
+/// // More than 20 denials within a minute: blocked for 15 minutes.
+/// let ban = Ban::new(20, Duration::from_secs(60), Duration::from_secs(15 * 60));
+/// assert_eq!(ban.denials(), 20);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ban {
+    denials: u64,
+    within: Duration,
+    duration: Duration,
+}
+
+impl Ban {
+    /// Blocks a key for `duration` once it has been denied more than `denials` times within a
+    /// window of `within`. The figures are checked where the layer is built
+    /// ([`RateLimitLayer::ban`](super::RateLimitLayer::ban)).
+    pub const fn new(denials: u64, within: Duration, duration: Duration) -> Self {
+        Self {
+            denials,
+            within,
+            duration,
+        }
+    }
+
+    /// How many denials within [`within`](Self::within) a key may get without being banned.
+    pub const fn denials(&self) -> u64 {
+        self.denials
+    }
+
+    /// The window in which denials are counted.
+    pub const fn within(&self) -> Duration {
+        self.within
+    }
+
+    /// How long a banned key is blocked.
+    pub const fn duration(&self) -> Duration {
+        self.duration
+    }
+
+    /// The reason these figures cannot work, naming the figure, its value and the fix.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        let Ban {
+            denials,
+            within,
+            duration,
+        } = *self;
+        if denials == 0 {
+            Some(format!(
+                "RateLimitLayer::ban: denials is 0 (Ban::new(0, {within:?}, {duration:?})); a ban \
+                 comes after more than `denials` denials, so give at least 1"
+            ))
+        } else if within.is_zero() {
+            Some(format!(
+                "RateLimitLayer::ban: within is zero (Ban::new({denials}, 0s, {duration:?})); \
+                 give the window in which denials are counted, such as Duration::from_secs(60)"
+            ))
+        } else if within.as_nanos() > u128::from(u64::MAX) {
+            Some(format!(
+                "RateLimitLayer::ban: within is {within:?}, longer than u64::MAX nanoseconds; \
+                 give a window of at most some 584 years"
+            ))
+        } else if duration.is_zero() {
+            Some(format!(
+                "RateLimitLayer::ban: duration is zero (Ban::new({denials}, {within:?}, 0s)); \
+                 give how long a banned key stays blocked, such as Duration::from_secs(600)"
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// The recipe of the limiter that counts the denials of the policy named `policy`: a
+    /// fixed window of `denials` per `within`, under its own name beside the policy's.
+    fn counter(&self, policy: &str) -> Recipe {
+        let quota = Quota::new(self.denials, self.within).named(counter_name(policy));
+        Recipe::new(Kind::FixedWindow, vec![quota], false)
+    }
+
+    /// The limiter that counts the denials of `limiter`, bound to `store` on `clock`.
+    pub(crate) fn bind(
+        &self,
+        limiter: &Arc<dyn Limit>,
+        store: &dyn Bind,
+        clock: &LayerClock,
+        shared: bool,
+    ) -> Result<Arc<dyn Limit>, Error> {
+        store.bind(&self.counter(limiter.policy()), clock, shared)
+    }
+
+    /// `limiter` with this ban: its denials counted by `counter` (from [`bind`](Self::bind)).
+    pub(crate) fn wrap(
+        &self,
+        limiter: Arc<dyn Limit>,
+        counter: Arc<dyn Limit>,
+        dry_run: bool,
+    ) -> Arc<dyn Limit> {
+        let observer = Observer::new(limiter.policy());
+        Arc::new(Banning(Arc::new(Judge {
+            limiter,
+            counter,
+            duration: self.duration,
+            dry_run,
+            observer,
+        })))
+    }
+}
+
+/// The name of the counter of the policy `policy`: `<policy>:ban`, or for a policy name too
+/// long to take the suffix within a quota name's 64 characters, `ban:` and 16 hex digits of
+/// its SHA-256.
+fn counter_name(policy: &str) -> String {
+    if policy.len() + 4 <= 64 {
+        return format!("{policy}:ban");
+    }
+    let digest = Sha256::digest(policy.as_bytes());
+    let mut name = String::from("ban:");
+    for b in &digest[..8] {
+        name.push_str(&format!("{b:02x}"));
+    }
+    name
+}
+
+/// A limiter whose denials are counted, and whose repeat offenders are blocked.
+struct Banning(Arc<Judge>);
+
+struct Judge {
+    limiter: Arc<dyn Limit>,
+    counter: Arc<dyn Limit>,
+    duration: Duration,
+    dry_run: bool,
+    observer: Observer,
+}
+
+impl Judge {
+    /// Counts `decision` against `key` when it is a denial by the quota (a blocked key's
+    /// denials do not count: a client banned for `duration` is back after it, whatever it
+    /// sent meanwhile), and bans the key when it is one too many.
+    fn judge(self: &Arc<Self>, key: Key, now: u64, decision: Decision) -> Check {
+        if decision.allowed || decision.is_blocked() {
+            return Check::Ready(Some(Ok(decision)));
+        }
+        match self.counter.check(key.clone(), now, 1) {
+            Check::Ready(Some(Ok(count))) => self.after_count(key, &count, decision),
+            // A counter that fails (its store's failure policy closed) bans no one.
+            Check::Ready(_) => Check::Ready(Some(Ok(decision))),
+            Check::Waiting(counting) => {
+                let judge = Arc::clone(self);
+                Check::Waiting(Box::pin(async move {
+                    match counting.await {
+                        Ok(count) if !count.allowed => Ok(judge.ban(key, decision).await),
+                        _ => Ok(decision),
+                    }
+                }))
+            }
+        }
+    }
+
+    fn after_count(self: &Arc<Self>, key: Key, count: &Decision, decision: Decision) -> Check {
+        if count.allowed {
+            return Check::Ready(Some(Ok(decision)));
+        }
+        let judge = Arc::clone(self);
+        let mut banning: Waiting = Box::pin(async move { Ok(judge.ban(key, decision).await) });
+        // The memory store answers at once: no task has to come back for it.
+        match banning
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+        {
+            Poll::Ready(result) => Check::Ready(Some(result)),
+            Poll::Pending => Check::Waiting(banning),
+        }
+    }
+
+    /// Bans `key`, denied by `decision` once too often: blocks it (but in a dry run), logs and
+    /// counts the ban, and starts its count of denials afresh. The answer is `decision` as the
+    /// block's first denial, or `decision` itself when the block failed or in a dry run.
+    async fn ban(&self, key: Key, decision: Decision) -> Decision {
+        let outcome = if self.dry_run {
+            Ok(())
+        } else {
+            self.limiter.block(key.clone(), self.duration).await
+        };
+        let answer = match outcome {
+            Ok(()) => {
+                self.observer.banned(&key, self.duration, self.dry_run);
+                if self.dry_run {
+                    decision
+                } else {
+                    decision.blocked_for(self.duration)
+                }
+            }
+            // The store logs and counts its failures; the request is denied as it was.
+            Err(_) => decision,
+        };
+        let _ = self.counter.reset(key).await;
+        answer
+    }
+}
+
+impl Limit for Banning {
+    #[inline]
+    fn check(&self, key: Key, now: u64, cost: u64) -> Check {
+        let offender = key.clone();
+        match self.0.limiter.check(key, now, cost) {
+            Check::Ready(Some(Ok(decision))) => self.0.judge(offender, now, decision),
+            Check::Waiting(checking) => {
+                let judge = Arc::clone(&self.0);
+                Check::Waiting(Box::pin(async move {
+                    let decision = checking.await?;
+                    judge.judge(offender, now, decision).await
+                }))
+            }
+            answered => answered,
+        }
+    }
+
+    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> Check {
+        self.0.limiter.refund(key, admission, cost)
+    }
+
+    fn peek(&self, key: Key) -> Check {
+        self.0.limiter.peek(key)
+    }
+
+    /// Resets the key and its count of denials.
+    fn reset(&self, key: Key) -> Update {
+        let judge = Arc::clone(&self.0);
+        Box::pin(async move {
+            let counted = judge.counter.reset(key.clone()).await;
+            judge.limiter.reset(key).await?;
+            counted
+        })
+    }
+
+    fn block(&self, key: Key, duration: Duration) -> Update {
+        self.0.limiter.block(key, duration)
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        self.0.limiter.now()
+    }
+
+    fn sleep(&self, delay: Duration) -> Sleep {
+        self.0.limiter.sleep(delay)
+    }
+
+    fn quotas(&self) -> &[Quota] {
+        self.0.limiter.quotas()
+    }
+
+    fn policy(&self) -> &str {
+        self.0.limiter.policy()
+    }
+
+    fn refunds(&self) -> bool {
+        self.0.limiter.refunds()
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.limiter.describe(f)
+    }
+
+    // New quotas are put in force under the bans: a live layer hands its services the
+    // limiter it makes, and they put the bans around it.
+    fn as_any(&self) -> &dyn Any {
+        self.0.limiter.as_any()
+    }
+
+    fn inherit(&self, previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error> {
+        self.0.limiter.inherit(previous)
+    }
+
+    fn settled(&self) -> Arc<dyn Limit> {
+        self.0.limiter.settled()
+    }
+}
