@@ -73,6 +73,7 @@ mod answer;
 mod body;
 mod future;
 mod headers;
+mod in_flight;
 #[allow(clippy::module_inception)]
 mod layer;
 mod limit;

@@ -24,6 +24,8 @@ pub(crate) enum Kind {
     SlidingWindow,
     SlidingLog,
     Hybrid,
+    /// Requests in flight, not a rate: slots per key (`RateLimitLayer::in_flight`).
+    InFlight,
 }
 
 impl Kind {
@@ -46,6 +48,9 @@ impl Kind {
 
     /// The name configuration files give it.
     pub(crate) fn name(self) -> &'static str {
+        if self == Kind::InFlight {
+            return "in_flight";
+        }
         Self::ALL
             .iter()
             .find(|(_, k)| *k == self)
@@ -69,6 +74,12 @@ pub(crate) struct Recipe {
     pub(crate) max_delay: Option<Duration>,
     /// Counters per period (the sliding window).
     pub(crate) sub_windows: Option<usize>,
+    /// The slots of each key (an in-flight limit).
+    pub(crate) slots: u64,
+    /// How long a lease in a remote store lasts unless renewed (an in-flight limit).
+    pub(crate) lease_ttl: Duration,
+    /// The policy name of an in-flight limit, when given one.
+    pub(crate) policy: Option<Box<str>>,
 }
 
 impl Recipe {
@@ -79,6 +90,17 @@ impl Recipe {
             quotas: quotas.into(),
             max_delay: None,
             sub_windows: None,
+            slots: 0,
+            lease_ttl: super::in_flight::DEFAULT_LEASE_TTL,
+            policy: None,
+        }
+    }
+
+    /// The recipe of a limit of `slots` requests in flight per key.
+    pub(crate) fn in_flight(slots: u64) -> Self {
+        Self {
+            slots,
+            ..Self::new(Kind::InFlight, Vec::new(), false)
         }
     }
 
@@ -240,6 +262,7 @@ impl<St: LayerStore> Bind for Binder<St> {
             }),
             Kind::SlidingLog => limiter!(recipe, store, clock, shared, SlidingLog::new),
             Kind::Hybrid => limiter!(recipe, store, clock, shared, Hybrid::new),
+            Kind::InFlight => super::in_flight::bind(&self.0, recipe, &clock)?,
         })
     }
 }

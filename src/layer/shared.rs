@@ -15,6 +15,9 @@ pub(crate) type Cost = dyn Fn(&Key, RequestHead<'_>) -> u64 + Send + Sync;
 /// Everything a [`RateLimit`](super::RateLimit) service needs besides its inner service.
 pub(crate) struct Shared {
     pub(crate) limiter: Arc<dyn Limit>,
+    /// Whether allowed requests hold what they took until their response ends (an in-flight
+    /// limit).
+    pub(crate) holds: bool,
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) responder: Arc<Responder>,
     /// Per-key quotas, when the layer has a `quota_for` selector.

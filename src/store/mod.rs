@@ -38,10 +38,12 @@
 //! # }
 //! ```
 
+pub(crate) mod in_flight;
 mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 
+pub(crate) use self::memory::MemorySlots;
 pub use self::memory::{
     AtomicCell, LockedCell, MemoryAlgorithm, MemoryStore, MemoryTable, StateCell,
 };

@@ -11,6 +11,7 @@
 //!   its tables hold it) and `hasher` (the keyed hash of a key) serve it.
 //! - `table`: [`MemoryTable`], one policy's map and how a check runs on it.
 //! - `registry`: the tables of named policies, shared by every limiter that names them.
+//! - `slots`: the slots each key holds, for a limit on requests in flight.
 
 mod algorithms;
 mod cell;
@@ -18,10 +19,12 @@ mod hasher;
 mod probe;
 mod registry;
 mod shards;
+mod slots;
 mod table;
 
 pub use self::algorithms::MemoryAlgorithm;
 pub use self::cell::{AtomicCell, LockedCell, StateCell};
+pub(crate) use self::slots::MemorySlots;
 pub use self::table::MemoryTable;
 
 use std::fmt;

@@ -79,6 +79,7 @@ mod keys;
 mod on_failure;
 mod reply;
 mod script;
+mod slots;
 mod table;
 mod version;
 mod warn;
