@@ -77,6 +77,7 @@ pub(crate) struct Recipe {
     /// The slots of each key (an in-flight limit).
     pub(crate) slots: u64,
     /// How long a lease in a remote store lasts unless renewed (an in-flight limit).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) lease_ttl: Duration,
     /// The policy name of an in-flight limit, when given one.
     pub(crate) policy: Option<Box<str>>,

@@ -23,6 +23,7 @@ pub(crate) enum Acquire {
     /// Decided at once (in memory).
     Ready(Result<Decision, Error>),
     /// Waiting for the store.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     Waiting(Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>),
 }
 
