@@ -69,13 +69,12 @@ fn redis_slots(
 ) -> Result<Arc<dyn Slots>, Error> {
     #[cfg(feature = "redis")]
     if let Some(redis) = store.downcast_ref::<crate::store::RedisStore>() {
-        let clock = clock.clone();
-        let now: Arc<dyn Fn() -> u64 + Send + Sync> = Arc::new(move || clock.now_nanos());
+        let clock: Arc<dyn Clock> = Arc::new(clock.clone());
         return Ok(Arc::new(redis.slots(
             policy,
             recipe.slots,
             recipe.lease_ttl,
-            now,
+            clock,
         )?));
     }
     let _ = (store, recipe, policy, clock);

@@ -18,14 +18,12 @@ use redis::Script;
 use super::keys::encode_key;
 use super::warn::Warnings;
 use super::{errors, Connection, OnFailure, RedisStore};
+use crate::clock::Clock;
 use crate::store::in_flight::{Acquire, Slots, LOCAL_LEASE, NO_LEASE};
 use crate::store::MemorySlots;
 use crate::{Decision, Error, Key};
 
 const LUA: &str = include_str!("lua/slots.lua");
-
-/// The limiter's clock, in nanoseconds, for a store that decides on the caller's clock.
-pub(crate) type Now = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// What an acquire answers when Redis could not.
 enum Fallback {
@@ -62,8 +60,10 @@ struct Inner {
     limit: u64,
     ttl_ms: u64,
     timeout: Duration,
-    /// The caller's clock, when the store decides on it instead of Redis `TIME`.
-    caller_clock: Option<Now>,
+    /// The limiter's clock: the renewals' timer, and the time the script decides at when the
+    /// store decides on the caller's clock instead of Redis `TIME`.
+    clock: Arc<dyn Clock>,
+    caller_clock: bool,
     fallback: Fallback,
     warnings: Warnings,
     /// Tells this server's leases apart from every other's: random per table.
@@ -78,13 +78,14 @@ struct Inner {
 
 impl RedisStore {
     /// The slots of the in-flight policy `policy` of `limit` per key, each lease lasting `ttl`
-    /// unless renewed; `now` is the limiter's clock (read only with `with_caller_clock`).
+    /// unless renewed. `clock` is the limiter's: it times the renewals, and its time is the
+    /// scripts' with `with_caller_clock`.
     pub(crate) fn slots(
         &self,
         policy: &str,
         limit: u64,
         ttl: Duration,
-        now: Now,
+        clock: Arc<dyn Clock>,
     ) -> Result<RedisSlots, Error> {
         // Lua numbers are exact up to 2^53; a limit past that is no limit.
         if limit > 1 << 53 {
@@ -116,7 +117,8 @@ impl RedisStore {
                 limit,
                 ttl_ms,
                 timeout: self.timeout,
-                caller_clock: self.caller_clock.then_some(now),
+                clock,
+                caller_clock: self.caller_clock,
                 fallback,
                 warnings: Warnings::default(),
                 server,
@@ -125,14 +127,6 @@ impl RedisStore {
                 renewing: AtomicBool::new(false),
             }),
         })
-    }
-}
-
-impl RedisSlots {
-    /// The Redis keys of `key`'s leases and of the slots they hold.
-    #[cfg(test)]
-    pub(crate) fn redis_keys(&self, key: &Key) -> [Vec<u8>; 2] {
-        self.inner.keys(key)
     }
 }
 
@@ -154,9 +148,10 @@ impl Inner {
 
     /// The time the script decides at, in ms: the caller's, or `''` for Redis `TIME`.
     fn now_arg(&self) -> String {
-        match &self.caller_clock {
-            Some(now) => (now() / 1_000_000).to_string(),
-            None => String::new(),
+        if self.caller_clock {
+            (self.clock.now_nanos() / 1_000_000).to_string()
+        } else {
+            String::new()
         }
     }
 
@@ -221,10 +216,7 @@ impl Inner {
             "on_failure" => on_failure
         )
         .increment(1);
-        let now = match &self.caller_clock {
-            Some(now) => now(),
-            None => crate::clock::Clock::now_nanos(&crate::clock::SystemClock),
-        };
+        let now = self.clock.now_nanos();
         self.warnings.warn(&error, now, &self.policy, on_failure);
         match &self.fallback {
             Fallback::Closed => Err(error),
@@ -254,9 +246,10 @@ impl Inner {
         };
         let every = Duration::from_millis((self.ttl_ms / 3).max(1));
         let weak: Weak<Inner> = Arc::downgrade(self);
+        let clock = self.clock.clone();
         runtime.spawn(async move {
             loop {
-                tokio::time::sleep(every).await;
+                clock.sleep(every).await;
                 let Some(inner) = weak.upgrade() else { return };
                 inner.renew_all().await;
             }
@@ -323,16 +316,15 @@ impl Slots for RedisSlots {
         let inner = self.inner.clone();
         let lease = inner.leases.fetch_add(1, Ordering::Relaxed) + 1;
         let future = async move {
+            let keys = inner.keys(&key);
             let mut pending = Pending {
-                keys: Some(inner.keys(&key)),
+                // A request of cost 0 takes no lease: nothing to give back.
+                keys: (cost > 0).then(|| keys.clone()),
                 member: inner.member(lease, cost),
                 inner: inner.clone(),
                 cost,
             };
-            let result = match &pending.keys {
-                Some(keys) => inner.run(keys, "a", &pending.member, cost, &key).await,
-                None => unreachable!("the keys were just set"),
-            };
+            let result = inner.run(&keys, "a", &pending.member, cost, &key).await;
             match result {
                 Ok((taken, held)) => {
                     // Answered: nothing for `pending` to give back when it is dropped.

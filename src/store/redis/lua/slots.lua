@@ -33,7 +33,10 @@ end
 
 local done = 0
 if op == 'a' then
-  if held + cost <= limit then
+  if cost == 0 then
+    -- A peek: it takes nothing.
+    done = 1
+  elseif held + cost <= limit then
     redis.call('ZADD', KEYS[1], now + ttl, member)
     held = held + cost
     done = 1
