@@ -890,7 +890,8 @@ impl RateLimitLayer {
         self.limiter.policy()
     }
 
-    /// The quotas: one, or each tier in order.
+    /// The quotas: one, or each tier in order; none for a limit on requests in flight
+    /// ([`in_flight`](Self::in_flight)).
     pub fn quotas(&self) -> &[Quota] {
         self.limiter.quotas()
     }

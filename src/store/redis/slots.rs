@@ -39,14 +39,11 @@ pub(crate) struct RedisSlots {
 
 /// A lease this server holds, renewed until it is given back.
 struct Lease {
+    /// The client's key, kept out of the errors of its calls.
+    key: Key,
     /// The Redis keys: the leases, then their count.
     keys: [Vec<u8>; 2],
     cost: u64,
-}
-
-/// The key an error names in place of the client's (errors never carry a key).
-fn unnamed() -> Key {
-    Key::from(0u64)
 }
 
 struct Inner {
@@ -247,7 +244,11 @@ impl Inner {
         let every = Duration::from_millis((self.ttl_ms / 3).max(1));
         let weak: Weak<Inner> = Arc::downgrade(self);
         let clock = self.clock.clone();
+        // Ends with the task (the policy dropped, or its runtime shut down): the next lease
+        // taken starts another.
+        let running = Running(weak.clone());
         runtime.spawn(async move {
+            let _running = running;
             loop {
                 clock.sleep(every).await;
                 let Some(inner) = weak.upgrade() else { return };
@@ -256,23 +257,44 @@ impl Inner {
         });
     }
 
+    /// The cost of `lease` if it is still held (not given back since the renewal began).
+    fn cost_of(&self, lease: u64) -> Option<u64> {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.get(&lease).map(|l| l.cost)
+    }
+
     /// Renews every lease held now, each by its own call, together.
     async fn renew_all(self: &Arc<Self>) {
-        let leases: Vec<([Vec<u8>; 2], String, u64)> = {
+        let leases: Vec<(u64, Key, [Vec<u8>; 2])> = {
             let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
             held.iter()
-                .map(|(&lease, l)| (l.keys.clone(), self.member(lease, l.cost), l.cost))
+                .map(|(&lease, l)| (lease, l.key.clone(), l.keys.clone()))
                 .collect()
         };
         let mut calls = tokio::task::JoinSet::new();
-        for (keys, member, cost) in leases {
+        for (lease, key, keys) in leases {
             let inner = self.clone();
             calls.spawn(async move {
+                let Some(cost) = inner.cost_of(lease) else {
+                    return;
+                };
+                let member = inner.member(lease, cost);
                 // A failed renewal is tried again at the next round; the lease lasts a TTL.
-                let _ = inner.run(&keys, "n", &member, cost, &unnamed()).await;
+                let _ = inner.run(&keys, "n", &member, cost, &key).await;
             });
         }
         while calls.join_next().await.is_some() {}
+    }
+}
+
+/// Marks the renewing task as running while it lives.
+struct Running(Weak<Inner>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.renewing.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -280,6 +302,7 @@ impl Inner {
 /// away): the script may have taken it.
 struct Pending {
     inner: Arc<Inner>,
+    key: Key,
     keys: Option<[Vec<u8>; 2]>,
     member: String,
     cost: u64,
@@ -288,22 +311,23 @@ struct Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(keys) = self.keys.take() {
-            give_back(
-                &self.inner,
+            let lease = Lease {
+                key: self.key.clone(),
                 keys,
-                std::mem::take(&mut self.member),
-                self.cost,
-            );
+                cost: self.cost,
+            };
+            give_back(&self.inner, lease, std::mem::take(&mut self.member));
         }
     }
 }
 
-/// Gives a lease back on the runtime, if one runs; else its expiry does.
-fn give_back(inner: &Arc<Inner>, keys: [Vec<u8>; 2], member: String, cost: u64) {
+/// Gives `lease` (the member `member`) back on the runtime, if one runs; else its expiry does.
+fn give_back(inner: &Arc<Inner>, lease: Lease, member: String) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         let inner = inner.clone();
         runtime.spawn(async move {
-            if let Err(_error) = inner.run(&keys, "r", &member, cost, &unnamed()).await {
+            let Lease { key, keys, cost } = lease;
+            if let Err(_error) = inner.run(&keys, "r", &member, cost, &key).await {
                 #[cfg(feature = "tracing")]
                 tracing::debug!(policy = &*inner.policy, error = %_error, "in-flight lease not given back; it expires");
             }
@@ -318,6 +342,7 @@ impl Slots for RedisSlots {
         let future = async move {
             let keys = inner.keys(&key);
             let mut pending = Pending {
+                key: key.clone(),
                 // A request of cost 0 takes no lease: nothing to give back.
                 keys: (cost > 0).then(|| keys.clone()),
                 member: inner.member(lease, cost),
@@ -334,7 +359,14 @@ impl Slots for RedisSlots {
                             .held
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner)
-                            .insert(lease, Lease { keys, cost });
+                            .insert(
+                                lease,
+                                Lease {
+                                    key: key.clone(),
+                                    keys,
+                                    cost,
+                                },
+                            );
                         inner.renew_from();
                     }
                     Ok(inner.decision(taken, held, lease))
@@ -363,7 +395,8 @@ impl Slots for RedisSlots {
                     .unwrap_or_else(PoisonError::into_inner)
                     .remove(&lease);
                 if let Some(held) = held {
-                    give_back(inner, held.keys, inner.member(lease, held.cost), held.cost);
+                    let member = inner.member(lease, held.cost);
+                    give_back(inner, held, member);
                 }
             }
         }
