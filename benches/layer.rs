@@ -11,7 +11,8 @@
 //! the system clock, as a server does.
 //!
 //! Instructions instead of time, which a busy machine does not disturb: with
-//! `LAYER_COUNT=<variant>:<n>` (variant `bare`, `allowed`, `allowed-no-headers` or `denied`)
+//! `LAYER_COUNT=<variant>:<n>` (variant `bare`, `allowed`, `allowed-no-headers`, `denied`,
+//! `in-flight` (a slot taken and given back per request) or `in-flight-denied`)
 //! the binary only serves `n` requests to that variant and exits, for `perf stat`:
 //!
 //! ```text
@@ -96,6 +97,12 @@ fn count(spec: &str) {
             n,
         ),
         "denied" => run(RateLimitLayer::gcra(Quota::per_day(1)).layer(inner()), n),
+        "in-flight" => run(RateLimitLayer::in_flight(1).layer(inner()), n),
+        "in-flight-denied" => {
+            let mut svc = RateLimitLayer::in_flight(1).layer(inner());
+            let _held = respond(&mut svc, request());
+            run(svc, n)
+        }
         other => panic!("no variant {other:?}"),
     }
 }
@@ -131,6 +138,27 @@ fn layer_cost(c: &mut Criterion) {
     group.bench_function("denied", |b| {
         b.iter(|| {
             let response = respond(&mut denied, request());
+            assert_eq!(response.status(), 429);
+            black_box(response)
+        })
+    });
+
+    // One slot: each request takes it and gives it back when its response is dropped.
+    let mut in_flight = RateLimitLayer::in_flight(1).layer(inner());
+    group.bench_function("in-flight", |b| {
+        b.iter(|| {
+            let response = respond(&mut in_flight, request());
+            assert_eq!(response.status(), 200);
+            black_box(response)
+        })
+    });
+
+    // The slot held by a response kept aside: every request is refused.
+    let mut busy = RateLimitLayer::in_flight(1).layer(inner());
+    let _held = respond(&mut busy, request());
+    group.bench_function("in-flight-denied", |b| {
+        b.iter(|| {
+            let response = respond(&mut busy, request());
             assert_eq!(response.status(), 429);
             black_box(response)
         })

@@ -75,6 +75,20 @@
 //! route group, plans, JSON answers, keys in the body), and `examples/production.rs` a complete
 //! app with all of them, tested over TCP.
 //!
+//! # Operating limits
+//!
+//! - A layer's [`Handle`](layer::Handle) ([`RateLimitLayer::handle`]) changes its quotas
+//!   while it serves, each client keeping what it used
+//!   ([`set_quotas`](layer::Handle::set_quotas)), and looks at, resets and blocks one client
+//!   under the layer and every per-key plan ([`peek`](layer::Handle::peek),
+//!   [`reset`](layer::Handle::reset), [`block`](layer::Handle::block)); `examples/admin.rs`
+//!   serves them as admin routes.
+//! - [`RateLimitLayer::ban`] blocks repeat offenders for a while.
+//! - [`RateLimitLayer::in_flight`] limits the requests of a key in progress at once.
+//! - [`RateLimitLayer::aligned`] puts fixed windows on the calendar (a day from midnight UTC).
+//! - Outside a layer, [`RateLimiter::peek`], [`RateLimiter::reset`] and
+//!   [`RateLimiter::block`] do the same for one limiter.
+//!
 //! # How it is built
 //!
 //! A request flows one way: request → [`key`] → [`RateLimiter`] ([`algorithm`] + [`store`] +
@@ -97,7 +111,7 @@
 //! | `tonic` | no | the peer IP from tonic's `TcpConnectInfo`, and `TlsConnectInfo<TcpConnectInfo>` over TLS |
 //! | `serde` | no | `Serialize`/`Deserialize` for [`Quota`], as its text form (`"100/min"`), and `config`: layers from configuration files |
 //! | `redis` | no | `store::RedisStore`: one limit across servers through Redis or Redis Cluster |
-//! | `metrics` | no | `tollgate_decisions_total{policy, outcome}` and `tollgate_store_latency_seconds{policy}` through the `metrics` crate |
+//! | `metrics` | no | `tollgate_decisions_total{policy, outcome}`, `tollgate_bans_total{policy, outcome}` and `tollgate_store_latency_seconds{policy}` through the `metrics` crate |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

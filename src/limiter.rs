@@ -436,7 +436,9 @@ where
     ///   (`u64` nanoseconds from its origin, some 584 years) blocks until then: for good.
     /// - The memory store holds at most [`max_keys`](MemoryStore::max_keys) blocks per policy:
     ///   past that, the blocks that have ended go first, then those that end soonest. A
-    ///   policy's blocks belong to its name (a named quota's), not to its figures.
+    ///   policy's blocks belong to its name (a named quota's), not to its figures; a calendar
+    ///   window ([`aligned`](crate::RateLimiter::aligned)) of the same name, which decides on the wall
+    ///   clock, keeps its own.
     ///
     /// ```
     /// use std::time::Duration;

@@ -10,46 +10,19 @@
 //! - calendar windows (which decide on the wall clock) keep a block for its duration;
 //! - `peek` consumes nothing.
 
+#[path = "support/live_app.rs"]
+mod live_app;
+
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{Request, Response, StatusCode};
-use axum::routing::get;
-use axum::Router;
+use axum::http::{Response, StatusCode};
+use live_app::{live, passes, runtime, send};
 use proptest::prelude::*;
 use tollgate::clock::{Clock, ManualClock};
-use tollgate::key::{Header, RequestHead};
-use tollgate::layer::{Ban, Handle};
+use tollgate::key::RequestHead;
+use tollgate::layer::Ban;
 use tollgate::{Key, Quota, RateLimitLayer};
-use tower::ServiceExt;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
-}
-
-/// `layer` keyed by the `x-api-key` header on `clock`: its handle and the app it limits.
-fn live(layer: RateLimitLayer, clock: &ManualClock) -> (Handle, Router) {
-    let layer = layer.key(Header::new("x-api-key")).clock(clock.clone());
-    let handle = layer.handle();
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(layer);
-    (handle, app)
-}
-
-fn send(rt: &tokio::runtime::Runtime, app: &Router, key: &str) -> Response<Body> {
-    let request = Request::get("/")
-        .header("x-api-key", key)
-        .body(Body::empty())
-        .unwrap();
-    rt.block_on(app.clone().oneshot(request)).unwrap()
-}
-
-fn passes(rt: &tokio::runtime::Runtime, app: &Router, key: &str) -> bool {
-    send(rt, app, key).status() == StatusCode::OK
-}
 
 fn retry_after(response: &Response<Body>) -> Option<u64> {
     let value = response.headers().get("retry-after")?;

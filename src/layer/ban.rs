@@ -249,10 +249,13 @@ impl Limit for Banning {
 
     /// Resets the key and its count of denials.
     fn reset(&self, key: Key) -> Update {
-        let judge = Arc::clone(&self.0);
+        // Both started now, as the limiter's own reset is (the memory store resets at once):
+        // a reset awaited later still reaches the table in force when it was asked for.
+        let counted = self.0.counter.reset(key.clone());
+        let reset = self.0.limiter.reset(key);
         Box::pin(async move {
-            let counted = judge.counter.reset(key.clone()).await;
-            judge.limiter.reset(key).await?;
+            let counted = counted.await;
+            reset.await?;
             counted
         })
     }
@@ -280,6 +283,14 @@ impl Limit for Banning {
 
     fn refunds(&self) -> bool {
         self.0.limiter.refunds()
+    }
+
+    fn in_flight(&self) -> Option<u64> {
+        self.0.limiter.in_flight()
+    }
+
+    fn release(&self, key: &Key, cost: u64, lease: u64) {
+        self.0.limiter.release(key, cost, lease);
     }
 
     fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -11,6 +11,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use pin_project_lite::pin_project;
 
 use super::answer::{Answer, BoxError};
+use super::in_flight::Hold;
 
 pin_project! {
     /// Either the inner service's body, or the body of a response the layer made itself (a
@@ -22,6 +23,9 @@ pin_project! {
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
+        // The slots of an in-flight limit the request holds: given back when the body ends,
+        // or with it when it is dropped.
+        hold: Option<Hold>,
     }
 }
 
@@ -37,8 +41,14 @@ pin_project! {
 impl<B> ResponseBody<B> {
     /// The inner service's body, unchanged.
     pub fn inner(body: B) -> Self {
+        Self::held(body, None)
+    }
+
+    /// The inner service's body, holding `hold` until it ends or is dropped.
+    pub(crate) fn held(body: B, hold: Option<Hold>) -> Self {
         Self {
             kind: Kind::Inner { body },
+            hold,
         }
     }
 
@@ -49,6 +59,7 @@ impl<B> ResponseBody<B> {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),
             },
+            hold: None,
         }
     }
 
@@ -58,6 +69,7 @@ impl<B> ResponseBody<B> {
             Answer::Full(data) => Self::full(data),
             Answer::Body(body) => Self {
                 kind: Kind::Boxed { body },
+                hold: None,
             },
         }
     }
@@ -91,8 +103,24 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, BoxError>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx).map_err(Into::into),
+        let this = self.project();
+        match this.kind.project() {
+            KindProj::Inner { mut body } => {
+                let frame = body.as_mut().poll_frame(cx);
+                // The body is over (its end, or an error): the slots it held come back now,
+                // not when whoever sent it gets round to dropping it.
+                if this.hold.is_some() {
+                    let over = match &frame {
+                        Poll::Ready(None | Some(Err(_))) => true,
+                        Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
+                        Poll::Pending => false,
+                    };
+                    if over {
+                        *this.hold = None;
+                    }
+                }
+                frame.map_err(Into::into)
+            }
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d.into())))),
             KindProj::Boxed { body } => Pin::new(unlocked(body))
                 .poll_frame(cx)

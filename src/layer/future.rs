@@ -9,6 +9,7 @@ use tower_service::Service;
 
 use super::answer::Answer;
 use super::body::ResponseBody;
+use super::in_flight::Hold;
 use super::limit::{Check, Limit};
 use super::observe::Timer;
 use super::response::{Admission, Responder};
@@ -29,6 +30,8 @@ pub(crate) struct Ticket<B> {
     pub(crate) key_kind: &'static str,
     /// When the request was decided, on the limiter's clock.
     pub(crate) decided_at: u64,
+    /// For an in-flight limit, the key whose slots the request holds once let through.
+    pub(crate) hold: Option<Key>,
 }
 
 /// A request allowed after a delay: a clone of the inner service, not readied, and the
@@ -51,6 +54,9 @@ pin_project! {
         decided_at: u64,
         // Set with `count_if`, for a request that used up capacity.
         refund: Option<Refund>,
+        // The slots an in-flight limit let the request take: handed to the response body,
+        // and given back when that ends (or when this future is dropped first).
+        hold: Option<Hold>,
         responder: Arc<Responder>,
     }
 }
@@ -95,8 +101,8 @@ fn next<F, S, B, R>(
     result: Result<Decision, Error>,
     inner: &mut S,
     ticket: Ticket<B>,
-    limiter: &dyn Limit,
-) -> (State<F, S, B, R>, Option<Decision>)
+    limiter: &Arc<dyn Limit>,
+) -> (State<F, S, B, R>, Option<Decision>, Option<Hold>)
 where
     S: Service<Request<B>, Future = F> + Clone,
 {
@@ -104,6 +110,7 @@ where
         mut req,
         cost,
         key_kind,
+        hold,
         ..
     } = ticket;
     let admission = responder
@@ -111,11 +118,13 @@ where
         .in_span(key_kind, || responder.admit(result, &mut req, key_kind));
     match admission {
         Admission::Allowed(decision) => {
+            // Taken before the inner service is called: a panic there drops it with the future.
+            let hold = hold.and_then(|key| Hold::of(limiter, key, cost, &decision));
             // A request of cost 0 takes nothing, so it has no turn to wait for.
             match responder.delay(&decision).filter(|_| cost > 0) {
                 None => {
                     let future = inner.call(req);
-                    (State::Inner { future }, Some(decision))
+                    (State::Inner { future }, Some(decision), hold)
                 }
                 Some(delay) => {
                     let waiting = inner.clone();
@@ -127,7 +136,7 @@ where
                             req,
                         })),
                     };
-                    (state, Some(decision))
+                    (state, Some(decision), hold)
                 }
             }
         }
@@ -136,7 +145,7 @@ where
             let state = State::Answered {
                 response: Some(response),
             };
-            (state, None)
+            (state, None, None)
         }
     }
 }
@@ -167,12 +176,13 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         match check {
             Check::Ready(Some(result)) => {
                 responder.observer().finish(timer);
-                let (state, decision) = next(&responder, result, inner, ticket, &**limiter);
+                let (state, decision, hold) = next(&responder, result, inner, ticket, limiter);
                 Self {
                     refund: refund_for(refund, decision.as_ref()),
                     state,
                     decision,
                     decided_at,
+                    hold,
                     responder,
                 }
             }
@@ -188,6 +198,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
                     decision: None,
                     decided_at,
                     refund,
+                    hold: None,
                     responder,
                 }
             }
@@ -200,6 +211,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
             decision: None,
             decided_at: 0,
             refund: None,
+            hold: None,
             responder,
         }
     }
@@ -213,6 +225,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
             decision: None,
             decided_at: 0,
             refund: None,
+            hold: None,
             responder,
         }
     }
@@ -236,10 +249,11 @@ where
                     };
                     let (mut inner, ticket, timer, limiter) = *pending;
                     this.responder.observer().finish(timer);
-                    let (state, decision) =
-                        next(this.responder, result, &mut inner, ticket, &*limiter);
+                    let (state, decision, hold) =
+                        next(this.responder, result, &mut inner, ticket, &limiter);
                     *this.refund = refund_for(this.refund.take(), decision.as_ref());
                     *this.decision = decision;
+                    *this.hold = hold;
                     // Drops the readied service if it was not called.
                     this.state.set(state);
                 }
@@ -314,6 +328,7 @@ impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
             self.responder
                 .add_headers_since(response.headers_mut(), decision, *self.decided_at);
         }
-        response.map(ResponseBody::inner)
+        let hold = self.hold.take();
+        response.map(|body| ResponseBody::held(body, hold))
     }
 }

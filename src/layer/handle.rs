@@ -12,9 +12,9 @@ use crate::algorithm::Quotas;
 use crate::store::Blocks;
 use crate::{Decision, Error, Key, Quota};
 
-/// How many keys a layer's handle holds blocked for its plans at once
-/// ([`Handle::block`]); past that, the blocks that have ended go first, then those that end
-/// soonest (the blocks in the plans' stores stay).
+/// How many keys a layer's handle holds blocked at once ([`Handle::block`]); past that, the
+/// blocks that have ended go first, then those that end soonest (the blocks written to the
+/// stores stay).
 const MAX_HELD: usize = 100_000;
 
 /// Operates a layer's limits while it serves: new quotas at once, without a restart and
@@ -60,9 +60,8 @@ pub(crate) struct Live {
     recipe: Option<Recipe>,
     store: Option<Arc<dyn Bind>>,
     clock: LayerClock,
-    /// The keys blocked through a handle, which every plan's limiter this layer makes checks
-    /// first ([`Handle::block`]): a plan made after the block, or on a key's first request
-    /// under it, holds the block too.
+    /// The keys blocked through a handle, which every limiter of the layer checks first
+    /// ([`Handle::block`]): the layer's own, and every plan's, made after the block or not.
     held: Arc<Blocks>,
     now: Mutex<Now>,
 }
@@ -208,11 +207,14 @@ impl Handle {
     ///
     /// - The block is written to the layer's store under its policy and under each plan's
     ///   this layer has made: with a shared store (Redis) it holds on every server for those.
-    /// - This layer also holds it for the plans it makes later, or picks for the key for the
-    ///   first time: a key cannot step out of a block by landing on another plan. Such a
-    ///   block is held in memory by the layer (at most 100 000 keys: past that, the blocks
-    ///   that end soonest go first); other servers hold it for their plans once their handle
-    ///   is called too.
+    /// - The layer also holds it itself, in memory, before any limiter decides: under the
+    ///   plans it makes later or picks for the key for the first time (a key cannot step out
+    ///   of a block by landing on another plan), and whatever else fills the store's blocks
+    ///   (bans of many other keys cannot crowd it out). It holds at most 100 000 such blocks:
+    ///   past that, those that end soonest go first. Other servers hold it this way once
+    ///   their handle is called too.
+    /// - On a limit of requests in flight ([`in_flight`](super::RateLimitLayer::in_flight)),
+    ///   which keeps no blocks in its store, the layer's own hold is the block.
     /// - A block survives [`set_quotas`](Self::set_quotas).
     ///
     /// # Errors

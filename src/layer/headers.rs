@@ -47,6 +47,11 @@ const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 /// Reset times are what is left when the response leaves: a request held back by shaping, or
 /// answered slowly, reports its wait less the time that has passed since it was decided.
 ///
+/// A limit on requests in flight ([`RateLimitLayer::in_flight`](super::RateLimitLayer::in_flight))
+/// has no window and no reset time: its policy names the quota unit instead of a window
+/// (`"in-flight";q=8;qu="concurrent-requests"`), `r` is the slots free, and no style sends a
+/// reset (`t`, `reset`, `RateLimit-Reset`, `X-RateLimit-Reset`).
+///
 /// Layers stack: a global limit around a per-route one around a per-plan one each describe
 /// their own quotas. The IETF fields and `RateLimit-Policy` are lists, to which each layer adds
 /// its items; the single-value styles (drafts 6 and 7, GitHub) report the most restrictive of
@@ -177,10 +182,11 @@ pub(crate) struct Headers {
 struct Policy {
     /// The policy name as a Structured Field String, quotes included.
     name: Box<str>,
-    /// The quota's limit per window.
+    /// The quota's limit per window, or the slots of an in-flight limit.
     limit: u64,
-    /// The window in whole seconds, at least 1.
-    window: u64,
+    /// The window in whole seconds, at least 1; `None` for an in-flight limit, which has no
+    /// window and no reset time.
+    window: Option<u64>,
 }
 
 /// Writes one style's fields for a fixed list of quotas. The fields that describe only the
@@ -205,18 +211,39 @@ impl HeaderWriter {
             .map(|(quota, name)| Policy {
                 name: sf_string(name).into(),
                 limit: quota.limit(),
-                window: ceil_secs(quota.period()).max(1),
+                window: Some(ceil_secs(quota.period()).max(1)),
             })
             .collect();
+        Self::of(policies, headers)
+    }
+
+    /// A writer for a limit of `limit` requests in flight named `name`: its policy item has
+    /// the quota unit `qu="concurrent-requests"` and no window, and no field reports a reset
+    /// time (none is known: a slot comes back when a response ends).
+    pub(crate) fn in_flight(name: &str, limit: u64, headers: Headers) -> Self {
+        let policy = Policy {
+            name: sf_string(name).into(),
+            limit,
+            window: None,
+        };
+        Self::of(Box::new([policy]), headers)
+    }
+
+    fn of(policies: Box<[Policy]>, headers: Headers) -> Self {
         let mut text = String::new();
         for (i, p) in policies.iter().enumerate() {
             if i > 0 {
                 text.push_str(", ");
             }
-            let (limit, window) = (sf_int(p.limit), sf_int(p.window));
-            let _ = match headers.style {
-                HeaderStyle::Ietf => write!(text, "{};q={limit};w={window}", p.name),
-                _ => write!(text, "{limit};w={window}"),
+            let limit = sf_int(p.limit);
+            if headers.style == HeaderStyle::Ietf {
+                let _ = write!(text, "{};q={limit}", p.name);
+            } else {
+                let _ = write!(text, "{limit}");
+            }
+            let _ = match p.window {
+                Some(window) => write!(text, ";w={}", sf_int(window)),
+                None => write!(text, ";qu=\"concurrent-requests\""),
             };
         }
         let policy_value = match headers.style {
@@ -259,6 +286,8 @@ impl HeaderWriter {
         let limit = sf_int(policy.limit);
         let remaining = sf_int(decision.remaining);
         let reset = sf_int(ceil_secs(left(decision)));
+        // Whether the limit has a reset time to report (an in-flight limit has none).
+        let timed = policy.window.is_some();
         match self.headers.style {
             HeaderStyle::Ietf => {
                 let mut rate = Text::new();
@@ -269,8 +298,10 @@ impl HeaderWriter {
                     rate.push(&p.name);
                     rate.push(";r=");
                     rate.push_int(sf_int(d.remaining));
-                    rate.push(";t=");
-                    rate.push_int(sf_int(ceil_secs(left(d))));
+                    if p.window.is_some() {
+                        rate.push(";t=");
+                        rate.push_int(sf_int(ceil_secs(left(d))));
+                    }
                 }
                 append(out, &RATELIMIT, &rate);
             }
@@ -285,8 +316,10 @@ impl HeaderWriter {
                     rate.push_int(limit);
                     rate.push(", remaining=");
                     rate.push_int(remaining);
-                    rate.push(", reset=");
-                    rate.push_int(reset);
+                    if timed {
+                        rate.push(", reset=");
+                        rate.push_int(reset);
+                    }
                     insert(out, &RATELIMIT, &rate);
                 }
             }
@@ -296,7 +329,9 @@ impl HeaderWriter {
                 if !stricter(theirs, (remaining, reset)) {
                     out.insert(RATELIMIT_LIMIT.clone(), int_value(limit));
                     out.insert(RATELIMIT_REMAINING.clone(), int_value(remaining));
-                    out.insert(RATELIMIT_RESET.clone(), int_value(reset));
+                    if timed {
+                        out.insert(RATELIMIT_RESET.clone(), int_value(reset));
+                    }
                 }
             }
             HeaderStyle::GitHub => {
@@ -313,7 +348,9 @@ impl HeaderWriter {
                     out.insert(X_LIMIT.clone(), int_value(decision.limit));
                     out.insert(X_REMAINING.clone(), int_value(decision.remaining));
                     out.insert(X_USED.clone(), int_value(used));
-                    out.insert(X_RESET.clone(), int_value(reset_at));
+                    if timed {
+                        out.insert(X_RESET.clone(), int_value(reset_at));
+                    }
                 }
             }
             HeaderStyle::None => {}
@@ -455,6 +492,56 @@ mod tests {
             [
                 "ratelimit-policy: 5;w=1, 100;w=3600",
                 "ratelimit: limit=100, remaining=2, reset=3500",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_in_flight_limit_names_its_unit_and_reports_no_window_or_reset() {
+        let write = |style| {
+            let headers = Headers {
+                style,
+                placement: HeaderPlacement::All,
+            };
+            let writer = HeaderWriter::in_flight("uploads", 8, headers);
+            let mut out = HeaderMap::new();
+            let decision = Decision::allow(8, 5, Duration::ZERO);
+            writer.write(std::slice::from_ref(&decision), Duration::ZERO, &mut out);
+            let mut fields: Vec<String> = out
+                .iter()
+                .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap()))
+                .collect();
+            fields.sort();
+            fields
+        };
+        assert_eq!(
+            write(HeaderStyle::Ietf),
+            [
+                r#"ratelimit-policy: "uploads";q=8;qu="concurrent-requests""#,
+                r#"ratelimit: "uploads";r=5"#,
+            ]
+        );
+        assert_eq!(
+            write(HeaderStyle::Draft7),
+            [
+                r#"ratelimit-policy: 8;qu="concurrent-requests""#,
+                "ratelimit: limit=8, remaining=5",
+            ]
+        );
+        assert_eq!(
+            write(HeaderStyle::Draft6),
+            [
+                "ratelimit-limit: 8",
+                r#"ratelimit-policy: 8;qu="concurrent-requests""#,
+                "ratelimit-remaining: 5",
+            ]
+        );
+        assert_eq!(
+            write(HeaderStyle::GitHub),
+            [
+                "x-ratelimit-limit: 8",
+                "x-ratelimit-remaining: 5",
+                "x-ratelimit-used: 3",
             ]
         );
     }

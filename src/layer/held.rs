@@ -1,5 +1,6 @@
-//! A plan's limiter under the blocks of its layer's [`Handle`](super::Handle): a key blocked
-//! through the handle is denied by every plan, those made after the block included.
+//! A live layer's limiters under the blocks of its [`Handle`](super::Handle): a key blocked
+//! through the handle is denied by the layer's limiter and every plan's, those made after the
+//! block included, whatever fills the stores' own blocks.
 
 use std::any::Any;
 use std::fmt;
@@ -12,7 +13,7 @@ use crate::store::Blocks;
 use crate::store::Update;
 use crate::{Decision, Error, Key, Quota};
 
-/// `limiter` (a plan's) denying the keys `held` blocks.
+/// `limiter` (the layer's or a plan's) denying the keys `held` blocks.
 pub(crate) fn held(limiter: Arc<dyn Limit>, held: Arc<Blocks>) -> Arc<dyn Limit> {
     Arc::new(Held { limiter, held })
 }
@@ -105,11 +106,20 @@ impl Limit for Held {
         self.limiter.refunds()
     }
 
+    fn in_flight(&self) -> Option<u64> {
+        self.limiter.in_flight()
+    }
+
+    fn release(&self, key: &Key, cost: u64, lease: u64) {
+        self.limiter.release(key, cost, lease);
+    }
+
     fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.limiter.describe(f)
     }
 
-    // A plan's limiter is never handed new quotas (a plan is what its selector returns).
+    // New quotas are put in force under this wrapper: a live layer's services put it around
+    // the limiter they are handed, and a plan's limiter is never handed new quotas.
     fn as_any(&self) -> &dyn Any {
         self.limiter.as_any()
     }

@@ -89,6 +89,17 @@ pub(crate) trait Limit: Send + Sync + 'static {
     /// Whether the algorithm can give capacity back (`count_if`).
     fn refunds(&self) -> bool;
 
+    /// For a limit on requests in flight, how many slots each key has; `None` for a rate
+    /// limit. An allowed request of such a limit holds its slots until its response ends,
+    /// then gives them back with [`release`](Self::release).
+    fn in_flight(&self) -> Option<u64> {
+        None
+    }
+
+    /// Gives back the `cost` slots that the admission `lease` of `key` holds (an in-flight
+    /// limit); at once, or on the runtime. Runs in `Drop`: never blocks, never panics.
+    fn release(&self, _key: &Key, _cost: u64, _lease: u64) {}
+
     /// The limiter's `Debug` form.
     fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
 

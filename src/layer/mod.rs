@@ -45,6 +45,10 @@
 //! # }
 //! ```
 //!
+//! [`RateLimitLayer::in_flight`] limits requests in progress instead of a rate: an allowed
+//! request holds a slot of its key until its response body ends or is dropped, and a refused
+//! one is answered as above but with no `Retry-After` (no wait is known).
+//!
 //! # The inner service's readiness
 //!
 //! `poll_ready` asks the inner service, as tower middleware does: the layer only knows a
@@ -76,6 +80,7 @@ mod future;
 mod handle;
 mod headers;
 mod held;
+mod in_flight;
 #[allow(clippy::module_inception)]
 mod layer;
 mod limit;

@@ -183,20 +183,20 @@ impl PerKey {
     /// options, store, clock and answers; `None`: the layer's own quotas apply. An error when
     /// the store refuses the plan (a quota too large for it): the request is refused, never
     /// given the layer's own quotas, which may be looser than the plan's.
-    ///
-    /// `own` is the layer's quotas in force now.
-    pub(crate) fn policy(&self, key: &Key, head: RequestHead<'_>, own: &[Quota]) -> Picked {
+    pub(crate) fn policy(&self, key: &Key, head: RequestHead<'_>) -> Picked {
         let mut policy = Ok(None);
         (self.select)(key, head, &mut |quotas| {
-            policy = self.lookup(quotas, own);
+            policy = self.lookup(quotas);
         });
         policy
     }
 
-    /// A plan of the layer's own quotas, those in force or those it was built with (which a
-    /// live layer may have changed since: its keys keep one limiter), is the layer's limiter.
-    fn lookup(&self, quotas: &[Quota], own: &[Quota]) -> Picked {
-        if *quotas == *own || *quotas == *self.maker.recipe.quotas {
+    /// A plan of the quotas the layer was built with is the layer's limiter (which follows
+    /// [`Handle::set_quotas`](super::Handle::set_quotas)). A plan equal to quotas set live is
+    /// not: its keys keep their plan's limiter and what they used there, rather than moving to
+    /// the layer's, which never saw them.
+    fn lookup(&self, quotas: &[Quota]) -> Picked {
+        if *quotas == *self.maker.recipe.quotas {
             return Ok(None);
         }
         // A hit: a read lock, and a write to the entry once per policy made.

@@ -25,6 +25,8 @@ const GRPC_RESOURCE_EXHAUSTED: &str = "8";
 /// gRPC status UNAVAILABLE.
 const GRPC_UNAVAILABLE: &str = "14";
 
+/// The message of an in-flight limit's denial: no one knows when a slot comes back.
+const BUSY: &str = "Too many requests in progress: retry once one has finished.";
 /// The message of a denial that no wait would turn into an allowance.
 const TOO_LARGE: &str = "Request too large: it costs more than the rate limit ever allows.";
 /// The body of the answer when the store failed to decide.
@@ -201,6 +203,8 @@ pub(crate) struct Responder {
     /// The limiter's clock, read when a response leaves: its headers report what is left of
     /// the waits decided earlier.
     clock: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
+    /// For an in-flight limit, its slots per key: its denials name no wait.
+    in_flight: Option<u64>,
 }
 
 impl fmt::Debug for Responder {
@@ -231,6 +235,7 @@ impl Responder {
             headers,
             settings,
             clock: None,
+            in_flight: None,
         }
     }
 
@@ -238,9 +243,21 @@ impl Responder {
     /// leaves.
     pub(crate) fn for_limit(limiter: &Arc<dyn Limit>, settings: Settings) -> Self {
         let clock = limiter.clone();
+        let in_flight = limiter.in_flight();
+        let responder = match in_flight {
+            Some(limit) => Self {
+                observer: Observer::new(limiter.policy()),
+                headers: HeaderWriter::in_flight(limiter.policy(), limit, settings.headers),
+                settings,
+                clock: None,
+                in_flight: None,
+            },
+            None => Self::new(limiter.quotas(), limiter.policy(), settings),
+        };
         Self {
             clock: Some(Arc::new(move || clock.now())),
-            ..Self::new(limiter.quotas(), limiter.policy(), settings)
+            in_flight,
+            ..responder
         }
     }
 
@@ -375,6 +392,10 @@ impl Responder {
         // Formatted on the stack and copied once, into the body or the gRPC message: a client
         // over its limit can ask for denials as fast as it likes, so they are kept cheap.
         let mut message = Text::new();
+        // An in-flight denial with slots still to come back (not a request above the limit).
+        let busy = self
+            .in_flight
+            .is_some_and(|_| decision.remaining < decision.limit);
         match decision.retry_after {
             Some(wait) => {
                 let secs = ceil_secs(wait);
@@ -382,6 +403,7 @@ impl Responder {
                 message.push_int(secs);
                 message.push(if secs == 1 { " second." } else { " seconds." });
             }
+            None if busy => message.push(BUSY),
             None => message.push(TOO_LARGE),
         }
         let mut response = match &grpc {
@@ -399,6 +421,8 @@ impl Responder {
             (Some(wait), true) => {
                 headers.insert(GRPC_PUSHBACK.clone(), int_value(ceil_millis(wait)));
             }
+            // No one knows when a slot comes back: the client retries on its own policy.
+            (None, true) if busy => {}
             // A negative pushback tells gRPC clients not to retry.
             (None, true) => {
                 headers.insert(GRPC_PUSHBACK.clone(), HeaderValue::from_static("-1"));

@@ -94,7 +94,7 @@ where
         };
         let policy = match &shared.per_key {
             Some(per_key) => {
-                match per_key.policy(&key, RequestHead::new(&req), active.limiter.quotas()) {
+                match per_key.policy(&key, RequestHead::new(&req)) {
                     Ok(policy) => policy,
                     // A plan the store refuses: refused as by a store that fails closed.
                     Err(error) => {
@@ -123,6 +123,8 @@ where
         });
         observe::trace_key(&key);
         let key_kind = key.kind();
+        // An in-flight limit: the key of the slots the request will hold, to give them back.
+        let hold = (shared.holds && cost > 0).then(|| key.clone());
         let observer = responder.observer();
         let timer = observer.start();
         let now = limiter.now();
@@ -132,6 +134,7 @@ where
             cost,
             key_kind,
             decided_at: now,
+            hold,
         };
         let inner = &mut self.inner;
         ResponseFuture::new(check, inner, ticket, limiter, timer, refund, responder)

@@ -10,6 +10,7 @@ use super::limit::Limit;
 use super::per_key::PerKey;
 use super::response::{Responder, Settings};
 use crate::key::{KeyExtractor, RequestHead};
+use crate::store::Blocks;
 use crate::Key;
 
 /// Prices a request: how much of the quota it takes (`RateLimitLayer::cost`).
@@ -26,6 +27,9 @@ pub(crate) struct Shared {
     pub(crate) active: ArcSwap<Active>,
     /// The settings the answers are made with.
     settings: Settings,
+    /// Whether allowed requests hold what they took until their response ends (an in-flight
+    /// limit).
+    pub(crate) holds: bool,
     pub(crate) key: Arc<dyn KeyExtractor>,
     /// Per-key quotas, when the layer has a `quota_for` selector.
     pub(crate) per_key: Option<PerKey>,
@@ -33,6 +37,9 @@ pub(crate) struct Shared {
     pub(crate) cost: Option<Arc<Cost>>,
     /// Bans of repeat offenders, put around every limiter the services are handed.
     bans: Option<Bans>,
+    /// The keys blocked through the layer's handle, which every limiter the services are
+    /// handed denies first.
+    held: Arc<Blocks>,
 }
 
 /// A limiter and the answers made for its quotas and policy.
@@ -56,21 +63,26 @@ impl Shared {
         per_key: Option<PerKey>,
         cost: Option<Arc<Cost>>,
         bans: Option<Bans>,
+        held: Arc<Blocks>,
     ) -> Self {
-        let limiter = banning(&bans, limiter);
+        let holds = limiter.in_flight().is_some();
+        let limiter = wrapped(&bans, &held, limiter);
         Self {
             active: ArcSwap::from_pointee(Active::new(limiter, &settings)),
+            holds,
             settings,
             key,
             per_key,
             cost,
             bans,
+            held,
         }
     }
 
-    /// Puts `limiter` in force for the requests that come next (with the bans).
+    /// Puts `limiter` in force for the requests that come next (with the bans and the
+    /// handle's blocks).
     pub(crate) fn put(&self, limiter: Arc<dyn Limit>) {
-        let limiter = banning(&self.bans, limiter);
+        let limiter = wrapped(&self.bans, &self.held, limiter);
         self.active
             .store(Arc::new(Active::new(limiter, &self.settings)));
     }
@@ -82,10 +94,13 @@ impl Shared {
     }
 }
 
-/// `limiter` with `bans` around it, if any.
-fn banning(bans: &Option<Bans>, limiter: Arc<dyn Limit>) -> Arc<dyn Limit> {
-    match bans {
+/// `limiter` with `bans` around it, if any, and the handle's blocks (`held`) around that: a
+/// key the operator blocked is denied before its request is judged, so it is never counted
+/// towards a ban, and blocks only the operator makes can never be crowded out by bans.
+fn wrapped(bans: &Option<Bans>, held: &Arc<Blocks>, limiter: Arc<dyn Limit>) -> Arc<dyn Limit> {
+    let limiter = match bans {
         Some((ban, counter, dry_run)) => ban.wrap(limiter, counter.clone(), *dry_run),
         None => limiter,
-    }
+    };
+    super::held::held(limiter, held.clone())
 }

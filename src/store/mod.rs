@@ -38,11 +38,13 @@
 //! # }
 //! ```
 
+pub(crate) mod in_flight;
 mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 
 pub(crate) use self::memory::Blocks;
+pub(crate) use self::memory::MemorySlots;
 pub use self::memory::{
     AtomicCell, LockedCell, MemoryAlgorithm, MemoryStore, MemoryTable, StateCell,
 };

@@ -12,6 +12,7 @@
 //! - `table`: [`MemoryTable`], one policy's map and how a check runs on it.
 //! - `blocks`: the keys blocked until a time, beside a table, bounded as it is.
 //! - `registry`: the tables of named policies, shared by every limiter that names them.
+//! - `slots`: the slots each key holds, for a limit on requests in flight.
 
 mod algorithms;
 mod blocks;
@@ -20,11 +21,13 @@ mod hasher;
 mod probe;
 mod registry;
 mod shards;
+mod slots;
 mod table;
 
 pub use self::algorithms::MemoryAlgorithm;
 pub(crate) use self::blocks::Blocks;
 pub use self::cell::{AtomicCell, LockedCell, StateCell};
+pub(crate) use self::slots::MemorySlots;
 pub use self::table::MemoryTable;
 
 use std::fmt;

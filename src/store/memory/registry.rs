@@ -19,13 +19,16 @@ type Identity = (Box<str>, TypeId, Box<str>);
 /// Each named policy's map (a `Map<A>` for the policy's algorithm `A`), by its identity.
 type Maps = HashMap<Identity, Arc<dyn Any + Send + Sync>>;
 
+/// Whose blocks: a policy's name, and whether its limiters read the wall clock.
+type BlocksOf = (Box<str>, bool);
+
 /// The maps of the named policies.
 #[derive(Default)]
 pub(super) struct Registry {
     maps: Mutex<Maps>,
-    /// Each named policy's blocked keys, by name alone: a block outlives a change of the
-    /// policy's quota or algorithm.
-    blocks: Mutex<HashMap<Box<str>, Arc<Blocks>>>,
+    /// Each named policy's blocked keys, by name and time base (wall clock or not): a block
+    /// outlives a change of the policy's quota or algorithm.
+    blocks: Mutex<HashMap<BlocksOf, Arc<Blocks>>>,
 }
 
 impl Registry {
@@ -58,11 +61,18 @@ impl Registry {
         }
     }
 
-    /// The blocked keys of the policy named `policy`, made with `make` the first time.
-    pub(super) fn blocks(&self, policy: &str, make: impl FnOnce() -> Blocks) -> Arc<Blocks> {
+    /// The blocked keys of the policy named `policy` whose limiters read the wall clock
+    /// (`wall`: calendar windows) or not, made with `make` the first time. The two are kept
+    /// apart: their blocks end at times on different clocks.
+    pub(super) fn blocks(
+        &self,
+        policy: &str,
+        wall: bool,
+        make: impl FnOnce() -> Blocks,
+    ) -> Arc<Blocks> {
         let mut blocks = self.blocks.lock().unwrap_or_else(PoisonError::into_inner);
         let slot = blocks
-            .entry(policy.into())
+            .entry((policy.into(), wall))
             .or_insert_with(|| Arc::new(make()));
         Arc::clone(slot)
     }

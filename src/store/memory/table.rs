@@ -297,7 +297,10 @@ impl<A: MemoryAlgorithm> Store<A> for MemoryStore {
         let blocks = || Blocks::new(self.max_keys);
         let (map, blocks) = if shared {
             let map = self.registry.map(policy, algorithm, make);
-            (map, self.registry.blocks(policy, blocks))
+            (
+                map,
+                self.registry.blocks(policy, algorithm.wall_clock(), blocks),
+            )
         } else {
             (Arc::new(make()), Arc::new(blocks()))
         };

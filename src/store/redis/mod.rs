@@ -17,6 +17,12 @@
 //! byte can end the hash tag) or `h:<hex SHA-256>` for keys longer than
 //! [`Key::MAX_LEN`](crate::Key::MAX_LEN). [`RedisTable::redis_keys`] tells a key's names.
 //!
+//! A limit on requests in flight ([`RateLimitLayer::in_flight`](crate::RateLimitLayer::in_flight))
+//! keeps each key's slots as leases with an expiry, under
+//! `<prefix>:{<key>}:<policy>:in_flight.<limit>:l` (the leases) and `...:n` (the slots they
+//! hold); see [`lease_ttl`](crate::RateLimitLayer::lease_ttl) for how leases are taken,
+//! renewed and given back.
+//!
 //! Policies are identified by name, algorithm and parameters: limiters on every server with
 //! the same configuration share one limit, and two limiters never read each other's state
 //! (a GCRA and a fixed window of one quota, or one name given to two different quotas, keep
@@ -79,6 +85,7 @@ mod keys;
 mod on_failure;
 mod reply;
 mod script;
+mod slots;
 mod table;
 mod version;
 mod warn;

@@ -1,0 +1,234 @@
+//! A limit on requests in flight per key ([`RateLimitLayer::in_flight`](super::RateLimitLayer::in_flight)):
+//! the limiter the layer holds, and the [`Hold`] an admitted request keeps until its response
+//! ends.
+
+use std::any::Any;
+use std::fmt;
+use std::future::ready;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::limit::{Check, Limit};
+use crate::clock::{Clock, Sleep};
+use crate::store::in_flight::{Acquire, Slots, NO_LEASE};
+use crate::store::{MemorySlots, MemoryStore, Update};
+use crate::{Decision, Error, Key, Quota};
+
+/// The policy name of an in-flight limit that was not given one.
+pub(crate) const DEFAULT_NAME: &str = "in-flight";
+
+/// How long a Redis lease lasts unless told otherwise.
+pub(crate) const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// The shortest and longest lease a layer accepts.
+pub(crate) const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
+pub(crate) const MAX_LEASE_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// A limit on requests in flight, as the layer's limiter.
+pub(crate) struct InFlight {
+    slots: Arc<dyn Slots>,
+    limit: u64,
+    policy: Box<str>,
+    clock: Arc<dyn Clock>,
+}
+
+impl InFlight {
+    pub(crate) fn new(
+        slots: Arc<dyn Slots>,
+        limit: u64,
+        policy: &str,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            slots,
+            limit,
+            policy: policy.into(),
+            clock,
+        }
+    }
+}
+
+/// The in-flight limiter of `limit` slots per key over `store` (a [`MemoryStore`] or a
+/// `RedisStore`) on `clock`, named `policy` (or [`DEFAULT_NAME`]), its Redis leases lasting
+/// `lease_ttl`; or an error naming the store that keeps no slots.
+pub(crate) fn bind(
+    store: &dyn Any,
+    limit: u64,
+    lease_ttl: Duration,
+    policy: Option<&str>,
+    clock: Arc<dyn Clock>,
+) -> Result<Arc<dyn Limit>, Error> {
+    let policy = policy.unwrap_or(DEFAULT_NAME);
+    let slots: Arc<dyn Slots> = if let Some(memory) = store.downcast_ref::<MemoryStore>() {
+        Arc::new(MemorySlots::new(limit, memory.max_keys()))
+    } else {
+        redis_slots(store, limit, lease_ttl, policy, &clock)?
+    };
+    Ok(Arc::new(InFlight::new(slots, limit, policy, clock)))
+}
+
+/// The slots of a `RedisStore`, or an error naming the store that keeps none.
+fn redis_slots(
+    store: &dyn Any,
+    limit: u64,
+    lease_ttl: Duration,
+    policy: &str,
+    clock: &Arc<dyn Clock>,
+) -> Result<Arc<dyn Slots>, Error> {
+    #[cfg(feature = "redis")]
+    if let Some(redis) = store.downcast_ref::<crate::store::RedisStore>() {
+        return Ok(Arc::new(redis.slots(
+            policy,
+            limit,
+            lease_ttl,
+            clock.clone(),
+        )?));
+    }
+    let _ = (store, limit, lease_ttl, policy, clock);
+    Err(Error::misconfigured(
+        "RateLimitLayer::in_flight: this store keeps no in-flight slots; use a MemoryStore or a \
+         RedisStore",
+    ))
+}
+
+impl Limit for InFlight {
+    #[inline]
+    fn check(&self, key: Key, now: u64, cost: u64) -> Check {
+        if cost > self.limit {
+            // Never let through, whatever is in flight: answered without asking the store, as
+            // a request too large for the limit (reported as if every slot were free, which a
+            // busy denial never is).
+            let never = Decision::deny(self.limit, self.limit, Duration::ZERO, None);
+            return Check::Ready(Some(Ok(never)));
+        }
+        match self.slots.acquire(key, now, cost) {
+            Acquire::Ready(result) => Check::Ready(Some(result)),
+            Acquire::Waiting(future) => Check::Waiting(future),
+        }
+    }
+
+    fn refund(&self, _key: Key, _admission: &Decision, _cost: u64) -> Check {
+        // `count_if` is refused on an in-flight layer when it is built.
+        Check::Ready(Some(Err(Error::misconfigured(
+            "an in-flight limit gives its slots back when responses end, not by refunds",
+        ))))
+    }
+
+    /// The slots of `key` free now, taking none.
+    fn peek(&self, key: Key) -> Check {
+        match self.slots.acquire(key, self.now(), 0) {
+            Acquire::Ready(result) => Check::Ready(Some(result)),
+            Acquire::Waiting(future) => Check::Waiting(future),
+        }
+    }
+
+    // A layer's handle blocks and lifts blocks of an in-flight limit itself (in this
+    // process); the slots have no usage to forget and no block of their own.
+    fn reset(&self, _key: Key) -> Update {
+        Box::pin(ready(Ok(())))
+    }
+
+    fn block(&self, _key: Key, _duration: Duration) -> Update {
+        Box::pin(ready(Ok(())))
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        self.clock.now_nanos()
+    }
+
+    fn sleep(&self, delay: Duration) -> Sleep {
+        self.clock.sleep(delay)
+    }
+
+    fn quotas(&self) -> &[Quota] {
+        &[]
+    }
+
+    fn policy(&self) -> &str {
+        &self.policy
+    }
+
+    fn refunds(&self) -> bool {
+        false
+    }
+
+    fn in_flight(&self) -> Option<u64> {
+        Some(self.limit)
+    }
+
+    #[inline]
+    fn release(&self, key: &Key, cost: u64, lease: u64) {
+        self.slots.release(key, cost, lease);
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn inherit(&self, _previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error> {
+        Err(Error::misconfigured(
+            "Handle::set_quotas: an in-flight limit has slots, not quotas; its number of slots \
+             is set where the layer is built (RateLimitLayer::in_flight)",
+        ))
+    }
+
+    fn settled(&self) -> Arc<dyn Limit> {
+        Arc::new(InFlight::new(
+            self.slots.clone(),
+            self.limit,
+            &self.policy,
+            self.clock.clone(),
+        ))
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InFlight")
+            .field("policy", &self.policy)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The slots an admitted request holds, given back exactly once: when the response body ends,
+/// or when whatever holds this is dropped (the body, the response, or the request's future
+/// when the client goes away, a timeout drops it, or the handler panics).
+pub(crate) struct Hold {
+    limiter: Arc<dyn Limit>,
+    key: Key,
+    cost: u64,
+    lease: u64,
+}
+
+impl Hold {
+    /// The hold of the request of `key` and `cost` that `admission` let through, if it took a
+    /// slot (not one only a dry run let through, nor a peek).
+    pub(crate) fn of(
+        limiter: &Arc<dyn Limit>,
+        key: Key,
+        cost: u64,
+        admission: &Decision,
+    ) -> Option<Self> {
+        (admission.allowed && cost > 0).then(|| Self {
+            limiter: limiter.clone(),
+            key,
+            cost,
+            lease: admission.receipt(),
+        })
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.limiter.release(&self.key, self.cost, self.lease);
+    }
+}
+
+impl fmt::Debug for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hold")
+            .field("cost", &self.cost)
+            .field("leased", &(self.lease != NO_LEASE))
+            .finish_non_exhaustive()
+    }
+}

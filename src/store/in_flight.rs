@@ -1,0 +1,41 @@
+//! What a store keeps for a limit on requests in flight: slots per key, taken when a request
+//! is let through and given back when its response ends
+//! ([`RateLimitLayer::in_flight`](crate::RateLimitLayer::in_flight)).
+//!
+//! The memory store keeps a counter per key (`memory/slots.rs`); the Redis store keeps leases
+//! with an expiry (`redis/slots.rs`), so that a server that dies gives its slots back.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::{Decision, Error, Key};
+
+/// The lease of an admission that holds nothing to give back (a request of cost 0, or one let
+/// through while the store was away with [`OnFailure::Open`](crate::store::OnFailure::Open)).
+pub(crate) const NO_LEASE: u64 = 0;
+
+/// The lease of an admission the Redis store's local fallback took: given back there.
+#[cfg(feature = "redis")]
+pub(crate) const LOCAL_LEASE: u64 = u64::MAX;
+
+/// A store's answer to a request for slots: at once, or after a round trip.
+pub(crate) enum Acquire {
+    /// Decided at once (in memory).
+    Ready(Result<Decision, Error>),
+    /// Waiting for the store.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    Waiting(Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>),
+}
+
+/// One in-flight policy in a store: how many slots each key holds.
+pub(crate) trait Slots: Send + Sync + 'static {
+    /// Takes `cost` slots of `key` if that many are free. The decision reports the limit and
+    /// the slots free afterwards; an admission's [`receipt`](Decision::receipt) is the lease
+    /// that [`release`](Self::release) gives back. `now` is the limiter's clock, read only by a
+    /// store told to use it (Redis `with_caller_clock`).
+    fn acquire(&self, key: Key, now: u64, cost: u64) -> Acquire;
+
+    /// Gives back the `cost` slots that `lease` of `key` holds: at once, or (a remote store)
+    /// on the runtime without waiting. Never blocks and never panics: it runs in `Drop`.
+    fn release(&self, key: &Key, cost: u64, lease: u64);
+}
