@@ -185,14 +185,13 @@ async fn peek(
     Path(ip): Path<String>,
 ) -> Result<String, (StatusCode, String)> {
     let standing = admin.handle.peek(client(&ip)?).await.map_err(failed)?;
-    let retry = standing.retry_after.map_or("none".to_owned(), |d| {
-        format!("{}s", d.as_secs_f64().ceil())
-    });
+    // A peek is a request of cost 0: `remaining` says how many more would pass now, and
+    // `reset_after` when the client is fully fresh again (the end of a block included).
     Ok(format!(
-        "allowed={} remaining={} blocked={} retry_after={retry}\n",
-        standing.allowed,
+        "remaining={} blocked={} reset_after={}s\n",
         standing.remaining,
         standing.is_blocked(),
+        standing.reset_after.as_secs_f64().ceil(),
     ))
 }
 
