@@ -2,7 +2,8 @@
 //! algorithm and tiers, a limiter in Redis decides as a memory twin that never saw its blocks;
 //! a block and a reset on one store are seen by another on the same Redis (and by the deny
 //! caches, within their bound); on a Redis Cluster the block lives in its key's slot. Bans of
-//! repeat offenders hold across two servers on one Redis.
+//! repeat offenders, and a live layer's blocks and resets through its handle (under its plans
+//! too), hold across two servers on one Redis.
 
 #[path = "support/parity.rs"]
 mod parity;
@@ -427,6 +428,84 @@ fn bans_hold_across_two_servers() {
     });
 }
 
+/// A live layer's handle on one server blocks and resets a client for every server on the same
+/// Redis: under the layer's own policy, and under a per-key plan both servers have made.
+fn a_handles_block_and_reset_hold_on_every_server() {
+    let Some(server) = server::RedisServer::start() else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let clock = clock();
+        let mut services = Vec::new();
+        let mut handles = Vec::new();
+        for _ in 0..2 {
+            let store = server::closed_on_caller_clock(&server.url()).await;
+            let layer = RateLimitLayer::gcra(Quota::per_minute(2).named("api"))
+                .store(store)
+                .clock(clock.clone())
+                .quota_for(|key: &Key, _head: tollgate::key::RequestHead<'_>| {
+                    let pro = "192.0.2.7".parse::<std::net::IpAddr>().unwrap();
+                    if key.as_ip() == Some(pro) {
+                        Quota::per_minute(100).named("pro")
+                    } else {
+                        Quota::per_minute(2).named("api")
+                    }
+                });
+            handles.push(layer.handle());
+            services.push(layer.layer(services::ok()));
+        }
+        let send = |i: usize, from: &'static str| {
+            let svc = services[i].clone();
+            async move {
+                let resp = svc
+                    .oneshot(Req::new().from(from).build::<String>())
+                    .await
+                    .unwrap();
+                let retry = resp
+                    .headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                (resp.status().as_u16(), retry)
+            }
+        };
+        // The pro plan is made on both servers.
+        assert_eq!(send(0, "192.0.2.7:1").await.0, 200);
+        assert_eq!(send(1, "192.0.2.7:1").await.0, 200);
+        let pro = tollgate::key::PeerIp.key_for("192.0.2.7".parse().unwrap());
+        let base = tollgate::key::PeerIp.key_for("192.0.2.9".parse().unwrap());
+        handles[0]
+            .block(pro.clone(), Duration::from_secs(600))
+            .await
+            .unwrap();
+        handles[0]
+            .block(base.clone(), Duration::from_secs(600))
+            .await
+            .unwrap();
+        for i in 0..2 {
+            assert_eq!(send(i, "192.0.2.7:1").await, (429, Some("600".to_owned())));
+            assert_eq!(send(i, "192.0.2.9:1").await, (429, Some("600".to_owned())));
+        }
+        // Others go on.
+        assert_eq!(send(1, "192.0.2.8:1").await.0, 200);
+        handles[0].reset(pro).await.unwrap();
+        handles[0].reset(base).await.unwrap();
+        // The server of the handle passes the client at once; the other one remembers the
+        // block it saw for at most its deny cache's hold.
+        assert_eq!(send(0, "192.0.2.7:1").await.0, 200);
+        assert_eq!(send(1, "192.0.2.7:1").await.0, 429);
+        clock.advance(RedisStore::BLOCK_CACHE_HOLD);
+        assert_eq!(send(1, "192.0.2.7:1").await.0, 200);
+        assert_eq!(send(1, "192.0.2.9:1").await.0, 200);
+        assert_eq!(send(1, "192.0.2.9:1").await.0, 200);
+        assert_eq!(
+            send(0, "192.0.2.9:1").await.0,
+            429,
+            "a reset gives one fresh budget"
+        );
+    });
+}
+
 /// While Redis is away, the failure policy decides: with the local fallback the count and the
 /// ban hold on this server (the ban is not written to Redis, and the block call says so);
 /// failing open bans no one.
@@ -543,6 +622,10 @@ fn main() -> std::process::ExitCode {
         ),
         needs_redis("bans_hold_across_two_servers", bans_hold_across_two_servers),
         needs_redis("bans_while_redis_is_away", bans_while_redis_is_away),
+        needs_redis(
+            "a_handles_block_and_reset_hold_on_every_server",
+            a_handles_block_and_reset_hold_on_every_server,
+        ),
     ];
     server::harness(trials)
 }

@@ -177,7 +177,9 @@ impl Handle {
     /// tier: its state is forgotten, its block lifted, and its count of denials towards a ban
     /// ([`ban`](super::RateLimitLayer::ban)) started afresh
     /// ([`RateLimiter::reset`](crate::RateLimiter::reset)). With a shared store (Redis) the
-    /// key is fresh for every server, under the policies this server has made.
+    /// key is fresh for every server, under the policies this server has made; a server that
+    /// denied the blocked key a moment before may go on denying it for at most
+    /// `RedisStore::BLOCK_CACHE_HOLD` (one second), the time its deny cache remembers a block.
     ///
     /// # Errors
     ///
