@@ -284,7 +284,9 @@ impl Handle {
     ///
     /// Keep the store in memory: the Redis store refuses (see Errors) rather than start every
     /// key fresh. Per-key plans ([`quota_for`](super::RateLimitLayer::quota_for)) are not
-    /// changed: a plan is the quotas its selector returns.
+    /// changed: a plan is the quotas its selector returns. A plan equal to the quotas the layer
+    /// was built with is the layer's own and follows the change; a plan equal to the new
+    /// quotas keeps its own limiter, and its keys what they used there.
     ///
     /// # Errors
     ///
