@@ -112,6 +112,15 @@ impl Live {
 }
 
 impl Now {
+    /// The limiter the layer's own quotas are decided by: a service's (with its bans and the
+    /// handle's blocks), or the bare one while no service is made.
+    fn own(&self) -> Arc<dyn Limit> {
+        self.services
+            .iter()
+            .find_map(Weak::upgrade)
+            .map_or_else(|| self.limiter.clone(), |s| s.active.load().limiter.clone())
+    }
+
     /// Every limiter a key of the layer may be decided by, each once: the layer's own (with
     /// its bans), and each plan's made so far by any of its services.
     fn limiters(&self) -> Vec<Arc<dyn Limit>> {
@@ -244,9 +253,7 @@ impl Handle {
 
     /// The limiter the layer's own quotas are decided by now, bans included.
     fn serving(&self) -> Arc<dyn Limit> {
-        let now = self.live.lock();
-        let limiter = now.limiters().into_iter().next();
-        limiter.unwrap_or_else(|| now.limiter.clone())
+        self.live.lock().own()
     }
 
     /// The policy name the layer's limiter reports now.
