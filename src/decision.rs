@@ -206,7 +206,9 @@ impl Decision {
         if let Some(tiers) = &self.tiers {
             let mut tiers: Vec<Decision> = tiers.to_vec();
             tiers.iter_mut().for_each(block);
-            self.tiers = Some(tiers.into());
+            // Every tier now waits for the block: the one reported is the last to be fresh
+            // again, as when the tiers are decided blocked one by one (the Redis script).
+            return Decision::from_tiers(tiers.into());
         }
         self
     }
@@ -247,8 +249,9 @@ impl Decision {
 
     /// The index of the decision that is reported among several (tiers, or stacked layers):
     /// when any is denied, the one that makes the client wait longest (one that can never
-    /// pass wins); when all are allowed, the one with the fewest requests remaining (on a tie,
-    /// the longest `reset_after`). 0 for an empty list.
+    /// pass wins); when all are allowed, the one with the fewest requests remaining; on a tie,
+    /// either way, the longest `reset_after` (a blocked key's tiers all wait for the block: the
+    /// one reported is the last to be fresh again). 0 for an empty list.
     pub(crate) fn most_restrictive(decisions: &[Decision]) -> usize {
         if decisions.len() < 2 {
             return 0;
@@ -263,8 +266,11 @@ impl Decision {
                     && (b.allowed
                         || match (d.retry_after, b.retry_after) {
                             (None, Some(_)) => true,
-                            (Some(x), Some(y)) => x > y,
-                            _ => false,
+                            (Some(x), Some(y)) => {
+                                x > y || (x == y && d.reset_after > b.reset_after)
+                            }
+                            (None, None) => d.reset_after > b.reset_after,
+                            (Some(_), None) => false,
                         })
             } else {
                 d.remaining < b.remaining

@@ -84,6 +84,22 @@ fn an_upgrade_keeps_what_was_used_and_gives_the_rest() {
     assert_eq!(passes(&rt, &app, 10), 7);
 }
 
+/// The quotas in force given again (a configuration watcher applying the same file) change
+/// nothing: no key's partial use is rounded up to a whole request.
+#[test]
+fn the_quotas_in_force_given_again_change_nothing() {
+    let rt = runtime();
+    let clock = ManualClock::new();
+    let quota = Quota::new(1, Duration::from_secs(10));
+    let (handle, app) = live(RateLimitLayer::gcra(quota.clone()), &clock);
+    assert_eq!(passes(&rt, &app, 1), 1);
+    clock.advance(Duration::from_secs(1));
+    handle.set_quotas(quota).unwrap();
+    let standing = rt.block_on(handle.peek(tollgate::Key::from(0u64))).unwrap();
+    // 9 s to the next request, as before: converted, it would be 10.
+    assert_eq!(standing.reset_after, Duration::from_secs(9));
+}
+
 #[test]
 fn a_downgrade_leaves_what_the_new_quota_has_left() {
     let rt = runtime();

@@ -285,12 +285,27 @@ impl Handle {
     /// anything, whatever the order or number of tiers, and a short tier charged with a long
     /// one's usage holds a busy key back for at most one of its own periods.
     ///
-    /// The algorithm and its options (shaping, sub-windows, calendar windows), the store and
-    /// the clock stay. A layer built with one quota takes one quota; a layer built with a list
+    /// The quotas in force given again (a configuration applied again) change nothing: every
+    /// key's state stays as it is. The algorithm and its options (shaping, sub-windows,
+    /// calendar windows), the store and the clock stay. A layer built with one quota takes one quota; a layer built with a list
     /// of quotas (tiers, even a list of one) takes any number.
     ///
-    /// Keep the store in memory: the Redis store refuses (see Errors) rather than start every
-    /// key fresh. Per-key plans ([`quota_for`](super::RateLimitLayer::quota_for)) are not
+    /// **With Redis**, each server calls `set_quotas` itself (sending the new configuration to
+    /// every server is the application's job). New quotas have new Redis keys; the old states
+    /// stay where they are, and for as long as they may live (twice the longest an old state
+    /// lives, and a second) each key's next check on this server first charges what the key
+    /// used under the old quotas as of the change, by the rule above, in the same script call.
+    /// So a server that changed decides every key as one server in memory would. A server
+    /// started with the new quotas reads the states the changed servers wrote, but carries
+    /// nothing over from the old quotas itself: a key it sees first starts fresh there. While servers disagree (some changed, some not yet), each
+    /// decides on its own quotas' states: a key gets at most what the old quotas leave it on
+    /// the servers that have not changed and what the new ones leave it on those that have;
+    /// once all have changed, what it used on any of them is charged, whichever server
+    /// changed first. A policy carries over from at most 8 earlier quotas at once: a ninth
+    /// change within that time is refused (see Errors) and changes nothing. Blocks, kept under
+    /// the policy's name, hold across the change.
+    ///
+    /// Per-key plans ([`quota_for`](super::RateLimitLayer::quota_for)) are not
     /// changed: a plan is the quotas its selector returns. A plan equal to the quotas the layer
     /// was built with is the layer's own and follows the change; a plan equal to the new
     /// quotas keeps its own limiter, and its keys what they used there.
@@ -299,8 +314,11 @@ impl Handle {
     ///
     /// An error of kind [`Misconfigured`](crate::ErrorKind::Misconfigured), and nothing
     /// changes, when `quotas` is empty, when it has several quotas for a layer built with one,
-    /// when the layer was made by [`from_limiter`](super::RateLimitLayer::from_limiter), or when
-    /// the store cannot keep these quotas or cannot carry usage over (the Redis store).
+    /// when the layer was made by [`from_limiter`](super::RateLimitLayer::from_limiter), when
+    /// the store cannot keep these quotas or cannot carry usage over (a store of your own
+    /// that does not implement [`Store::succeed`](crate::store::Store::succeed)), or when a
+    /// Redis policy still carries over from 8 earlier quotas (the message says when to try
+    /// again).
     pub fn set_quotas<Q: Quotas>(&self, quotas: Q) -> Result<(), Error> {
         let quotas = quotas.into_quotas();
         if quotas.is_empty() {
@@ -316,6 +334,11 @@ impl Handle {
                  constructor such as RateLimitLayer::gcra to change its quotas live",
             ));
         };
+        if live.lock().limiter.quotas() == quotas.as_slice() {
+            // The quotas in force (a configuration applied again): every key keeps its state
+            // as it is, not converted to whole requests.
+            return Ok(());
+        }
         let recipe = recipe.for_plan(&quotas);
         // Bound privately: the next limiter reads the old one's keys, never another layer's.
         let next = store.bind(&recipe, &live.clock, false)?;

@@ -1,6 +1,9 @@
 //! What a check answers when Redis could not: the failure policy ([`OnFailure`]) at work.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use arc_swap::ArcSwap;
 
 use super::algorithms::RedisAlgorithm;
 use super::OnFailure;
@@ -11,7 +14,9 @@ use crate::{Decision, Error, Key};
 pub(crate) enum Fallback<A: RedisAlgorithm> {
     Open,
     Closed,
-    Local(MemoryTable<A>),
+    /// The local table; a new one once it has carried over what keys used in the table of
+    /// the quotas before ([`settle`](Self::settle)).
+    Local(ArcSwap<MemoryTable<A>>),
 }
 
 impl<A: RedisAlgorithm> Fallback<A> {
@@ -26,9 +31,38 @@ impl<A: RedisAlgorithm> Fallback<A> {
             OnFailure::Open => Self::Open,
             OnFailure::Closed => Self::Closed,
             OnFailure::Local(memory) => {
-                Self::Local(Store::<A>::table(memory, policy, shared, algorithm)?)
+                Self::local(Store::<A>::table(memory, policy, shared, algorithm)?)
             }
         })
+    }
+
+    fn local(table: MemoryTable<A>) -> Self {
+        Self::Local(ArcSwap::from_pointee(table))
+    }
+
+    /// The fallback of a table of new quotas (`algorithm`) that takes over from the one
+    /// `self` belongs to: a local table carries over what each key used in `self`'s.
+    pub(crate) fn succeeded(
+        &self,
+        on_failure: &OnFailure,
+        policy: &str,
+        shared: bool,
+        algorithm: &A,
+    ) -> Result<Self, Error> {
+        match (self, on_failure) {
+            (Self::Local(previous), OnFailure::Local(memory)) => Ok(Self::local(
+                Store::<A>::succeed(memory, &previous.load(), algorithm, 0)?,
+            )),
+            _ => Self::new(on_failure, policy, shared, algorithm),
+        }
+    }
+
+    /// Carries over every key the local table has not taken over yet, and lets the table of
+    /// the quotas before go ([`MemoryTable::settled`]).
+    pub(crate) fn settle(&self, now: u64) {
+        if let Self::Local(table) = self {
+            table.store(Arc::new(table.load().settled(now)));
+        }
     }
 
     /// The policy's name in logs and metrics: `open`, `closed` or `local`.
@@ -43,7 +77,7 @@ impl<A: RedisAlgorithm> Fallback<A> {
     /// Forgets `key`'s state and block in the local table, if the policy has one.
     pub(crate) fn reset(&self, key: &Key, now: u64) {
         if let Self::Local(table) = self {
-            table.reset(key, now);
+            table.load().reset(key, now);
         }
     }
 
@@ -51,7 +85,7 @@ impl<A: RedisAlgorithm> Fallback<A> {
     /// while Redis is away.
     pub(crate) fn block(&self, key: &Key, now: u64, duration: Duration) {
         if let Self::Local(table) = self {
-            table.block(key, now, duration);
+            table.load().block(key, now, duration);
         }
     }
 
@@ -85,7 +119,7 @@ impl<A: RedisAlgorithm> Fallback<A> {
             // once it is back must not take back an admission Redis made (the request keeps
             // counting, here and there).
             Self::Local(table) => {
-                let decision = table.decide(key, now, if refund { 0 } else { cost });
+                let decision = table.load().decide(key, now, if refund { 0 } else { cost });
                 Ok(decision.without_receipts())
             }
         }

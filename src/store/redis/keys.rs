@@ -20,7 +20,7 @@ use crate::Key;
 const FINGERPRINT: usize = 8;
 
 /// The keys of one policy: everything but the client's part, computed once.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct KeyNames {
     /// `<prefix>:{`
     head: Vec<u8>,
@@ -30,7 +30,14 @@ pub(crate) struct KeyNames {
     /// outlives a change of the policy's figures; it never meets a state's key, which ends in
     /// hex digits or a tier's number.
     block_tail: Vec<u8>,
+    /// The ends of the blocks kept under the names of the quotas a live layer had before
+    /// (unnamed quotas are named by their figures), the latest first: read with the policy's
+    /// own, so that a block holds across a change of quotas.
+    earlier_blocks: Vec<Vec<u8>>,
 }
+
+/// How many earlier names' blocks a table reads besides its own.
+const MAX_EARLIER_BLOCKS: usize = 4;
 
 impl KeyNames {
     pub(crate) fn new<A: RedisAlgorithm>(prefix: &str, policy: &str, tiers: &[RedisTier]) -> Self {
@@ -52,27 +59,68 @@ impl KeyNames {
             head,
             tails,
             block_tail,
+            earlier_blocks: Vec::new(),
         }
+    }
+
+    /// These names, reading too the blocks `previous` reads (a table of the quotas before):
+    /// the latest [`MAX_EARLIER_BLOCKS`] names other than this one's.
+    pub(crate) fn after(mut self, previous: &KeyNames) -> Self {
+        let earlier = std::iter::once(&previous.block_tail).chain(&previous.earlier_blocks);
+        for tail in earlier {
+            let known = *tail == self.block_tail || self.earlier_blocks.contains(tail);
+            if !known && self.earlier_blocks.len() < MAX_EARLIER_BLOCKS {
+                self.earlier_blocks.push(tail.clone());
+            }
+        }
+        self
+    }
+
+    /// How many blocks under earlier names a call names before the policy's own.
+    pub(crate) fn earlier_blocks(&self) -> usize {
+        self.earlier_blocks.len()
+    }
+
+    /// Whether `self` and `other` name the same states (the same policy, algorithm and
+    /// parameters).
+    pub(crate) fn same_states(&self, other: &Self) -> bool {
+        self.head == other.head && self.tails == other.tails
     }
 
     /// The Redis key of each tier for `key`.
     pub(crate) fn keys(&self, key: &Key) -> Vec<Vec<u8>> {
-        let mut keys = self.keys_and_block(key);
+        let mut keys = self.tier_keys(key);
         keys.pop();
         keys
     }
 
     /// The Redis key of `key`'s block.
     pub(crate) fn block(&self, key: &Key) -> Vec<u8> {
-        self.keys_and_block(key).pop().unwrap_or_default()
+        self.tier_keys(key).pop().unwrap_or_default()
     }
 
-    /// The Redis key of each tier for `key`, then that of its block: the keys a script
-    /// call names, all in the key's slot.
-    pub(crate) fn keys_and_block(&self, key: &Key) -> Vec<Vec<u8>> {
+    /// Appends the blocks of `key` under earlier names, then the policy's own: after the
+    /// tiers' keys, the last keys a script call names, all in the key's slot.
+    pub(crate) fn blocks(&self, key: &Key, keys: &mut Vec<Vec<u8>>) {
+        let base = self.base(key);
+        for tail in self.earlier_blocks.iter().chain([&self.block_tail]) {
+            let mut k = base.clone();
+            k.extend_from_slice(tail);
+            keys.push(k);
+        }
+    }
+
+    /// `<prefix>:{<key>`.
+    fn base(&self, key: &Key) -> Vec<u8> {
         let mut base = Vec::with_capacity(self.head.len() + 2 * Key::MAX_LEN + 4);
         base.extend_from_slice(&self.head);
         encode_key(key, &mut base);
+        base
+    }
+
+    /// The Redis key of each tier for `key`, then that of its block.
+    fn tier_keys(&self, key: &Key) -> Vec<Vec<u8>> {
+        let mut base = self.base(key);
         let mut keys = Vec::with_capacity(self.tails.len() + 1);
         for tail in &self.tails {
             let mut k = base.clone();

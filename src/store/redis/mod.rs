@@ -77,6 +77,7 @@
 
 mod algorithms;
 mod bounds;
+mod carry;
 mod deny_cache;
 mod errors;
 mod fallback;
@@ -337,6 +338,29 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
 
     fn peek(table: &RedisTable<A>, key: Key, now: u64) -> RedisFuture {
         table.peek(key, now)
+    }
+
+    /// A table of the new quotas whose script, on each key's next check, first charges the key
+    /// what it used under the old quotas ([`Algorithm::carried`](crate::algorithm::Algorithm::carried)
+    /// tells the rule), for as long as the old states may live; see
+    /// [`Handle::set_quotas`](crate::layer::Handle::set_quotas) for what servers that disagree
+    /// get. A local fallback's table carries over too.
+    ///
+    /// # Errors
+    ///
+    /// When the new quotas are too large for the script, as [`table`](Store::table); when
+    /// the policy still carries over from 8 earlier quotas.
+    fn succeed(
+        &self,
+        previous: &RedisTable<A>,
+        algorithm: &A,
+        now: u64,
+    ) -> Result<RedisTable<A>, Error> {
+        RedisTable::succeeded(self, previous, algorithm, now)
+    }
+
+    fn settle(&self, table: &RedisTable<A>, now: u64) -> RedisTable<A> {
+        table.settle(now)
     }
 
     /// Deletes the key's state in every tier and its block in one script call, and forgets

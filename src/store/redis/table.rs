@@ -2,11 +2,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Script;
 
 use super::algorithms::{RedisAlgorithm, RedisTier};
+use super::carry::{Carry, Generation};
 use super::deny_cache::DenyCache;
 use super::fallback::Fallback;
 use super::future::RedisFuture;
@@ -59,6 +60,12 @@ struct Inner<A: RedisAlgorithm> {
     limits: Vec<u64>,
     timeout: Duration,
     caller_clock: bool,
+    /// Whether the policy's name was given by the user (for the local fallback's table).
+    shared: bool,
+    /// The longest a state of this table lives ([`RedisAlgorithm::lifetime`]).
+    lifetime: u64,
+    /// What the table carries over from tables of other quotas it took over from.
+    carry: Option<Carry>,
     fallback: Fallback<A>,
     denials: DenyCache,
     /// Whether the server's version was found good (checked once per store).
@@ -75,6 +82,46 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         shared: bool,
         algorithm: &A,
     ) -> Result<Self, Error> {
+        Self::make(store, policy, shared, algorithm, None)
+    }
+
+    /// The table of `algorithm` (new quotas of the same shape) that takes over from
+    /// `previous`: each key's next check first carries over what it used there, and in the
+    /// tables `previous` was still carrying over from ([`carry`](super::carry)).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new); and when the policy still carries over from as many earlier
+    /// quotas as it follows at once.
+    pub(crate) fn succeeded(
+        store: &RedisStore,
+        previous: &Self,
+        algorithm: &A,
+        now: u64,
+    ) -> Result<Self, Error> {
+        Self::make(
+            store,
+            &previous.inner.policy,
+            previous.inner.shared,
+            algorithm,
+            Some((previous, now)),
+        )
+    }
+
+    /// This table once the local fallback's table has carried over every key (the Redis
+    /// states are carried over key by key, on each key's next check).
+    pub(crate) fn settle(&self, now: u64) -> Self {
+        self.inner.fallback.settle(now);
+        self.clone()
+    }
+
+    fn make(
+        store: &RedisStore,
+        policy: &str,
+        shared: bool,
+        algorithm: &A,
+        previous: Option<(&Self, u64)>,
+    ) -> Result<Self, Error> {
         bounds::check(policy, algorithm)?;
         let mut tiers: Vec<RedisTier> = Vec::new();
         algorithm.redis_tiers(&mut tiers);
@@ -83,7 +130,37 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             .flat_map(|t| t.params.iter().copied())
             .collect();
         let limits: Vec<u64> = tiers.iter().map(|t| t.limit).collect();
-        let fallback = Fallback::new(&store.on_failure, policy, shared, algorithm)?;
+        let mut names = KeyNames::new::<A>(&store.prefix, policy, &tiers);
+        if let Some((previous, _)) = previous {
+            names = names.after(&previous.inner.names);
+        }
+        let (fallback, carry) = match previous {
+            None => (
+                Fallback::new(&store.on_failure, policy, shared, algorithm)?,
+                None,
+            ),
+            Some((previous, now)) => {
+                let old = &previous.inner;
+                let last = Generation::new(
+                    old.names.clone(),
+                    old.params.clone(),
+                    old.limits.len(),
+                    now,
+                    old.lifetime,
+                    old.carry.as_ref().map(Carry::until),
+                );
+                let earlier = old
+                    .carry
+                    .iter()
+                    .flat_map(|c| c.generations().iter().cloned());
+                let generations = std::iter::once(last).chain(earlier);
+                (
+                    old.fallback
+                        .succeeded(&store.on_failure, policy, shared, algorithm)?,
+                    Carry::new(&names, limits.len(), generations, policy)?,
+                )
+            }
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 connection: store.connection.clone(),
@@ -91,11 +168,14 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 script_loads: AtomicU64::new(0),
                 script_loading: tokio::sync::Mutex::new(()),
                 policy: policy.into(),
-                names: KeyNames::new::<A>(&store.prefix, policy, &tiers),
+                names,
                 params,
                 limits,
                 timeout: store.timeout,
                 caller_clock: store.caller_clock,
+                shared,
+                lifetime: algorithm.lifetime(),
+                carry,
                 fallback,
                 denials: DenyCache::new(store.deny_cache),
                 version: Arc::clone(&store.version),
@@ -181,18 +261,37 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 Err(_) => return Err(errors::timed_out(inner.timeout)),
             }
         }
-        let keys = inner.names.keys_and_block(key);
+        let mut keys = inner.names.keys(key);
+        // While the table carries over, a check and a refund name the old tables' keys too (a
+        // reset deletes them), before the blocks.
+        let carry = inner
+            .carry
+            .as_ref()
+            .and_then(|carry| Some((carry, carry.hold(Instant::now())?)))
+            .filter(|_| !matches!(mode, Mode::Block(_)));
+        if let Some((carry, _)) = carry {
+            carry.keys(key, &mut keys);
+        }
+        inner.names.blocks(key, &mut keys);
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(inner.script.get_hash()).arg(keys.len());
         for k in keys {
             cmd.arg(k);
         }
-        match mode {
-            Mode::Check(cost) => cmd.arg("c").arg(cost),
-            Mode::Refund(cost, _) => cmd.arg("r").arg(cost),
-            Mode::Reset => cmd.arg("x").arg(0),
-            Mode::Block(nanos) => cmd.arg("b").arg(nanos),
+        let (letter, cost) = match mode {
+            Mode::Check(cost) if carry.is_some() => ('C', cost),
+            Mode::Check(cost) => ('c', cost),
+            Mode::Refund(cost, _) if carry.is_some() => ('R', cost),
+            Mode::Refund(cost, _) => ('r', cost),
+            Mode::Reset => ('x', 0),
+            Mode::Block(nanos) => ('b', nanos),
         };
+        // The letter, then how many blocks under earlier names the keys hold.
+        match inner.names.earlier_blocks() {
+            0 => cmd.arg(letter.to_string()),
+            n => cmd.arg(format!("{letter}{n}")),
+        };
+        cmd.arg(cost);
         if inner.caller_clock {
             cmd.arg(now / 1_000_000_000).arg(now % 1_000_000_000);
         } else {
@@ -202,6 +301,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         // A refund names what each tier's admission took, after the parameters.
         if let Mode::Refund(_, receipts) = mode {
             cmd.arg(receipts);
+        }
+        if let Some((carry, hold)) = carry {
+            carry.arguments(&mut cmd, now, hold);
         }
         match tokio::time::timeout(inner.timeout, inner.evaluate(&cmd)).await {
             Ok(reply) => reply.map_err(|e| errors::deciding(&e, key)),

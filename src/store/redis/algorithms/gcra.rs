@@ -24,6 +24,11 @@ impl RedisAlgorithm for Gcra {
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
         tiers.push(RedisTier::new(self, params(self)));
     }
+
+    /// No admission sets the TAT further than the bound ahead.
+    fn lifetime(&self) -> u64 {
+        self.bound_nanos()
+    }
 }
 
 impl RedisAlgorithm for LeakyBucket {
@@ -39,6 +44,10 @@ impl RedisAlgorithm for LeakyBucket {
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
         tiers.push(RedisTier::new(self, params(self.gcra())));
+    }
+
+    fn lifetime(&self) -> u64 {
+        self.gcra().bound_nanos()
     }
 }
 

@@ -25,4 +25,11 @@ impl RedisAlgorithm for Hybrid {
         let params = [self.limit(), self.period_nanos(), self.interval_nanos()];
         tiers.push(RedisTier::new(self, params));
     }
+
+    /// A window lasts a period; the bucket after it lacks at most a period below empty, and
+    /// refills a whole quota (`limit × T`) from there.
+    fn lifetime(&self) -> u64 {
+        let quota = self.limit().saturating_mul(self.interval_nanos());
+        self.period_nanos().saturating_mul(2).saturating_add(quota)
+    }
 }

@@ -61,6 +61,12 @@ pub trait RedisAlgorithm: MemoryAlgorithm + sealed::Sealed {
     #[doc(hidden)]
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>);
 
+    /// The longest a key's state takes to become fresh again after the request that last
+    /// changed it, in ns: an upper bound on the TTL of every state the script writes, and so
+    /// on how long a table taken over by new quotas still holds what keys used there.
+    #[doc(hidden)]
+    fn lifetime(&self) -> u64;
+
     /// Why the store cannot keep this algorithm's state within its time bound, beyond the
     /// bound on figures; `None` when it can.
     #[doc(hidden)]
@@ -100,6 +106,10 @@ impl<A: RedisAlgorithm> RedisAlgorithm for Tiered<A> {
         for tier in self.tiers() {
             tier.redis_tiers(tiers);
         }
+    }
+
+    fn lifetime(&self) -> u64 {
+        self.tiers().iter().map(A::lifetime).max().unwrap_or(0)
     }
 
     fn refusal(&self) -> Option<String> {

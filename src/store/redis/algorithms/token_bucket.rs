@@ -37,4 +37,9 @@ impl RedisAlgorithm for TokenBucket {
         let params = [interval, self.capacity_nanos(), bound, bound / interval];
         tiers.push(RedisTier::new(self, params));
     }
+
+    /// The deficit never exceeds the bound, and refills at one ns per ns.
+    fn lifetime(&self) -> u64 {
+        self.bound_nanos()
+    }
 }

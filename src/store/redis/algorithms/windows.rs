@@ -41,6 +41,11 @@ impl RedisAlgorithm for FixedWindow {
             [self.limit(), self.period_nanos(), aligned],
         ));
     }
+
+    /// A window ends a period after it starts.
+    fn lifetime(&self) -> u64 {
+        self.period_nanos()
+    }
 }
 
 /// Parameters: the limit, the period (ns), the sub-windows `k`, and the horizon
@@ -78,6 +83,12 @@ impl RedisAlgorithm for SlidingWindow {
         let horizon = period.saturating_add(period.div_ceil(k));
         tiers.push(RedisTier::new(self, [limit, period, k, horizon]));
     }
+
+    /// An admitted request weighs in the estimate for the horizon, `period + ⌈period / k⌉`.
+    fn lifetime(&self) -> u64 {
+        let period = self.period_nanos();
+        period.saturating_add(period.div_ceil(self.sub_window_count() as u64))
+    }
 }
 
 /// The largest sliding log limit the Redis store keeps: a log holds at most `limit` entries,
@@ -103,6 +114,11 @@ impl RedisAlgorithm for SlidingLog {
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
         tiers.push(RedisTier::new(self, [self.limit(), self.period_nanos()]));
+    }
+
+    /// A logged request weighs for a period.
+    fn lifetime(&self) -> u64 {
+        self.period_nanos()
     }
 
     /// A limit above `MAX_LOG_LIMIT` (500): the store is being built with a quota it cannot

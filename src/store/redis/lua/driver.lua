@@ -17,10 +17,30 @@
 -- KEYS: each tier's key, then the key's block (the end of the block, as an absolute time in
 -- decimal ns, with a PX TTL to it). Modes besides 'c' and 'r': 'x' deletes every key (a reset),
 -- 'b' blocks the key for ARGV[2] ns (decimal) from NOW, or keeps a block that ends later.
-local tiers = #KEYS - 1
+--
+-- Carrying usage over (a live layer's new quotas): modes 'C' and 'R' are 'c' and 'r' for a
+-- table that took over from tables of other quotas (generations, the latest first). KEYS are
+-- then the table's tiers, each generation's tiers, and the blocks; ARGV ends with each
+-- generation's parameters, each generation's age (ns since it was taken over), the table's id,
+-- HOLD (whole ms) and the counts 'n,m1,m2,...' (the table's tiers, then each generation's).
+-- The table stamps the states it writes with its id ('<tag>@<id>:<state>') and keeps them at
+-- least HOLD ms. A check of a key whose states are not all stamped by the table (none stored,
+-- or written by another server or before the change) first carries over what the key used:
+-- through the generations, the oldest first, as if it had been carried over at each change
+-- (what it used when the change came, in requests, charged on a fresh state of the next
+-- quotas at that moment, up to what a fresh key may take at once), each generation's own
+-- state counting too where it shows more; then each tier takes the carried state where that
+-- shows more used than the tier's own.
+-- The mode's letter may be followed by how many blocks kept under earlier policy names (a
+-- live layer's unnamed quotas are named by their figures) come before the policy's own: a
+-- check reads them all, a reset deletes them, a block is written to the policy's own.
+local MODE, EXTRA = string.sub(ARGV[1], 1, 1), tonumber(string.sub(ARGV[1], 2)) or 0
+local tiers = #KEYS - 1 - EXTRA
 local BLOCK = KEYS[#KEYS]
+-- The first block key.
+local BLOCKS = #KEYS - EXTRA
 
-if ARGV[1] == 'x' then
+if MODE == 'x' then
   redis.call('DEL', unpack(KEYS))
   return {}
 end
@@ -33,7 +53,7 @@ local function bsplit(text)
   return tonumber(string.sub(text, 1, -10)), tonumber(string.sub(text, -9))
 end
 
-if ARGV[1] == 'b' then
+if MODE == 'b' then
   local d = ARGV[2]
   if not string.find(d, '^%d+$') or #d > 20 then
     return redis.error_reply('ERR tollgate: a block length is decimal nanoseconds')
@@ -62,33 +82,164 @@ if ARGV[1] == 'b' then
   return {}
 end
 
+-- A carrying table's generations and stamp.
+local carrying = MODE == 'C' or MODE == 'R'
+local MINE, HOLD, gens = nil, 0, {}
+if carrying then
+  local counts = {}
+  for c in string.gmatch(ARGV[#ARGV], '%d+') do
+    counts[#counts + 1] = tonumber(c)
+  end
+  tiers = counts[1] or 0
+  MINE, HOLD = ARGV[#ARGV - 2], tonumber(ARGV[#ARGV - 1]) or 0
+  local key, old, ages = tiers + 1, 0, #ARGV - 2 - (#counts - 1)
+  for g = 2, #counts do
+    old = old + counts[g]
+  end
+  local arg = ages - old * ALG.NPARAMS
+  for g = 2, #counts do
+    local age = tonumber(ARGV[ages + g - 2]) or 0
+    gens[g - 1] = { key = key, n = counts[g], arg = arg, ended = NOW - age }
+    key, arg = key + counts[g], arg + counts[g] * ALG.NPARAMS
+  end
+  if tiers < 1 or key ~= BLOCKS then
+    return redis.error_reply('ERR tollgate: the keys do not match the counts of a carrying call')
+  end
+end
+local mode = string.lower(MODE)
+
+-- The state stored under `key` for parameters `p`, and the id of the carrying table that wrote
+-- it (nil for none); nil when none is stored; false and an error message when the key holds no
+-- state of this algorithm.
+local TAG, STAMP = ALG.TAG .. ':', ALG.TAG .. '@'
+local function read(key, p, i)
+  local stored = redis.call('GET', key)
+  if not stored then
+    return nil
+  end
+  local text, owner
+  if string.sub(stored, 1, #TAG) == TAG then
+    text = string.sub(stored, #TAG + 1)
+  elseif string.sub(stored, 1, #STAMP) == STAMP then
+    local colon = string.find(stored, ':', #STAMP + 1, true)
+    if colon then
+      text, owner = string.sub(stored, colon + 1), string.sub(stored, #STAMP + 1, colon - 1)
+    end
+  end
+  if not text then
+    return false, 'ERR tollgate: the key of tier ' .. i .. ' holds no ' .. ALG.TAG .. ' state'
+  end
+  local state = ALG.decode(text, p)
+  if not state then
+    return false, 'ERR tollgate: the key of tier ' .. i .. ' holds a corrupt ' .. ALG.TAG .. ' state'
+  end
+  return state, owner
+end
+
 local cost = tonumber(ARGV[2])
-local params, states = {}, {}
+local params, states, stored = {}, {}, {}
+-- Whether some state is stored and every one stored is this carrying table's own.
+local mine, any = carrying, false
 for i = 1, tiers do
   local p = ALG.params(ARGV, 5 + (i - 1) * ALG.NPARAMS)
   params[i] = p
-  local stored = redis.call('GET', KEYS[i])
-  if stored then
-    local tag = ALG.TAG .. ':'
-    if string.sub(stored, 1, #tag) ~= tag then
-      return redis.error_reply('ERR tollgate: the key of tier ' .. i .. ' holds no ' .. ALG.TAG .. ' state')
-    end
-    states[i] = ALG.decode(string.sub(stored, #tag + 1), p)
-    if not states[i] then
-      return redis.error_reply('ERR tollgate: the key of tier ' .. i .. ' holds a corrupt ' .. ALG.TAG .. ' state')
-    end
+  local state, owner = read(KEYS[i], p, i)
+  if state == false then
+    return redis.error_reply(owner)
+  elseif state then
+    states[i], stored[i], any = state, true, true
+    mine = mine and owner == MINE
   else
     states[i] = ALG.fresh(p)
   end
 end
+mine = mine and any
 
-local function save(i, state)
+local function save(i, state, stamped)
   local ttl = ALG.fresh_in(state, NOW, params[i])
-  if ttl <= 0 then
+  local ms, head = 0, TAG
+  if ttl > 0 then
+    ms = idiv(ttl + 999999, 1000000)
+  end
+  -- A state fresh again is deleted, stamped or not (some fresh states have no text: a
+  -- sliding log's or window's); its next check carries over again, which only charges more.
+  if stamped and ms > 0 then
+    ms, head = math.max(ms, HOLD), STAMP .. MINE .. ':'
+  end
+  if ms <= 0 then
     redis.call('DEL', KEYS[i])
   else
-    local ms = idiv(ttl + 999999, 1000000)
-    redis.call('SET', KEYS[i], ALG.TAG .. ':' .. ALG.encode(state, params[i]), 'PX', string.format('%d', ms))
+    redis.call('SET', KEYS[i], head .. ALG.encode(state, params[i]), 'PX', string.format('%d', ms))
+  end
+end
+
+-- f(), with the modules that read the wide clock (wide.lua) reading `t` (ns after NOW_S).
+local function at(t, f)
+  if not WNOW then
+    return f()
+  end
+  local now, s = WNOW, idiv(t, E9)
+  WNOW = { NOW_S + s, t - s * E9 }
+  local a, b = f()
+  WNOW = now
+  return a, b
+end
+
+-- What a key in `state` has used at `t`, in requests: what a fresh key could take at once,
+-- less what this one can.
+local function used(state, t, p)
+  -- One value: at() hands back two.
+  return (at(t, function()
+    local could = ALG.check(ALG.fresh(p), t, 0, p)[2]
+    local can = ALG.check(state, t, 0, p)[2]
+    return math.max(could - can, 0)
+  end))
+end
+
+-- A fresh state charged `n` requests at `t`, up to what a fresh key may take at once; nil for
+-- none.
+local function charged(n, t, p)
+  if n <= 0 then
+    return nil
+  end
+  return (at(t, function()
+    local fresh = ALG.fresh(p)
+    local room = ALG.check(fresh, t, 0, p)[2]
+    local _, state = ALG.check(fresh, t, math.min(n, room), p)
+    return state
+  end))
+end
+
+-- The tiers a check must write even when it changes nothing (carried or stamped afresh).
+local restamp = {}
+if carrying and mode == 'c' and not mine then
+  -- What the key had used when the generation after the one read last began.
+  local most = 0
+  for g = #gens, 1, -1 do
+    local gen, began = gens[g], gens[g + 1] and gens[g + 1].ended
+    local u = 0
+    for j = 0, gen.n - 1 do
+      local p = ALG.params(ARGV, gen.arg + j * ALG.NPARAMS)
+      local state, problem = read(KEYS[gen.key + j], p, j + 1)
+      if state == false then
+        return redis.error_reply(problem)
+      elseif state then
+        u = math.max(u, used(state, gen.ended, p))
+      end
+      local passed = began and charged(most, began, p)
+      if passed then
+        u = math.max(u, used(passed, gen.ended, p))
+      end
+    end
+    most = u
+  end
+  for i = 1, tiers do
+    local p = params[i]
+    local carried = gens[1] and charged(most, gens[1].ended, p)
+    if carried and used(carried, NOW, p) > used(states[i], NOW, p) then
+      states[i], stored[i] = carried, true
+    end
+    restamp[i] = stored[i]
   end
 end
 
@@ -103,7 +254,14 @@ end
 -- (a block may reach past what a double or a Redis integer holds).
 local blocked, blocked_text = 0, nil
 do
+  -- The block that ends last: the policy's, and those kept under earlier names.
   local bs, bn = bsplit(redis.call('GET', BLOCK))
+  for k = BLOCKS, #KEYS - 1 do
+    local os, on = bsplit(redis.call('GET', KEYS[k]))
+    if os and (not bs or os > bs or (os == bs and on > bn)) then
+      bs, bn = os, on
+    end
+  end
   if bs then
     local s, n = bs - NOW_S, bn - NOW
     if n < 0 then
@@ -127,13 +285,14 @@ local function block_of(decision)
   return { 2, 0, reset, blocked_text, 0, 0 }
 end
 
-if ARGV[1] == 'r' then
-  -- Each tier's receipt follows the parameters.
+if mode == 'r' then
+  -- Each tier's receipt follows the parameters. A carrying table stamps only its own states: a
+  -- refund never makes another's its own before the check that carries over to it.
   local receipts = 5 + tiers * ALG.NPARAMS
   for i = 1, tiers do
     local refunded = ALG.refund(states[i], NOW, cost, params[i], ARGV[receipts + i - 1])
     if refunded then
-      save(i, refunded)
+      save(i, refunded, mine)
       states[i] = refunded
     end
     local standing = (ALG.check(states[i], NOW, 0, params[i]))
@@ -162,11 +321,14 @@ for i = 1, tiers do
   end
 end
 for i = 1, tiers do
-  if all then
-    if nexts[i] then
-      save(i, nexts[i])
-    end
-  elseif decisions[i][1] == 1 then
+  if all and nexts[i] then
+    save(i, nexts[i], carrying)
+  elseif restamp[i] and cost > 0 then
+    -- What was carried over (or stamped afresh) stays, whatever this request gets; a peek
+    -- writes nothing.
+    save(i, states[i], true)
+  end
+  if not all and decisions[i][1] == 1 then
     -- Denied by another tier: this one consumes nothing and reports its standing.
     decisions[i] = (ALG.check(states[i], NOW, 0, params[i]))
   end

@@ -19,6 +19,9 @@ else
   NOW = tonumber(time[2]) * 1000
 end
 local E9 = 1000000000
+-- The script's time as a wide integer (wide.lua sets it, for the modules that read it); nil
+-- for the others.
+local WNOW
 
 -- floor(a / b) for integers, b > 0, corrected for the rounding of the division.
 local function idiv(a, b)

@@ -127,7 +127,7 @@ end
 
 -- The script's time as a wide integer: the instant the driver passes as `now` (relative to
 -- NOW_S), which the modules after this one read from here instead.
-local WNOW = { NOW_S, NOW }
+WNOW = { NOW_S, NOW }
 
 -- A cost the driver passes (the request's, or 0 for a peek) as a wide integer: the driver's
 -- double reads 2^53 + 1 as 2^53, so from 2^53 on it is the request's cost, read from its text.

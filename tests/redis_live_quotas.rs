@@ -1,0 +1,520 @@
+//! `Handle::set_quotas` on the Redis store, against a real `redis-server`: each key keeps what
+//! it used, counted in requests, as in memory.
+//!
+//! - For every algorithm, one quota or tiers, a live layer in Redis decides exactly as a live
+//!   layer in memory through any sequence of requests, peeks, resets, blocks, clock steps and
+//!   changes of quotas (back to earlier ones included): the memory store carries every key
+//!   over at the change, the Redis script on the key's next check as of the change.
+//! - Servers on one Redis: a change holds on each (the states one wrote are read by the
+//!   other, and by a server started with the new quotas); while they disagree a key gets at
+//!   most what each quota leaves it; servers that change at different moments never forget
+//!   what a key used.
+//! - A policy carries over from at most 8 earlier quotas at once: a ninth change in that time
+//!   is refused and changes nothing.
+
+#[path = "support/redis.rs"]
+mod server;
+#[path = "support/services.rs"]
+mod services;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use http::{Request, Response};
+use proptest::prelude::*;
+use tollgate::clock::ManualClock;
+use tollgate::key::Header;
+use tollgate::layer::Handle;
+use tollgate::store::{MemoryStore, OnFailure, RedisStore};
+use tollgate::{ErrorKind, Key, Quota, RateLimitLayer};
+use tower::{Layer, ServiceExt};
+
+use server::{needs_redis, runtime, RedisServer, Trial};
+
+/// Where the clock starts: about the Unix time of 2025, so the scripts split times into whole
+/// seconds and nanoseconds as with Redis `TIME`.
+const EPOCH: Duration = Duration::from_nanos(1_750_000_000_123_456_789);
+
+/// A store on `url` deciding on the caller's clock, with no deny cache (each check is a
+/// script call), under a prefix of its own.
+async fn store(url: &str) -> RedisStore {
+    static N: AtomicU64 = AtomicU64::new(0);
+    RedisStore::connect(url)
+        .await
+        .expect("redis connects")
+        .with_caller_clock()
+        .deny_cache(0)
+        .on_failure(OnFailure::Closed)
+        .timeout(Duration::from_secs(5))
+        .prefix(format!("live{}", N.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// A layer of algorithm `kind` over `quotas`, as tiers when `tiered`.
+fn layer_of(kind: usize, quotas: Vec<Quota>, tiered: bool) -> RateLimitLayer {
+    fn make<Q: tollgate::algorithm::Quotas>(kind: usize, q: Q) -> RateLimitLayer {
+        match kind {
+            0 => RateLimitLayer::gcra(q),
+            1 => RateLimitLayer::token_bucket(q),
+            2 => RateLimitLayer::leaky_bucket(q),
+            3 => RateLimitLayer::fixed_window(q),
+            4 => RateLimitLayer::sliding_window(q),
+            5 => RateLimitLayer::sliding_log(q),
+            _ => RateLimitLayer::hybrid(q),
+        }
+    }
+    if tiered {
+        make(kind, quotas)
+    } else {
+        make(kind, quotas[0].clone())
+    }
+}
+
+const KINDS: [&str; 7] = [
+    "gcra",
+    "token_bucket",
+    "leaky_bucket",
+    "fixed_window",
+    "sliding_window",
+    "sliding_log",
+    "hybrid",
+];
+
+type Svc = tower::util::BoxCloneService<
+    Request<String>,
+    Response<tollgate::layer::ResponseBody<String>>,
+    std::convert::Infallible,
+>;
+
+/// `layer` around a handler that answers 200, keyed on `x-key`, on `clock`; and its handle.
+fn serve(layer: RateLimitLayer, clock: &ManualClock) -> (Handle, Svc) {
+    let layer = layer.key(Header::new("x-key")).clock(clock.clone());
+    let handle = layer.handle();
+    (
+        handle,
+        tower::util::BoxCloneService::new(layer.layer(services::ok())),
+    )
+}
+
+/// The status and rate limit headers of `key`'s request to `svc`.
+async fn ask(svc: &Svc, key: u8) -> String {
+    let req = Request::builder()
+        .header("x-key", format!("client-{key}"))
+        .body(String::new())
+        .unwrap();
+    let resp = svc.clone().oneshot(req).await.unwrap();
+    let mut seen = format!("{}", resp.status().as_u16());
+    if resp.status().is_server_error() {
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        return format!("{seen} {}", String::from_utf8_lossy(&body));
+    }
+    for name in ["ratelimit", "ratelimit-policy", "retry-after"] {
+        if let Some(value) = resp.headers().get(name) {
+            seen.push_str(&format!(" {name}: {}", value.to_str().unwrap()));
+        }
+    }
+    seen
+}
+
+fn key(k: u8) -> Key {
+    Key::from(format!("client-{k}").as_bytes())
+}
+
+fn pool() -> Vec<Quota> {
+    vec![
+        Quota::per_second(1),
+        Quota::per_second(3),
+        Quota::new(5, Duration::from_secs(2)),
+        Quota::per_minute(7),
+        Quota::new(2, Duration::from_millis(500)).with_burst(4),
+        Quota::per_second(10).with_burst(2),
+    ]
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Advance(u64),
+    Request(u8),
+    Peek(u8),
+    Reset(u8),
+    Block(u8, u64),
+    /// New quotas: indexes into the pool.
+    Change(Vec<usize>),
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let change = prop::collection::vec(0..6usize, 1..3).prop_map(Step::Change);
+    let step = prop_oneof![
+        3 => (0u64..1_500).prop_map(Step::Advance),
+        8 => (0u8..2).prop_map(Step::Request),
+        1 => (0u8..2).prop_map(Step::Peek),
+        1 => (0u8..2).prop_map(Step::Reset),
+        1 => ((0u8..2), 1u64..2_000).prop_map(|(k, ms)| Step::Block(k, ms)),
+        2 => change,
+    ];
+    prop::collection::vec(step, 1..80)
+}
+
+/// Runs `steps` on a live layer in memory and one in Redis, on one clock, and fails at the
+/// first answer that differs.
+async fn same_answers(
+    url: &str,
+    kind: usize,
+    tiered: bool,
+    first: Vec<usize>,
+    steps: Vec<Step>,
+) -> Result<(), TestCaseError> {
+    let pool = pool();
+    let pick = |ix: &[usize]| -> Vec<Quota> {
+        let mut q: Vec<Quota> = ix.iter().map(|&i| pool[i].clone()).collect();
+        if !tiered {
+            q.truncate(1);
+        }
+        q
+    };
+    let clock = ManualClock::new();
+    clock.advance(EPOCH);
+    let (memory, in_memory) = serve(layer_of(kind, pick(&first), tiered), &clock);
+    let (redis, in_redis) = serve(
+        layer_of(kind, pick(&first), tiered).store(store(url).await),
+        &clock,
+    );
+    // Quotas in force before, which a step does not go back to: the memory store carries a
+    // key over from the quotas of the moment only, the Redis store also from the states the
+    // earlier quotas left (`a_change_back_keeps_what_was_used_in_between`).
+    let mut earlier: Vec<Vec<Quota>> = Vec::new();
+    let mut now = pick(&first);
+    for (n, step) in steps.into_iter().enumerate() {
+        match step {
+            Step::Advance(ms) => clock.advance(Duration::from_millis(ms)),
+            Step::Request(k) => {
+                let (m, r) = (ask(&in_memory, k).await, ask(&in_redis, k).await);
+                prop_assert_eq!(m, r, "step {}: request of key {}", n, k);
+            }
+            Step::Peek(k) => {
+                let m = memory.peek(key(k)).await.unwrap();
+                let r = redis.peek(key(k)).await.unwrap();
+                prop_assert_eq!(
+                    (m.allowed, m.remaining, m.reset_after, m.retry_after),
+                    (r.allowed, r.remaining, r.reset_after, r.retry_after),
+                    "step {}: peek of key {}",
+                    n,
+                    k
+                );
+            }
+            Step::Reset(k) => {
+                memory.reset(key(k)).await.unwrap();
+                redis.reset(key(k)).await.unwrap();
+            }
+            Step::Block(k, ms) => {
+                memory
+                    .block(key(k), Duration::from_millis(ms))
+                    .await
+                    .unwrap();
+                redis
+                    .block(key(k), Duration::from_millis(ms))
+                    .await
+                    .unwrap();
+            }
+            Step::Change(ix) => {
+                let ix = if tiered { ix } else { ix[..1].to_vec() };
+                let next = pick(&ix);
+                // A policy carries over from at most 8 earlier quotas at once
+                // (`a_ninth_change_in_a_row_is_refused`).
+                if earlier.contains(&next) || (next != now && earlier.len() == 8) {
+                    continue;
+                }
+                if next != now {
+                    earlier.push(std::mem::replace(&mut now, next));
+                }
+                memory.set_quotas(pick(&ix)).unwrap();
+                redis.set_quotas(pick(&ix)).unwrap();
+                prop_assert_eq!(memory.quotas(), redis.quotas());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The parity of one algorithm, one quota and tiers.
+fn parity(kind: usize) -> impl FnOnce() + Send + 'static {
+    move || {
+        let redis = RedisServer::start().expect("redis-server");
+        let url = redis.url();
+        let rt = runtime();
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+            cases: 20,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        });
+        let strategy = (
+            any::<bool>(),
+            prop::collection::vec(0..6usize, 1..3),
+            steps(),
+        );
+        let outcome = runner.run(&strategy, |(tiered, first, steps)| {
+            rt.block_on(same_answers(&url, kind, tiered, first, steps))
+        });
+        if let Err(failure) = outcome {
+            panic!("{}: {failure}", KINDS[kind]);
+        }
+    }
+}
+
+/// How many of `n` requests of key 0 `svc` admits.
+async fn admitted(svc: &Svc, n: usize) -> usize {
+    let mut passed = 0;
+    for _ in 0..n {
+        passed += usize::from(ask(svc, 0).await.starts_with("200"));
+    }
+    passed
+}
+
+/// Two servers on one Redis change their quotas: what a key used on one is charged on the
+/// other, and a server started afterwards with the new quotas reads the same states.
+async fn a_change_holds_on_every_server() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    clock.advance(EPOCH);
+    let shared = store(&redis.url()).await;
+    let quota = |n| Quota::per_minute(n).named("api");
+    let (a, on_a) = serve(RateLimitLayer::gcra(quota(4)).store(shared.clone()), &clock);
+    let (b, on_b) = serve(RateLimitLayer::gcra(quota(4)).store(shared.clone()), &clock);
+    assert_eq!(admitted(&on_a, 3).await, 3);
+    // An upgrade to 10 a minute, on both servers: 3 were used, 7 are left, wherever asked.
+    a.set_quotas(quota(10)).unwrap();
+    b.set_quotas(quota(10)).unwrap();
+    assert_eq!(admitted(&on_b, 4).await, 4);
+    assert_eq!(admitted(&on_a, 5).await, 3);
+    // A server started now with the new quotas sees the same budget: none left.
+    let (_, on_c) = serve(
+        RateLimitLayer::gcra(quota(10)).store(shared.clone()),
+        &clock,
+    );
+    assert_eq!(admitted(&on_c, 2).await, 0);
+    // A downgrade to 2 a minute: the key used 10, so nothing is left until the new quota
+    // gives one back, 30 s on.
+    a.set_quotas(quota(2)).unwrap();
+    b.set_quotas(quota(2)).unwrap();
+    assert_eq!(admitted(&on_b, 1).await, 0);
+    assert_eq!(admitted(&on_a, 1).await, 0);
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(admitted(&on_a, 2).await, 1);
+    assert_eq!(admitted(&on_b, 1).await, 0);
+}
+
+/// While servers disagree (one changed, one not yet) a key gets at most what the old quota
+/// leaves it on the one and what the new quota leaves it on the other; once both have
+/// changed, what it used on either is charged.
+async fn servers_that_disagree_give_at_most_what_each_quota_leaves() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    clock.advance(EPOCH);
+    let shared = store(&redis.url()).await;
+    let quota = |n| Quota::per_minute(n).named("api");
+    let (a, on_a) = serve(RateLimitLayer::gcra(quota(6)).store(shared.clone()), &clock);
+    let (b, on_b) = serve(RateLimitLayer::gcra(quota(6)).store(shared.clone()), &clock);
+    assert_eq!(admitted(&on_a, 2).await, 2);
+    a.set_quotas(quota(3)).unwrap();
+    // A has 1 of 3 left (2 used); B, still on 6, has 4 left of its own.
+    assert_eq!(admitted(&on_a, 5).await, 1);
+    assert_eq!(admitted(&on_b, 10).await, 4);
+    // B changes too: the key used 6 under the old quota, so nothing is left on either.
+    b.set_quotas(quota(3)).unwrap();
+    assert_eq!(admitted(&on_b, 3).await, 0);
+    assert_eq!(admitted(&on_a, 3).await, 0);
+}
+
+/// Servers that change at different moments: each finds the states the other wrote since the
+/// change (stamped by another table) and takes whichever shows the key used more, so a key
+/// that moves between them never gets a fresh budget. A key that only used the new quota on
+/// one server is charged it on the other.
+async fn servers_that_change_apart_never_forget_usage() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    clock.advance(EPOCH);
+    let shared = store(&redis.url()).await;
+    let quota = |n| Quota::per_minute(n).named("api");
+    let (a, on_a) = serve(RateLimitLayer::gcra(quota(5)).store(shared.clone()), &clock);
+    let (b, on_b) = serve(RateLimitLayer::gcra(quota(5)).store(shared.clone()), &clock);
+    assert_eq!(admitted(&on_a, 1).await, 1);
+    a.set_quotas(quota(8)).unwrap();
+    // 1 used of 8 on A: 7 left; it takes 6.
+    assert_eq!(admitted(&on_a, 6).await, 6);
+    clock.advance(Duration::from_secs(1));
+    b.set_quotas(quota(8)).unwrap();
+    // B finds A's state (7 used of 8) and its own old one (1 used of 5): 1 left at most.
+    assert_eq!(admitted(&on_b, 3).await, 1);
+    assert_eq!(admitted(&on_a, 3).await, 0);
+}
+
+/// A change back to earlier quotas (whose old states are still in Redis) charges what the
+/// key used under the quotas in between: the earlier states are never read as they are.
+async fn a_change_back_keeps_what_was_used_in_between() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    clock.advance(EPOCH);
+    let (handle, svc) = serve(
+        RateLimitLayer::fixed_window(Quota::per_minute(10).named("api"))
+            .store(store(&redis.url()).await),
+        &clock,
+    );
+    assert_eq!(admitted(&svc, 1).await, 1);
+    handle
+        .set_quotas(Quota::per_minute(20).named("api"))
+        .unwrap();
+    assert_eq!(admitted(&svc, 30).await, 19);
+    // Back to 10 a minute: the key used 20 in this minute, the old window says 1.
+    handle
+        .set_quotas(Quota::per_minute(10).named("api"))
+        .unwrap();
+    assert_eq!(admitted(&svc, 5).await, 0);
+    clock.advance(Duration::from_secs(61));
+    assert_eq!(admitted(&svc, 12).await, 10);
+}
+
+/// A reset through the handle while a change is carried over makes the key fresh: the old
+/// states go too.
+async fn a_reset_during_a_change_forgets_the_old_states() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    clock.advance(EPOCH);
+    let (handle, svc) = serve(
+        RateLimitLayer::sliding_window(Quota::per_minute(4).named("api"))
+            .store(store(&redis.url()).await),
+        &clock,
+    );
+    assert_eq!(admitted(&svc, 4).await, 4);
+    handle
+        .set_quotas(Quota::per_minute(6).named("api"))
+        .unwrap();
+    handle.reset(key(0)).await.unwrap();
+    assert_eq!(admitted(&svc, 8).await, 6);
+}
+
+/// A block made on one server before a change of unnamed quotas (named by their figures, so
+/// the policy's name changes with them) holds on a server that changed: the block under the
+/// earlier name is read beside the new one's.
+async fn a_block_holds_across_a_change_of_unnamed_quotas() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    clock.advance(EPOCH);
+    let shared = store(&redis.url()).await;
+    let (a, on_a) = serve(
+        RateLimitLayer::gcra(Quota::per_minute(4)).store(shared.clone()),
+        &clock,
+    );
+    let (b, on_b) = serve(
+        RateLimitLayer::gcra(Quota::per_minute(4)).store(shared.clone()),
+        &clock,
+    );
+    a.set_quotas(Quota::per_minute(10)).unwrap();
+    assert_eq!(a.policy(), "10/min");
+    b.block(key(0), Duration::from_secs(600)).await.unwrap();
+    let denied = ask(&on_a, 0).await;
+    assert!(
+        denied.starts_with("429") && denied.contains("retry-after: 600"),
+        "{denied}"
+    );
+    // B changes too: its own hold and the block under the old name both deny; a reset on A
+    // lifts every one of them.
+    b.set_quotas(Quota::per_minute(10)).unwrap();
+    assert_eq!(admitted(&on_b, 1).await, 0);
+    clock.advance(Duration::from_secs(100));
+    let denied = ask(&on_a, 0).await;
+    assert!(denied.contains("retry-after: 500"), "{denied}");
+    a.reset(key(0)).await.unwrap();
+    assert_eq!(admitted(&on_a, 12).await, 10);
+}
+
+/// Nine changes while the first one's states may still live: the ninth is refused, with a
+/// message that says when to try again, and the quotas stay.
+async fn a_ninth_change_in_a_row_is_refused() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    clock.advance(EPOCH);
+    let (handle, svc) = serve(
+        RateLimitLayer::gcra(Quota::per_minute(100).named("api")).store(store(&redis.url()).await),
+        &clock,
+    );
+    assert_eq!(admitted(&svc, 50).await, 50);
+    for n in 1..=8 {
+        handle
+            .set_quotas(Quota::per_minute(100 + n).named("api"))
+            .unwrap();
+    }
+    let error = handle
+        .set_quotas(Quota::per_minute(200).named("api"))
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Misconfigured);
+    let message = error.to_string();
+    assert!(
+        message.contains("\"api\"") && message.contains("again in"),
+        "{message}"
+    );
+    assert_eq!(handle.quotas(), [Quota::per_minute(108).named("api")]);
+    // What the key used went through all eight: 58 of 108 left.
+    assert_eq!(admitted(&svc, 70).await, 58);
+}
+
+/// With a local fallback, the local table carries over too: while Redis is away the key
+/// keeps what it used here.
+async fn the_local_fallback_carries_over_too() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    clock.advance(EPOCH);
+    let store = store(&redis.url())
+        .await
+        .on_failure(OnFailure::Local(MemoryStore::new()))
+        .timeout(Duration::from_millis(300));
+    let (handle, svc) = serve(
+        RateLimitLayer::gcra(Quota::per_minute(4).named("api")).store(store),
+        &clock,
+    );
+    redis.kill();
+    // Decided locally: 4 of 4.
+    assert_eq!(admitted(&svc, 6).await, 4);
+    handle
+        .set_quotas(Quota::per_minute(6).named("api"))
+        .unwrap();
+    assert_eq!(admitted(&svc, 6).await, 2);
+}
+
+fn main() -> std::process::ExitCode {
+    // The leaky bucket is GCRA's script behind a layer that makes requests wait (on the
+    // manual clock, which only the test moves): its module is checked as GCRA's.
+    let mut trials: Vec<Trial> = (0..KINDS.len())
+        .filter(|&kind| KINDS[kind] != "leaky_bucket")
+        .map(|kind| needs_redis(KINDS[kind], parity(kind)))
+        .collect();
+    trials.extend([
+        needs_redis("a_change_holds_on_every_server", || {
+            runtime().block_on(a_change_holds_on_every_server())
+        }),
+        needs_redis(
+            "servers_that_disagree_give_at_most_what_each_quota_leaves",
+            || runtime().block_on(servers_that_disagree_give_at_most_what_each_quota_leaves()),
+        ),
+        needs_redis("servers_that_change_apart_never_forget_usage", || {
+            runtime().block_on(servers_that_change_apart_never_forget_usage())
+        }),
+        needs_redis("a_change_back_keeps_what_was_used_in_between", || {
+            runtime().block_on(a_change_back_keeps_what_was_used_in_between())
+        }),
+        needs_redis("a_reset_during_a_change_forgets_the_old_states", || {
+            runtime().block_on(a_reset_during_a_change_forgets_the_old_states())
+        }),
+        needs_redis("a_block_holds_across_a_change_of_unnamed_quotas", || {
+            runtime().block_on(a_block_holds_across_a_change_of_unnamed_quotas())
+        }),
+        needs_redis("a_ninth_change_in_a_row_is_refused", || {
+            runtime().block_on(a_ninth_change_in_a_row_is_refused())
+        }),
+        needs_redis("the_local_fallback_carries_over_too", || {
+            runtime().block_on(the_local_fallback_carries_over_too())
+        }),
+    ]);
+    server::harness(trials)
+}
