@@ -11,6 +11,9 @@
 //!   limiter.
 //! - Requests racing changes on many threads.
 
+#[path = "support/live.rs"]
+mod live;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,6 +28,8 @@ use tollgate::clock::ManualClock;
 use tollgate::key::Global;
 use tollgate::{ErrorKind, Quota, RateLimitLayer, RateLimiter};
 use tower::ServiceExt;
+
+use live::layer_of;
 
 fn app(layer: RateLimitLayer) -> Router {
     Router::new()
@@ -213,26 +218,6 @@ fn plans_of_the_layers_own_quotas_follow_the_change() {
     assert_eq!(passes(&rt, &app, 5), 3);
 }
 
-/// A layer of `kind` over `quotas`, as tiers when `tiered`.
-fn layer_of(kind: usize, quotas: Vec<Quota>, tiered: bool) -> RateLimitLayer {
-    fn make<Q: tollgate::algorithm::Quotas>(kind: usize, q: Q) -> RateLimitLayer {
-        match kind {
-            0 => RateLimitLayer::gcra(q),
-            1 => RateLimitLayer::token_bucket(q),
-            2 => RateLimitLayer::leaky_bucket(q),
-            3 => RateLimitLayer::fixed_window(q),
-            4 => RateLimitLayer::sliding_window(q),
-            5 => RateLimitLayer::sliding_log(q),
-            _ => RateLimitLayer::hybrid(q),
-        }
-    }
-    if tiered {
-        make(kind, quotas)
-    } else {
-        make(kind, quotas[0].clone())
-    }
-}
-
 #[derive(Debug, Clone)]
 enum Step {
     Advance(u64),
@@ -323,7 +308,7 @@ proptest! {
     /// and tiers. A change that started keys fresh would give `used` more.
     #[test]
     fn with_time_stopped_a_change_gives_only_what_is_left(
-        kind in 0..7usize,
+        kind in 0..live::KINDS.len(),
         tiered in any::<bool>(),
         old in prop::collection::vec(0..6usize, 1..3),
         new in prop::collection::vec(0..6usize, 1..3),

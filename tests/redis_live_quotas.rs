@@ -12,15 +12,17 @@
 //! - A policy carries over from at most 8 earlier quotas at once: a ninth change in that time
 //!   is refused and changes nothing.
 
+#[path = "support/live.rs"]
+mod live;
 #[path = "support/redis.rs"]
 mod server;
 #[path = "support/services.rs"]
 mod services;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use proptest::prelude::*;
 use tollgate::clock::ManualClock;
 use tollgate::key::Header;
@@ -29,7 +31,8 @@ use tollgate::store::{MemoryStore, OnFailure, RedisStore};
 use tollgate::{ErrorKind, Key, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
-use server::{needs_redis, runtime, RedisServer, Trial};
+use live::{layer_of, KINDS};
+use server::{needs_redis, needs_redis_async, runtime, RedisServer, Trial};
 
 /// Where the clock starts: about the Unix time of 2025, so the scripts split times into whole
 /// seconds and nanoseconds as with Redis `TIME`.
@@ -49,36 +52,6 @@ async fn store(url: &str) -> RedisStore {
         .prefix(format!("live{}", N.fetch_add(1, Ordering::Relaxed)))
 }
 
-/// A layer of algorithm `kind` over `quotas`, as tiers when `tiered`.
-fn layer_of(kind: usize, quotas: Vec<Quota>, tiered: bool) -> RateLimitLayer {
-    fn make<Q: tollgate::algorithm::Quotas>(kind: usize, q: Q) -> RateLimitLayer {
-        match kind {
-            0 => RateLimitLayer::gcra(q),
-            1 => RateLimitLayer::token_bucket(q),
-            2 => RateLimitLayer::leaky_bucket(q),
-            3 => RateLimitLayer::fixed_window(q),
-            4 => RateLimitLayer::sliding_window(q),
-            5 => RateLimitLayer::sliding_log(q),
-            _ => RateLimitLayer::hybrid(q),
-        }
-    }
-    if tiered {
-        make(kind, quotas)
-    } else {
-        make(kind, quotas[0].clone())
-    }
-}
-
-const KINDS: [&str; 7] = [
-    "gcra",
-    "token_bucket",
-    "leaky_bucket",
-    "fixed_window",
-    "sliding_window",
-    "sliding_log",
-    "hybrid",
-];
-
 type Svc = tower::util::BoxCloneService<
     Request<String>,
     Response<tollgate::layer::ResponseBody<String>>,
@@ -92,6 +65,21 @@ fn serve(layer: RateLimitLayer, clock: &ManualClock) -> (Handle, Svc) {
     (
         handle,
         tower::util::BoxCloneService::new(layer.layer(services::ok())),
+    )
+}
+
+/// A manual clock at [`EPOCH`].
+fn at_epoch() -> ManualClock {
+    let clock = ManualClock::new();
+    clock.advance(EPOCH);
+    clock
+}
+
+/// A server of unnamed quotas, 4 a minute (GCRA), on `store` and `clock`.
+fn four_a_minute(store: &RedisStore, clock: &ManualClock) -> (Handle, Svc) {
+    serve(
+        RateLimitLayer::gcra(Quota::per_minute(4)).store(store.clone()),
+        clock,
     )
 }
 
@@ -174,8 +162,7 @@ async fn same_answers(
         }
         q
     };
-    let clock = ManualClock::new();
-    clock.advance(EPOCH);
+    let clock = at_epoch();
     let (memory, in_memory) = serve(layer_of(kind, pick(&first), tiered), &clock);
     let (redis, in_redis) = serve(
         layer_of(kind, pick(&first), tiered).store(store(url).await),
@@ -276,8 +263,7 @@ async fn admitted(svc: &Svc, n: usize) -> usize {
 /// other, and a server started afterwards with the new quotas reads the same states.
 async fn a_change_holds_on_every_server() {
     let redis = RedisServer::start().expect("redis-server");
-    let clock = ManualClock::new();
-    clock.advance(EPOCH);
+    let clock = at_epoch();
     let shared = store(&redis.url()).await;
     let quota = |n| Quota::per_minute(n).named("api");
     let (a, on_a) = serve(RateLimitLayer::gcra(quota(4)).store(shared.clone()), &clock);
@@ -310,8 +296,7 @@ async fn a_change_holds_on_every_server() {
 /// changed, what it used on either is charged.
 async fn servers_that_disagree_give_at_most_what_each_quota_leaves() {
     let redis = RedisServer::start().expect("redis-server");
-    let clock = ManualClock::new();
-    clock.advance(EPOCH);
+    let clock = at_epoch();
     let shared = store(&redis.url()).await;
     let quota = |n| Quota::per_minute(n).named("api");
     let (a, on_a) = serve(RateLimitLayer::gcra(quota(6)).store(shared.clone()), &clock);
@@ -333,8 +318,7 @@ async fn servers_that_disagree_give_at_most_what_each_quota_leaves() {
 /// one server is charged it on the other.
 async fn servers_that_change_apart_never_forget_usage() {
     let redis = RedisServer::start().expect("redis-server");
-    let clock = ManualClock::new();
-    clock.advance(EPOCH);
+    let clock = at_epoch();
     let shared = store(&redis.url()).await;
     let quota = |n| Quota::per_minute(n).named("api");
     let (a, on_a) = serve(RateLimitLayer::gcra(quota(5)).store(shared.clone()), &clock);
@@ -354,8 +338,7 @@ async fn servers_that_change_apart_never_forget_usage() {
 /// key used under the quotas in between: the earlier states are never read as they are.
 async fn a_change_back_keeps_what_was_used_in_between() {
     let redis = RedisServer::start().expect("redis-server");
-    let clock = ManualClock::new();
-    clock.advance(EPOCH);
+    let clock = at_epoch();
     let (handle, svc) = serve(
         RateLimitLayer::fixed_window(Quota::per_minute(10).named("api"))
             .store(store(&redis.url()).await),
@@ -379,8 +362,7 @@ async fn a_change_back_keeps_what_was_used_in_between() {
 /// states go too.
 async fn a_reset_during_a_change_forgets_the_old_states() {
     let redis = RedisServer::start().expect("redis-server");
-    let clock = ManualClock::new();
-    clock.advance(EPOCH);
+    let clock = at_epoch();
     let (handle, svc) = serve(
         RateLimitLayer::sliding_window(Quota::per_minute(4).named("api"))
             .store(store(&redis.url()).await),
@@ -399,17 +381,10 @@ async fn a_reset_during_a_change_forgets_the_old_states() {
 /// earlier name is read beside the new one's.
 async fn a_block_holds_across_a_change_of_unnamed_quotas() {
     let redis = RedisServer::start().expect("redis-server");
-    let clock = ManualClock::new();
-    clock.advance(EPOCH);
+    let clock = at_epoch();
     let shared = store(&redis.url()).await;
-    let (a, on_a) = serve(
-        RateLimitLayer::gcra(Quota::per_minute(4)).store(shared.clone()),
-        &clock,
-    );
-    let (b, on_b) = serve(
-        RateLimitLayer::gcra(Quota::per_minute(4)).store(shared.clone()),
-        &clock,
-    );
+    let (a, on_a) = four_a_minute(&shared, &clock);
+    let (b, on_b) = four_a_minute(&shared, &clock);
     a.set_quotas(Quota::per_minute(10)).unwrap();
     assert_eq!(a.policy(), "10/min");
     b.block(key(0), Duration::from_secs(600)).await.unwrap();
@@ -433,8 +408,7 @@ async fn a_block_holds_across_a_change_of_unnamed_quotas() {
 /// message that says when to try again, and the quotas stay.
 async fn a_ninth_change_in_a_row_is_refused() {
     let redis = RedisServer::start().expect("redis-server");
-    let clock = ManualClock::new();
-    clock.advance(EPOCH);
+    let clock = at_epoch();
     let (handle, svc) = serve(
         RateLimitLayer::gcra(Quota::per_minute(100).named("api")).store(store(&redis.url()).await),
         &clock,
@@ -463,8 +437,7 @@ async fn a_ninth_change_in_a_row_is_refused() {
 /// keeps what it used here.
 async fn the_local_fallback_carries_over_too() {
     let mut redis = RedisServer::start().expect("redis-server");
-    let clock = ManualClock::new();
-    clock.advance(EPOCH);
+    let clock = at_epoch();
     let store = store(&redis.url())
         .await
         .on_failure(OnFailure::Local(MemoryStore::new()))
@@ -482,6 +455,122 @@ async fn the_local_fallback_carries_over_too() {
     assert_eq!(admitted(&svc, 6).await, 2);
 }
 
+/// A login endpoint behind `layer`, keyed on `x-key`, on `clock`: 200 when the request
+/// carries `x-ok`, 401 otherwise, and only failures count (`count_if`: a success is
+/// refunded); and its handle.
+fn serve_login(layer: RateLimitLayer, clock: &ManualClock) -> (Handle, Svc) {
+    let layer = layer
+        .key(Header::new("x-key"))
+        .clock(clock.clone())
+        .count_if(|r| r.status == StatusCode::UNAUTHORIZED);
+    let handle = layer.handle();
+    let login = tower::service_fn(|req: Request<String>| {
+        let mut resp = Response::new(String::new());
+        if !req.headers().contains_key("x-ok") {
+            *resp.status_mut() = StatusCode::UNAUTHORIZED;
+        }
+        std::future::ready(Ok::<_, std::convert::Infallible>(resp))
+    });
+    (
+        handle,
+        tower::util::BoxCloneService::new(layer.layer(login)),
+    )
+}
+
+/// The status of a login of key 0 to `svc`, successful when `ok`.
+async fn login(svc: &Svc, ok: bool) -> StatusCode {
+    let mut req = Request::builder().header("x-key", "client-0");
+    if ok {
+        req = req.header("x-ok", "1");
+    }
+    let req = req.body(String::new()).unwrap();
+    svc.clone().oneshot(req).await.unwrap().status()
+}
+
+/// A refund (`count_if`) that empties a sliding log's or window's key while the table
+/// carries over leaves a state the next check reads: with `OnFailure::Open` the failed logins
+/// that follow get exactly the new quota, and with `Closed` the next one is decided (not a
+/// 5xx).
+async fn a_refund_that_empties_a_key_while_carrying_over_leaves_it_readable() {
+    for (name, sliding_log) in [("sliding_log", true), ("sliding_window", false)] {
+        for on_failure in [OnFailure::Open, OnFailure::Closed] {
+            let redis = RedisServer::start().expect("redis-server");
+            let clock = at_epoch();
+            let layer = |n| {
+                let quota = Quota::per_minute(n).named("login");
+                if sliding_log {
+                    RateLimitLayer::sliding_log(quota)
+                } else {
+                    RateLimitLayer::sliding_window(quota)
+                }
+            };
+            let store = store(&redis.url()).await.on_failure(on_failure);
+            let (handle, svc) = serve_login(layer(3).store(store), &clock);
+            handle
+                .set_quotas(Quota::per_minute(2).named("login"))
+                .unwrap();
+            // One success, refunded: the key's only entry is taken back.
+            assert_eq!(login(&svc, true).await, StatusCode::OK, "{name}");
+            let mut answers = Vec::new();
+            for _ in 0..4 {
+                answers.push(login(&svc, false).await.as_u16());
+            }
+            assert_eq!(answers, [401, 401, 429, 429], "{name}");
+        }
+    }
+}
+
+/// Unnamed quotas are named by their figures, and the name is in every Redis key: a server
+/// changed live from 4/min to 10/min names its keys and blocks as one started with 10/min
+/// does, so the two share what a key used and its blocks.
+async fn unnamed_quotas_changed_live_share_keys_with_a_server_started_with_them() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = at_epoch();
+    let shared = store(&redis.url()).await;
+    let (a, on_a) = four_a_minute(&shared, &clock);
+    a.set_quotas(Quota::per_minute(10)).unwrap();
+    let (c, on_c) = serve(
+        RateLimitLayer::gcra(Quota::per_minute(10)).store(shared.clone()),
+        &clock,
+    );
+    assert_eq!(admitted(&on_a, 10).await, 10);
+    assert_eq!(
+        admitted(&on_c, 5).await,
+        0,
+        "the key used all of 10/min on A"
+    );
+    c.block(key(1), Duration::from_secs(600)).await.unwrap();
+    let denied = ask(&on_a, 1).await;
+    assert!(denied.contains("retry-after: 600"), "{denied}");
+    a.block(key(2), Duration::from_secs(300)).await.unwrap();
+    let denied = ask(&on_c, 2).await;
+    assert!(denied.contains("retry-after: 300"), "{denied}");
+}
+
+/// Calendar windows carried over late: 10 a minute used in a calendar minute, the change to
+/// 20 a minute, and the key's next check 30 s later in the same calendar minute: the carried
+/// window is that minute, so 10 of 20 are left.
+async fn a_calendar_window_carried_over_late_keeps_its_minute() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = at_epoch();
+    // A second into a calendar minute (1_750_000_020 s is a whole minute).
+    clock.set_wall_time(UNIX_EPOCH + Duration::from_secs(1_750_000_021));
+    let quota = |n| Quota::per_minute(n).named("api");
+    let (handle, svc) = serve(
+        RateLimitLayer::fixed_window(quota(10))
+            .aligned()
+            .store(store(&redis.url()).await),
+        &clock,
+    );
+    assert_eq!(admitted(&svc, 12).await, 10);
+    handle.set_quotas(quota(20)).unwrap();
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(admitted(&svc, 30).await, 10);
+    // The next calendar minute starts fresh under 20 a minute.
+    clock.advance(Duration::from_secs(29));
+    assert_eq!(admitted(&svc, 30).await, 20);
+}
+
 fn main() -> std::process::ExitCode {
     // The leaky bucket is GCRA's script behind a layer that makes requests wait (on the
     // manual clock, which only the test moves): its module is checked as GCRA's.
@@ -490,31 +579,50 @@ fn main() -> std::process::ExitCode {
         .map(|kind| needs_redis(KINDS[kind], parity(kind)))
         .collect();
     trials.extend([
-        needs_redis("a_change_holds_on_every_server", || {
-            runtime().block_on(a_change_holds_on_every_server())
-        }),
-        needs_redis(
-            "servers_that_disagree_give_at_most_what_each_quota_leaves",
-            || runtime().block_on(servers_that_disagree_give_at_most_what_each_quota_leaves()),
+        needs_redis_async(
+            "a_change_holds_on_every_server",
+            a_change_holds_on_every_server,
         ),
-        needs_redis("servers_that_change_apart_never_forget_usage", || {
-            runtime().block_on(servers_that_change_apart_never_forget_usage())
-        }),
-        needs_redis("a_change_back_keeps_what_was_used_in_between", || {
-            runtime().block_on(a_change_back_keeps_what_was_used_in_between())
-        }),
-        needs_redis("a_reset_during_a_change_forgets_the_old_states", || {
-            runtime().block_on(a_reset_during_a_change_forgets_the_old_states())
-        }),
-        needs_redis("a_block_holds_across_a_change_of_unnamed_quotas", || {
-            runtime().block_on(a_block_holds_across_a_change_of_unnamed_quotas())
-        }),
-        needs_redis("a_ninth_change_in_a_row_is_refused", || {
-            runtime().block_on(a_ninth_change_in_a_row_is_refused())
-        }),
-        needs_redis("the_local_fallback_carries_over_too", || {
-            runtime().block_on(the_local_fallback_carries_over_too())
-        }),
+        needs_redis_async(
+            "servers_that_disagree_give_at_most_what_each_quota_leaves",
+            servers_that_disagree_give_at_most_what_each_quota_leaves,
+        ),
+        needs_redis_async(
+            "servers_that_change_apart_never_forget_usage",
+            servers_that_change_apart_never_forget_usage,
+        ),
+        needs_redis_async(
+            "a_change_back_keeps_what_was_used_in_between",
+            a_change_back_keeps_what_was_used_in_between,
+        ),
+        needs_redis_async(
+            "a_reset_during_a_change_forgets_the_old_states",
+            a_reset_during_a_change_forgets_the_old_states,
+        ),
+        needs_redis_async(
+            "a_block_holds_across_a_change_of_unnamed_quotas",
+            a_block_holds_across_a_change_of_unnamed_quotas,
+        ),
+        needs_redis_async(
+            "a_ninth_change_in_a_row_is_refused",
+            a_ninth_change_in_a_row_is_refused,
+        ),
+        needs_redis_async(
+            "the_local_fallback_carries_over_too",
+            the_local_fallback_carries_over_too,
+        ),
+        needs_redis_async(
+            "a_refund_that_empties_a_key_while_carrying_over_leaves_it_readable",
+            a_refund_that_empties_a_key_while_carrying_over_leaves_it_readable,
+        ),
+        needs_redis_async(
+            "unnamed_quotas_changed_live_share_keys_with_a_server_started_with_them",
+            unnamed_quotas_changed_live_share_keys_with_a_server_started_with_them,
+        ),
+        needs_redis_async(
+            "a_calendar_window_carried_over_late_keeps_its_minute",
+            a_calendar_window_carried_over_late_keeps_its_minute,
+        ),
     ]);
     server::harness(trials)
 }

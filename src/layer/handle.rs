@@ -287,23 +287,28 @@ impl Handle {
     ///
     /// The quotas in force given again (a configuration applied again) change nothing: every
     /// key's state stays as it is. The algorithm and its options (shaping, sub-windows,
-    /// calendar windows), the store and the clock stay. A layer built with one quota takes one quota; a layer built with a list
-    /// of quotas (tiers, even a list of one) takes any number.
+    /// calendar windows), the store and the clock stay. A layer built with one quota takes
+    /// one quota; a layer built with a list of quotas (tiers, even a list of one) takes any
+    /// number.
     ///
     /// **With Redis**, each server calls `set_quotas` itself (sending the new configuration to
     /// every server is the application's job). New quotas have new Redis keys; the old states
     /// stay where they are, and for as long as they may live (twice the longest an old state
     /// lives, and a second) each key's next check on this server first charges what the key
     /// used under the old quotas as of the change, by the rule above, in the same script call.
-    /// So a server that changed decides every key as one server in memory would. A server
-    /// started with the new quotas reads the states the changed servers wrote, but carries
-    /// nothing over from the old quotas itself: a key it sees first starts fresh there. While servers disagree (some changed, some not yet), each
-    /// decides on its own quotas' states: a key gets at most what the old quotas leave it on
-    /// the servers that have not changed and what the new ones leave it on those that have;
-    /// once all have changed, what it used on any of them is charged, whichever server
+    /// So a server that changed decides every key as one server in memory would. Its keys
+    /// are named as those of a server started with the new quotas (unnamed quotas are named
+    /// by their figures, so the name changes with them), which therefore reads the states the
+    /// changed servers wrote; but such a server carries nothing over from the old quotas
+    /// itself: a key it sees first starts fresh there, so a rolling restart with new quotas
+    /// can give a key one fresh budget. While servers disagree (some changed, some not yet),
+    /// each decides on its own quotas' states: a key gets at most what the old quotas leave
+    /// it on the servers that have not changed and what the new ones leave it on those that
+    /// have; once all have changed, what it used on any of them is charged, whichever server
     /// changed first. A policy carries over from at most 8 earlier quotas at once: a ninth
-    /// change within that time is refused (see Errors) and changes nothing. Blocks, kept under
-    /// the policy's name, hold across the change.
+    /// change within that time is refused (see Errors) and changes nothing. Blocks hold
+    /// across the change: they are kept under the policy's name, and a server that changed
+    /// also reads those kept under the names it had before (the last 4).
     ///
     /// Per-key plans ([`quota_for`](super::RateLimitLayer::quota_for)) are not
     /// changed: a plan is the quotas its selector returns. A plan equal to the quotas the layer

@@ -180,9 +180,12 @@ where
                  with a list of quotas (tiers) to change how many there are",
             ));
         };
-        let table = self
-            .store()
-            .succeed(previous.table(), self.algorithm(), self.now_nanos())?;
+        let table = self.store().succeed(
+            RateLimiter::policy(self),
+            previous.table(),
+            self.algorithm(),
+            self.now_nanos(),
+        )?;
         Ok(Arc::new(self.with_table(table)))
     }
 

@@ -112,9 +112,10 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
         cost: u64,
     ) -> Self::Future;
 
-    /// A table for `algorithm` (the same algorithm with new quotas) that takes over from
-    /// `previous` at `now`: each key keeps what it used there, counted in requests
-    /// ([`Algorithm::carried`]). What a live layer's
+    /// A table for the policy named `policy` decided by `algorithm` (the same algorithm with
+    /// new quotas, whose name may differ from `previous`'s when the quotas are unnamed) that
+    /// takes over from `previous` at `now`: each key keeps what it used there, counted in
+    /// requests ([`Algorithm::carried`]). What a live layer's
     /// [`Handle::set_quotas`](crate::layer::Handle::set_quotas) asks of its store.
     ///
     /// # Errors
@@ -124,11 +125,12 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
     /// which start every key fresh).
     fn succeed(
         &self,
+        policy: &str,
         previous: &Self::Table,
         algorithm: &A,
         now: u64,
     ) -> Result<Self::Table, Error> {
-        let _ = (previous, algorithm, now);
+        let _ = (policy, previous, algorithm, now);
         Err(Error::misconfigured(
             "this store cannot change a limiter's quotas while keeping what each key used; \
              build a new limiter (or layer) with the new quotas instead",

@@ -314,9 +314,11 @@ impl<A: MemoryAlgorithm> Store<A> for MemoryStore {
 
     /// A private table for `algorithm` that carries each key's usage over from `previous`,
     /// converted by [`Algorithm::carried`](crate::algorithm::Algorithm::carried): on the key's
-    /// first request, or when [`settle`](Store::settle) carries over the rest.
+    /// first request, or when [`settle`](Store::settle) carries over the rest. It keeps
+    /// `previous`'s blocks (shared under the old name when the quotas were named).
     fn succeed(
         &self,
+        _policy: &str,
         previous: &MemoryTable<A>,
         algorithm: &A,
         _now: u64,

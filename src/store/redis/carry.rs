@@ -16,7 +16,7 @@ use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 use super::keys::KeyNames;
-use crate::{Error, Key};
+use crate::Error;
 
 /// How many earlier tables a table reads from at most. Each change of quotas adds one for as
 /// long as its states may live; a change past this many in that time is refused.
@@ -155,13 +155,6 @@ impl Carry {
     pub(crate) fn hold(&self, now: Instant) -> Option<u128> {
         let left = self.until.checked_duration_since(now)?;
         (!left.is_zero()).then(|| left.as_nanos().div_ceil(1_000_000))
-    }
-
-    /// Each generation's keys for `key`, the latest first.
-    pub(crate) fn keys(&self, key: &Key, keys: &mut Vec<Vec<u8>>) {
-        for generation in &self.generations {
-            keys.extend(generation.names.keys(key));
-        }
     }
 
     /// What the script's call at `now` (the limiter's clock) takes after the table's own

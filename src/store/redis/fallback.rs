@@ -51,7 +51,7 @@ impl<A: RedisAlgorithm> Fallback<A> {
     ) -> Result<Self, Error> {
         match (self, on_failure) {
             (Self::Local(previous), OnFailure::Local(memory)) => Ok(Self::local(
-                Store::<A>::succeed(memory, &previous.load(), algorithm, 0)?,
+                Store::<A>::succeed(memory, policy, &previous.load(), algorithm, 0)?,
             )),
             _ => Self::new(on_failure, policy, shared, algorithm),
         }

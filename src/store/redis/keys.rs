@@ -89,48 +89,64 @@ impl KeyNames {
 
     /// The Redis key of each tier for `key`.
     pub(crate) fn keys(&self, key: &Key) -> Vec<Vec<u8>> {
-        let mut keys = self.tier_keys(key);
-        keys.pop();
+        let client = client(key);
+        let mut keys = Vec::with_capacity(self.tails.len());
+        self.push_tiers(&client, &mut keys);
         keys
     }
 
     /// The Redis key of `key`'s block.
     pub(crate) fn block(&self, key: &Key) -> Vec<u8> {
-        self.tier_keys(key).pop().unwrap_or_default()
+        self.join(&client(key), &self.block_tail)
     }
 
-    /// Appends the blocks of `key` under earlier names, then the policy's own: after the
-    /// tiers' keys, the last keys a script call names, all in the key's slot.
-    pub(crate) fn blocks(&self, key: &Key, keys: &mut Vec<Vec<u8>>) {
-        let base = self.base(key);
+    /// The keys one script call names for `key`, the client key encoded once: each tier's,
+    /// then each tier's of `carried` (the tables carried over from, in order), then the blocks
+    /// under earlier names and the policy's own last. All are in the key's slot.
+    pub(crate) fn call_keys<'a>(
+        &self,
+        key: &Key,
+        carried: impl Iterator<Item = &'a KeyNames> + Clone,
+    ) -> Vec<Vec<u8>> {
+        let client = client(key);
+        let count = self.tails.len()
+            + carried
+                .clone()
+                .map(|names| names.tails.len())
+                .sum::<usize>()
+            + self.earlier_blocks.len()
+            + 1;
+        let mut keys = Vec::with_capacity(count);
+        self.push_tiers(&client, &mut keys);
+        for names in carried {
+            names.push_tiers(&client, &mut keys);
+        }
         for tail in self.earlier_blocks.iter().chain([&self.block_tail]) {
-            let mut k = base.clone();
-            k.extend_from_slice(tail);
-            keys.push(k);
+            keys.push(self.join(&client, tail));
         }
-    }
-
-    /// `<prefix>:{<key>`.
-    fn base(&self, key: &Key) -> Vec<u8> {
-        let mut base = Vec::with_capacity(self.head.len() + 2 * Key::MAX_LEN + 4);
-        base.extend_from_slice(&self.head);
-        encode_key(key, &mut base);
-        base
-    }
-
-    /// The Redis key of each tier for `key`, then that of its block.
-    fn tier_keys(&self, key: &Key) -> Vec<Vec<u8>> {
-        let mut base = self.base(key);
-        let mut keys = Vec::with_capacity(self.tails.len() + 1);
-        for tail in &self.tails {
-            let mut k = base.clone();
-            k.extend_from_slice(tail);
-            keys.push(k);
-        }
-        base.extend_from_slice(&self.block_tail);
-        keys.push(base);
         keys
     }
+
+    /// Appends each tier's key for the encoded client key `client`.
+    fn push_tiers(&self, client: &[u8], keys: &mut Vec<Vec<u8>>) {
+        keys.extend(self.tails.iter().map(|tail| self.join(client, tail)));
+    }
+
+    /// `<prefix>:{<client>` and `tail`.
+    fn join(&self, client: &[u8], tail: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.head.len() + client.len() + tail.len());
+        k.extend_from_slice(&self.head);
+        k.extend_from_slice(client);
+        k.extend_from_slice(tail);
+        k
+    }
+}
+
+/// `key` encoded for the inside of a key's hash tag ([`encode_key`]).
+fn client(key: &Key) -> Vec<u8> {
+    let mut client = Vec::with_capacity(2 * Key::MAX_LEN + 2);
+    encode_key(key, &mut client);
+    client
 }
 
 /// `<algorithm>.<fingerprint>`: the algorithm's name and the first bytes (as hex) of the

@@ -344,7 +344,9 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
     /// what it used under the old quotas ([`Algorithm::carried`](crate::algorithm::Algorithm::carried)
     /// tells the rule), for as long as the old states may live; see
     /// [`Handle::set_quotas`](crate::layer::Handle::set_quotas) for what servers that disagree
-    /// get. A local fallback's table carries over too.
+    /// get. Its keys are named by `policy`, the new quotas' name, as those of a server started
+    /// with them (blocks kept under the old name are read too). A local fallback's table
+    /// carries over too.
     ///
     /// # Errors
     ///
@@ -352,11 +354,12 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
     /// the policy still carries over from 8 earlier quotas.
     fn succeed(
         &self,
+        policy: &str,
         previous: &RedisTable<A>,
         algorithm: &A,
         now: u64,
     ) -> Result<RedisTable<A>, Error> {
-        RedisTable::succeeded(self, previous, algorithm, now)
+        RedisTable::succeeded(self, policy, previous, algorithm, now)
     }
 
     fn settle(&self, table: &RedisTable<A>, now: u64) -> RedisTable<A> {

@@ -85,9 +85,11 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         Self::make(store, policy, shared, algorithm, None)
     }
 
-    /// The table of `algorithm` (new quotas of the same shape) that takes over from
-    /// `previous`: each key's next check first carries over what it used there, and in the
-    /// tables `previous` was still carrying over from ([`carry`](super::carry)).
+    /// The table of `policy` decided by `algorithm` (new quotas of the same shape) that takes
+    /// over from `previous`: each key's next check first carries over what it used there, and
+    /// in the tables `previous` was still carrying over from ([`carry`](super::carry)). Its
+    /// keys are named by `policy`, as a server started with these quotas names them; blocks
+    /// kept under `previous`'s names are read too ([`KeyNames::after`]).
     ///
     /// # Errors
     ///
@@ -95,13 +97,14 @@ impl<A: RedisAlgorithm> RedisTable<A> {
     /// quotas as it follows at once.
     pub(crate) fn succeeded(
         store: &RedisStore,
+        policy: &str,
         previous: &Self,
         algorithm: &A,
         now: u64,
     ) -> Result<Self, Error> {
         Self::make(
             store,
-            &previous.inner.policy,
+            policy,
             previous.inner.shared,
             algorithm,
             Some((previous, now)),
@@ -261,7 +264,6 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 Err(_) => return Err(errors::timed_out(inner.timeout)),
             }
         }
-        let mut keys = inner.names.keys(key);
         // While the table carries over, a check and a refund name the old tables' keys too (a
         // reset deletes them), before the blocks.
         let carry = inner
@@ -269,10 +271,12 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             .as_ref()
             .and_then(|carry| Some((carry, carry.hold(Instant::now())?)))
             .filter(|_| !matches!(mode, Mode::Block(_)));
-        if let Some((carry, _)) = carry {
-            carry.keys(key, &mut keys);
-        }
-        inner.names.blocks(key, &mut keys);
+        let carried = carry
+            .map(|(carry, _)| carry.generations())
+            .unwrap_or_default()
+            .iter()
+            .map(|generation| &generation.names);
+        let keys = inner.names.call_keys(key, carried);
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(inner.script.get_hash()).arg(keys.len());
         for k in keys {

@@ -13,12 +13,14 @@ end
 
 -- Where a window opened at `now` (relative) starts: `now`, or for calendar windows the last
 -- multiple of the period since the epoch, now - ((NOW_S * 10^9 + now) mod period), in wide
--- integers: the quotient is below 2^53 for a period of 1 ms or more, so it is exact.
+-- integers: the quotient is below 2^53 for a period of 1 ms or more, so it is exact. It reads
+-- `now` alone, never the wide clock, which the driver moves to the instant a state is carried
+-- over at.
 local function window_start(now, p)
   if not p.aligned then
     return now
   end
-  local abs = wadd(WNOW, wide(now - NOW))
+  local abs = wnorm(NOW_S, now)
   local phase = wsub(abs, wmul(wdiv(abs, p.period), p.period))
   return now - wnum(phase)
 end

@@ -1,0 +1,39 @@
+//! Layers of every algorithm, for the tests of live quotas (`Handle::set_quotas`).
+#![allow(dead_code)]
+
+use tollgate::algorithm::Quotas;
+use tollgate::{Quota, RateLimitLayer};
+
+/// What [`layer_of`] builds, by kind.
+pub const KINDS: [&str; 8] = [
+    "gcra",
+    "token_bucket",
+    "leaky_bucket",
+    "fixed_window",
+    "sliding_window",
+    "sliding_log",
+    "hybrid",
+    "aligned_fixed_window",
+];
+
+/// A layer of algorithm `kind` (an index into [`KINDS`]) over `quotas`, as tiers when
+/// `tiered` (else over the first quota alone).
+pub fn layer_of(kind: usize, quotas: Vec<Quota>, tiered: bool) -> RateLimitLayer {
+    fn make<Q: Quotas>(kind: usize, q: Q) -> RateLimitLayer {
+        match kind {
+            0 => RateLimitLayer::gcra(q),
+            1 => RateLimitLayer::token_bucket(q),
+            2 => RateLimitLayer::leaky_bucket(q),
+            3 => RateLimitLayer::fixed_window(q),
+            4 => RateLimitLayer::sliding_window(q),
+            5 => RateLimitLayer::sliding_log(q),
+            6 => RateLimitLayer::hybrid(q),
+            _ => RateLimitLayer::fixed_window(q).aligned(),
+        }
+    }
+    if tiered {
+        make(kind, quotas)
+    } else {
+        make(kind, quotas[0].clone())
+    }
+}
