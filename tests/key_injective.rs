@@ -3,6 +3,8 @@
 //! tuples, `.or` chains) never give the same key, and equal inputs always give equal keys that
 //! hash alike.
 //!
+//! A key built from parts (`Key::from((a, b))`) is the key the tuple of extractors makes.
+//!
 //! The model: an input is a value of one kind or a tuple of inputs. An `.or` chain gives the key
 //! of the branch that found one, unchanged (one client, one budget whichever branch found it),
 //! so its model is the value that branch found.
@@ -38,6 +40,27 @@ impl Input {
             Input::Or { value, .. } => value.meaning(),
             Input::Tuple(parts) => Input::Tuple(parts.iter().map(Input::meaning).collect()),
             other => other.clone(),
+        }
+    }
+
+    /// The key built from the input's value with `Key`'s constructors alone, tuples by
+    /// `Key::from((a, b, ..))`: what an operator writes to reach one client.
+    fn built(&self) -> Key {
+        match self {
+            Input::V4(w) => Key::from(Ipv4Addr::from(*w)),
+            Input::V6(w) => Key::from(Ipv6Addr::from(*w)),
+            Input::U64(n) => Key::from(*n),
+            Input::Bytes(b) => Key::from(b.as_slice()),
+            Input::Or { value, .. } => value.built(),
+            Input::Tuple(parts) => {
+                let p: Vec<Key> = parts.iter().map(Input::built).collect();
+                match p.as_slice() {
+                    [a, b] => Key::from((a, b)),
+                    [a, b, c] => Key::from((a, b, c)),
+                    [a, b, c, d] => Key::from((a, b, c, d)),
+                    _ => unreachable!("tuples have two to four parts"),
+                }
+            }
         }
     }
 
@@ -172,6 +195,18 @@ proptest! {
                 }
             }
         }
+    }
+
+    /// A key built from parts (`Key::from((a, b))`, what an operator gives a live layer's
+    /// handle) is the key the tuple of extractors makes from those parts, and hashes alike:
+    /// nested tuples, long parts and `.or` chains included.
+    #[test]
+    fn keys_built_from_parts_are_the_keys_tuples_extract(input in input()) {
+        let built = input.built();
+        let extracted = input.key();
+        prop_assert_eq!(&built, &extracted, "{:?}", input);
+        let state = RandomState::new();
+        prop_assert_eq!(hash(&state, &built), hash(&state, &extracted));
     }
 
     /// A tuple's key is never a plain byte string's key, even one made of the tuple's own

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate::clock::{Clock, ManualClock};
-use tollgate::layer::Ban;
+use tollgate::layer::{Ban, Handle};
 use tollgate::store::redis::RedisAlgorithm;
 use tollgate::store::{MemoryStore, OnFailure, RedisStore};
 use tollgate::{Key, Quota, RateLimitLayer, RateLimiter};
@@ -26,7 +26,7 @@ use tower::{Layer, ServiceExt};
 
 use parity::{fresh_key, keep, store, EPOCH};
 use request::Req;
-use server::{needs_redis, runtime, Trial};
+use server::{needs_redis, needs_redis_async, runtime, Trial};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -368,142 +368,129 @@ fn the_block_lives_in_the_key_slot_on_a_cluster() {
     });
 }
 
+type Svc = tower::util::BoxCloneService<
+    http::Request<String>,
+    http::Response<tollgate::layer::ResponseBody<String>>,
+    std::convert::Infallible,
+>;
+
+/// A layer made by `layer` on each of two servers, each with a store of its own on the Redis
+/// at `url`, on `clock`: their handles and services.
+async fn two_servers(
+    url: &str,
+    clock: &ManualClock,
+    layer: impl Fn() -> RateLimitLayer,
+) -> (Vec<Handle>, Vec<Svc>) {
+    let (mut handles, mut services) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        let store = server::closed_on_caller_clock(url).await;
+        let layer = layer().store(store).clock(clock.clone());
+        handles.push(layer.handle());
+        services.push(Svc::new(layer.layer(services::ok())));
+    }
+    (handles, services)
+}
+
+/// The status and `Retry-After` of `svc`'s answer to `req`.
+async fn answer(svc: &Svc, req: http::Request<String>) -> (u16, Option<String>) {
+    let resp = svc.clone().oneshot(req).await.unwrap();
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (resp.status().as_u16(), retry)
+}
+
 /// Two servers' layers on one Redis ban a client together: its denials on either count, the
 /// ban holds on both, and after it the client is back to its quota.
-fn bans_hold_across_two_servers() {
-    let Some(server) = server::RedisServer::start() else {
-        return;
-    };
-    let rt = runtime();
-    rt.block_on(async {
-        let clock = clock();
-        let mut services = Vec::new();
-        for _ in 0..2 {
-            let store = server::closed_on_caller_clock(&server.url()).await;
-            let layer = RateLimitLayer::gcra(Quota::per_minute(2).named("api"))
-                .store(store)
-                .clock(clock.clone())
-                .ban(Ban::new(
-                    3,
-                    Duration::from_secs(60),
-                    Duration::from_secs(600),
-                ));
-            services.push(layer.layer(services::ok()));
-        }
-        let send = |i: usize| {
-            let svc = services[i % 2].clone();
-            async move {
-                let resp = svc
-                    .oneshot(Req::new().from("192.0.2.7:1").build::<String>())
-                    .await
-                    .unwrap();
-                let retry = resp
-                    .headers()
-                    .get("retry-after")
-                    .map(|v| v.to_str().unwrap().to_owned());
-                (resp.status().as_u16(), retry)
-            }
-        };
-        assert_eq!(send(0).await.0, 200);
-        assert_eq!(send(1).await.0, 200);
-        // Three denials, on either server, are allowed without a ban; the fourth bans.
-        for i in 0..3 {
-            assert_eq!(send(i).await, (429, Some("30".to_owned())), "denial {i}");
-        }
-        assert_eq!(send(3).await, (429, Some("600".to_owned())), "banned");
-        clock.advance(Duration::from_secs(100));
-        // Banned on both, whatever the quota says.
-        assert_eq!(send(0).await, (429, Some("500".to_owned())));
-        assert_eq!(send(1).await, (429, Some("500".to_owned())));
-        // Another client is untouched.
-        let other = services[1]
-            .clone()
-            .oneshot(Req::new().from("192.0.2.8:1").build::<String>())
-            .await
-            .unwrap();
-        assert_eq!(other.status().as_u16(), 200);
-        clock.advance(Duration::from_secs(500));
-        assert_eq!(send(0).await.0, 200, "back to its quota after the ban");
-        assert_eq!(send(1).await.0, 200);
-    });
+async fn bans_hold_across_two_servers() {
+    let server = server::RedisServer::start().expect("redis-server");
+    let clock = clock();
+    let (_, services) = two_servers(&server.url(), &clock, || {
+        RateLimitLayer::gcra(Quota::per_minute(2).named("api")).ban(Ban::new(
+            3,
+            Duration::from_secs(60),
+            Duration::from_secs(600),
+        ))
+    })
+    .await;
+    let send = |i: usize| answer(&services[i % 2], Req::new().from("192.0.2.7:1").build());
+    assert_eq!(send(0).await.0, 200);
+    assert_eq!(send(1).await.0, 200);
+    // Three denials, on either server, are allowed without a ban; the fourth bans.
+    for i in 0..3 {
+        assert_eq!(send(i).await, (429, Some("30".to_owned())), "denial {i}");
+    }
+    assert_eq!(send(3).await, (429, Some("600".to_owned())), "banned");
+    clock.advance(Duration::from_secs(100));
+    // Banned on both, whatever the quota says.
+    assert_eq!(send(0).await, (429, Some("500".to_owned())));
+    assert_eq!(send(1).await, (429, Some("500".to_owned())));
+    // Another client is untouched.
+    let other = services[1]
+        .clone()
+        .oneshot(Req::new().from("192.0.2.8:1").build::<String>())
+        .await
+        .unwrap();
+    assert_eq!(other.status().as_u16(), 200);
+    clock.advance(Duration::from_secs(500));
+    assert_eq!(send(0).await.0, 200, "back to its quota after the ban");
+    assert_eq!(send(1).await.0, 200);
 }
 
 /// A live layer's handle on one server blocks and resets a client for every server on the same
 /// Redis: under the layer's own policy, and under a per-key plan both servers have made.
-fn a_handles_block_and_reset_hold_on_every_server() {
-    let Some(server) = server::RedisServer::start() else {
-        return;
-    };
-    let rt = runtime();
-    rt.block_on(async {
-        let clock = clock();
-        let mut services = Vec::new();
-        let mut handles = Vec::new();
-        for _ in 0..2 {
-            let store = server::closed_on_caller_clock(&server.url()).await;
-            let layer = RateLimitLayer::gcra(Quota::per_minute(2).named("api"))
-                .store(store)
-                .clock(clock.clone())
-                .quota_for(|key: &Key, _head: tollgate::key::RequestHead<'_>| {
-                    let pro = "192.0.2.7".parse::<std::net::IpAddr>().unwrap();
-                    if key.as_ip() == Some(pro) {
-                        Quota::per_minute(100).named("pro")
-                    } else {
-                        Quota::per_minute(2).named("api")
-                    }
-                });
-            handles.push(layer.handle());
-            services.push(layer.layer(services::ok()));
-        }
-        let send = |i: usize, from: &'static str| {
-            let svc = services[i].clone();
-            async move {
-                let resp = svc
-                    .oneshot(Req::new().from(from).build::<String>())
-                    .await
-                    .unwrap();
-                let retry = resp
-                    .headers()
-                    .get("retry-after")
-                    .map(|v| v.to_str().unwrap().to_owned());
-                (resp.status().as_u16(), retry)
-            }
-        };
-        // The pro plan is made on both servers.
-        assert_eq!(send(0, "192.0.2.7:1").await.0, 200);
-        assert_eq!(send(1, "192.0.2.7:1").await.0, 200);
-        let pro = tollgate::key::PeerIp.key_for("192.0.2.7".parse().unwrap());
-        let base = tollgate::key::PeerIp.key_for("192.0.2.9".parse().unwrap());
-        handles[0]
-            .block(pro.clone(), Duration::from_secs(600))
-            .await
-            .unwrap();
-        handles[0]
-            .block(base.clone(), Duration::from_secs(600))
-            .await
-            .unwrap();
-        for i in 0..2 {
-            assert_eq!(send(i, "192.0.2.7:1").await, (429, Some("600".to_owned())));
-            assert_eq!(send(i, "192.0.2.9:1").await, (429, Some("600".to_owned())));
-        }
-        // Others go on.
-        assert_eq!(send(1, "192.0.2.8:1").await.0, 200);
-        handles[0].reset(pro).await.unwrap();
-        handles[0].reset(base).await.unwrap();
-        // The server of the handle passes the client at once; the other one remembers the
-        // block it saw for at most its deny cache's hold.
-        assert_eq!(send(0, "192.0.2.7:1").await.0, 200);
-        assert_eq!(send(1, "192.0.2.7:1").await.0, 429);
-        clock.advance(RedisStore::BLOCK_CACHE_HOLD);
-        assert_eq!(send(1, "192.0.2.7:1").await.0, 200);
-        assert_eq!(send(1, "192.0.2.9:1").await.0, 200);
-        assert_eq!(send(1, "192.0.2.9:1").await.0, 200);
-        assert_eq!(
-            send(0, "192.0.2.9:1").await.0,
-            429,
-            "a reset gives one fresh budget"
-        );
-    });
+async fn a_handles_block_and_reset_hold_on_every_server() {
+    let server = server::RedisServer::start().expect("redis-server");
+    let clock = clock();
+    let (handles, services) = two_servers(&server.url(), &clock, || {
+        RateLimitLayer::gcra(Quota::per_minute(2).named("api")).quota_for(
+            |key: &Key, _head: tollgate::key::RequestHead<'_>| {
+                let pro = "192.0.2.7".parse::<std::net::IpAddr>().unwrap();
+                if key.as_ip() == Some(pro) {
+                    Quota::per_minute(100).named("pro")
+                } else {
+                    Quota::per_minute(2).named("api")
+                }
+            },
+        )
+    })
+    .await;
+    let send = |i: usize, from: &'static str| answer(&services[i], Req::new().from(from).build());
+    // The pro plan is made on both servers.
+    assert_eq!(send(0, "192.0.2.7:1").await.0, 200);
+    assert_eq!(send(1, "192.0.2.7:1").await.0, 200);
+    let pro = tollgate::key::PeerIp.key_for("192.0.2.7".parse().unwrap());
+    let base = tollgate::key::PeerIp.key_for("192.0.2.9".parse().unwrap());
+    handles[0]
+        .block(pro.clone(), Duration::from_secs(600))
+        .await
+        .unwrap();
+    handles[0]
+        .block(base.clone(), Duration::from_secs(600))
+        .await
+        .unwrap();
+    for i in 0..2 {
+        assert_eq!(send(i, "192.0.2.7:1").await, (429, Some("600".to_owned())));
+        assert_eq!(send(i, "192.0.2.9:1").await, (429, Some("600".to_owned())));
+    }
+    // Others go on.
+    assert_eq!(send(1, "192.0.2.8:1").await.0, 200);
+    handles[0].reset(pro).await.unwrap();
+    handles[0].reset(base).await.unwrap();
+    // The server of the handle passes the client at once; the other one remembers the
+    // block it saw for at most its deny cache's hold.
+    assert_eq!(send(0, "192.0.2.7:1").await.0, 200);
+    assert_eq!(send(1, "192.0.2.7:1").await.0, 429);
+    clock.advance(RedisStore::BLOCK_CACHE_HOLD);
+    assert_eq!(send(1, "192.0.2.7:1").await.0, 200);
+    assert_eq!(send(1, "192.0.2.9:1").await.0, 200);
+    assert_eq!(send(1, "192.0.2.9:1").await.0, 200);
+    assert_eq!(
+        send(0, "192.0.2.9:1").await.0,
+        429,
+        "a reset gives one fresh budget"
+    );
 }
 
 /// While Redis is away, the failure policy decides: with the local fallback the count and the
@@ -593,6 +580,36 @@ fn bans_while_redis_is_away() {
     });
 }
 
+/// A layer keyed on a tuple, `(Route, PeerIp)`: the key built from its parts
+/// (`Key::from(("/login", PeerIp.key_for(ip)))`) blocks that client on that route on every
+/// server, its whole IPv6 /64 included, and nowhere else; a reset lifts it.
+async fn a_handle_reaches_a_client_of_a_tuple_keyed_layer() {
+    let server = server::RedisServer::start().expect("redis-server");
+    let clock = clock();
+    let (handles, services) = two_servers(&server.url(), &clock, || {
+        RateLimitLayer::gcra(Quota::per_minute(5).named("api"))
+            .key((tollgate::key::Route, tollgate::key::PeerIp))
+    })
+    .await;
+    let send = |i: usize, from: &'static str, path: &'static str| {
+        answer(&services[i], Req::new().from(from).path(path).build())
+    };
+    let ip = "2001:db8:0:7::1".parse().unwrap();
+    let client = Key::from(("/login", tollgate::key::PeerIp.key_for(ip)));
+    handles[0]
+        .block(client.clone(), Duration::from_secs(600))
+        .await
+        .unwrap();
+    for i in 0..2 {
+        assert_eq!(send(i, "[2001:db8:0:7::1]:1", "/login").await.0, 429);
+        assert_eq!(send(i, "[2001:db8:0:7::ffff]:1", "/login").await.0, 429);
+        assert_eq!(send(i, "[2001:db8:0:7::1]:1", "/search").await.0, 200);
+        assert_eq!(send(i, "[2001:db8:0:8::1]:1", "/login").await.0, 200);
+    }
+    handles[1].reset(client).await.unwrap();
+    assert_eq!(send(1, "[2001:db8:0:7::1]:1", "/login").await.0, 200);
+}
+
 fn main() -> std::process::ExitCode {
     let trials: Vec<Trial> = vec![
         needs_redis("gcra", gcra),
@@ -620,11 +637,15 @@ fn main() -> std::process::ExitCode {
             "the_block_lives_in_the_key_slot_on_a_cluster",
             the_block_lives_in_the_key_slot_on_a_cluster,
         ),
-        needs_redis("bans_hold_across_two_servers", bans_hold_across_two_servers),
+        needs_redis_async("bans_hold_across_two_servers", bans_hold_across_two_servers),
         needs_redis("bans_while_redis_is_away", bans_while_redis_is_away),
-        needs_redis(
+        needs_redis_async(
             "a_handles_block_and_reset_hold_on_every_server",
             a_handles_block_and_reset_hold_on_every_server,
+        ),
+        needs_redis_async(
+            "a_handle_reaches_a_client_of_a_tuple_keyed_layer",
+            a_handle_reaches_a_client_of_a_tuple_keyed_layer,
         ),
     ];
     server::harness(trials)

@@ -137,6 +137,40 @@ tuple_extractor!(2; A, B);
 tuple_extractor!(3; A, B, C);
 tuple_extractor!(4; A, B, C, D);
 
+macro_rules! tuple_key {
+    ($arity:literal; $($name:ident),+) => {
+        /// The key a tuple of extractors makes from these parts, in order: what a live
+        /// layer's [`Handle`](crate::layer::Handle) takes to peek at, reset or block one
+        /// client of a layer keyed on a tuple. Each part must be the key its extractor makes:
+        /// [`PeerIp::key_for`](super::PeerIp::key_for) for a client IP (an IPv6 address is
+        /// grouped by its prefix), the header's value for a [`Header`](super::Header), the
+        /// route (axum's matched route, such as `/users/{id}`) for [`Route`](super::Route).
+        ///
+        /// ```
+        /// use tollgate::key::{PeerIp, Route};
+        /// use tollgate::Key;
+        ///
+        /// let ip = "2001:db8::1".parse().unwrap();
+        /// // The key `(Route, PeerIp)` makes for that client's requests to /login.
+        /// let key = Key::from(("/login", PeerIp.key_for(ip)));
+        /// assert!(key.is_tuple());
+        /// assert_ne!(key, Key::from(("/login/", PeerIp.key_for(ip))));
+        /// ```
+        impl<$($name: Into<Key>),+> From<($($name,)+)> for Key {
+            #[allow(non_snake_case)]
+            fn from(($($name,)+): ($($name,)+)) -> Self {
+                let mut parts = Parts::<{ $arity * PART_MAX }>::new();
+                $(parts.push(&$name.into());)+
+                parts.key()
+            }
+        }
+    };
+}
+
+tuple_key!(2; A, B);
+tuple_key!(3; A, B, C);
+tuple_key!(4; A, B, C, D);
+
 /// A tuple whose parts are chosen at run time, such as a composite key read from a
 /// configuration file: the same key as the tuple of the same parts written in code
 /// (`["route", "peer_ip"]` keys as `(Route, PeerIp)` does), made the same way: each part in

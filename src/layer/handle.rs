@@ -161,8 +161,10 @@ impl Handle {
     /// `key`'s standing under the layer's quotas in force, consuming nothing: the decision a
     /// request of cost 0 would get ([`RateLimiter::peek`](crate::RateLimiter::peek)); a
     /// blocked key's is its denial ([`Decision::is_blocked`]). `key` is what the layer's key
-    /// extractor makes of a request (for the default, the client's IP address:
-    /// `Key::from(ip)`).
+    /// extractor makes of a request: for the default, the client's IP address
+    /// ([`PeerIp::key_for`](crate::key::PeerIp::key_for) groups IPv6 by its prefix as the
+    /// layer does); for a tuple such as `(Route, PeerIp)`, the key built from its parts,
+    /// `Key::from(("/login", PeerIp.key_for(ip)))`.
     ///
     /// A key on a per-key plan ([`quota_for`](super::RateLimitLayer::quota_for)) is decided
     /// by its plan, which depends on the request: its standing there is not what this reports.
