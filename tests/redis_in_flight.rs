@@ -1,7 +1,7 @@
 //! In-flight limits in Redis: servers share one set of slots per key, a lease a dead server
 //! never gave back comes back after its TTL, a long request's lease is renewed, a request
 //! dropped while Redis answers gives its lease back, failure policies apply, and a Redis
-//! Cluster keeps each key's leases in one slot. Time moves by a `ManualClock` the store decides
+//! Cluster keeps each key's leases in one slot, and a handle's block holds on every server. Time moves by a `ManualClock` the store decides
 //! on (`with_caller_clock`), which also times the renewals.
 
 #[path = "support/in_flight.rs"]
@@ -37,6 +37,7 @@ fn cost(_key: &Key, head: tollgate::key::RequestHead<'_>) -> u64 {
 /// A server: an in-flight layer of `limit` on `store`, over a handler the test holds.
 struct Server {
     svc: Svc,
+    handle: tollgate::layer::Handle,
     controls: Controls,
     live: Arc<AtomicUsize>,
 }
@@ -52,6 +53,7 @@ fn server(store: RedisStore, limit: u64, clock: &ManualClock) -> Server {
         .clock(clock.clone())
         .store(store);
     Server {
+        handle: layer.handle(),
         svc: Svc::new(layer.layer(held::handler(controls.clone(), live.clone()))),
         controls,
         live,
@@ -94,6 +96,26 @@ impl Server {
             }
             tokio::task::yield_now().await;
         }
+    }
+
+    /// A peek at `key` (cost 0): `None` when it passes, the `Retry-After` of its denial when
+    /// the key is blocked.
+    async fn blocked(&self, key: &str) -> Option<String> {
+        let req = Request::builder()
+            .header("x-key", key)
+            .header("x-peek", "1")
+            .body(())
+            .unwrap();
+        let resp = self.svc.clone().oneshot(req).await.unwrap();
+        if resp.status() == StatusCode::OK {
+            return None;
+        }
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        let retry = resp
+            .headers()
+            .get("retry-after")
+            .expect("a blocked key's retry");
+        Some(retry.to_str().unwrap().to_owned())
     }
 
     /// The slots of `key` free now, as a peek reports them.
@@ -412,6 +434,50 @@ fn a_cluster_keeps_each_keys_leases_in_one_slot() {
     });
 }
 
+/// A block through one server's handle holds on every server on the Redis: another server
+/// denies the key, with what is left of the block in `Retry-After`, though its slots are free;
+/// other keys go on; a reset through the handle lifts it everywhere; a block ends on time.
+async fn a_handles_block_holds_on_every_server() {
+    let redis = server::RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let a = server(
+        server::closed_on_caller_clock(&redis.url()).await,
+        3,
+        &clock,
+    );
+    let b = server(
+        server::closed_on_caller_clock(&redis.url()).await,
+        3,
+        &clock,
+    );
+    a.handle.block("k", Duration::from_secs(600)).await.unwrap();
+    assert_eq!(b.blocked("k").await.as_deref(), Some("600"));
+    assert!(
+        b.start("k", 1).await.is_none(),
+        "blocked on the other server"
+    );
+    b.start("other", 2).await.expect("a slot").finish().await;
+    clock.advance(Duration::from_secs(100));
+    assert_eq!(b.blocked("k").await.as_deref(), Some("500"));
+    a.handle.reset("k").await.unwrap();
+    assert_eq!(b.blocked("k").await, None);
+    b.start("k", 3).await.expect("lifted").finish().await;
+    // A block from the other side ends on time, to the ms.
+    b.handle
+        .block("k", Duration::from_millis(1500))
+        .await
+        .unwrap();
+    assert_eq!(a.blocked("k").await.as_deref(), Some("2"));
+    clock.advance(Duration::from_millis(1499));
+    assert!(a.start("k", 4).await.is_none());
+    clock.advance(Duration::from_millis(1));
+    a.start("k", 5)
+        .await
+        .expect("the block is over")
+        .finish()
+        .await;
+}
+
 fn main() -> std::process::ExitCode {
     server::harness(vec![
         server::needs_redis_async(
@@ -431,6 +497,10 @@ fn main() -> std::process::ExitCode {
             a_request_dropped_while_redis_answers_gives_its_lease_back,
         ),
         server::needs_redis_async("failure_policies_apply", failure_policies_apply),
+        server::needs_redis_async(
+            "a_handles_block_holds_on_every_server",
+            a_handles_block_holds_on_every_server,
+        ),
         server::needs_redis(
             "a_cluster_keeps_each_keys_leases_in_one_slot",
             a_cluster_keeps_each_keys_leases_in_one_slot,

@@ -227,7 +227,9 @@ impl Handle {
     ///   past that, those that end soonest go first. Other servers hold it this way once
     ///   their handle is called too.
     /// - On a limit of requests in flight ([`in_flight`](super::RateLimitLayer::in_flight)),
-    ///   which keeps no blocks in its store, the layer's own hold is the block.
+    ///   the layer's own hold is the block in memory; in Redis the block is also kept beside
+    ///   the key's leases, so it holds on every server, and a [`reset`](Self::reset) lifts it
+    ///   there.
     /// - A block survives [`set_quotas`](Self::set_quotas).
     ///
     /// # Errors

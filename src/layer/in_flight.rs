@@ -4,7 +4,6 @@
 
 use std::any::Any;
 use std::fmt;
-use std::future::ready;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -122,14 +121,15 @@ impl Limit for InFlight {
         }
     }
 
-    // A layer's handle blocks and lifts blocks of an in-flight limit itself (in this
-    // process); the slots have no usage to forget and no block of their own.
-    fn reset(&self, _key: Key) -> Update {
-        Box::pin(ready(Ok(())))
+    // A layer's handle also holds blocks of an in-flight limit itself (in this process); a
+    // shared store (Redis) keeps them for every server. The slots have no usage to forget: a
+    // reset lifts the block alone.
+    fn reset(&self, key: Key) -> Update {
+        self.slots.lift(key)
     }
 
-    fn block(&self, _key: Key, _duration: Duration) -> Update {
-        Box::pin(ready(Ok(())))
+    fn block(&self, key: Key, duration: Duration) -> Update {
+        self.slots.block(key, duration)
     }
 
     #[inline]

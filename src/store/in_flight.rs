@@ -5,9 +5,11 @@
 //! The memory store keeps a counter per key (`memory/slots.rs`); the Redis store keeps leases
 //! with an expiry (`redis/slots.rs`), so that a server that dies gives its slots back.
 
-use std::future::Future;
+use std::future::{ready, Future};
 use std::pin::Pin;
+use std::time::Duration;
 
+use super::Update;
 use crate::{Decision, Error, Key};
 
 /// The lease of an admission that holds nothing to give back (a request of cost 0, or one let
@@ -38,4 +40,18 @@ pub(crate) trait Slots: Send + Sync + 'static {
     /// Gives back the `cost` slots that `lease` of `key` holds: at once, or (a remote store)
     /// on the runtime without waiting. Never blocks and never panics: it runs in `Drop`.
     fn release(&self, key: &Key, cost: u64, lease: u64);
+
+    /// Denies `key` every slot for `duration` from now, on every server that shares the
+    /// store. By default nothing: a store of one process leaves blocks to the layer, which
+    /// holds a live layer's blocks itself.
+    fn block(&self, key: Key, duration: Duration) -> Update {
+        let _ = (key, duration);
+        Box::pin(ready(Ok(())))
+    }
+
+    /// Lifts `key`'s block ([`block`](Self::block)). By default nothing.
+    fn lift(&self, key: Key) -> Update {
+        let _ = key;
+        Box::pin(ready(Ok(())))
+    }
 }

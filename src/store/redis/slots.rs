@@ -6,7 +6,9 @@
 //! server renews the leases it holds every third of the TTL, from one task per policy, so a
 //! request may last longer than the TTL. The keys are
 //! `<prefix>:{<client key>}:<policy>:in_flight.<limit>:l` (the leases) and `...:n` (the slots
-//! they hold): the client key's hash tag keeps both in one Redis Cluster slot.
+//! they hold); a key blocked through a live layer's handle has
+//! `<prefix>:{<client key>}:<policy>:in_flight.block`, read by every acquire, so the block
+//! holds on every server. The client key's hash tag keeps them in one Redis Cluster slot.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,10 +22,14 @@ use super::warn::Warnings;
 use super::{errors, Connection, OnFailure, RedisStore};
 use crate::clock::Clock;
 use crate::store::in_flight::{Acquire, Slots, LOCAL_LEASE, NO_LEASE};
-use crate::store::MemorySlots;
+use crate::store::{MemorySlots, Update};
 use crate::{Decision, Error, Key};
 
 const LUA: &str = include_str!("lua/slots.lua");
+
+/// The longest block the script keeps, in ms: 2^53, where its numbers stop being exact (some
+/// 285 000 years).
+const MAX_BLOCK_MS: u64 = 1 << 53;
 
 /// What an acquire answers when Redis could not.
 enum Fallback {
@@ -41,9 +47,22 @@ pub(crate) struct RedisSlots {
 struct Lease {
     /// The client's key, kept out of the errors of its calls.
     key: Key,
-    /// The Redis keys: the leases, then their count.
-    keys: [Vec<u8>; 2],
+    /// The Redis keys: the leases, their count, and the key's block.
+    keys: Keys,
     cost: u64,
+}
+
+/// A client key's Redis keys: its leases, the slots they hold, and its block.
+type Keys = [Vec<u8>; 3];
+
+/// What one script call answers.
+struct Reply {
+    /// Whether the lease was taken, given back or renewed.
+    done: bool,
+    /// The slots the key's leases hold afterwards.
+    held: u64,
+    /// What is left of the key's block (zero: not blocked).
+    blocked: Duration,
 }
 
 struct Inner {
@@ -54,6 +73,8 @@ struct Inner {
     head: Vec<u8>,
     /// `}:<policy>:in_flight.<limit>`
     tail: Vec<u8>,
+    /// `}:<policy>:in_flight.block`: the block names the policy alone, as a rate limit's does.
+    block_tail: Vec<u8>,
     limit: u64,
     ttl_ms: u64,
     timeout: Duration,
@@ -111,6 +132,7 @@ impl RedisStore {
                 policy: policy.into(),
                 head,
                 tail: format!("}}:{policy}:in_flight.{limit}").into_bytes(),
+                block_tail: format!("}}:{policy}:in_flight.block").into_bytes(),
                 limit,
                 ttl_ms,
                 timeout: self.timeout,
@@ -128,15 +150,20 @@ impl RedisStore {
 }
 
 impl Inner {
-    fn keys(&self, key: &Key) -> [Vec<u8>; 2] {
-        let mut base = Vec::with_capacity(self.head.len() + 2 * Key::MAX_LEN + self.tail.len() + 6);
-        base.extend_from_slice(&self.head);
-        encode_key(key, &mut base);
-        base.extend_from_slice(&self.tail);
-        let mut count = base.clone();
-        base.extend_from_slice(b":l");
-        count.extend_from_slice(b":n");
-        [base, count]
+    fn keys(&self, key: &Key) -> Keys {
+        let mut client = Vec::with_capacity(self.head.len() + 2 * Key::MAX_LEN + 2);
+        client.extend_from_slice(&self.head);
+        encode_key(key, &mut client);
+        let with = |tail: &[&[u8]]| {
+            let mut k = client.clone();
+            tail.iter().for_each(|t| k.extend_from_slice(t));
+            k
+        };
+        [
+            with(&[&self.tail, b":l"]),
+            with(&[&self.tail, b":n"]),
+            with(&[&self.block_tail]),
+        ]
     }
 
     fn member(&self, lease: u64, cost: u64) -> String {
@@ -152,19 +179,20 @@ impl Inner {
         }
     }
 
-    /// One script call on `keys`, bounded by the timeout: `(done, slots held)`.
+    /// One script call on `keys`, bounded by the timeout.
     async fn run(
         &self,
-        keys: &[Vec<u8>; 2],
+        keys: &Keys,
         op: &str,
         member: &str,
         cost: u64,
         key: &Key,
-    ) -> Result<(bool, u64), Error> {
+    ) -> Result<Reply, Error> {
         let mut invocation = self.script.prepare_invoke();
+        for k in keys {
+            invocation.key(&k[..]);
+        }
         invocation
-            .key(&keys[0][..])
-            .key(&keys[1][..])
             .arg(op)
             .arg(member)
             .arg(cost)
@@ -173,39 +201,69 @@ impl Inner {
             .arg(self.now_arg());
         let call = async {
             match self.connection.clone() {
-                Connection::Single(mut c) => invocation.invoke_async::<(i64, i64)>(&mut c).await,
-                Connection::Cluster(mut c) => invocation.invoke_async::<(i64, i64)>(&mut c).await,
+                Connection::Single(mut c) => {
+                    invocation.invoke_async::<(i64, i64, i64)>(&mut c).await
+                }
+                Connection::Cluster(mut c) => {
+                    invocation.invoke_async::<(i64, i64, i64)>(&mut c).await
+                }
             }
         };
-        let (done, held) = match tokio::time::timeout(self.timeout, call).await {
+        let (done, held, blocked) = match tokio::time::timeout(self.timeout, call).await {
             Ok(reply) => reply.map_err(|e| errors::deciding(&e, key))?,
             Err(_) => return Err(errors::timed_out(self.timeout)),
         };
-        let held = u64::try_from(held).map_err(|_| {
-            Error::protocol(format!(
-                "unexpected reply from the in-flight script: {held}"
-            ))
-        })?;
-        Ok((done == 1, held))
+        let (Ok(held), Ok(blocked)) = (u64::try_from(held), u64::try_from(blocked)) else {
+            return Err(Error::protocol(format!(
+                "unexpected reply from the in-flight script: {held}, {blocked}"
+            )));
+        };
+        Ok(Reply {
+            done: done == 1,
+            held,
+            blocked: Duration::from_millis(blocked),
+        })
     }
 
-    /// The decision of an acquire that Redis answered.
-    fn decision(&self, taken: bool, held: u64, lease: u64) -> Decision {
-        let remaining = self.limit.saturating_sub(held);
-        if taken {
+    /// The decision of an acquire that Redis answered with `reply`.
+    fn decision(&self, reply: &Reply, lease: u64) -> Decision {
+        let remaining = self.limit.saturating_sub(reply.held);
+        if !reply.blocked.is_zero() {
+            Decision::deny(self.limit, remaining, Duration::ZERO, None).blocked_for(reply.blocked)
+        } else if reply.done {
             Decision::allow(self.limit, remaining, Duration::ZERO).with_receipt(lease)
         } else {
             Decision::deny(self.limit, remaining, Duration::ZERO, None)
         }
     }
 
-    /// What the failure policy answers for an acquire that Redis failed with `error`.
-    fn failed(&self, error: Error, key: Key, cost: u64) -> Result<Decision, Error> {
-        let on_failure = match self.fallback {
+    /// Blocks `key` for `duration` from now (`'b'`), or lifts its block (`'x'`), in Redis; an
+    /// error is counted and logged as an acquire's would be, and handed back.
+    async fn update(&self, key: Key, op: &str, duration: Duration) -> Result<(), Error> {
+        // Whole ms, rounded up: a block never ends before it was asked to.
+        let ms = duration.as_nanos().div_ceil(1_000_000);
+        let ms = u64::try_from(ms).unwrap_or(u64::MAX).min(MAX_BLOCK_MS);
+        match self.run(&self.keys(&key), op, "", ms, &key).await {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                self.count_failure(&error);
+                Err(error)
+            }
+        }
+    }
+
+    /// The failure policy's name, for logs and metrics.
+    fn on_failure(&self) -> &'static str {
+        match self.fallback {
             Fallback::Open => "open",
             Fallback::Closed => "closed",
             Fallback::Local(_) => "local",
-        };
+        }
+    }
+
+    /// Counts and logs (at most every ten seconds) a call Redis failed with `error`.
+    fn count_failure(&self, error: &Error) {
+        let on_failure = self.on_failure();
         #[cfg(feature = "metrics")]
         metrics::counter!(
             "tollgate_store_failures_total",
@@ -214,7 +272,12 @@ impl Inner {
         )
         .increment(1);
         let now = self.clock.now_nanos();
-        self.warnings.warn(&error, now, &self.policy, on_failure);
+        self.warnings.warn(error, now, &self.policy, on_failure);
+    }
+
+    /// What the failure policy answers for an acquire that Redis failed with `error`.
+    fn failed(&self, error: Error, key: Key, cost: u64) -> Result<Decision, Error> {
+        self.count_failure(&error);
         match &self.fallback {
             Fallback::Closed => Err(error),
             Fallback::Open => {
@@ -265,7 +328,7 @@ impl Inner {
 
     /// Renews every lease held now, each by its own call, together.
     async fn renew_all(self: &Arc<Self>) {
-        let leases: Vec<(u64, Key, [Vec<u8>; 2])> = {
+        let leases: Vec<(u64, Key, Keys)> = {
             let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
             held.iter()
                 .map(|(&lease, l)| (lease, l.key.clone(), l.keys.clone()))
@@ -303,7 +366,7 @@ impl Drop for Running {
 struct Pending {
     inner: Arc<Inner>,
     key: Key,
-    keys: Option<[Vec<u8>; 2]>,
+    keys: Option<Keys>,
     member: String,
     cost: u64,
 }
@@ -336,6 +399,19 @@ fn give_back(inner: &Arc<Inner>, lease: Lease, member: String) {
 }
 
 impl Slots for RedisSlots {
+    /// Writes the block beside the key's leases, with a TTL to its end; every acquire reads
+    /// it in the same script call, so it holds on every server.
+    fn block(&self, key: Key, duration: Duration) -> Update {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.update(key, "b", duration).await })
+    }
+
+    /// Deletes the key's block in Redis.
+    fn lift(&self, key: Key) -> Update {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.update(key, "x", Duration::ZERO).await })
+    }
+
     fn acquire(&self, key: Key, _now: u64, cost: u64) -> Acquire {
         let inner = self.inner.clone();
         let lease = inner.leases.fetch_add(1, Ordering::Relaxed) + 1;
@@ -351,10 +427,10 @@ impl Slots for RedisSlots {
             };
             let result = inner.run(&keys, "a", &pending.member, cost, &key).await;
             match result {
-                Ok((taken, held)) => {
+                Ok(reply) => {
                     // Answered: nothing for `pending` to give back when it is dropped.
                     let keys = pending.keys.take();
-                    if let (true, Some(keys)) = (taken, keys) {
+                    if let (true, Some(keys)) = (reply.done && reply.blocked.is_zero(), keys) {
                         inner
                             .held
                             .lock()
@@ -369,7 +445,7 @@ impl Slots for RedisSlots {
                             );
                         inner.renew_from();
                     }
-                    Ok(inner.decision(taken, held, lease))
+                    Ok(inner.decision(&reply, lease))
                 }
                 // The script may have taken the lease before the answer was lost: `pending`
                 // gives it back when dropped here.
