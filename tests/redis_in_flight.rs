@@ -60,6 +60,18 @@ fn server(store: RedisStore, limit: u64, clock: &ManualClock) -> Server {
     }
 }
 
+/// Two servers of `limit` slots per key on `redis`, each with a store of its own.
+async fn two_servers(
+    redis: &server::RedisServer,
+    limit: u64,
+    clock: &ManualClock,
+) -> (Server, Server) {
+    let url = redis.url();
+    let a = server(server::closed_on_caller_clock(&url).await, limit, clock);
+    let b = server(server::closed_on_caller_clock(&url).await, limit, clock);
+    (a, b)
+}
+
 /// A request the test holds, once let through.
 struct Holding {
     control: Control,
@@ -174,16 +186,7 @@ async fn two_servers_share_the_slots_of_a_key() {
         return;
     };
     let clock = ManualClock::new();
-    let a = server(
-        server::closed_on_caller_clock(&redis.url()).await,
-        3,
-        &clock,
-    );
-    let b = server(
-        server::closed_on_caller_clock(&redis.url()).await,
-        3,
-        &clock,
-    );
+    let (a, b) = two_servers(&redis, 3, &clock).await;
     let one = a.start("k", 1).await.expect("a slot");
     let two = b.start("k", 2).await.expect("a slot");
     let three = a.start("k", 3).await.expect("a slot");
@@ -264,16 +267,7 @@ async fn a_request_longer_than_the_ttl_keeps_its_slot() {
         return;
     };
     let clock = ManualClock::new();
-    let a = server(
-        server::closed_on_caller_clock(&redis.url()).await,
-        1,
-        &clock,
-    );
-    let b = server(
-        server::closed_on_caller_clock(&redis.url()).await,
-        1,
-        &clock,
-    );
+    let (a, b) = two_servers(&redis, 1, &clock).await;
     let long = a.start("k", 1).await.expect("a slot");
     let leases = |port| {
         server::command(
@@ -440,16 +434,7 @@ fn a_cluster_keeps_each_keys_leases_in_one_slot() {
 async fn a_handles_block_holds_on_every_server() {
     let redis = server::RedisServer::start().expect("redis-server");
     let clock = ManualClock::new();
-    let a = server(
-        server::closed_on_caller_clock(&redis.url()).await,
-        3,
-        &clock,
-    );
-    let b = server(
-        server::closed_on_caller_clock(&redis.url()).await,
-        3,
-        &clock,
-    );
+    let (a, b) = two_servers(&redis, 3, &clock).await;
     a.handle.block("k", Duration::from_secs(600)).await.unwrap();
     assert_eq!(b.blocked("k").await.as_deref(), Some("600"));
     assert!(
