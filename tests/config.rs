@@ -252,6 +252,55 @@ const BAD: &[(&str, &str, Option<&str>)] = &[
         Some("sliding_lag"),
     ),
     (r#"quota = "3/fortnight""#, "quota", Some("3/fortnight")),
+    (r#"in_flight = 0"#, "in_flight", Some("0")),
+    (
+        r#"in_flight = 2
+        quota = "1/s""#,
+        "quota",
+        None,
+    ),
+    (
+        r#"in_flight = 2
+        algorithm = "gcra""#,
+        "algorithm",
+        None,
+    ),
+    (
+        r#"in_flight = 2
+        max_delay = "1s""#,
+        "max_delay",
+        None,
+    ),
+    (
+        r#"in_flight = 2
+        aligned = true"#,
+        "aligned",
+        None,
+    ),
+    (
+        r#"in_flight = 2
+        lease_ttl = "500ms""#,
+        "lease_ttl",
+        Some("500ms"),
+    ),
+    (
+        r#"in_flight = 2
+        lease_ttl = "25h""#,
+        "lease_ttl",
+        Some("25h"),
+    ),
+    (
+        r#"quota = "1/s"
+        lease_ttl = "5s""#,
+        "lease_ttl",
+        Some("5s"),
+    ),
+    (
+        r#"in_flight = 2
+        name = "caf\u00e9""#,
+        "name",
+        Some("caf\u{e9}"),
+    ),
     (r#"quotas = ["1/s", "0/min"]"#, "quotas[1]", Some("0/min")),
     (r#"quotas = []"#, "quotas", None),
     (r#"name = "x""#, "quota", None),
@@ -708,9 +757,21 @@ fn limit_config() -> impl Strategy<Value = LimitConfig> {
             prop::option::of(prop_oneof![0usize..70, Just(usize::MAX)]),
             prop::option::of(any::<bool>()),
         ),
+        (
+            prop::option::of(prop_oneof![0u64..4, Just(1 << 53), Just(u64::MAX)]),
+            prop::option::of(prop_oneof![
+                Just("30s".to_string()),
+                "[0-9]{1,20}(ns|ms|s|min|h|d)",
+            ]),
+            prop::option::of(any::<bool>()),
+        ),
     )
         .prop_map(
-            |((algorithm, q, qs, name, key), (headers, on, status, delay, sub, dry))| {
+            |(
+                (algorithm, q, qs, name, key),
+                (headers, on, status, delay, sub, dry),
+                (in_flight, lease_ttl, aligned),
+            )| {
                 let mut c = LimitConfig::default();
                 c.algorithm = algorithm;
                 c.quota = q;
@@ -723,6 +784,9 @@ fn limit_config() -> impl Strategy<Value = LimitConfig> {
                 c.max_delay = delay;
                 c.sub_windows = sub;
                 c.dry_run = dry;
+                c.in_flight = in_flight;
+                c.lease_ttl = lease_ttl;
+                c.aligned = aligned;
                 c
             },
         )
@@ -752,6 +816,37 @@ proptest! {
             Err(err) => prop_assert!(!err.field().is_empty() && !err.to_string().is_empty()),
         }
     }
+}
+
+/// `in_flight` makes a limit on requests in flight: the configured layer answers as the one
+/// built in code, holding a slot until the response is dropped, and its denial has no
+/// `Retry-After`.
+#[test]
+fn in_flight_limits_requests_in_progress() {
+    let layer = RateLimitLayer::from_config(&config(
+        r#"in_flight = 1
+           name = "uploads"
+           lease_ttl = "10s"
+           key = "global""#,
+    ))
+    .unwrap();
+    assert_eq!(layer.policy(), "uploads");
+    let svc = layer.layer(ok());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let first = rt.block_on(svc.clone().oneshot(request(0))).unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let second = rt.block_on(svc.clone().oneshot(request(1))).unwrap();
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        second.headers()["ratelimit-policy"],
+        r#""uploads";q=1;qu="concurrent-requests""#
+    );
+    assert!(second.headers().get("retry-after").is_none());
+    drop(first);
+    let third = rt.block_on(svc.oneshot(request(2))).unwrap();
+    assert_eq!(third.status(), StatusCode::OK);
 }
 
 #[test]

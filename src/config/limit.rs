@@ -8,12 +8,13 @@ use serde::{Deserialize, Serialize};
 use super::store::{Backend, ConfiguredStore, StoreConfig};
 use super::{duration, ConfigError, KeyConfig};
 use crate::algorithm::FixedWindow;
-use crate::layer::{Kind, Recipe};
+use crate::layer::{Kind, Recipe, MAX_LEASE_TTL, MIN_LEASE_TTL};
 use crate::{HeaderPlacement, HeaderStyle, Quota, RateLimitLayer};
 
 /// One rate limit, as read from a configuration file in any serde format (TOML, JSON, YAML,
 /// ...): what [`RateLimitLayer::from_config`] builds a layer from. Every field is optional but
-/// the quota (`quota` or `quotas`); unknown fields are refused.
+/// the quota (`quota` or `quotas`, or `in_flight` for a limit on requests in flight); unknown
+/// fields are refused, and so are fields that do not apply to the limit.
 ///
 /// | field | default | meaning |
 /// | --- | --- | --- |
@@ -28,6 +29,8 @@ use crate::{HeaderPlacement, HeaderStyle, Quota, RateLimitLayer};
 /// | `max_delay` | | shape instead of refusing, up to this wait, such as `"250ms"` (gcra and token_bucket; [`RateLimitLayer::max_delay`]) |
 /// | `sub_windows` | `1` | counters per period, 1 to 64 (sliding_window; [`RateLimitLayer::sub_windows`]) |
 /// | `aligned` | `false` | calendar windows, starting at multiples of the period since the UNIX epoch in UTC (fixed_window; [`RateLimitLayer::aligned`]) |
+/// | `in_flight` | | instead of a quota, at most this many requests of a key in progress at once ([`RateLimitLayer::in_flight`]); `name` is then its policy name |
+/// | `lease_ttl` | `"30s"` | how long an in-flight slot lasts in Redis unless renewed, from `"1s"` to `"24h"` ([`RateLimitLayer::lease_ttl`]) |
 /// | `dry_run` | `false` | never deny; log and report would-be denials ([`RateLimitLayer::dry_run`]) |
 /// | `store` | memory | where state lives: see [`StoreConfig`] |
 ///
@@ -84,6 +87,13 @@ pub struct LimitConfig {
     /// Calendar windows (the fixed window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aligned: Option<bool>,
+    /// Requests of a key in progress at once, for a limit on requests in flight (instead of
+    /// a quota).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<u64>,
+    /// How long an in-flight slot lasts in Redis unless renewed, as a duration's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ttl: Option<String>,
     /// Report would-be denials without denying.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,
@@ -215,8 +225,74 @@ impl LimitConfig {
         Ok((quotas, tiered))
     }
 
+    /// The recipe of a limit of `slots` requests in flight per key, each field checked.
+    fn in_flight_recipe(&self, slots: u64) -> Result<Recipe, ConfigError> {
+        let rate_fields = [
+            ("quota", self.quota.is_some()),
+            ("quotas", self.quotas.is_some()),
+            ("algorithm", self.algorithm.is_some()),
+            ("max_delay", self.max_delay.is_some()),
+            ("sub_windows", self.sub_windows.is_some()),
+            ("aligned", self.aligned == Some(true)),
+        ];
+        if let Some((field, _)) = rate_fields.iter().find(|(_, set)| *set) {
+            return Err(ConfigError::missing(
+                *field,
+                format!(
+                    "set on a limit of requests in flight (in_flight = {slots}), which counts \
+                     requests in progress, not a rate; leave {field} unset, or configure the \
+                     rate as a layer of its own"
+                ),
+            ));
+        }
+        if slots == 0 {
+            return Err(ConfigError::bare(
+                "in_flight",
+                slots,
+                "no request could ever pass; allow at least 1 request in flight per key",
+            ));
+        }
+        let mut recipe = Recipe::in_flight(slots);
+        if let Some(name) = &self.name {
+            if !valid_name(name) {
+                return Err(ConfigError::text(
+                    "name",
+                    name,
+                    "a policy name is 1 to 64 printable ASCII characters, as it is sent in \
+                     headers",
+                ));
+            }
+            recipe.policy = Some(name.as_str().into());
+        }
+        if let Some(text) = &self.lease_ttl {
+            let ttl = duration::parse("lease_ttl", text)?;
+            if !(MIN_LEASE_TTL..=MAX_LEASE_TTL).contains(&ttl) {
+                return Err(ConfigError::text(
+                    "lease_ttl",
+                    text,
+                    "a lease lasts from 1s to 24h: long enough to be renewed (every third of \
+                     it) while a request runs, short enough that a server that dies gives its \
+                     slots back soon",
+                ));
+            }
+            recipe.lease_ttl = ttl;
+        }
+        Ok(recipe)
+    }
+
     /// The recipe of the limiter: algorithm, quotas and options, each checked.
     fn recipe(&self) -> Result<Recipe, ConfigError> {
+        if let Some(slots) = self.in_flight {
+            return self.in_flight_recipe(slots);
+        }
+        if let Some(text) = &self.lease_ttl {
+            return Err(ConfigError::text(
+                "lease_ttl",
+                text,
+                "a lease is a slot of a limit of requests in flight; set in_flight = <requests \
+                 per key> too, or leave lease_ttl unset",
+            ));
+        }
         let kind = match &self.algorithm {
             Some(name) => Kind::from_name(name).ok_or_else(|| {
                 ConfigError::text(
@@ -433,6 +509,14 @@ fn refused_by(redis: &crate::store::RedisStore, recipe: &Recipe) -> Result<(), C
     match Binder(redis.clone()).bind(recipe, &LayerClock::System, recipe.named()) {
         Ok(_) => Ok(()),
         Err(e) => {
+            if recipe.kind == Kind::InFlight {
+                return Err(ConfigError::bare(
+                    "in_flight",
+                    recipe.slots,
+                    "the Redis store cannot keep it",
+                )
+                .caused_by(e));
+            }
             let texts: Vec<String> = recipe.quotas.iter().map(Quota::to_string).collect();
             let field = if recipe.tiered { "quotas" } else { "quota" };
             Err(

@@ -98,6 +98,8 @@ pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
 pub use self::handle::Handle;
 pub use self::headers::{HeaderPlacement, HeaderStyle};
+#[cfg(feature = "serde")]
+pub(crate) use self::in_flight::{MAX_LEASE_TTL, MIN_LEASE_TTL};
 pub use self::layer::RateLimitLayer;
 pub use self::per_key::Plan;
 pub use self::recipe::LayerStore;
