@@ -26,7 +26,7 @@ use http::{Request, Response, StatusCode};
 use proptest::prelude::*;
 use tollgate::clock::ManualClock;
 use tollgate::key::Header;
-use tollgate::layer::Handle;
+use tollgate::layer::{Ban, Handle};
 use tollgate::store::{MemoryStore, OnFailure, RedisStore};
 use tollgate::{ErrorKind, Key, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
@@ -571,6 +571,108 @@ async fn a_calendar_window_carried_over_late_keeps_its_minute() {
     assert_eq!(admitted(&svc, 30).await, 20);
 }
 
+/// The status and `Retry-After` of key `k`'s request to `svc`: "200", "429 retry-after: 600".
+async fn retry(svc: &Svc, k: u8) -> String {
+    let req = Request::builder()
+        .header("x-key", format!("client-{k}"))
+        .body(String::new())
+        .unwrap();
+    let resp = svc.clone().oneshot(req).await.unwrap();
+    let mut seen = resp.status().as_u16().to_string();
+    if let Some(retry) = resp.headers().get("retry-after") {
+        seen.push_str(&format!(" retry-after: {}", retry.to_str().unwrap()));
+    }
+    seen
+}
+
+/// GCRA of unnamed `n` a minute that bans a key at its second denial within a minute, for
+/// `ban`.
+fn banning(n: u64, ban: Duration) -> RateLimitLayer {
+    RateLimitLayer::gcra(Quota::per_minute(n)).ban(Ban::new(1, Duration::from_secs(60), ban))
+}
+
+/// A ban made before five changes of unnamed quotas (each one a new policy name) still holds
+/// after them, in Redis as in memory: the block is read under the name the layer was built
+/// with, whatever the number of changes.
+async fn a_ban_survives_changes_of_unnamed_quotas_as_in_memory() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = at_epoch();
+    let hour = Duration::from_secs(3600);
+    let (in_memory, on_memory) = serve(banning(2, hour), &clock);
+    let (in_redis, on_redis) = serve(banning(2, hour).store(store(&redis.url()).await), &clock);
+    for (name, svc) in [("memory", &on_memory), ("redis", &on_redis)] {
+        assert_eq!(retry(svc, 0).await, "200", "{name}");
+        assert_eq!(retry(svc, 0).await, "200", "{name}");
+        assert_eq!(retry(svc, 0).await, "429 retry-after: 30", "{name}");
+        assert_eq!(
+            retry(svc, 0).await,
+            "429 retry-after: 3600",
+            "{name}: banned"
+        );
+    }
+    for n in 3..=7 {
+        in_memory.set_quotas(Quota::per_minute(n)).unwrap();
+        in_redis.set_quotas(Quota::per_minute(n)).unwrap();
+        assert_eq!(in_redis.policy(), format!("{n}/min"));
+        assert_eq!(
+            retry(&on_memory, 0).await,
+            "429 retry-after: 3600",
+            "{n}/min"
+        );
+        assert_eq!(
+            retry(&on_redis, 0).await,
+            "429 retry-after: 3600",
+            "{n}/min"
+        );
+    }
+}
+
+/// A block made through one server's handle holds on another that changes its unnamed
+/// quotas five times: it never saw the block itself, and reads it in Redis under the name it
+/// was built with.
+async fn a_block_from_another_server_survives_changes_of_unnamed_quotas() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = at_epoch();
+    let shared = store(&redis.url()).await;
+    let two = || RateLimitLayer::gcra(Quota::per_minute(2)).store(shared.clone());
+    let (a, on_a) = serve(two(), &clock);
+    let (b, _on_b) = serve(two(), &clock);
+    b.block(key(0), Duration::from_secs(3600)).await.unwrap();
+    for n in 3..=7 {
+        a.set_quotas(Quota::per_minute(n)).unwrap();
+        assert_eq!(retry(&on_a, 0).await, "429 retry-after: 3600", "{n}/min");
+    }
+}
+
+/// While servers disagree on unnamed quotas, a ban or a handle's block made on the server
+/// that changed holds on the one that has not: it is written under the earlier name too.
+async fn blocks_on_a_changed_server_hold_on_a_server_not_yet_changed() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = at_epoch();
+    let shared = store(&redis.url()).await;
+    let ten_minutes = Duration::from_secs(600);
+    let (_a, on_a) = serve(banning(3, ten_minutes).store(shared.clone()), &clock);
+    let (b, on_b) = serve(banning(3, ten_minutes).store(shared.clone()), &clock);
+    b.set_quotas(Quota::per_minute(5)).unwrap();
+    for _ in 0..5 {
+        assert_eq!(retry(&on_b, 0).await, "200");
+    }
+    assert_eq!(retry(&on_b, 0).await, "429 retry-after: 12", "first denial");
+    assert_eq!(retry(&on_b, 0).await, "429 retry-after: 600", "banned on B");
+    assert_eq!(retry(&on_a, 0).await, "429 retry-after: 600", "banned on A");
+    // A handle's block, on a key A has never seen.
+    b.block(key(1), Duration::from_secs(300)).await.unwrap();
+    assert_eq!(retry(&on_a, 1).await, "429 retry-after: 300");
+    // Once A changes too, both read it under the new name as well.
+    clock.advance(Duration::from_secs(100));
+    let (_c, on_c) = serve(banning(5, ten_minutes).store(shared.clone()), &clock);
+    assert_eq!(
+        retry(&on_c, 1).await,
+        "429 retry-after: 200",
+        "a server started with 5/min"
+    );
+}
+
 fn main() -> std::process::ExitCode {
     // The leaky bucket is GCRA's script behind a layer that makes requests wait (on the
     // manual clock, which only the test moves): its module is checked as GCRA's.
@@ -622,6 +724,18 @@ fn main() -> std::process::ExitCode {
         needs_redis_async(
             "a_calendar_window_carried_over_late_keeps_its_minute",
             a_calendar_window_carried_over_late_keeps_its_minute,
+        ),
+        needs_redis_async(
+            "a_ban_survives_changes_of_unnamed_quotas_as_in_memory",
+            a_ban_survives_changes_of_unnamed_quotas_as_in_memory,
+        ),
+        needs_redis_async(
+            "a_block_from_another_server_survives_changes_of_unnamed_quotas",
+            a_block_from_another_server_survives_changes_of_unnamed_quotas,
+        ),
+        needs_redis_async(
+            "blocks_on_a_changed_server_hold_on_a_server_not_yet_changed",
+            blocks_on_a_changed_server_hold_on_a_server_not_yet_changed,
         ),
     ]);
     server::harness(trials)

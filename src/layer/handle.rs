@@ -310,9 +310,18 @@ impl Handle {
     /// it on the servers that have not changed and what the new ones leave it on those that
     /// have; once all have changed, what it used on any of them is charged, whichever server
     /// changed first. A policy carries over from at most 8 earlier quotas at once: a ninth
-    /// change within that time is refused (see Errors) and changes nothing. Blocks hold
-    /// across the change: they are kept under the policy's name, and a server that changed
-    /// also reads those kept under the names it had before (the last 4).
+    /// change within that time is refused (see Errors) and changes nothing. Blocks and bans
+    /// hold across the change, here and on servers that have not changed yet: a server that
+    /// changed reads and writes them under the policy's new name and under the names it had
+    /// before (unnamed quotas are named by their figures): the one it was built with, and
+    /// the latest 7 others. Bans count a key's denials under the name the layer was built
+    /// with; a server started with other quotas counts its own, so while servers disagree a
+    /// key may be denied up to the ban's count on each before it is banned.
+    ///
+    /// In Redis, limiters of equal unnamed quotas and one algorithm share state (see
+    /// [`RedisStore`](crate::store::RedisStore)): a change to unnamed quotas equal to another
+    /// layer's or plan's makes the two share from then on, state, blocks and resets included.
+    /// Name the quotas ([`Quota::named`](crate::Quota::named)) to keep them apart.
     ///
     /// Per-key plans ([`quota_for`](super::RateLimitLayer::quota_for)) are not
     /// changed: a plan is the quotas its selector returns. A plan equal to the quotas the layer

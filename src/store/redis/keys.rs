@@ -31,13 +31,19 @@ pub(crate) struct KeyNames {
     /// hex digits or a tier's number.
     block_tail: Vec<u8>,
     /// The ends of the blocks kept under the names of the quotas a live layer had before
-    /// (unnamed quotas are named by their figures), the latest first: read with the policy's
-    /// own, so that a block holds across a change of quotas.
+    /// (unnamed quotas are named by their figures): the name it was built with first, then
+    /// the latest. Read and written with the policy's own, so that a block holds across a
+    /// change of quotas, and on servers that have not changed yet.
     earlier_blocks: Vec<Vec<u8>>,
+    /// The end of the block under the name the layer was built with: never dropped from
+    /// `earlier_blocks`, however many changes follow, so that a block or ban made before
+    /// them always holds.
+    origin: Vec<u8>,
 }
 
-/// How many earlier names' blocks a table reads besides its own.
-const MAX_EARLIER_BLOCKS: usize = 4;
+/// How many earlier names' blocks a table reads besides its own: the name it was built with,
+/// and the latest others.
+const MAX_EARLIER_BLOCKS: usize = 8;
 
 impl KeyNames {
     pub(crate) fn new<A: RedisAlgorithm>(prefix: &str, policy: &str, tiers: &[RedisTier]) -> Self {
@@ -58,15 +64,20 @@ impl KeyNames {
         Self {
             head,
             tails,
+            origin: block_tail.clone(),
             block_tail,
             earlier_blocks: Vec::new(),
         }
     }
 
-    /// These names, reading too the blocks `previous` reads (a table of the quotas before):
-    /// the latest [`MAX_EARLIER_BLOCKS`] names other than this one's.
+    /// These names, reading and writing too the blocks `previous` does (a table of the quotas
+    /// before): under the name the layer was built with, and the latest others, at most
+    /// [`MAX_EARLIER_BLOCKS`] names besides this one's.
     pub(crate) fn after(mut self, previous: &KeyNames) -> Self {
-        let earlier = std::iter::once(&previous.block_tail).chain(&previous.earlier_blocks);
+        self.origin.clone_from(&previous.origin);
+        let earlier = [&previous.origin, &previous.block_tail]
+            .into_iter()
+            .chain(&previous.earlier_blocks);
         for tail in earlier {
             let known = *tail == self.block_tail || self.earlier_blocks.contains(tail);
             if !known && self.earlier_blocks.len() < MAX_EARLIER_BLOCKS {
@@ -245,6 +256,34 @@ mod tests {
         let mut out = Vec::new();
         encode_key(&key, &mut out);
         out
+    }
+
+    /// However many changes of unnamed quotas (named by their figures) a live layer goes
+    /// through, a call names its block under the name the layer was built with, under the
+    /// latest earlier ones, and its own last; never more than `MAX_EARLIER_BLOCKS` besides.
+    #[test]
+    fn the_name_a_layer_was_built_with_is_never_dropped() {
+        let names = |n: u64| KeyNames::new::<crate::algorithm::Gcra>("p", &format!("{n}/min"), &[]);
+        let block = |n: u64| format!("p:{{s:k}}:{n}/min:block").into_bytes();
+        let key = Key::from("k");
+        let mut table = names(2);
+        for n in 3..40 {
+            table = names(n).after(&table);
+            let blocks = table.call_keys(&key, std::iter::empty());
+            assert_eq!(blocks.len(), table.earlier_blocks() + 1);
+            assert_eq!(blocks.last(), Some(&block(n)), "its own last");
+            assert!(blocks.contains(&block(2)), "after {n}/min: {blocks:?}");
+            let latest = (3..n).rev().take(MAX_EARLIER_BLOCKS - 1);
+            assert!(latest.clone().all(|m| blocks.contains(&block(m))));
+            assert_eq!(
+                table.earlier_blocks(),
+                (n as usize - 2).min(MAX_EARLIER_BLOCKS)
+            );
+        }
+        // Back to the name it was built with: read once, as its own.
+        table = names(2).after(&table);
+        let blocks = table.call_keys(&key, std::iter::empty());
+        assert_eq!(blocks.iter().filter(|b| **b == block(2)).count(), 1);
     }
 
     #[test]

@@ -26,7 +26,9 @@
 //! Policies are identified by name, algorithm and parameters: limiters on every server with
 //! the same configuration share one limit, and two limiters never read each other's state
 //! (a GCRA and a fixed window of one quota, or one name given to two different quotas, keep
-//! apart; changing a quota starts its keys afresh). An unnamed quota is named by its text form
+//! apart; changing a quota in the configuration starts its keys afresh, while a live layer's
+//! [`Handle::set_quotas`](crate::layer::Handle::set_quotas) carries usage over). An unnamed
+//! quota is named by its text form
 //! (`"60/min"`), so two layers with equal unnamed quotas and algorithms share one limit: give
 //! them different names ([`Quota::named`](crate::Quota::named)) to keep them apart.
 //!

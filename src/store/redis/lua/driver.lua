@@ -33,7 +33,7 @@
 -- shows more used than the tier's own.
 -- The mode's letter may be followed by how many blocks kept under earlier policy names (a
 -- live layer's unnamed quotas are named by their figures) come before the policy's own: a
--- check reads them all, a reset deletes them, a block is written to the policy's own.
+-- check reads them all, a reset deletes them, a block is written to each.
 local MODE, EXTRA = string.sub(ARGV[1], 1, 1), tonumber(string.sub(ARGV[1], 2)) or 0
 local tiers = #KEYS - 1 - EXTRA
 local BLOCK = KEYS[#KEYS]
@@ -70,14 +70,19 @@ if MODE == 'b' then
   if us > 18446744073 or (us == 18446744073 and un > 709551615) then
     us, un = 18446744073, 709551615
   end
-  local ks, kn = bsplit(redis.call('GET', BLOCK))
-  if ks and (ks > us or (ks == us and kn >= un)) then
-    return {}
-  end
   -- Whole milliseconds to the end, rounded up.
   local ms = (us - NOW_S) * 1000 + idiv(un - NOW + 999999, 1000000)
-  if ms > 0 then
-    redis.call('SET', BLOCK, string.format('%d%09d', us, un), 'PX', string.format('%d', ms))
+  if ms <= 0 then
+    return {}
+  end
+  -- Written under every name the call gives, so that the block holds on the servers that
+  -- read any one of them (servers not yet changed to the policy's new quotas read an earlier
+  -- name); each keeps a block that ends later.
+  for k = BLOCKS, #KEYS do
+    local ks, kn = bsplit(redis.call('GET', KEYS[k]))
+    if not ks or ks < us or (ks == us and kn < un) then
+      redis.call('SET', KEYS[k], string.format('%d%09d', us, un), 'PX', string.format('%d', ms))
+    end
   end
   return {}
 end
