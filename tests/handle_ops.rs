@@ -227,3 +227,52 @@ proptest! {
         }
     }
 }
+
+/// A handle taken before the store, the clock or an algorithm's option is set would reach a
+/// limiter the layer no longer uses (an operator's block would do nothing): setting them
+/// after panics where the layer is built, naming the method. Settings that keep the limiter
+/// may follow, and the handle reaches the layer.
+#[test]
+fn a_handle_taken_before_the_limiter_is_set_is_refused() {
+    type Rebuild = Box<dyn FnOnce(RateLimitLayer) -> RateLimitLayer>;
+    let rebuilds: [(&str, Rebuild); 3] = [
+        (
+            "store",
+            Box::new(|l| l.store(tollgate::store::MemoryStore::new())),
+        ),
+        ("clock", Box::new(|l| l.clock(ManualClock::new()))),
+        (
+            "max_delay",
+            Box::new(|l| l.max_delay(Duration::from_millis(5))),
+        ),
+    ];
+    for (method, rebuild) in rebuilds {
+        let layer = RateLimitLayer::gcra(Quota::per_minute(2));
+        let _handle = layer.handle();
+        let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rebuild(layer)))
+            .expect_err(method);
+        let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!("RateLimitLayer::{method}: a Handle was taken")),
+            "{message}"
+        );
+    }
+    let rt = runtime();
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::gcra(Quota::per_minute(2)).clock(clock.clone());
+    let handle = layer.handle();
+    let layer = layer
+        .ban(Ban::new(
+            5,
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+        ))
+        .key(tollgate::key::Header::new("x-api-key"));
+    let app = axum::Router::new()
+        .route("/", axum::routing::get(|| async { "ok" }))
+        .layer(layer);
+    rt.block_on(handle.block("k", Duration::from_secs(60)))
+        .unwrap();
+    assert!(!passes(&rt, &app, "k"));
+    assert!(passes(&rt, &app, "other"));
+}

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -64,6 +65,9 @@ pub(crate) struct Live {
     /// ([`Handle::block`]): the layer's own, and every plan's, made after the block or not.
     held: Arc<Blocks>,
     now: Mutex<Now>,
+    /// Whether a handle was taken: the layer may then no longer make itself a new limiter
+    /// (a new store, clock or algorithm option), which the handle would not reach.
+    handed_out: AtomicBool,
 }
 
 struct Now {
@@ -88,7 +92,18 @@ impl Live {
                 limiter,
                 services: Vec::new(),
             }),
+            handed_out: AtomicBool::new(false),
         }
+    }
+
+    /// Marks that a handle was taken.
+    pub(crate) fn hand_out(&self) {
+        self.handed_out.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a handle was taken.
+    pub(crate) fn handed_out(&self) -> bool {
+        self.handed_out.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> MutexGuard<'_, Now> {

@@ -239,7 +239,7 @@ impl RateLimitLayer {
             ..recipe.clone()
         };
         let (store, clock) = self.parts();
-        self.rebuilt(recipe, store, clock)
+        self.rebuilt("policy_name", recipe, store, clock)
     }
 
     /// How long a slot of an in-flight limit ([`in_flight`](Self::in_flight)) lasts in a
@@ -280,7 +280,7 @@ impl RateLimitLayer {
             ..recipe.clone()
         };
         let (store, clock) = self.parts();
-        self.rebuilt(recipe, store, clock)
+        self.rebuilt("lease_ttl", recipe, store, clock)
     }
 
     /// The recipe of an in-flight layer, for a builder method only such a layer has.
@@ -376,7 +376,19 @@ impl RateLimitLayer {
 
     /// The same layer whose limiter is made from `recipe`, over `store` on `clock`.
     #[track_caller]
-    fn rebuilt(mut self, recipe: Recipe, store: Arc<dyn Bind>, clock: LayerClock) -> Self {
+    fn rebuilt(
+        mut self,
+        method: &str,
+        recipe: Recipe,
+        store: Arc<dyn Bind>,
+        clock: LayerClock,
+    ) -> Self {
+        assert!(
+            !self.live.handed_out(),
+            "RateLimitLayer::{method}: a Handle was taken from this layer before, and would not \
+             reach the limiter {method} makes (its changes and blocks would do nothing); take \
+             the handle after the algorithm's options, the store and the clock are set"
+        );
         self.limiter = bound(&*store, &recipe, &clock);
         self.live = Arc::new(Live::new(
             self.limiter.clone(),
@@ -487,7 +499,7 @@ impl RateLimitLayer {
             ..recipe.clone()
         };
         let (store, clock) = self.parts();
-        self.rebuilt(recipe, store, clock)
+        self.rebuilt("sub_windows", recipe, store, clock)
     }
 
     /// Calendar windows for a fixed window: every window starts at a whole multiple of its
@@ -524,7 +536,7 @@ impl RateLimitLayer {
             ..recipe.clone()
         };
         let (store, clock) = self.parts();
-        self.rebuilt(recipe, store, clock)
+        self.rebuilt("aligned", recipe, store, clock)
     }
 
     /// Shapes instead of rejecting (nginx's `burst` without `nodelay`): a request that could
@@ -555,7 +567,7 @@ impl RateLimitLayer {
             ..recipe.clone()
         };
         let (store, clock) = self.parts();
-        self.rebuilt(recipe, store, clock)
+        self.rebuilt("max_delay", recipe, store, clock)
     }
 
     /// The store and clock, for a layer with a recipe.
@@ -999,7 +1011,7 @@ impl RateLimitLayer {
     pub fn store<St: LayerStore>(self, store: St) -> Self {
         let recipe = self.recipe_for("store").clone();
         let clock = self.clock.clone();
-        self.rebuilt(recipe, Arc::new(Binder(store)), clock)
+        self.rebuilt("store", recipe, Arc::new(Binder(store)), clock)
     }
 
     /// Reads time from `clock`, such as a [`ManualClock`](crate::clock::ManualClock) in tests.
@@ -1013,7 +1025,7 @@ impl RateLimitLayer {
     pub fn clock<C: Clock + Clone>(self, clock: C) -> Self {
         let recipe = self.recipe_for("clock").clone();
         let (store, _) = self.parts();
-        self.rebuilt(recipe, store, LayerClock::Other(Arc::new(clock)))
+        self.rebuilt("clock", recipe, store, LayerClock::Other(Arc::new(clock)))
     }
 
     /// The policy name shown to clients and used to separate state in the store, as the layer
@@ -1031,9 +1043,10 @@ impl RateLimitLayer {
 
     /// The layer's [`Handle`]: its quotas changed live, for every service it made and makes.
     ///
-    /// Take it once the algorithm, its options, the store and the clock are set (those make a
-    /// new limiter, which a handle taken before does not reach); the key, answers, headers and
-    /// the other settings may change after. Clones of the layer share it, as they share state.
+    /// Take it once the algorithm, its options, the store and the clock are set: those make a
+    /// new limiter, which a handle taken before would not reach, so setting them afterwards
+    /// panics, naming the method. The key, answers, headers, bans and the other settings may
+    /// change after. Clones of the layer share it, as they share state.
     ///
     /// ```
     /// use tollgate::{Quota, RateLimitLayer};
@@ -1046,6 +1059,7 @@ impl RateLimitLayer {
     /// # Ok::<(), tollgate::Error>(())
     /// ```
     pub fn handle(&self) -> Handle {
+        self.live.hand_out();
         Handle {
             live: self.live.clone(),
         }
