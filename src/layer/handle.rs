@@ -206,6 +206,9 @@ impl Handle {
     /// key is fresh for every server, under the policies this server has made; a server that
     /// denied the blocked key a moment before may go on denying it for at most
     /// `RedisStore::BLOCK_CACHE_HOLD` (one second), the time its deny cache remembers a block.
+    /// `key` is the layer's key for the client, as for [`peek`](Self::peek): a client IP through
+    /// [`PeerIp::key_for`](crate::key::PeerIp::key_for), which groups IPv6 by its prefix as the
+    /// layer does (`Key::from(ip)` would miss a client the layer keys by its /64).
     ///
     /// # Errors
     ///
@@ -231,7 +234,9 @@ impl Handle {
     /// every plan's (per-key quotas), whatever its standing: each denial's `Retry-After` is
     /// what is left of the block ([`RateLimiter::block`](crate::RateLimiter::block)), and the
     /// key's state is as before once it ends. A block never shortens a longer one;
-    /// [`reset`](Self::reset) lifts it.
+    /// [`reset`](Self::reset) lifts it. `key` is the layer's key for the client, as for
+    /// [`peek`](Self::peek): for a client IP, [`PeerIp::key_for`](crate::key::PeerIp::key_for)
+    /// (an IPv6 client is keyed by its /64, so `Key::from(ip)` would block nobody).
     ///
     /// - The block is written to the layer's store under its policy and under each plan's
     ///   this layer has made: with a shared store (Redis) it holds on every server for those.
