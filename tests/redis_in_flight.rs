@@ -463,6 +463,62 @@ async fn a_handles_block_holds_on_every_server() {
         .await;
 }
 
+/// In-flight layers of other limits (both unnamed, so both named `in-flight`) keep their
+/// blocks apart, as their slots: a block on one does not reach the other, and a reset on the
+/// other does not lift it.
+async fn blocks_of_in_flight_layers_of_other_limits_stay_apart() {
+    let redis = server::RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let url = redis.url();
+    let layer = |limit: u64| {
+        RateLimitLayer::in_flight(limit)
+            .key(Header::new("x-key"))
+            .cost(cost)
+            .clock(clock.clone())
+    };
+    let mut handles = Vec::new();
+    let mut services = Vec::new();
+    for limit in [1, 1, 100] {
+        let layer = layer(limit).store(server::closed_on_caller_clock(&url).await);
+        handles.push(layer.handle());
+        services.push(Svc::new(layer.layer(held::handler(
+            Controls::default(),
+            Arc::new(AtomicUsize::new(0)),
+        ))));
+    }
+    let peek = |i: usize| {
+        let req = Request::builder()
+            .header("x-key", "k")
+            .header("x-peek", "1")
+            .body(())
+            .unwrap();
+        let svc = services[i].clone();
+        async move {
+            let resp = svc.oneshot(req).await.unwrap();
+            let retry = resp.headers().get("retry-after");
+            let retry = retry.map(|v| v.to_str().unwrap().to_owned());
+            (resp.status().as_u16(), retry)
+        }
+    };
+    handles[0]
+        .block("k", Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert_eq!(
+        peek(1).await,
+        (429, Some("600".to_owned())),
+        "the other upload server"
+    );
+    assert_eq!(peek(2).await, (200, None), "a layer of another limit");
+    clock.advance(Duration::from_secs(10));
+    handles[2].reset("k").await.unwrap();
+    assert_eq!(
+        peek(1).await,
+        (429, Some("590".to_owned())),
+        "not lifted by the other"
+    );
+}
+
 fn main() -> std::process::ExitCode {
     server::harness(vec![
         server::needs_redis_async(
@@ -485,6 +541,10 @@ fn main() -> std::process::ExitCode {
         server::needs_redis_async(
             "a_handles_block_holds_on_every_server",
             a_handles_block_holds_on_every_server,
+        ),
+        server::needs_redis_async(
+            "blocks_of_in_flight_layers_of_other_limits_stay_apart",
+            blocks_of_in_flight_layers_of_other_limits_stay_apart,
         ),
         server::needs_redis(
             "a_cluster_keeps_each_keys_leases_in_one_slot",

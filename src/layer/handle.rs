@@ -206,6 +206,9 @@ impl Handle {
     /// key is fresh for every server, under the policies this server has made; a server that
     /// denied the blocked key a moment before may go on denying it for at most
     /// `RedisStore::BLOCK_CACHE_HOLD` (one second), the time its deny cache remembers a block.
+    /// While servers disagree on unnamed quotas ([`set_quotas`](Self::set_quotas)), reset
+    /// through a server that has changed: it deletes the key's blocks under every name, one
+    /// not yet changed only under the names it knows.
     /// `key` is the layer's key for the client, as for [`peek`](Self::peek): a client IP through
     /// [`PeerIp::key_for`](crate::key::PeerIp::key_for), which groups IPv6 by its prefix as the
     /// layer does (`Key::from(ip)` would miss a client the layer keys by its /64).
@@ -239,7 +242,9 @@ impl Handle {
     /// (an IPv6 client is keyed by its /64, so `Key::from(ip)` would block nobody).
     ///
     /// - The block is written to the layer's store under its policy and under each plan's
-    ///   this layer has made: with a shared store (Redis) it holds on every server for those.
+    ///   this layer has made: with a shared store (Redis) it holds on every server for those,
+    ///   while Redis answers (a server that decides by its failure policy meanwhile holds
+    ///   only the blocks it made itself, and, with a local fallback, its bans).
     /// - The layer also holds it itself, in memory, before any limiter decides: under the
     ///   plans it makes later or picks for the key for the first time (a key cannot step out
     ///   of a block by landing on another plan), and whatever else fills the store's blocks

@@ -6,9 +6,8 @@
 //! server renews the leases it holds every third of the TTL, from one task per policy, so a
 //! request may last longer than the TTL. The keys are
 //! `<prefix>:{<client key>}:<policy>:in_flight.<limit>:l` (the leases) and `...:n` (the slots
-//! they hold); a key blocked through a live layer's handle has
-//! `<prefix>:{<client key>}:<policy>:in_flight.block`, read by every acquire, so the block
-//! holds on every server. The client key's hash tag keeps them in one Redis Cluster slot.
+//! they hold); a key blocked through a live layer's handle has `...:b`, read by every
+//! acquire, so the block holds on every server. The client key's hash tag keeps them in one Redis Cluster slot.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -73,7 +72,8 @@ struct Inner {
     head: Vec<u8>,
     /// `}:<policy>:in_flight.<limit>`
     tail: Vec<u8>,
-    /// `}:<policy>:in_flight.block`: the block names the policy alone, as a rate limit's does.
+    /// `}:<policy>:in_flight.<limit>:b`: the block of the policy of this limit, as its slots
+    /// are (in-flight layers of other limits keep their blocks apart).
     block_tail: Vec<u8>,
     limit: u64,
     ttl_ms: u64,
@@ -132,7 +132,7 @@ impl RedisStore {
                 policy: policy.into(),
                 head,
                 tail: format!("}}:{policy}:in_flight.{limit}").into_bytes(),
-                block_tail: format!("}}:{policy}:in_flight.block").into_bytes(),
+                block_tail: format!("}}:{policy}:in_flight.{limit}:b").into_bytes(),
                 limit,
                 ttl_ms,
                 timeout: self.timeout,
