@@ -325,7 +325,11 @@ impl Handle {
     /// stay where they are, and for as long as they may live (twice the longest an old state
     /// lives, and a second) each key's next check on this server first charges what the key
     /// used under the old quotas as of the change, by the rule above, in the same script call.
-    /// So a server that changed decides every key as one server in memory would. Its keys
+    /// So a server that changed decides every key as one server in memory would, but for a
+    /// key whose old state became fresh again under the old quotas (its Redis key expired)
+    /// before its next check: it is charged nothing, where memory charges what it used as of
+    /// the change; it still never gets more than the old quotas allowed before the change and
+    /// the new ones after. Its keys
     /// are named as those of a server started with the new quotas (unnamed quotas are named
     /// by their figures, so the name changes with them), which therefore reads the states the
     /// changed servers wrote; but such a server carries nothing over from the old quotas
