@@ -29,7 +29,7 @@ use tollgate::key::Global;
 use tollgate::{ErrorKind, Quota, RateLimitLayer, RateLimiter};
 use tower::ServiceExt;
 
-use live::layer_of;
+use live::{layer_of, pool};
 
 fn app(layer: RateLimitLayer) -> Router {
     Router::new()
@@ -224,17 +224,6 @@ enum Step {
     Request,
     /// New quotas: indexes into the quota pool.
     Change(Vec<usize>),
-}
-
-fn pool() -> Vec<Quota> {
-    vec![
-        Quota::per_second(1),
-        Quota::per_second(3),
-        Quota::new(5, Duration::from_secs(2)),
-        Quota::per_minute(7),
-        Quota::new(2, Duration::from_millis(500)).with_burst(4),
-        Quota::per_second(10).with_burst(2),
-    ]
 }
 
 fn steps(tiered: bool) -> impl Strategy<Value = Vec<Step>> {

@@ -110,15 +110,23 @@ impl Server {
         }
     }
 
-    /// A peek at `key` (cost 0): `None` when it passes, the `Retry-After` of its denial when
-    /// the key is blocked.
-    async fn blocked(&self, key: &str) -> Option<String> {
+    /// The answer to a peek at `key` (a request of cost 0).
+    async fn peek(
+        &self,
+        key: &str,
+    ) -> http::Response<tollgate::layer::ResponseBody<held::TestBody>> {
         let req = Request::builder()
             .header("x-key", key)
             .header("x-peek", "1")
             .body(())
             .unwrap();
-        let resp = self.svc.clone().oneshot(req).await.unwrap();
+        self.svc.clone().oneshot(req).await.unwrap()
+    }
+
+    /// A peek at `key` (cost 0): `None` when it passes, the `Retry-After` of its denial when
+    /// the key is blocked.
+    async fn blocked(&self, key: &str) -> Option<String> {
+        let resp = self.peek(key).await;
         if resp.status() == StatusCode::OK {
             return None;
         }
@@ -132,12 +140,7 @@ impl Server {
 
     /// The slots of `key` free now, as a peek reports them.
     async fn free(&self, key: &str) -> u64 {
-        let req = Request::builder()
-            .header("x-key", key)
-            .header("x-peek", "1")
-            .body(())
-            .unwrap();
-        let resp = self.svc.clone().oneshot(req).await.unwrap();
+        let resp = self.peek(key).await;
         assert_eq!(resp.status(), StatusCode::OK, "{:?}", resp.headers());
         let value = resp.headers()["ratelimit"].to_str().unwrap().to_owned();
         value

@@ -31,7 +31,7 @@ use tollgate::store::{MemoryStore, OnFailure, RedisStore};
 use tollgate::{ErrorKind, Key, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
-use live::{layer_of, KINDS};
+use live::{layer_of, pool, KINDS};
 use server::{needs_redis, needs_redis_async, runtime, RedisServer, Trial};
 
 /// Where the clock starts: about the Unix time of 2025, so the scripts split times into whole
@@ -108,17 +108,6 @@ async fn ask(svc: &Svc, key: u8) -> String {
 
 fn key(k: u8) -> Key {
     Key::from(format!("client-{k}").as_bytes())
-}
-
-fn pool() -> Vec<Quota> {
-    vec![
-        Quota::per_second(1),
-        Quota::per_second(3),
-        Quota::new(5, Duration::from_secs(2)),
-        Quota::per_minute(7),
-        Quota::new(2, Duration::from_millis(500)).with_burst(4),
-        Quota::per_second(10).with_burst(2),
-    ]
 }
 
 #[derive(Debug, Clone)]

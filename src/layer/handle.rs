@@ -349,7 +349,9 @@ impl Handle {
     ///
     /// In Redis, limiters of equal unnamed quotas and one algorithm share state (see
     /// [`RedisStore`](crate::store::RedisStore)): a change to unnamed quotas equal to another
-    /// layer's or plan's makes the two share from then on, state, blocks and resets included.
+    /// layer's or plan's makes the two share from then on, state, blocks and resets included;
+    /// and blocks stay shared with layers of the unnamed quotas this one was built with, whose
+    /// name it keeps reading and writing them under.
     /// Name the quotas ([`Quota::named`](crate::Quota::named)) to keep them apart.
     ///
     /// Per-key plans ([`quota_for`](super::RateLimitLayer::quota_for)) are not

@@ -1,8 +1,24 @@
 //! Layers of every algorithm, for the tests of live quotas (`Handle::set_quotas`).
 #![allow(dead_code)]
 
+use std::time::Duration;
+
 use tollgate::algorithm::Quotas;
 use tollgate::{Quota, RateLimitLayer};
+
+/// The quotas the properties of live quotas pick from: periods of 500 ms to a minute,
+/// intervals that are not whole ms (a third of a second, 60/7 s), bursts above and below
+/// the limit.
+pub fn pool() -> Vec<Quota> {
+    vec![
+        Quota::per_second(1),
+        Quota::per_second(3),
+        Quota::new(5, Duration::from_secs(2)),
+        Quota::per_minute(7),
+        Quota::new(2, Duration::from_millis(500)).with_burst(4),
+        Quota::per_second(10).with_burst(2),
+    ]
+}
 
 /// What [`layer_of`] builds, by kind.
 pub const KINDS: [&str; 8] = [

@@ -7,7 +7,8 @@
 //! request may last longer than the TTL. The keys are
 //! `<prefix>:{<client key>}:<policy>:in_flight.<limit>:l` (the leases) and `...:n` (the slots
 //! they hold); a key blocked through a live layer's handle has `...:b`, read by every
-//! acquire, so the block holds on every server. The client key's hash tag keeps them in one Redis Cluster slot.
+//! acquire, so the block holds on every server. The client key's hash tag keeps them in one
+//! Redis Cluster slot.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
