@@ -49,7 +49,7 @@ pub use self::memory::{
     AtomicCell, LockedCell, MemoryAlgorithm, MemoryStore, MemoryTable, StateCell,
 };
 #[cfg(feature = "redis")]
-pub use self::redis::{OnFailure, RedisStore};
+pub use self::redis::{Leases, OnFailure, RedisStore};
 
 use std::future::Future;
 use std::pin::Pin;

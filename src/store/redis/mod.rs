@@ -85,6 +85,7 @@ mod errors;
 mod fallback;
 mod future;
 mod keys;
+mod leases;
 mod on_failure;
 mod reply;
 mod script;
@@ -95,6 +96,7 @@ mod warn;
 
 pub use self::algorithms::{RedisAlgorithm, RedisTier};
 pub use self::future::RedisFuture;
+pub use self::leases::Leases;
 pub use self::on_failure::OnFailure;
 pub use self::table::RedisTable;
 
@@ -127,6 +129,7 @@ pub struct RedisStore {
     on_failure: OnFailure,
     deny_cache: usize,
     caller_clock: bool,
+    leases: Option<Leases>,
     /// Whether the server is recent enough, once known.
     version: Arc<version::VersionCheck>,
 }
@@ -226,6 +229,7 @@ impl RedisStore {
             on_failure: OnFailure::default(),
             deny_cache: Self::DEFAULT_DENY_CACHE,
             caller_clock: false,
+            leases: None,
             version: Arc::default(),
         }
     }
@@ -286,6 +290,20 @@ impl RedisStore {
         self
     }
 
+    /// Lets each server admit a hot key's requests from slices of the key's budget taken from
+    /// Redis, so that one hot key costs Redis one call per slice rather than one per request,
+    /// and the fleet still never admits more than the quota: see [`Leases`] for how slices are
+    /// taken, which algorithms lease (the fixed and sliding windows and tiers of them; the
+    /// others are decided exactly, one call per request), and what a leased key's clients see.
+    ///
+    /// Off by default. Keys a server sees once in a while are decided exactly, as without
+    /// leases.
+    #[must_use]
+    pub fn local_leases(mut self, leases: Leases) -> Self {
+        self.leases = Some(leases);
+        self
+    }
+
     /// The full Lua script that decides for algorithm `A`, as sent to Redis.
     pub fn script<A: RedisAlgorithm>() -> String {
         script::source::<A>()
@@ -305,6 +323,7 @@ impl fmt::Debug for RedisStore {
             .field("on_failure", &self.on_failure)
             .field("deny_cache", &self.deny_cache)
             .field("caller_clock", &self.caller_clock)
+            .field("leases", &self.leases)
             .finish()
     }
 }

@@ -9,6 +9,12 @@ use crate::{Decision, Error};
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Figure(i128);
 
+impl Figure {
+    pub(crate) fn value(self) -> i128 {
+        self.0
+    }
+}
+
 impl redis::FromRedisValue for Figure {
     fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
         let figure = match &v {

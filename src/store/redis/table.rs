@@ -12,6 +12,7 @@ use super::deny_cache::DenyCache;
 use super::fallback::Fallback;
 use super::future::RedisFuture;
 use super::keys::KeyNames;
+use super::leases::{GiveBack, LeaseBook, Plan};
 use super::reply::{self, Figure};
 use super::version::{self, VersionCheck};
 use super::warn::Warnings;
@@ -68,6 +69,9 @@ struct Inner<A: RedisAlgorithm> {
     carry: Option<Carry>,
     fallback: Fallback<A>,
     denials: DenyCache,
+    /// This server's slices of hot keys' budgets, when the store leases and the algorithm
+    /// can be leased ([`RedisAlgorithm::LEASES`]).
+    leases: Option<LeaseBook>,
     /// Whether the server's version was found good (checked once per store).
     version: Arc<VersionCheck>,
     warnings: Warnings,
@@ -181,6 +185,11 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 carry,
                 fallback,
                 denials: DenyCache::new(store.deny_cache),
+                leases: store
+                    .leases
+                    .as_ref()
+                    .filter(|_| A::LEASES)
+                    .map(LeaseBook::new),
                 version: Arc::clone(&store.version),
                 warnings: Warnings::default(),
             }),
@@ -200,6 +209,12 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         self.inner.names.block(key)
     }
 
+    /// How many keys this server's book of [leases](super::Leases) tracks right now (0 without
+    /// leases, or for an algorithm that is not leased).
+    pub fn leased_keys(&self) -> usize {
+        self.inner.leases.as_ref().map_or(0, LeaseBook::len)
+    }
+
     /// How many denials the table remembers locally right now.
     pub fn cached_denials(&self) -> usize {
         self.inner.denials.len()
@@ -215,6 +230,18 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         refund: Option<Vec<u64>>,
     ) -> RedisFuture {
         let inner = &self.inner;
+        // Leases are kept out of a table that carries usage over: its keys are decided exactly.
+        let book = inner.leases.as_ref().filter(|_| !inner.carrying());
+        if let Some(book) = book {
+            let local = match &refund {
+                Some(receipts) => book.refund(&key, receipts, now, cost),
+                None if cost > 0 => book.spend(&key, now, cost),
+                None => None,
+            };
+            if let Some(decision) = local {
+                return RedisFuture::ready(Ok(decision));
+            }
+        }
         if refund.is_some() {
             inner.denials.remove(&key);
         } else if cost == 1 {
@@ -222,9 +249,16 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 return RedisFuture::ready(Ok(denied));
             }
         }
+        let plan = match book {
+            Some(book) if refund.is_none() && cost > 0 => book.plan(&key, now, false),
+            _ => Plan::Exact,
+        };
         let table = self.clone();
         RedisFuture::pending(Box::pin(async move {
-            let result = table.call(&key, now, cost, refund.as_deref()).await;
+            let result = match plan {
+                Plan::Exact => table.call(&key, now, cost, refund.as_deref()).await,
+                plan => table.leased(&key, now, cost, plan).await,
+            };
             let inner = &table.inner;
             match result {
                 Ok(decision) => {
@@ -254,6 +288,86 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         reply::decision(&reply, &self.inner.limits, A::TIERED)
     }
 
+    /// A request of `cost` for a hot key: after waiting for the slice another call is taking
+    /// (spent from it when it holds enough), a lease or an exact check.
+    async fn leased(&self, key: &Key, now: u64, cost: u64, plan: Plan) -> Result<Decision, Error> {
+        let inner = &self.inner;
+        let Some(book) = inner.leases.as_ref() else {
+            return self.call(key, now, cost, None).await;
+        };
+        let plan = match plan {
+            Plan::Wait(mut slice) => {
+                let waiting = Instant::now();
+                // The other call ends within the timeout: it is bounded by it.
+                let _ = tokio::time::timeout(inner.timeout, slice.changed()).await;
+                // The slice is spent no later than its end, counting the time that passed
+                // meanwhile. (The call below still names `now`: it began then.)
+                let waited = u64::try_from(waiting.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                let later = now.saturating_add(waited);
+                if let Some(decision) = book.spend(key, later, cost) {
+                    return Ok(decision);
+                }
+                book.plan(key, later, true)
+            }
+            plan => plan,
+        };
+        match plan {
+            Plan::Lease(back, ticket) => {
+                // Whatever becomes of the call (an error, a drop mid-way), the checks that wait
+                // for it wake.
+                let _done = Done { book, key, ticket };
+                self.lease(book, key, now, cost, back.as_ref(), ticket)
+                    .await
+            }
+            _ => self.call(key, now, cost, None).await,
+        }
+    }
+
+    /// One round trip that decides a request of `cost` and takes a slice of what is left on
+    /// top (giving `back` an ended slice's units first), kept in the table's book.
+    async fn lease(
+        &self,
+        book: &LeaseBook,
+        key: &Key,
+        now: u64,
+        cost: u64,
+        back: Option<&GiveBack>,
+        ticket: u64,
+    ) -> Result<Decision, Error> {
+        let inner = &self.inner;
+        let leases = book.leases();
+        let mode = Mode::Lease {
+            cost,
+            want: leases.max_slice_units(),
+            share: leases.share_of_left(),
+            back,
+        };
+        let reply = self.round_trip(key, now, mode).await?;
+        let figures = 6 * inner.limits.len();
+        // A blocked key's reply has no slice.
+        let (decision, units, life) = match reply.len() {
+            n if n == figures + 2 => {
+                let tail = |i: usize| u64::try_from(reply[figures + i].value()).ok();
+                let bad = || Error::protocol("unexpected lease in the Redis script's reply");
+                (
+                    reply::decision(&reply[..figures], &inner.limits, A::TIERED)?,
+                    tail(0).ok_or_else(bad)?,
+                    tail(1).ok_or_else(bad)?,
+                )
+            }
+            _ => (reply::decision(&reply, &inner.limits, A::TIERED)?, 0, 0),
+        };
+        // Spent here no later than the slice's end in Redis: the call left at `now`, before
+        // Redis began the slice's life. On Redis's clock, a margin of a thousandth for the
+        // rates of the two clocks.
+        let life = if inner.caller_clock {
+            life
+        } else {
+            life - life / 1024
+        };
+        Ok(book.granted(key, ticket, now, decision, units, life))
+    }
+
     /// The script in `mode` for `key`, bounded by the timeout; its reply.
     async fn round_trip(&self, key: &Key, now: u64, mode: Mode<'_>) -> Result<Vec<Figure>, Error> {
         let inner = &self.inner;
@@ -270,7 +384,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             .carry
             .as_ref()
             .and_then(|carry| Some((carry, carry.hold(Instant::now())?)))
-            .filter(|_| !matches!(mode, Mode::Block(_)));
+            .filter(|_| !matches!(mode, Mode::Block(_) | Mode::Lease { .. }));
         let carried = carry
             .map(|(carry, _)| carry.generations())
             .unwrap_or_default()
@@ -289,6 +403,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             Mode::Refund(cost, _) => ('r', cost),
             Mode::Reset => ('x', 0),
             Mode::Block(nanos) => ('b', nanos),
+            Mode::Lease { cost, .. } => ('l', cost),
         };
         // The letter, then how many blocks under earlier names the keys hold.
         match inner.names.earlier_blocks() {
@@ -305,6 +420,17 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         // A refund names what each tier's admission took, after the parameters.
         if let Mode::Refund(_, receipts) = mode {
             cmd.arg(receipts);
+        }
+        // A lease names the slice wanted, the share, and what an ended slice gives back.
+        if let Mode::Lease {
+            want, share, back, ..
+        } = mode
+        {
+            cmd.arg(want).arg(share);
+            match back {
+                Some(back) => cmd.arg(back.units).arg(&back.receipts[..]),
+                None => cmd.arg(0),
+            };
         }
         if let Some((carry, hold)) = carry {
             carry.arguments(&mut cmd, now, hold);
@@ -328,6 +454,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         Box::pin(async move {
             let inner = &table.inner;
             inner.denials.remove(&key);
+            if let Some(book) = &inner.leases {
+                book.forget(&key);
+            }
             inner.fallback.reset(&key, now);
             let result = table.round_trip(&key, now, Mode::Reset).await;
             // A denial remembered while the reset was on its way is forgotten too.
@@ -345,12 +474,28 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
         Box::pin(async move {
             let inner = &table.inner;
+            if let Some(book) = &inner.leases {
+                book.forget(&key);
+            }
             inner.fallback.block(&key, now, duration);
             let result = table.round_trip(&key, now, Mode::Block(nanos)).await;
             result
                 .map(drop)
                 .map_err(|error| inner.update_failed(error, now))
         })
+    }
+}
+
+/// Ends a lease call in the book when dropped.
+struct Done<'a> {
+    book: &'a LeaseBook,
+    key: &'a Key,
+    ticket: u64,
+}
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.book.done(self.key, self.ticket);
     }
 }
 
@@ -365,9 +510,24 @@ enum Mode<'a> {
     Reset,
     /// Blocks the key for a number of ns.
     Block(u64),
+    /// A check of a cost that takes a slice of up to `want` units (at most `1 / share` of
+    /// what is left) on top, giving back an ended slice's units first.
+    Lease {
+        cost: u64,
+        want: u64,
+        share: u64,
+        back: Option<&'a GiveBack>,
+    },
 }
 
 impl<A: RedisAlgorithm> Inner<A> {
+    /// Whether the table carries usage over from earlier quotas right now.
+    fn carrying(&self) -> bool {
+        self.carry
+            .as_ref()
+            .is_some_and(|carry| carry.hold(Instant::now()).is_some())
+    }
+
     /// Runs the script (`cmd`, an `EVALSHA`), loading it first when the server does not have
     /// it (`NOSCRIPT`: a fresh, restarted, flushed or failed-over server). The callers that
     /// find it missing together load it once: the first loads it while the others wait, then

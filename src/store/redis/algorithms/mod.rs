@@ -38,6 +38,11 @@ pub trait RedisAlgorithm: MemoryAlgorithm + sealed::Sealed {
     #[doc(hidden)]
     const LUA: &'static str;
 
+    /// Whether a server may spend a slice of a key's budget after Redis counted it
+    /// ([`Leases`](crate::store::Leases)): the module has `ALG.lease_life`.
+    #[doc(hidden)]
+    const LEASES: bool = false;
+
     /// Whether decisions list one decision per tier ([`Tiered`]).
     #[doc(hidden)]
     const TIERED: bool = false;
@@ -98,6 +103,7 @@ impl RedisTier {
 impl<A: RedisAlgorithm> RedisAlgorithm for Tiered<A> {
     const LUA: &'static str = A::LUA;
     const TIERED: bool = true;
+    const LEASES: bool = A::LEASES;
     const MAX_FIGURE: u64 = A::MAX_FIGURE;
     const NAME: &'static str = A::NAME;
     const FIGURES: &'static [(&'static str, &'static str)] = A::FIGURES;

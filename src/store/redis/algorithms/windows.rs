@@ -28,6 +28,7 @@ impl RedisAlgorithm for FixedWindow {
     );
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "fixed_window";
+    const LEASES: bool = true;
     const FIGURES: &'static [(&'static str, &'static str)] = &[
         ("limit", "a smaller limit"),
         ("period (in ns)", "a shorter period"),
@@ -66,6 +67,7 @@ impl RedisAlgorithm for SlidingWindow {
     );
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "sliding_window";
+    const LEASES: bool = true;
     const FIGURES: &'static [(&'static str, &'static str)] = &[
         ("limit", "a smaller limit"),
         ("period (in ns)", "a shorter period"),

@@ -317,6 +317,41 @@ if blocked > 0 then
   return reply
 end
 
+-- A lease ('l'): the request's cost and, on top, a slice of what is left for the caller to
+-- spend on its own while the slice lives (ALG.lease_life). ARGV after the parameters: the units
+-- wanted, the share (the slice is at most what is left after the request, divided by it), the
+-- units of an ended slice given back (0 for none) and, for those, each tier's receipt. The
+-- reply ends with the units granted and the slice's life in ns (0 and 0 when none).
+local slice = nil
+if mode == 'l' then
+  if not ALG.lease_life then
+    return redis.error_reply('ERR tollgate: ' .. ALG.TAG .. ' states are not leased')
+  end
+  local at = 5 + tiers * ALG.NPARAMS
+  local want, share, back = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  if not want or not share or not back or want < 0 or share < 1 or back < 0 then
+    return redis.error_reply('ERR tollgate: a lease names the units wanted, the share and the units given back')
+  end
+  if back > 0 then
+    for i = 1, tiers do
+      local refunded = ALG.refund(states[i], NOW, back, params[i], ARGV[at + 2 + i])
+      if refunded then
+        save(i, refunded, false)
+        states[i] = refunded
+      end
+    end
+  end
+  local left = nil
+  for i = 1, tiers do
+    local r = ALG.check(states[i], NOW, 0, params[i])[2]
+    if not left or r < left then
+      left = r
+    end
+  end
+  slice = math.min(want, idiv(math.max(left - cost, 0), share))
+  cost = cost + slice
+end
+
 local decisions, nexts = {}, {}
 local all = true
 for i = 1, tiers do
@@ -338,5 +373,22 @@ for i = 1, tiers do
     decisions[i] = (ALG.check(states[i], NOW, 0, params[i]))
   end
   answer(decisions[i])
+end
+if slice then
+  -- The slice lives while every tier counts its units as spent at once would be.
+  local life = nil
+  if all and slice > 0 then
+    for i = 1, tiers do
+      local l = ALG.lease_life(nexts[i] or states[i], NOW, params[i])
+      if not life or l < life then
+        life = l
+      end
+    end
+  end
+  if not life or life <= 0 then
+    slice, life = 0, 0
+  end
+  reply[#reply + 1] = slice
+  reply[#reply + 1] = life
 end
 return reply

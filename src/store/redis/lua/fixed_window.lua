@@ -95,3 +95,9 @@ end
 function ALG.fresh_in(state, now, p)
   return window_left(state, now, p) or 0
 end
+
+-- How long a slice of the budget counted at `now` may be spent later without changing any
+-- decision: to the end of the open window, in which every request counts alike.
+function ALG.lease_life(state, now, p)
+  return window_left(state, now, p) or 0
+end

@@ -346,3 +346,12 @@ function ALG.fresh_in(state, now, p)
   local f = frame(state, now, p)
   return f and reset_after(p, state.counts, f, 0, now) or 0
 end
+
+-- How long a slice of the budget counted at `now` may be spent later without changing any
+-- decision: to the end of the current sub-window. Within it the estimate only falls (the
+-- straddling counter weighs less as time passes), and a unit counted in it counts as one spent
+-- later in it.
+function ALG.lease_life(state, now, p)
+  local f = frame(state, now, p)
+  return f and wait(p, f, 1, 0, now) or 0
+end

@@ -1,0 +1,547 @@
+//! Local leases: a server that sees a key often takes a slice of the key's budget from Redis in
+//! the call that decides one of its requests, and admits the next requests from the slice
+//! without a round trip while the slice lasts.
+//!
+//! A slice is an ordinary admission of a larger cost in Redis, so every unit of it is counted in
+//! the key's shared state before it is spent here. It lives only as long as spending it later
+//! changes no decision: to the end of the fixed window it was counted in, or of the sliding
+//! window's sub-window (see [`Leases`]), and never longer than [`Leases::max_life`]. Unused units
+//! go back to Redis with the key's next call once the slice ended or ran short.
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use hashbrown::HashMap;
+use tokio::sync::watch;
+
+use crate::{Decision, Key};
+
+/// Local leases on a [`RedisStore`](super::RedisStore) ([`local_leases`](super::RedisStore::local_leases)):
+/// how large a slice of a hot key's budget a server takes, how long it keeps it, and how many
+/// keys it tracks.
+///
+/// A key is hot on a server from its second check there within [`max_life`](Self::max_life).
+/// Its next call to Redis decides the request and takes, on top of the request's cost, a slice
+/// of what is left: at most [`max_slice`](Self::max_slice) units and at most
+/// `1 / share` of what the key has left after the request (one call admits at most
+/// `left / share + cost`). The server admits the key's next requests from the slice, with no
+/// round trip, until it is spent or its life ends; then the next call takes another.
+///
+/// Which algorithms lease, and why exactly:
+///
+/// - **Fixed window**: a slice lives to the end of the window it was counted in. Every request
+///   in a window counts alike, so a unit counted at the slice's start and spent later in the
+///   same window admits exactly what one request decided then would.
+/// - **Sliding window**: a slice lives to the end of the sub-window it was counted in. Within a
+///   sub-window the estimate only falls as time passes (the straddling counter weighs less),
+///   and a unit counted in the sub-window counts exactly as one spent later in it.
+/// - **Tiers** of these: the slice is taken from every tier at once, and lives to the end of
+///   the earliest tier's (sub-)window.
+/// - **GCRA, the token and leaky buckets, the sliding log, the hybrid**: decided exactly, one
+///   call per request, with or without leases. A bucket refills with time: a slice taken from
+///   a full bucket and spent later would let the fleet admit the slice and a refilled bucket
+///   together, which the quota forbids; the log keeps each request's own time.
+///
+/// So with leases, **every request the fleet admits is one the algorithm admits** given every
+/// admission before it, on every server: the fleet never admits more than the quota, whatever
+/// the number of servers. What leases change is only who may be denied: a unit held in one
+/// server's slice is not available to another until it is given back, so a key may be denied
+/// on one server while another holds units (at most `1 / share` of what was left when each
+/// slice was taken). Slices end with their (sub-)window or after `max_life`, whichever comes
+/// first; their unused units go back to Redis with the key's next call on that server.
+///
+/// What else a leased key sees:
+///
+/// - `remaining` in a decision served from a slice is what Redis had left after the slice was
+///   taken plus what the slice still holds: other servers' admissions since may have lowered
+///   the first part. `reset_after` counts down from the grant.
+/// - A [block](crate::layer::Handle::block) or reset made through this server ends the key's
+///   slice here at once. One made through another server reaches this server when the slice
+///   ends: within `max_life` (1 s by default, as a denial of a blocked key remembered by
+///   [`deny_cache`](super::RedisStore::deny_cache)).
+/// - A refund ([`count_if`](crate::RateLimitLayer::count_if)) of a request admitted from a
+///   slice that still lives goes back into the slice; otherwise to Redis, as for any request.
+/// - Peeks ask Redis, which counts the slices as spent.
+/// - While a live layer carries usage over after
+///   [`Handle::set_quotas`](crate::layer::Handle::set_quotas), its keys are decided exactly.
+/// - When Redis fails, a slice already taken is still spent (its units are counted in Redis);
+///   other requests get the [failure policy](super::OnFailure)'s answer.
+/// - A server tracks at most [`keys`](Self::keys) keys; when its book is full, keys it does not
+///   track are decided exactly. Clients cannot grow it beyond that.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leases {
+    max_slice: u64,
+    share: u64,
+    max_life: Duration,
+    keys: usize,
+}
+
+impl Default for Leases {
+    /// Slices of at most 1 000 units and an eighth of what is left, living at most 1 s;
+    /// 10 000 keys tracked per policy.
+    fn default() -> Self {
+        Self {
+            max_slice: 1_000,
+            share: 8,
+            max_life: Duration::from_secs(1),
+            keys: 10_000,
+        }
+    }
+}
+
+impl Leases {
+    /// The most units one slice holds (1 000 by default).
+    ///
+    /// # Panics
+    ///
+    /// When `units` is 0: leases would take nothing. Leave leases off instead.
+    #[must_use]
+    #[track_caller]
+    pub fn max_slice(mut self, units: u64) -> Self {
+        assert!(
+            units > 0,
+            "tollgate::Leases::max_slice: 0 units would lease nothing; give at least 1, or do \
+             not call RedisStore::local_leases"
+        );
+        self.max_slice = units;
+        self
+    }
+
+    /// A slice takes at most `1 / share` of what the key has left after the request (8 by
+    /// default): the larger `share`, the less one server holds that others might need, and the
+    /// more calls to Redis.
+    ///
+    /// # Panics
+    ///
+    /// When `share` is 0.
+    #[must_use]
+    #[track_caller]
+    pub fn share(mut self, share: u64) -> Self {
+        assert!(
+            share > 0,
+            "tollgate::Leases::share: 0 is not a share; give 1 (a slice may take all that is \
+             left) or more (8 by default)"
+        );
+        self.share = share;
+        self
+    }
+
+    /// The longest a slice lives (1 s by default), however long its window: the longest a
+    /// block or reset made through another server takes to reach a key leased here, and the
+    /// longest unused units stay out of other servers' reach.
+    ///
+    /// # Panics
+    ///
+    /// When `life` is zero.
+    #[must_use]
+    #[track_caller]
+    pub fn max_life(mut self, life: Duration) -> Self {
+        assert!(
+            !life.is_zero(),
+            "tollgate::Leases::max_life: a zero life would end every slice at once; give a \
+             positive duration (1 s by default)"
+        );
+        self.max_life = life;
+        self
+    }
+
+    /// How many keys one policy's book tracks on this server (10 000 by default); keys beyond
+    /// it are decided exactly. Each takes a few hundred bytes while tracked, and a key is forgotten
+    /// once it has not been checked for `max_life` and holds no slice.
+    ///
+    /// # Panics
+    ///
+    /// When `keys` is 0.
+    #[must_use]
+    #[track_caller]
+    pub fn keys(mut self, keys: usize) -> Self {
+        assert!(
+            keys > 0,
+            "tollgate::Leases::keys: a book of 0 keys would lease nothing; give at least 1, or \
+             do not call RedisStore::local_leases"
+        );
+        self.keys = keys;
+        self
+    }
+
+    pub(super) fn max_slice_units(&self) -> u64 {
+        self.max_slice
+    }
+
+    pub(super) fn share_of_left(&self) -> u64 {
+        self.share
+    }
+
+    pub(super) fn max_life_nanos(&self) -> u64 {
+        u64::try_from(self.max_life.as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// What a check of a key asks of Redis.
+pub(super) enum Plan {
+    /// A check of the request alone.
+    Exact,
+    /// A check that takes a slice on top, giving back what an ended slice left unused; the
+    /// ticket names this call to [`LeaseBook::granted`] and [`LeaseBook::done`].
+    Lease(Option<GiveBack>, u64),
+    /// Another call of this server is taking a slice for the key: wait for it (the receiver
+    /// wakes when it ends), then spend from its slice.
+    Wait(watch::Receiver<()>),
+}
+
+/// Units of an ended slice and the receipts (one per tier) they were counted under.
+pub(super) struct GiveBack {
+    pub(super) units: u64,
+    pub(super) receipts: Arc<[u64]>,
+}
+
+/// A slice being spent: what is left, until when (limiter time, ns, exclusive), and the
+/// decision of the request that took it (its `remaining` what Redis had left after it).
+struct Slice {
+    units: u64,
+    granted: u64,
+    until: u64,
+    grant: Decision,
+    receipts: Arc<[u64]>,
+}
+
+struct Entry {
+    /// When the key was last checked here (limiter time, ns).
+    seen: u64,
+    slice: Option<Slice>,
+    /// The call taking a slice for the key, if one is under way: its ticket, and the sender
+    /// whose drop wakes the checks that wait for it.
+    leasing: Option<(u64, watch::Sender<()>)>,
+}
+
+impl Entry {
+    fn new(seen: u64) -> Self {
+        Self {
+            seen,
+            slice: None,
+            leasing: None,
+        }
+    }
+}
+
+struct Shard {
+    entries: HashMap<Key, Entry, std::hash::RandomState>,
+    capacity: usize,
+    /// When the shard last forgot stale entries.
+    swept: u64,
+}
+
+/// How many shards a book has at most.
+const MAX_SHARDS: usize = 16;
+
+/// One policy's leases on this server.
+pub(super) struct LeaseBook {
+    leases: Leases,
+    hasher: std::hash::RandomState,
+    shards: Box<[Mutex<Shard>]>,
+    tickets: AtomicU64,
+}
+
+impl LeaseBook {
+    pub(super) fn new(leases: &Leases) -> Self {
+        let count = leases.keys.clamp(1, MAX_SHARDS);
+        let shards = (0..count)
+            .map(|i| {
+                let capacity = leases.keys / count + usize::from(i < leases.keys % count);
+                Mutex::new(Shard {
+                    entries: HashMap::with_hasher(std::hash::RandomState::new()),
+                    capacity,
+                    swept: 0,
+                })
+            })
+            .collect();
+        Self {
+            leases: leases.clone(),
+            hasher: std::hash::RandomState::new(),
+            shards,
+            tickets: AtomicU64::new(1),
+        }
+    }
+
+    pub(super) fn leases(&self) -> &Leases {
+        &self.leases
+    }
+
+    fn shard(&self, key: &Key) -> std::sync::MutexGuard<'_, Shard> {
+        let hash = self.hasher.hash_one(key);
+        let at = usize::try_from(hash % self.shards.len() as u64).unwrap_or(0);
+        self.shards[at]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The decision for a request of `cost` admitted from the key's slice, when the slice
+    /// lives at `now` and holds enough.
+    pub(super) fn spend(&self, key: &Key, now: u64, cost: u64) -> Option<Decision> {
+        let mut shard = self.shard(key);
+        let entry = shard.entries.get_mut(key)?;
+        entry.seen = entry.seen.max(now);
+        let slice = entry.slice.as_mut()?;
+        if now >= slice.until || slice.units < cost {
+            return None;
+        }
+        slice.units -= cost;
+        Some(slice.standing(now))
+    }
+
+    /// What the next call for a key should ask, noting that it was checked at `now`: a lease
+    /// when the key was checked here within `max_life` before (taking back an ended or short
+    /// slice's units), a wait when another call is taking one (unless `waited` already), else
+    /// the request alone.
+    pub(super) fn plan(&self, key: &Key, now: u64, waited: bool) -> Plan {
+        let life = self.leases.max_life_nanos();
+        let mut shard = self.shard(key);
+        if let Some(entry) = shard.entries.get_mut(key) {
+            let hot = now.saturating_sub(entry.seen) < life;
+            entry.seen = entry.seen.max(now);
+            if let Some((_, sender)) = &entry.leasing {
+                return if waited {
+                    Plan::Exact
+                } else {
+                    Plan::Wait(sender.subscribe())
+                };
+            }
+            let back = entry.slice.take().and_then(|slice| {
+                (slice.units > 0).then_some(GiveBack {
+                    units: slice.units,
+                    receipts: slice.receipts,
+                })
+            });
+            if !hot && back.is_none() {
+                return Plan::Exact;
+            }
+            let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
+            entry.leasing = Some((ticket, watch::channel(()).0));
+            return Plan::Lease(back, ticket);
+        }
+        if shard.entries.len() >= shard.capacity {
+            shard.sweep(now, life);
+        }
+        if shard.entries.len() < shard.capacity {
+            shard.entries.insert(key.clone(), Entry::new(now));
+        }
+        Plan::Exact
+    }
+
+    /// Ends the call of `ticket` for the key, whatever became of it: the checks waiting for it
+    /// wake.
+    pub(super) fn done(&self, key: &Key, ticket: u64) {
+        let mut shard = self.shard(key);
+        if let Some(entry) = shard.entries.get_mut(key) {
+            if entry.leasing.as_ref().is_some_and(|(t, _)| *t == ticket) {
+                entry.leasing = None;
+            }
+        }
+    }
+
+    /// Keeps the slice of `units` that the call of `ticket` made at `now` took with `decision`
+    /// (whose `remaining` is what Redis had left after it), living `life` ns, unless the key
+    /// was reset or blocked here since the call began; returns the request's decision,
+    /// counting the slice in its `remaining`.
+    pub(super) fn granted(
+        &self,
+        key: &Key,
+        ticket: u64,
+        now: u64,
+        decision: Decision,
+        units: u64,
+        life: u64,
+    ) -> Decision {
+        if units == 0 || life == 0 || !decision.allowed {
+            return decision;
+        }
+        let life = life.min(self.leases.max_life_nanos());
+        let receipts: Arc<[u64]> = if decision.tiers().is_empty() {
+            Arc::from([decision.receipt()])
+        } else {
+            decision.tiers().iter().map(Decision::receipt).collect()
+        };
+        let slice = Slice {
+            units,
+            granted: now,
+            until: now.saturating_add(life),
+            grant: decision,
+            receipts,
+        };
+        let standing = slice.standing(now);
+        let mut shard = self.shard(key);
+        let entry = shard
+            .entries
+            .get_mut(key)
+            .filter(|entry| entry.leasing.as_ref().is_some_and(|(t, _)| *t == ticket));
+        // Without the entry of this call (the key was reset or blocked here, or forgotten), the
+        // slice is dropped: its units are counted in Redis, so the fleet only admits less.
+        if let Some(entry) = entry {
+            // A slice another call took meanwhile is not lost: its units join this one when
+            // both were counted under the same receipts, and are otherwise dropped (they are
+            // counted in Redis: the fleet only admits less).
+            let slice = match entry.slice.take() {
+                Some(mut other) if other.receipts == slice.receipts && now < other.until => {
+                    other.units += slice.units;
+                    other.until = other.until.min(slice.until);
+                    other
+                }
+                _ => slice,
+            };
+            entry.slice = Some(slice);
+        }
+        standing
+    }
+
+    /// Gives a refunded request of `cost` back to the key's slice, when the slice that admitted
+    /// it (`receipts`) still lives at `now`; its standing then.
+    pub(super) fn refund(
+        &self,
+        key: &Key,
+        receipts: &[u64],
+        now: u64,
+        cost: u64,
+    ) -> Option<Decision> {
+        let mut shard = self.shard(key);
+        let slice = shard.entries.get_mut(key)?.slice.as_mut()?;
+        if now >= slice.until || *slice.receipts != *receipts {
+            return None;
+        }
+        slice.units = slice.units.saturating_add(cost);
+        Some(slice.standing(now))
+    }
+
+    /// How many keys the book tracks.
+    pub(super) fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entries
+                    .len()
+            })
+            .sum()
+    }
+
+    /// Ends the key's slice here (a reset or block through this server); its units are not
+    /// given back.
+    pub(super) fn forget(&self, key: &Key) {
+        self.shard(key).entries.remove(key);
+    }
+}
+
+impl Shard {
+    /// Forgets the keys not checked for `life` that hold no live slice; at most once per
+    /// `life / 4`, so that a full book of live keys costs no sweep per check.
+    fn sweep(&mut self, now: u64, life: u64) {
+        if now.saturating_sub(self.swept) < life / 4 && self.swept != 0 {
+            return;
+        }
+        self.swept = now.max(1);
+        self.entries.retain(|_, entry| {
+            let live = entry.slice.as_ref().is_some_and(|s| now < s.until);
+            live || now.saturating_sub(entry.seen) < life
+        });
+    }
+}
+
+impl Slice {
+    /// The decision of a request admitted from the slice at `now`: the grant's, with what the
+    /// slice still holds added to `remaining` and `reset_after` counted down.
+    fn standing(&self, now: u64) -> Decision {
+        let passed = Duration::from_nanos(now.saturating_sub(self.granted));
+        let tier = |d: &Decision| {
+            Decision::allow(
+                d.limit,
+                d.remaining.saturating_add(self.units),
+                d.reset_after.saturating_sub(passed),
+            )
+            .with_receipt(d.receipt())
+        };
+        if self.grant.tiers().is_empty() {
+            tier(&self.grant)
+        } else {
+            let tiers: Vec<Decision> = self.grant.tiers().iter().map(tier).collect();
+            Decision::from_tiers(tiers.into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(f: impl FnOnce() -> Leases + std::panic::UnwindSafe) -> String {
+        let panic = std::panic::catch_unwind(f).unwrap_err();
+        panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_lease_that_would_take_nothing_is_refused_naming_the_setting() {
+        let cases: [(fn() -> Leases, &str); 4] = [
+            (|| Leases::default().max_slice(0), "max_slice"),
+            (|| Leases::default().share(0), "share"),
+            (|| Leases::default().max_life(Duration::ZERO), "max_life"),
+            (|| Leases::default().keys(0), "keys"),
+        ];
+        for (make, setting) in cases {
+            let message = refusal(make);
+            assert!(message.contains(setting), "{setting}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_sprayed_book_stays_within_its_keys() {
+        let book = LeaseBook::new(&Leases::default().keys(40));
+        for k in 0..10_000u64 {
+            let key = Key::from(k);
+            let _ = book.plan(&key, 1, false);
+            let _ = book.plan(&key, 2, false);
+            assert!(book.len() <= 40);
+        }
+        assert_eq!(book.len(), 40);
+    }
+
+    #[test]
+    fn a_slice_lives_no_longer_than_max_life_and_only_for_its_call() {
+        let book = LeaseBook::new(&Leases::default().max_life(Duration::from_nanos(100)));
+        let key = Key::from("hot");
+        assert!(
+            matches!(book.plan(&key, 5, false), Plan::Exact),
+            "first seen"
+        );
+        let Plan::Lease(None, ticket) = book.plan(&key, 6, false) else {
+            panic!("leased at its second check")
+        };
+        assert!(
+            matches!(book.plan(&key, 6, false), Plan::Wait(_)),
+            "a check meanwhile waits for the call"
+        );
+        assert!(
+            matches!(book.plan(&key, 6, true), Plan::Exact),
+            "or, having waited, goes alone"
+        );
+        // Granted to a call that is not the key's (another ticket): dropped.
+        let grant = || Decision::allow(10, 0, Duration::from_secs(1)).with_receipt(7);
+        let _ = book.granted(&key, ticket + 1, 6, grant(), 3, 1_000);
+        assert!(book.spend(&key, 6, 1).is_none());
+        // A life of 1 000 ns is cut to max_life: spent before 106, not at it.
+        let standing = book.granted(&key, ticket, 6, grant(), 3, 1_000);
+        assert_eq!(standing.remaining, 3, "the slice counts in remaining");
+        book.done(&key, ticket);
+        assert_eq!(book.spend(&key, 105, 1).map(|d| d.remaining), Some(2));
+        assert!(book.spend(&key, 106, 1).is_none(), "ended");
+        // Its 2 unused units go back with the next call.
+        let Plan::Lease(Some(back), _) = book.plan(&key, 106, false) else {
+            panic!("a lease giving back the ended slice")
+        };
+        assert_eq!((back.units, &back.receipts[..]), (2, &[7][..]));
+    }
+}

@@ -1,0 +1,523 @@
+//! Local leases on a real `redis-server`: a fleet of stores (each its own connection and
+//! tables, as separate servers) deciding one hot key, with slices of its budget spent locally.
+//!
+//! - Whatever the fleet admits, in any order of servers, costs, refunds and clock moves, the
+//!   algorithm itself admits: every admission is replayed, in order, through the in-memory
+//!   limiter of the same quotas, and each must pass there too (fixed and sliding windows, tiers
+//!   of them).
+//! - Under the quota (90 %, sent evenly from 4 servers), at least 99 % of requests pass, and
+//!   Redis runs at least ten times fewer scripts than there are decisions.
+//! - Algorithms that do not lease are decided exactly, one script per decision.
+//! - Blocks and resets: through the server holding a slice they end it at once; through
+//!   another they reach it when the slice ends, within `max_life`.
+//! - The book of leased keys stays within its bound however many keys are sprayed.
+
+#[path = "support/redis.rs"]
+mod server;
+
+use std::time::Duration;
+
+use tollgate::clock::ManualClock;
+use tollgate::store::redis::RedisAlgorithm;
+use tollgate::store::{Leases, MemoryStore, RedisStore};
+use tollgate::{Decision, Quota, RateLimiter};
+
+type Fleet<A> = Vec<RateLimiter<A, RedisStore, ManualClock>>;
+
+/// A small deterministic generator (xorshift64*), so that a failing case names its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// `servers` stores on `url`, each its own connection (as separate servers), deciding on the
+/// caller's clock, with `leases`.
+async fn fleet<A>(
+    url: &str,
+    servers: usize,
+    leases: &Leases,
+    clock: &ManualClock,
+    template: &RateLimiter<A>,
+) -> Fleet<A>
+where
+    A: RedisAlgorithm,
+{
+    let mut fleet = Vec::new();
+    for _ in 0..servers {
+        // A long timeout: the machine may be busy, and a timeout here would only fail the test.
+        let store = server::closed_on_caller_clock(url)
+            .await
+            .timeout(Duration::from_secs(5))
+            .local_leases(leases.clone());
+        fleet.push(template.clone().with_clock(clock.clone()).with_store(store));
+    }
+    fleet
+}
+
+/// One admission of the fleet and the oracle's of the same request, kept for a refund.
+struct Admitted {
+    server: usize,
+    cost: u64,
+    fleet: Decision,
+    oracle: Decision,
+}
+
+/// Runs `steps` random steps of the fleet on one key, replaying every admission (and refund)
+/// through `oracle`: each admission must pass there too. Returns how many the fleet admitted.
+async fn replay<A>(
+    rng: &mut Rng,
+    fleet: &Fleet<A>,
+    oracle: &RateLimiter<A, MemoryStore, ManualClock>,
+    clock: &ManualClock,
+    period: Duration,
+    steps: usize,
+    label: &str,
+) -> usize
+where
+    A: RedisAlgorithm,
+{
+    let key = "hot";
+    let mut admitted: Vec<Admitted> = Vec::new();
+    let mut count = 0;
+    for step in 0..steps {
+        match rng.below(20) {
+            // Time moves: not at all, a little, or up to half a period.
+            0..=5 => {
+                let nanos = u64::try_from(period.as_nanos()).unwrap();
+                let dt = match rng.below(3) {
+                    0 => rng.below(1_000),
+                    1 => rng.below(nanos / 40 + 1),
+                    _ => rng.below(nanos / 2 + 1),
+                };
+                clock.advance(Duration::from_nanos(dt));
+            }
+            // A refund (count_if) of an admission not refunded yet.
+            6..=7 if !admitted.is_empty() => {
+                let at = usize::try_from(rng.below(admitted.len() as u64)).unwrap();
+                let a = admitted.swap_remove(at);
+                fleet[a.server]
+                    .refund(key, &a.fleet, a.cost)
+                    .await
+                    .unwrap_or_else(|e| panic!("{label}: refund at step {step}: {e}"));
+                oracle.refund(key, &a.oracle, a.cost).await.unwrap();
+            }
+            _ => {
+                let server = usize::try_from(rng.below(fleet.len() as u64)).unwrap();
+                let cost = if rng.below(6) == 0 {
+                    1 + rng.below(3)
+                } else {
+                    1
+                };
+                let decision = fleet[server]
+                    .check_n(key, cost)
+                    .await
+                    .unwrap_or_else(|e| panic!("{label}: check at step {step}: {e}"));
+                if decision.allowed {
+                    let replayed = oracle.check_n(key, cost).await.unwrap();
+                    assert!(
+                        replayed.allowed,
+                        "{label}: step {step}: server {server} admitted a request of cost {cost} \
+                         that the algorithm denies given every earlier admission ({replayed:?})"
+                    );
+                    count += 1;
+                    admitted.push(Admitted {
+                        server,
+                        cost,
+                        fleet: decision,
+                        oracle: replayed,
+                    });
+                }
+            }
+        }
+    }
+    count
+}
+
+/// Random leases: small slices and shares, lives short and long.
+fn leases(rng: &mut Rng) -> Leases {
+    let life = [
+        Duration::from_millis(30),
+        Duration::from_millis(400),
+        Duration::from_secs(60),
+    ][usize::try_from(rng.below(3)).unwrap()];
+    Leases::default()
+        .max_slice(1 + rng.below(12))
+        .share(1 + rng.below(4))
+        .max_life(life)
+}
+
+/// Makes a case's limiter (of quotas named by the string) and the period its time moves by.
+type Build<'a, A> = dyn Fn(&mut Rng, String) -> (RateLimiter<A>, Duration) + 'a;
+
+/// Runs `cases` random cases of one kind of algorithm, each with its own policy name.
+async fn cases<A>(url: &str, kind: &str, seed: u64, cases: u64, build: &Build<'_, A>) -> usize
+where
+    A: RedisAlgorithm,
+{
+    let mut total = 0;
+    for case in 0..cases {
+        let seed = seed.wrapping_add(case).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut rng = Rng(seed);
+        let name = format!("{kind}-{case}");
+        let (template, period) = build(&mut rng, name);
+        let leases = leases(&mut rng);
+        let clock = ManualClock::new();
+        clock.advance(Duration::from_secs(1_000));
+        let servers = 1 + usize::try_from(rng.below(4)).unwrap();
+        let fleet = fleet(url, servers, &leases, &clock, &template).await;
+        let oracle = template.with_clock(clock.clone());
+        let label = format!("{kind} case {case} (seed {seed:#x}, {servers} servers, {leases:?})");
+        total += replay(&mut rng, &fleet, &oracle, &clock, period, 160, &label).await;
+    }
+    total
+}
+
+fn the_fleet_admits_only_what_the_algorithm_admits() {
+    let server = server::RedisServer::start().expect("redis-server");
+    server::runtime().block_on(async {
+        let url = server.url();
+        let quota = |rng: &mut Rng, name: String| {
+            let limit = 2 + rng.below(30);
+            let period = Duration::from_millis(200 + rng.below(3_000));
+            (Quota::new(limit, period).named(name), period)
+        };
+        let mut admitted = 0;
+        admitted += cases(&url, "fixed", 1, 40, &|rng, name| {
+            let (q, period) = quota(rng, name);
+            (RateLimiter::fixed_window(q), period)
+        })
+        .await;
+        admitted += cases(&url, "sliding", 2, 40, &|rng, name| {
+            let (q, period) = quota(rng, name);
+            let k = 1 + usize::try_from(rng.below(4)).unwrap();
+            (RateLimiter::sliding_window(q).sub_windows(k), period)
+        })
+        .await;
+        admitted += cases(&url, "fixed-tiers", 3, 25, &|rng, name| {
+            let (a, period) = quota(rng, format!("{name}-a"));
+            let (b, _) = quota(rng, format!("{name}-b"));
+            let b = Quota::new(b.limit() * 3, period * 4).named(name);
+            (RateLimiter::fixed_window([a, b]), period)
+        })
+        .await;
+        admitted += cases(&url, "sliding-tiers", 4, 25, &|rng, name| {
+            let (a, period) = quota(rng, format!("{name}-a"));
+            let (b, _) = quota(rng, format!("{name}-b"));
+            let b = Quota::new(b.limit() * 3, period * 4).named(name);
+            (RateLimiter::sliding_window([a, b]), period)
+        })
+        .await;
+        // The cases admit plenty: the property is not met by denying everything.
+        assert!(admitted > 5_000, "only {admitted} admissions in all cases");
+    });
+}
+
+/// `servers` stores sending 90 % of `limit` per `period`, evenly and in turn, for `periods`
+/// periods; returns (decisions, admitted, scripts run).
+async fn under_the_quota<A: RedisAlgorithm>(
+    server: &server::RedisServer,
+    template: RateLimiter<A>,
+    servers: usize,
+    limit: u64,
+    period: Duration,
+    periods: u64,
+) -> (u64, u64, u64) {
+    let clock = ManualClock::new();
+    let fleet = fleet(
+        &server.url(),
+        servers,
+        &Leases::default(),
+        &clock,
+        &template,
+    )
+    .await;
+    let decisions = limit * 9 / 10 * periods;
+    let gap = period / u32::try_from(limit * 9 / 10).unwrap();
+    let before = server.calls("evalsha");
+    let mut admitted = 0;
+    for i in 0..decisions {
+        let at = usize::try_from(i).unwrap() % servers;
+        if fleet[at].check("hot").await.unwrap().allowed {
+            admitted += 1;
+        }
+        clock.advance(gap);
+    }
+    (decisions, admitted, server.calls("evalsha") - before)
+}
+
+fn under_the_quota_nearly_all_pass_with_ten_times_fewer_scripts() {
+    let server = server::RedisServer::start().expect("redis-server");
+    server::runtime().block_on(async {
+        let period = Duration::from_secs(1);
+        let limit = 5_000;
+        let runs: Vec<(&str, RateLimiter<_>)> = vec![
+            (
+                "fixed",
+                RateLimiter::fixed_window(Quota::new(limit, period).named("u-fixed")),
+            ),
+            (
+                "fixed-aligned",
+                RateLimiter::fixed_window(Quota::new(limit, period).named("u-fa")).aligned(),
+            ),
+        ];
+        for (kind, template) in runs {
+            let (decisions, admitted, scripts) =
+                under_the_quota(&server, template, 4, limit, period, 4).await;
+            report(kind, decisions, admitted, scripts);
+        }
+        let sliding = RateLimiter::sliding_window(Quota::new(limit, period).named("u-sliding"));
+        let (decisions, admitted, scripts) =
+            under_the_quota(&server, sliding, 4, limit, period, 4).await;
+        report("sliding", decisions, admitted, scripts);
+        let tiers = RateLimiter::fixed_window([
+            Quota::new(limit, period).named("u-t1"),
+            Quota::new(limit * 50, period * 60).named("u-t2"),
+        ]);
+        let (decisions, admitted, scripts) =
+            under_the_quota(&server, tiers, 4, limit, period, 4).await;
+        report("fixed-tiers", decisions, admitted, scripts);
+    });
+}
+
+/// Asserts at least 99 % admitted and ten times fewer scripts than decisions.
+fn report(kind: &str, decisions: u64, admitted: u64, scripts: u64) {
+    eprintln!("{kind}: {admitted} of {decisions} admitted, {scripts} scripts");
+    assert!(
+        admitted * 100 >= decisions * 99,
+        "{kind}: only {admitted} of {decisions} admitted at 90 % of the quota"
+    );
+    assert!(
+        scripts * 10 <= decisions,
+        "{kind}: {scripts} scripts for {decisions} decisions"
+    );
+}
+
+fn algorithms_that_do_not_lease_are_decided_exactly() {
+    let server = server::RedisServer::start().expect("redis-server");
+    server::runtime().block_on(async {
+        let clock = ManualClock::new();
+        let gcra = RateLimiter::gcra(Quota::per_second(1_000).named("x-gcra"));
+        let fleet = fleet(&server.url(), 2, &Leases::default(), &clock, &gcra).await;
+        // Loads the script (its first EVALSHA is refused with NOSCRIPT and counted).
+        assert!(fleet[0].check("warm").await.unwrap().allowed);
+        let before = server.calls("evalsha");
+        for i in 0..200 {
+            assert!(fleet[i % 2].check("hot").await.unwrap().allowed);
+            clock.advance(Duration::from_millis(1));
+        }
+        assert_eq!(
+            server.calls("evalsha") - before,
+            200,
+            "one script per decision"
+        );
+        assert_eq!(fleet[0].table().leased_keys(), 0, "no book for GCRA");
+    });
+}
+
+/// Two servers with slices of one key's budget (a window of 10 s, slices living at most
+/// 100 ms), each having admitted once from its slice.
+async fn two_leasing(
+    url: &str,
+    clock: &ManualClock,
+    name: &str,
+) -> Fleet<tollgate::algorithm::FixedWindow> {
+    let leases = Leases::default().max_life(Duration::from_millis(100));
+    let template =
+        RateLimiter::fixed_window(Quota::new(1_000, Duration::from_secs(10)).named(name));
+    let fleet = fleet(url, 2, &leases, clock, &template).await;
+    for limiter in &fleet {
+        for _ in 0..3 {
+            assert!(limiter.check("hot").await.unwrap().allowed);
+        }
+    }
+    fleet
+}
+
+fn a_block_ends_a_slice_here_at_once_and_elsewhere_within_its_life() {
+    let server = server::RedisServer::start().expect("redis-server");
+    server::runtime().block_on(async {
+        let clock = ManualClock::new();
+        let fleet = two_leasing(&server.url(), &clock, "blocks").await;
+        let before = server.calls("evalsha");
+        assert!(fleet[0].check("hot").await.unwrap().allowed);
+        assert_eq!(server.calls("evalsha"), before, "admitted from the slice");
+
+        fleet[0]
+            .block("hot", Duration::from_secs(60))
+            .await
+            .unwrap();
+        let here = fleet[0].check("hot").await.unwrap();
+        assert!(
+            !here.allowed && here.is_blocked(),
+            "the blocking server's slice ended"
+        );
+        // The other server spends its slice until the slice ends, and no longer.
+        clock.advance(Duration::from_millis(99));
+        assert!(
+            fleet[1].check("hot").await.unwrap().allowed,
+            "its slice lives 100 ms"
+        );
+        clock.advance(Duration::from_millis(1));
+        let there = fleet[1].check("hot").await.unwrap();
+        assert!(
+            !there.allowed && there.is_blocked(),
+            "the block reached it with the slice's end"
+        );
+
+        // A reset through a server ends its slice too: the next check asks Redis.
+        fleet[1].reset("hot").await.unwrap();
+        let before = server.calls("evalsha");
+        let fresh = fleet[1].check("hot").await.unwrap();
+        assert!(fresh.allowed);
+        assert_eq!(
+            server.calls("evalsha"),
+            before + 1,
+            "decided by Redis after the reset"
+        );
+    });
+}
+
+fn a_slice_is_spent_while_redis_is_away_and_then_the_failure_policy_answers() {
+    let mut server = server::RedisServer::start().expect("redis-server");
+    server::runtime().block_on(async {
+        let clock = ManualClock::new();
+        let fleet = two_leasing(&server.url(), &clock, "away").await;
+        server.kill();
+        // The slice was counted in Redis before it was spent: it is spent with Redis away.
+        let mut local = 0;
+        loop {
+            match fleet[0].check("hot").await {
+                Ok(d) if d.allowed => local += 1,
+                Ok(d) => panic!("denied with Redis away: {d:?}"),
+                // Closed: once the slice is spent, Redis's silence is an error.
+                Err(_) => break,
+            }
+            assert!(local < 1_000, "a slice holds at most max_slice");
+        }
+        assert!(local > 0, "the slice was spent");
+    });
+}
+
+fn the_book_of_leased_keys_stays_bounded() {
+    let server = server::RedisServer::start().expect("redis-server");
+    server::runtime().block_on(async {
+        let clock = ManualClock::new();
+        let leases = Leases::default()
+            .keys(100)
+            .max_life(Duration::from_millis(50));
+        let template =
+            RateLimiter::fixed_window(Quota::new(10, Duration::from_secs(60)).named("book"));
+        let fleet = fleet(&server.url(), 1, &leases, &clock, &template).await;
+        let limiter = &fleet[0];
+        for key in 0..3_000u64 {
+            // Each sprayed key is checked twice, so each would be leased.
+            assert!(limiter.check(key).await.unwrap().allowed);
+            assert!(limiter.check(key).await.unwrap().allowed);
+            assert!(limiter.table().leased_keys() <= 100, "bounded");
+        }
+        assert_eq!(limiter.table().leased_keys(), 100, "full");
+        // Keys no longer checked, whose slices ended, make room for new ones.
+        clock.advance(Duration::from_millis(50));
+        let before = server.calls("evalsha");
+        for _ in 0..3 {
+            assert!(limiter.check("new").await.unwrap().allowed);
+        }
+        assert_eq!(
+            server.calls("evalsha") - before,
+            2,
+            "the new key is tracked: its second check takes a slice, its third spends it"
+        );
+        assert!(limiter.table().leased_keys() <= 100);
+    });
+}
+
+fn concurrent_callers_share_one_call_for_a_slice_and_never_pass_the_limit() {
+    let server = server::RedisServer::start().expect("redis-server");
+    server::runtime().block_on(async {
+        // The clock stands still: one window, which the callers overrun.
+        let clock = ManualClock::new();
+        let limit = 10_000;
+        let template =
+            RateLimiter::fixed_window(Quota::new(limit, Duration::from_secs(60)).named("crowd"));
+        let fleet = fleet(&server.url(), 4, &Leases::default(), &clock, &template).await;
+        let before = server.calls("evalsha");
+        let mut tasks = tokio::task::JoinSet::new();
+        for limiter in &fleet {
+            for _ in 0..16 {
+                let limiter = limiter.clone();
+                tasks.spawn(async move {
+                    let mut admitted = 0u64;
+                    for _ in 0..200 {
+                        if limiter.check("hot").await.unwrap().allowed {
+                            admitted += 1;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                    admitted
+                });
+            }
+        }
+        let mut admitted = 0;
+        while let Some(done) = tasks.join_next().await {
+            admitted += done.unwrap();
+        }
+        let scripts = server.calls("evalsha") - before;
+        eprintln!("{admitted} of 12800 admitted, limit {limit}, {scripts} scripts");
+        assert!(
+            admitted <= limit,
+            "{admitted} admitted, over the limit of {limit}"
+        );
+        // What the servers held unused when the window filled is all that is lost.
+        assert!(
+            admitted >= limit * 9 / 10,
+            "only {admitted} admitted of {limit}"
+        );
+        assert!(
+            scripts * 10 <= 12_800,
+            "{scripts} scripts for 12 800 decisions"
+        );
+    });
+}
+
+fn main() -> std::process::ExitCode {
+    server::harness(vec![
+        server::needs_redis(
+            "the_fleet_admits_only_what_the_algorithm_admits",
+            the_fleet_admits_only_what_the_algorithm_admits,
+        ),
+        server::needs_redis(
+            "under_the_quota_nearly_all_pass_with_ten_times_fewer_scripts",
+            under_the_quota_nearly_all_pass_with_ten_times_fewer_scripts,
+        ),
+        server::needs_redis(
+            "algorithms_that_do_not_lease_are_decided_exactly",
+            algorithms_that_do_not_lease_are_decided_exactly,
+        ),
+        server::needs_redis(
+            "a_block_ends_a_slice_here_at_once_and_elsewhere_within_its_life",
+            a_block_ends_a_slice_here_at_once_and_elsewhere_within_its_life,
+        ),
+        server::needs_redis(
+            "a_slice_is_spent_while_redis_is_away_and_then_the_failure_policy_answers",
+            a_slice_is_spent_while_redis_is_away_and_then_the_failure_policy_answers,
+        ),
+        server::needs_redis(
+            "concurrent_callers_share_one_call_for_a_slice_and_never_pass_the_limit",
+            concurrent_callers_share_one_call_for_a_slice_and_never_pass_the_limit,
+        ),
+        server::needs_redis(
+            "the_book_of_leased_keys_stays_bounded",
+            the_book_of_leased_keys_stays_bounded,
+        ),
+    ])
+}
