@@ -28,6 +28,14 @@
 //! total <all decisions, warm-up included> errors <n> slowest_ms <the longest check or failed
 //! call, warm-up included>`.
 //!
+//! `leases <url> <servers> <callers> <on|off> <seconds>`: one hot key under a fixed window of
+//! 20 000 a second named `leases`, sent at 90 % of the quota, evenly: `callers` tasks in all
+//! (on a current-thread runtime), task `i` on server `i % servers`, each server a `RedisStore`
+//! of its own (with `local_leases(Leases::default())` when `on`), each task keeping to its
+//! share of the rate by the millisecond. It prints one line: `leases servers <n> callers <n>
+//! on|off decisions <n> admitted <n> scripts <EVALSHA calls in INFO commandstats>`, counted
+//! over the whole run (the first call's NOSCRIPT included).
+//!
 //! `args` makes one allowed check with the slow log recording every command and prints the
 //! `EVALSHA` as Redis received it, one argument per line (for `redis-benchmark`: the real
 //! script with the real arguments).
@@ -37,7 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::algorithm::Gcra;
-use tollgate::store::{OnFailure, RedisStore};
+use tollgate::store::{Leases, OnFailure, RedisStore};
 use tollgate::{Quota, RateLimiter};
 
 type Limiter = RateLimiter<Gcra, RedisStore>;
@@ -78,7 +86,8 @@ impl Mode {
 fn usage() -> ! {
     eprintln!(
         "usage: redis script | args <url> | \
-         run <url> <allowed|denied|denied-nocache> <callers> <stores> <workers> <warmup s> <seconds>"
+         run <url> <allowed|denied|denied-nocache> <callers> <stores> <workers> <warmup s> <seconds> | \
+         leases <url> <servers> <callers> <on|off> <seconds>"
     );
     std::process::exit(2)
 }
@@ -282,6 +291,80 @@ fn run(url: &str, run: &Run) {
     }
 }
 
+/// One hot key at 90 % of a fixed window of 20 000 a second, from `servers` stores and
+/// `callers` tasks, with or without leases; see the module docs.
+fn leases(url: &str, servers: usize, callers: usize, on: bool, seconds: f64) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(async {
+        let quota = Quota::per_second(20_000).named("leases");
+        let mut fleet = Vec::new();
+        for _ in 0..servers {
+            let mut store = RedisStore::connect(url)
+                .await
+                .expect("connects")
+                .on_failure(OnFailure::Closed)
+                .timeout(Duration::from_secs(1));
+            if on {
+                store = store.local_leases(Leases::default());
+            }
+            fleet.push(RateLimiter::fixed_window(quota.clone()).with_store(store));
+        }
+        let mut info = redis::Client::open(url)
+            .expect("a client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connects");
+        let scripts = |text: String| -> u64 {
+            text.lines()
+                .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        let stats = || redis::cmd("INFO").arg("commandstats").to_owned();
+        let before = scripts(stats().query_async(&mut info).await.expect("INFO"));
+        let rate = 20_000.0 * 0.9 / callers as f64;
+        let start = Instant::now();
+        let end = start + Duration::from_secs_f64(seconds);
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..callers {
+            let limiter = fleet[i % servers].clone();
+            tasks.spawn(async move {
+                let (mut decisions, mut admitted, mut sent) = (0u64, 0u64, 0u64);
+                while Instant::now() < end {
+                    // Catch up with this caller's share of the rate, then wait a millisecond.
+                    let due = (start.elapsed().as_secs_f64() * rate) as u64;
+                    while sent < due {
+                        sent += 1;
+                        decisions += 1;
+                        if limiter.check("hot").await.expect("a decision").allowed {
+                            admitted += 1;
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                (decisions, admitted)
+            });
+        }
+        let (mut decisions, mut admitted) = (0, 0);
+        while let Some(done) = tasks.join_next().await {
+            let (d, a) = done.expect("a caller");
+            decisions += d;
+            admitted += a;
+        }
+        let after = scripts(stats().query_async(&mut info).await.expect("INFO"));
+        println!(
+            "leases servers {servers} callers {callers} {} decisions {decisions} admitted \
+             {admitted} scripts {}",
+            if on { "on" } else { "off" },
+            after - before
+        );
+    });
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // `cargo bench` passes `--bench`; ignore it.
@@ -310,6 +393,17 @@ fn main() {
                 warmup: Duration::from_secs_f64(warmup.parse().unwrap_or_else(|_| usage())),
                 measure: Duration::from_secs_f64(seconds.parse().unwrap_or_else(|_| usage())),
             },
+        ),
+        ["leases", url, servers, callers, on, seconds] => leases(
+            url,
+            number(servers) as usize,
+            number(callers) as usize,
+            match *on {
+                "on" => true,
+                "off" => false,
+                _ => usage(),
+            },
+            seconds.parse().unwrap_or_else(|_| usage()),
         ),
         // `cargo bench` with no arguments (as `cargo bench --all-features` runs every bench):
         // say how to run it, do not fail.

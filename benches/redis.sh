@@ -6,6 +6,14 @@
 #
 #   benches/redis.sh                        # 4 rounds, 1 + 3 s per run (about 4 minutes)
 #   ROUNDS=5 DURATION=6 benches/redis.sh    # other settings: WARMUP, CALLERS, POOL, WORKERS
+#   ONLY=leases benches/redis.sh            # only the local leases table (about 2 minutes)
+#
+# Local leases (last, or alone with ONLY=leases): one hot key under a fixed window of 20 000 a
+# second, sent at 90 % of the quota, evenly, by CALLERS tasks in all spread over LEASE_SERVERS
+# RedisStores (separate connections, as separate servers), with leases off and on
+# (`local_leases(Leases::default())`), LEASE_SECONDS s each (3 by default), a fresh redis-server
+# per run (pinned as below). Reported: decisions, the fraction admitted, and scripts per decision
+# (EVALSHA calls in INFO commandstats over the run, the first NOSCRIPT included).
 #
 # Method:
 # - Every run gets a fresh redis-server (--save '' --appendonly no) on a free loopback port,
@@ -99,6 +107,36 @@ stop_server() {
     wait "$SERVER" 2>/dev/null || true
     SERVER=""
 }
+
+LEASE_SERVERS=${LEASE_SERVERS:-"1 2 4"}
+LEASE_SECONDS=${LEASE_SECONDS:-3}
+
+# The local leases table; see the header.
+lease_runs() {
+    echo
+    echo "Local leases: one hot key at 90 % of a fixed window of 20 000/s, sent evenly, ${LEASE_SECONDS} s per run; load average $(cut -d' ' -f1-3 /proc/loadavg)."
+    printf '| %s | %s | %s | %s | %s | %s | %s |\n' servers callers leases decisions admitted "scripts / decision" "decisions / script"
+    printf '| %s | %s | %s | %s | %s | %s | %s |\n' ---: ---: --- ---: ---: ---: ---:
+    local servers callers on line
+    for servers in $LEASE_SERVERS; do
+        for callers in $CALLERS; do
+            [[ $callers -ge $servers ]] || continue
+            for on in off on; do
+                start_server
+                line=$("${LOAD_PIN[@]}" "$BIN" leases "redis://127.0.0.1:$PORT/" "$servers" "$callers" "$on" "$LEASE_SECONDS") ||
+                    fail "leases $servers servers $callers callers $on: $line"
+                stop_server
+                awk '{ d = $8; a = $10; s = $12
+                       printf "| %s | %s | %s | %d | %.2f%% | %.4f | %.0f |\n", $3, $5, $6, d, 100 * a / d, s / d, d / s }' <<<"$line"
+            done
+        done
+    done
+}
+
+if [[ ${ONLY:-} == leases ]]; then
+    lease_runs
+    exit 0
+fi
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
@@ -281,3 +319,5 @@ for run in "${RUNS[@]}"; do
     printf '| %s | %s | %.0f | %s | %s | %s | %.1f | %.1f | %s | %s | %s |\n' "$c" "$side" "$rate" \
         "$ratio" "$rounds" "$trips" "$server" "$client" "$errors" "$slowest" "$all"
 done
+
+lease_runs

@@ -485,7 +485,8 @@ mod tests {
 
     #[test]
     fn a_lease_that_would_take_nothing_is_refused_naming_the_setting() {
-        let cases: [(fn() -> Leases, &str); 4] = [
+        type Make = fn() -> Leases;
+        let cases: [(Make, &str); 4] = [
             (|| Leases::default().max_slice(0), "max_slice"),
             (|| Leases::default().share(0), "share"),
             (|| Leases::default().max_life(Duration::ZERO), "max_life"),

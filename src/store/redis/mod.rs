@@ -70,6 +70,13 @@
 //! and counted in `tollgate_store_failures_total{policy, on_failure}` (feature `metrics`). The
 //! connection is re-established by itself after Redis restarts.
 //!
+//! # Hot keys: local leases
+//!
+//! With [`local_leases`](RedisStore::local_leases), a server that sees a key often takes a
+//! slice of the key's budget in the call that decides one of its requests, and admits the next
+//! ones from the slice with no round trip, while the fleet still admits only what the algorithm
+//! admits (fixed and sliding windows and tiers of them; see [`Leases`]).
+//!
 //! # Denials cost no round trip
 //!
 //! A denial is remembered locally until its `retry_after`
