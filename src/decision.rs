@@ -156,6 +156,11 @@ impl Decision {
         self
     }
 
+    /// Whether the decision lists its tiers' own (tiered quotas).
+    pub(crate) fn is_tiered(&self) -> bool {
+        self.tiers.is_some()
+    }
+
     /// The decision of each quota, in the order the quotas were given, for a limiter with
     /// tiered quotas (`RateLimiter::gcra([per_second, per_hour])`); for one quota, the
     /// decision itself. Response headers describe every tier from these.

@@ -374,6 +374,7 @@ where
     /// # }
     /// ```
     pub fn refund(&self, key: impl Into<Key>, admission: &Decision, cost: u64) -> St::Future {
+        St::expect_refunds(&self.table);
         St::refund(&self.table, key.into(), admission, self.now_nanos(), cost)
     }
 

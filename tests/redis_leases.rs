@@ -14,6 +14,8 @@
 
 #[path = "support/redis.rs"]
 mod server;
+#[path = "support/http.rs"]
+mod web;
 
 use std::time::Duration;
 
@@ -72,8 +74,10 @@ struct Admitted {
     oracle: Decision,
 }
 
-/// Runs `steps` random steps of the fleet on one key, replaying every admission (and refund)
-/// through `oracle`: each admission must pass there too. Returns how many the fleet admitted.
+/// Runs `steps` random steps of the fleet on one key, replaying every admission (and refund,
+/// with `refunds`) through `oracle`: each admission must pass there too. Returns how many the
+/// fleet admitted.
+#[allow(clippy::too_many_arguments)]
 async fn replay<A>(
     rng: &mut Rng,
     fleet: &Fleet<A>,
@@ -81,6 +85,7 @@ async fn replay<A>(
     clock: &ManualClock,
     period: Duration,
     steps: usize,
+    refunds: bool,
     label: &str,
 ) -> usize
 where
@@ -102,7 +107,7 @@ where
                 clock.advance(Duration::from_nanos(dt));
             }
             // A refund (count_if) of an admission not refunded yet.
-            6..=7 if !admitted.is_empty() => {
+            6..=7 if refunds && !admitted.is_empty() => {
                 let at = usize::try_from(rng.below(admitted.len() as u64)).unwrap();
                 let a = admitted.swap_remove(at);
                 fleet[a.server]
@@ -175,9 +180,23 @@ where
         clock.advance(Duration::from_secs(1_000));
         let servers = 1 + usize::try_from(rng.below(4)).unwrap();
         let fleet = fleet(url, servers, &leases, &clock, &template).await;
+        // Refunds, in half the cases: each server's table is told first, as a layer with
+        // count_if does where it is built (windows that a refund may start again then stop
+        // leasing; calendar windows lease on).
+        let refunds = rng.below(2) == 0;
+        if refunds {
+            for limiter in &fleet {
+                limiter.table().expect_refunds();
+            }
+        }
         let oracle = template.with_clock(clock.clone());
-        let label = format!("{kind} case {case} (seed {seed:#x}, {servers} servers, {leases:?})");
-        total += replay(&mut rng, &fleet, &oracle, &clock, period, 160, &label).await;
+        let label = format!(
+            "{kind} case {case} (seed {seed:#x}, {servers} servers, refunds {refunds}, {leases:?})"
+        );
+        total += replay(
+            &mut rng, &fleet, &oracle, &clock, period, 160, refunds, &label,
+        )
+        .await;
     }
     total
 }
@@ -195,6 +214,11 @@ fn the_fleet_admits_only_what_the_algorithm_admits() {
         admitted += cases(&url, "fixed", 1, 40, &|rng, name| {
             let (q, period) = quota(rng, name);
             (RateLimiter::fixed_window(q), period)
+        })
+        .await;
+        admitted += cases(&url, "fixed-aligned", 5, 40, &|rng, name| {
+            let (q, period) = quota(rng, name);
+            (RateLimiter::fixed_window(q).aligned(), period)
         })
         .await;
         admitted += cases(&url, "sliding", 2, 40, &|rng, name| {
@@ -489,6 +513,212 @@ fn concurrent_callers_share_one_call_for_a_slice_and_never_pass_the_limit() {
     });
 }
 
+/// Two axum servers with leases on one Redis, over HTTP: one client's quota holds across both
+/// (exactly 20 of 40 pass in a window), most requests take no script, the headers count the
+/// slice in `remaining`, and new quotas set live on both keep what the client used.
+async fn two_leasing_servers_over_http_hold_the_quota_and_take_new_quotas() {
+    use axum::routing::get;
+    use axum::Router;
+    use reqwest::StatusCode;
+    use tollgate::RateLimitLayer;
+
+    let redis = server::RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let (mut urls, mut handles) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        let store = server::closed_on_caller_clock(&redis.url())
+            .await
+            .timeout(Duration::from_secs(5))
+            .local_leases(Leases::default());
+        let layer = RateLimitLayer::fixed_window(Quota::per_minute(20).named("web"))
+            .store(store)
+            .key(tollgate::key::Global)
+            .clock(clock.clone());
+        handles.push(layer.handle());
+        let app = Router::new()
+            .route("/", get(|| async { "hello" }))
+            .layer(layer);
+        urls.push(web::serve(app).await);
+    }
+    let client = web::client();
+    let before = redis.calls("evalsha");
+    let (mut passed, mut here) = (0, [0, 0]);
+    for i in 0..40 {
+        let resp = client.get(&urls[i % 2]).send().await.unwrap();
+        let limit = web::header(&resp, "ratelimit");
+        if resp.status() == StatusCode::OK {
+            passed += 1;
+            here[i % 2] += 1;
+            // What Redis had left after the slice, plus what the slice holds: never more than
+            // the quota less what passed through this server (the other server's admissions
+            // since its slice was taken are not seen here).
+            let r: u64 = limit
+                .split(";r=")
+                .nth(1)
+                .and_then(|rest| rest.split(';').next())
+                .and_then(|r| r.parse().ok())
+                .unwrap_or_else(|| panic!("no remaining in {limit:?}"));
+            assert!(r <= 20 - here[i % 2], "remaining {r} after {here:?} passed");
+        } else {
+            assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        }
+    }
+    assert_eq!(passed, 20, "exactly the quota, across both servers");
+    let scripts = redis.calls("evalsha") - before;
+    assert!(scripts < 20, "{scripts} scripts for 40 requests");
+
+    // The next window: 10 pass, then the quota is set to 15 a minute on both servers. The
+    // client keeps what it used (carried over, decided exactly): 5 more, on either server.
+    clock.advance(Duration::from_secs(60));
+    let mut passed = 0;
+    for i in 0..10 {
+        let resp = client.get(&urls[i % 2]).send().await.unwrap();
+        passed += u32::from(resp.status() == StatusCode::OK);
+    }
+    assert_eq!(passed, 10);
+    for handle in &handles {
+        handle
+            .set_quotas(Quota::per_minute(15).named("web"))
+            .unwrap();
+    }
+    let mut passed = 0;
+    for i in 0..20 {
+        let resp = client.get(&urls[i % 2]).send().await.unwrap();
+        passed += u32::from(resp.status() == StatusCode::OK);
+    }
+    assert_eq!(
+        passed, 5,
+        "what was used under 20 a minute is kept under 15"
+    );
+}
+
+/// A layer with `count_if` does not lease windows that a refund may start again (a refund that
+/// empties a key opens its next window at its next admission, which Redis cannot see while
+/// slices are out); calendar-aligned fixed windows, which no refund moves, lease on.
+async fn count_if_stops_leases_but_for_calendar_windows() {
+    use axum::routing::get;
+    use axum::Router;
+    use tollgate::RateLimitLayer;
+
+    let redis = server::RedisServer::start().expect("redis-server");
+    let client = web::client();
+    for (name, aligned, leased) in [("refunded", false, false), ("calendar", true, true)] {
+        let clock = ManualClock::new();
+        let store = server::closed_on_caller_clock(&redis.url())
+            .await
+            .timeout(Duration::from_secs(5))
+            .local_leases(Leases::default());
+        let mut layer = RateLimitLayer::fixed_window(Quota::per_minute(1_000).named(name));
+        if aligned {
+            layer = layer.aligned();
+        }
+        // Only server errors count: every request here is refunded.
+        let layer = layer
+            .store(store)
+            .key(tollgate::key::Global)
+            .clock(clock)
+            .count_if(|parts| parts.status.is_server_error());
+        let app = Router::new()
+            .route("/", get(|| async { "hello" }))
+            .layer(layer);
+        let url = web::serve(app).await;
+        let before = redis.calls("evalsha");
+        for _ in 0..20 {
+            assert!(client.get(&url).send().await.unwrap().status().is_success());
+        }
+        let scripts = redis.calls("evalsha") - before;
+        if leased {
+            assert!(
+                scripts < 20,
+                "{name}: {scripts} scripts for 20 requests and refunds"
+            );
+        } else {
+            // A check and a refund per request, both in Redis (the first check may meet
+            // NOSCRIPT once).
+            assert!(
+                scripts >= 40,
+                "{name}: {scripts} scripts for 20 requests and refunds"
+            );
+        }
+    }
+}
+
+/// A refund that empties a key's window while a slice is out: the algorithm opens its next
+/// window at the key's next admission, which Redis cannot see while the slice's units are
+/// counted there. A table told of refunds (as a layer with `count_if` tells it) does not
+/// lease such windows, so everything admitted still passes the algorithm.
+fn refunds_that_empty_a_window_never_move_it_past_the_algorithms() {
+    let server = server::RedisServer::start().expect("redis-server");
+    server::runtime().block_on(async {
+        let clock = ManualClock::new();
+        let template =
+            RateLimiter::fixed_window(Quota::new(80, Duration::from_secs(10)).named("emptied"));
+        let fleet = fleet(&server.url(), 1, &Leases::default(), &clock, &template).await;
+        let limiter = &fleet[0];
+        limiter.table().expect_refunds();
+        let oracle = template.with_clock(clock.clone());
+        let mut admitted = 0;
+        let check = |_: ()| async {
+            let decision = limiter.check("k").await.unwrap();
+            let replayed = if decision.allowed {
+                let replayed = oracle.check("k").await.unwrap();
+                assert!(
+                    replayed.allowed,
+                    "admitted past the algorithm: {replayed:?}"
+                );
+                Some(replayed)
+            } else {
+                None
+            };
+            (decision, replayed)
+        };
+        // Two requests (the second would take a slice), both refunded.
+        let (a, ra) = check(()).await;
+        clock.advance(Duration::from_millis(1));
+        let (b, rb) = check(()).await;
+        for (d, r) in [(a, ra), (b, rb)] {
+            limiter.refund("k", &d, 1).await.unwrap();
+            oracle.refund("k", &r.unwrap(), 1).await.unwrap();
+        }
+        // The algorithm's window opens again at 0.5 s; fill it, then knock until 10.5 s.
+        clock.advance(Duration::from_millis(499));
+        for step in 0..200 {
+            if check(()).await.0.allowed {
+                admitted += 1;
+            }
+            if step >= 100 {
+                clock.advance(Duration::from_millis(96));
+            }
+        }
+        assert_eq!(admitted, 80, "the algorithm's window holds 80");
+    });
+}
+
+/// A check dropped before it is first polled, having planned to take a slice, does not hold up
+/// the key's later checks: the next one takes the slice, and the one after spends it.
+fn a_check_dropped_before_its_first_poll_leaves_the_key_leasable() {
+    let server = server::RedisServer::start().expect("redis-server");
+    server::runtime().block_on(async {
+        let clock = ManualClock::new();
+        let template = RateLimiter::fixed_window(Quota::per_minute(1_000).named("dropped"));
+        let fleet = fleet(&server.url(), 1, &Leases::default(), &clock, &template).await;
+        let limiter = &fleet[0];
+        assert!(limiter.check("warm").await.unwrap().allowed);
+        assert!(limiter.check("hot").await.unwrap().allowed);
+        // Planned as a lease (the key's second check), then dropped unpolled.
+        drop(limiter.check("hot"));
+        let before = server.calls("evalsha");
+        for _ in 0..2 {
+            assert!(limiter.check("hot").await.unwrap().allowed);
+        }
+        assert_eq!(
+            server.calls("evalsha") - before,
+            1,
+            "one lease, then a local spend"
+        );
+    });
+}
+
 fn main() -> std::process::ExitCode {
     server::harness(vec![
         server::needs_redis(
@@ -514,6 +744,22 @@ fn main() -> std::process::ExitCode {
         server::needs_redis(
             "concurrent_callers_share_one_call_for_a_slice_and_never_pass_the_limit",
             concurrent_callers_share_one_call_for_a_slice_and_never_pass_the_limit,
+        ),
+        server::needs_redis_async(
+            "two_leasing_servers_over_http_hold_the_quota_and_take_new_quotas",
+            two_leasing_servers_over_http_hold_the_quota_and_take_new_quotas,
+        ),
+        server::needs_redis_async(
+            "count_if_stops_leases_but_for_calendar_windows",
+            count_if_stops_leases_but_for_calendar_windows,
+        ),
+        server::needs_redis(
+            "refunds_that_empty_a_window_never_move_it_past_the_algorithms",
+            refunds_that_empty_a_window_never_move_it_past_the_algorithms,
+        ),
+        server::needs_redis(
+            "a_check_dropped_before_its_first_poll_leaves_the_key_leasable",
+            a_check_dropped_before_its_first_poll_leaves_the_key_leasable,
         ),
         server::needs_redis(
             "the_book_of_leased_keys_stays_bounded",

@@ -285,6 +285,10 @@ impl Limit for Banning {
         self.0.limiter.refunds()
     }
 
+    fn expect_refunds(&self) {
+        self.0.limiter.expect_refunds();
+    }
+
     fn in_flight(&self) -> Option<u64> {
         self.0.limiter.in_flight()
     }

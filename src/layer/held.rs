@@ -106,6 +106,10 @@ impl Limit for Held {
         self.limiter.refunds()
     }
 
+    fn expect_refunds(&self) {
+        self.limiter.expect_refunds();
+    }
+
     fn in_flight(&self) -> Option<u64> {
         self.limiter.in_flight()
     }

@@ -390,6 +390,9 @@ impl RateLimitLayer {
              the handle after the algorithm's options, the store and the clock are set"
         );
         self.limiter = bound(&*store, &recipe, &clock);
+        if self.settings.count_if.is_some() {
+            self.limiter.expect_refunds();
+        }
         self.live = Arc::new(Live::new(
             self.limiter.clone(),
             Some(recipe.clone()),
@@ -951,6 +954,8 @@ impl RateLimitLayer {
              back, so every request would count; use gcra, token_bucket, leaky_bucket, \
              fixed_window, sliding_window or sliding_log with count_if"
         );
+        // A store that leases budgets stops where refunds could start a window again.
+        self.limiter.expect_refunds();
         let mut settings = self.settings.clone();
         settings.count_if = Some(Arc::new(counts));
         self.with_settings(settings)

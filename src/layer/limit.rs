@@ -89,6 +89,9 @@ pub(crate) trait Limit: Send + Sync + 'static {
     /// Whether the algorithm can give capacity back (`count_if`).
     fn refunds(&self) -> bool;
 
+    /// Tells the store that admissions will be refunded (`count_if`; [`Store::expect_refunds`]).
+    fn expect_refunds(&self) {}
+
     /// For a limit on requests in flight, how many slots each key has; `None` for a rate
     /// limit. An allowed request of such a limit holds its slots until its response ends,
     /// then gives them back with [`release`](Self::release).
@@ -166,6 +169,10 @@ where
 
     fn refunds(&self) -> bool {
         self.algorithm().refunds()
+    }
+
+    fn expect_refunds(&self) {
+        St::expect_refunds(self.table());
     }
 
     fn as_any(&self) -> &dyn Any {

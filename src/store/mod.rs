@@ -174,4 +174,13 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
         let _ = (table, key, now, duration);
         unsupported("block")
     }
+
+    /// Tells the table that its admissions will be refunded
+    /// ([`RateLimitLayer::count_if`](crate::RateLimitLayer::count_if) calls it where the layer
+    /// is built, [`RateLimiter::refund`](crate::RateLimiter::refund) on its first call), for a
+    /// store whose decisions depend on it: the Redis store's [leases](crate::store::Leases)
+    /// stop for windows that a refund may start again. The default does nothing.
+    fn expect_refunds(table: &Self::Table) {
+        let _ = table;
+    }
 }

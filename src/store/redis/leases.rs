@@ -11,7 +11,7 @@
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hashbrown::HashMap;
 use tokio::sync::watch;
@@ -52,22 +52,47 @@ use crate::{Decision, Key};
 /// slice was taken). Slices end with their (sub-)window or after `max_life`, whichever comes
 /// first; their unused units go back to Redis with the key's next call on that server.
 ///
+/// Two things take a key past what the shared state says, and the guarantee holds around them
+/// as follows:
+///
+/// - **Refunds.** A refund that empties a key starts its window again at the key's next
+///   admission; Redis cannot see that while slices are out (it counts their units). So a table
+///   whose admissions are refunded does not lease, but for calendar-aligned fixed windows
+///   ([`FixedWindow::aligned`](crate::algorithm::FixedWindow::aligned)), which no refund moves:
+///   a layer with [`count_if`](crate::RateLimitLayer::count_if) tells its table where it is
+///   built. A [`RateLimiter`](crate::RateLimiter) used without a layer tells it on its first
+///   refund; call [`RedisTable::expect_refunds`](super::RedisTable::expect_refunds) before
+///   its first check instead, on every server, or slices taken before the first refund may
+///   outlive a window the refunds started again.
+/// - **A reset through another server, or the key's state lost in Redis** (evicted, a failover
+///   that lost writes, deleted by hand). The slices other servers hold are spent until they
+///   end (within `max_life`) on top of the fresh state; on a calendar window, whose start does
+///   not change, their unused units may also go back to the fresh state later in the same
+///   window. Either way the key gets at most the units those slices held beyond its quota,
+///   once per reset.
+///
 /// What else a leased key sees:
 ///
 /// - `remaining` in a decision served from a slice is what Redis had left after the slice was
 ///   taken plus what the slice still holds: other servers' admissions since may have lowered
 ///   the first part. `reset_after` counts down from the grant.
 /// - A [block](crate::layer::Handle::block) or reset made through this server ends the key's
-///   slice here at once. One made through another server reaches this server when the slice
-///   ends: within `max_life` (1 s by default, as a denial of a blocked key remembered by
-///   [`deny_cache`](super::RedisStore::deny_cache)).
-/// - A refund ([`count_if`](crate::RateLimitLayer::count_if)) of a request admitted from a
-///   slice that still lives goes back into the slice; otherwise to Redis, as for any request.
+///   slice here, at once and again when Redis has it. One made through another server reaches
+///   this server when the slice ends: within `max_life` (1 s by default, as a denial of a
+///   blocked key remembered by [`deny_cache`](super::RedisStore::deny_cache)).
+/// - A refund whose receipts are those of the key's live slice goes back into the slice, up to
+///   what the slice has spent; otherwise to Redis, as for any request.
 /// - Peeks ask Redis, which counts the slices as spent.
+/// - A denial this server remembers ([`deny_cache`](super::RedisStore::deny_cache)) may
+///   outlast what units another server gives back: it only denies longer than Redis would.
 /// - While a live layer carries usage over after
 ///   [`Handle::set_quotas`](crate::layer::Handle::set_quotas), its keys are decided exactly.
 /// - When Redis fails, a slice already taken is still spent (its units are counted in Redis);
-///   other requests get the [failure policy](super::OnFailure)'s answer.
+///   other requests get the [failure policy](super::OnFailure)'s answer. With
+///   [`OnFailure::Local`](super::OnFailure::Local), a server may so admit what its slice held
+///   on top of what its local table admits.
+/// - A slice lives by the limiter's clock and, when time comes from Redis, by the monotonic
+///   clock too: a wall clock set back (calendar windows read it) does not lengthen it.
 /// - A server tracks at most [`keys`](Self::keys) keys; when its book is full, keys it does not
 ///   track are decided exactly. Clients cannot grow it beyond that.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,8 +173,8 @@ impl Leases {
     }
 
     /// How many keys one policy's book tracks on this server (10 000 by default); keys beyond
-    /// it are decided exactly. Each takes a few hundred bytes while tracked, and a key is forgotten
-    /// once it has not been checked for `max_life` and holds no slice.
+    /// it are decided exactly. Each takes a few hundred bytes while tracked. When the book is
+    /// full, the keys not checked for `max_life` that hold no live slice make room for new ones.
     ///
     /// # Panics
     ///
@@ -201,8 +226,14 @@ pub(super) struct GiveBack {
 /// decision of the request that took it (its `remaining` what Redis had left after it).
 struct Slice {
     units: u64,
+    /// Units spent from the slice and not refunded into it: what a refund may put back.
+    spent: u64,
     granted: u64,
     until: u64,
+    /// The same end on the monotonic clock, when time comes from Redis: a slice never outlives
+    /// its life in real time, whatever the limiter's clock does (a calendar window reads the
+    /// wall clock, which may be set back).
+    deadline: Option<Instant>,
     grant: Decision,
     receipts: Arc<[u64]>,
 }
@@ -284,10 +315,11 @@ impl LeaseBook {
         let entry = shard.entries.get_mut(key)?;
         entry.seen = entry.seen.max(now);
         let slice = entry.slice.as_mut()?;
-        if now >= slice.until || slice.units < cost {
+        if !slice.lives(now) || slice.units < cost {
             return None;
         }
         slice.units -= cost;
+        slice.spent += cost;
         Some(slice.standing(now))
     }
 
@@ -345,11 +377,13 @@ impl LeaseBook {
     /// (whose `remaining` is what Redis had left after it), living `life` ns, unless the key
     /// was reset or blocked here since the call began; returns the request's decision,
     /// counting the slice in its `remaining`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn granted(
         &self,
         key: &Key,
         ticket: u64,
         now: u64,
+        deadline: Option<Instant>,
         decision: Decision,
         units: u64,
         life: u64,
@@ -358,15 +392,17 @@ impl LeaseBook {
             return decision;
         }
         let life = life.min(self.leases.max_life_nanos());
-        let receipts: Arc<[u64]> = if decision.tiers().is_empty() {
+        let receipts: Arc<[u64]> = if !decision.is_tiered() {
             Arc::from([decision.receipt()])
         } else {
             decision.tiers().iter().map(Decision::receipt).collect()
         };
         let slice = Slice {
             units,
+            spent: 0,
             granted: now,
             until: now.saturating_add(life),
+            deadline,
             grant: decision,
             receipts,
         };
@@ -378,25 +414,16 @@ impl LeaseBook {
             .filter(|entry| entry.leasing.as_ref().is_some_and(|(t, _)| *t == ticket));
         // Without the entry of this call (the key was reset or blocked here, or forgotten), the
         // slice is dropped: its units are counted in Redis, so the fleet only admits less.
+        // The call's entry holds no other slice: the call took it (to give it back) when it was
+        // planned, and only the call of the entry's ticket grants.
         if let Some(entry) = entry {
-            // A slice another call took meanwhile is not lost: its units join this one when
-            // both were counted under the same receipts, and are otherwise dropped (they are
-            // counted in Redis: the fleet only admits less).
-            let slice = match entry.slice.take() {
-                Some(mut other) if other.receipts == slice.receipts && now < other.until => {
-                    other.units += slice.units;
-                    other.until = other.until.min(slice.until);
-                    other
-                }
-                _ => slice,
-            };
             entry.slice = Some(slice);
         }
         standing
     }
 
     /// Gives a refunded request of `cost` back to the key's slice, when the slice that admitted
-    /// it (`receipts`) still lives at `now`; its standing then.
+    /// it (`receipts`) still lives at `now` and has spent at least `cost`; its standing then.
     pub(super) fn refund(
         &self,
         key: &Key,
@@ -406,10 +433,11 @@ impl LeaseBook {
     ) -> Option<Decision> {
         let mut shard = self.shard(key);
         let slice = shard.entries.get_mut(key)?.slice.as_mut()?;
-        if now >= slice.until || *slice.receipts != *receipts {
+        if !slice.lives(now) || *slice.receipts != *receipts || slice.spent < cost {
             return None;
         }
-        slice.units = slice.units.saturating_add(cost);
+        slice.units += cost;
+        slice.spent -= cost;
         Some(slice.standing(now))
     }
 
@@ -442,13 +470,21 @@ impl Shard {
         }
         self.swept = now.max(1);
         self.entries.retain(|_, entry| {
-            let live = entry.slice.as_ref().is_some_and(|s| now < s.until);
+            let live = entry.slice.as_ref().is_some_and(|s| s.lives(now));
             live || now.saturating_sub(entry.seen) < life
         });
     }
 }
 
 impl Slice {
+    /// Whether the slice may still be spent at `now`.
+    fn lives(&self, now: u64) -> bool {
+        now < self.until
+            && self
+                .deadline
+                .is_none_or(|deadline| Instant::now() < deadline)
+    }
+
     /// The decision of a request admitted from the slice at `now`: the grant's, with what the
     /// slice still holds added to `remaining` and `reset_after` counted down.
     fn standing(&self, now: u64) -> Decision {
@@ -461,7 +497,7 @@ impl Slice {
             )
             .with_receipt(d.receipt())
         };
-        if self.grant.tiers().is_empty() {
+        if !self.grant.is_tiered() {
             tier(&self.grant)
         } else {
             let tiers: Vec<Decision> = self.grant.tiers().iter().map(tier).collect();
@@ -531,10 +567,10 @@ mod tests {
         );
         // Granted to a call that is not the key's (another ticket): dropped.
         let grant = || Decision::allow(10, 0, Duration::from_secs(1)).with_receipt(7);
-        let _ = book.granted(&key, ticket + 1, 6, grant(), 3, 1_000);
+        let _ = book.granted(&key, ticket + 1, 6, None, grant(), 3, 1_000);
         assert!(book.spend(&key, 6, 1).is_none());
         // A life of 1 000 ns is cut to max_life: spent before 106, not at it.
-        let standing = book.granted(&key, ticket, 6, grant(), 3, 1_000);
+        let standing = book.granted(&key, ticket, 6, None, grant(), 3, 1_000);
         assert_eq!(standing.remaining, 3, "the slice counts in remaining");
         book.done(&key, ticket);
         assert_eq!(book.spend(&key, 105, 1).map(|d| d.remaining), Some(2));
@@ -544,5 +580,24 @@ mod tests {
             panic!("a lease giving back the ended slice")
         };
         assert_eq!((back.units, &back.receipts[..]), (2, &[7][..]));
+    }
+
+    #[test]
+    fn a_refund_goes_back_into_a_slice_only_up_to_what_it_spent() {
+        let book = LeaseBook::new(&Leases::default());
+        let key = Key::from("hot");
+        let _ = book.plan(&key, 1, false);
+        let Plan::Lease(None, ticket) = book.plan(&key, 2, false) else {
+            panic!("leased at its second check")
+        };
+        let grant = Decision::allow(10, 0, Duration::from_secs(1)).with_receipt(7);
+        let _ = book.granted(&key, ticket, 2, None, grant, 3, 1_000);
+        book.done(&key, ticket);
+        assert!(book.spend(&key, 3, 1).is_some());
+        // One unit spent: a refund of 2 (or of another receipt) is Redis's to take.
+        assert!(book.refund(&key, &[7], 3, 2).is_none());
+        assert!(book.refund(&key, &[8], 3, 1).is_none());
+        assert_eq!(book.refund(&key, &[7], 3, 1).map(|d| d.remaining), Some(3));
+        assert!(book.refund(&key, &[7], 3, 1).is_none(), "refunded once");
     }
 }

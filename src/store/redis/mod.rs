@@ -408,4 +408,9 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
     fn block(table: &RedisTable<A>, key: Key, now: u64, duration: Duration) -> Update {
         table.block(key, now, duration)
     }
+
+    /// Leases stop on the table but for calendar-aligned fixed windows: see [`Leases`].
+    fn expect_refunds(table: &RedisTable<A>) {
+        table.expect_refunds();
+    }
 }

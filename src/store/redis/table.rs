@@ -1,6 +1,6 @@
 //! [`RedisTable`]: one policy in Redis, and the round trip of one check.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,6 +72,11 @@ struct Inner<A: RedisAlgorithm> {
     /// This server's slices of hot keys' budgets, when the store leases and the algorithm
     /// can be leased ([`RedisAlgorithm::LEASES`]).
     leases: Option<LeaseBook>,
+    /// Whether admissions are refunded ([`Store::expect_refunds`](crate::store::Store::expect_refunds)),
+    /// and whether leases may go on then (calendar-aligned fixed windows: no refund moves
+    /// their windows).
+    refunding: AtomicBool,
+    leases_with_refunds: bool,
     /// Whether the server's version was found good (checked once per store).
     version: Arc<VersionCheck>,
     warnings: Warnings,
@@ -190,6 +195,10 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                     .as_ref()
                     .filter(|_| A::LEASES)
                     .map(LeaseBook::new),
+                refunding: AtomicBool::new(
+                    previous.is_some_and(|(p, _)| p.inner.refunding.load(Ordering::Relaxed)),
+                ),
+                leases_with_refunds: tiers.iter().all(A::leases_with_refunds),
                 version: Arc::clone(&store.version),
                 warnings: Warnings::default(),
             }),
@@ -215,6 +224,16 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         self.inner.leases.as_ref().map_or(0, LeaseBook::len)
     }
 
+    /// Tells the table that its admissions will be refunded, which stops its
+    /// [leases](super::Leases) unless its windows are calendar-aligned fixed windows (no
+    /// refund moves them). A layer with [`count_if`](crate::RateLimitLayer::count_if) does
+    /// this where it is built, and [`RateLimiter::refund`](crate::RateLimiter::refund) on its
+    /// first call; a limiter that refunds, used without a layer, calls it before its first
+    /// check on every server: slices taken before would outlive it (see [`Leases`](super::Leases)).
+    pub fn expect_refunds(&self) {
+        self.inner.refunding.store(true, Ordering::Relaxed);
+    }
+
     /// How many denials the table remembers locally right now.
     pub fn cached_denials(&self) -> usize {
         self.inner.denials.len()
@@ -230,8 +249,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         refund: Option<Vec<u64>>,
     ) -> RedisFuture {
         let inner = &self.inner;
-        // Leases are kept out of a table that carries usage over: its keys are decided exactly.
-        let book = inner.leases.as_ref().filter(|_| !inner.carrying());
+        // Leases are kept out of a table that carries usage over, and of one whose refunds may
+        // start a window again: their keys are decided exactly.
+        let book = inner.leases.as_ref().filter(|_| inner.leasing());
         if let Some(book) = book {
             let local = match &refund {
                 Some(receipts) => book.refund(&key, receipts, now, cost),
@@ -253,8 +273,15 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             Some(book) if refund.is_none() && cost > 0 => book.plan(&key, now, false),
             _ => Plan::Exact,
         };
+        // A call that takes a slice ends in the book whatever becomes of it, even when its
+        // future is dropped before it is first polled.
+        let done = match plan {
+            Plan::Lease(_, ticket) => Some(Done::new(self, &key, ticket)),
+            _ => None,
+        };
         let table = self.clone();
         RedisFuture::pending(Box::pin(async move {
+            let _done = done;
             let result = match plan {
                 Plan::Exact => table.call(&key, now, cost, refund.as_deref()).await,
                 plan => table.leased(&key, now, cost, plan).await,
@@ -315,7 +342,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             Plan::Lease(back, ticket) => {
                 // Whatever becomes of the call (an error, a drop mid-way), the checks that wait
                 // for it wake.
-                let _done = Done { book, key, ticket };
+                let _done = Done::new(self, key, ticket);
                 self.lease(book, key, now, cost, back.as_ref(), ticket)
                     .await
             }
@@ -342,6 +369,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             share: leases.share_of_left(),
             back,
         };
+        let sent = Instant::now();
         let reply = self.round_trip(key, now, mode).await?;
         let figures = 6 * inner.limits.len();
         // A blocked key's reply has no slice.
@@ -360,12 +388,13 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         // Spent here no later than the slice's end in Redis: the call left at `now`, before
         // Redis began the slice's life. On Redis's clock, a margin of a thousandth for the
         // rates of the two clocks.
-        let life = if inner.caller_clock {
-            life
+        let (life, deadline) = if inner.caller_clock {
+            (life, None)
         } else {
-            life - life / 1024
+            let life = life - life / 1024;
+            (life, sent.checked_add(Duration::from_nanos(life)))
         };
-        Ok(book.granted(key, ticket, now, decision, units, life))
+        Ok(book.granted(key, ticket, now, deadline, decision, units, life))
     }
 
     /// The script in `mode` for `key`, bounded by the timeout; its reply.
@@ -459,8 +488,12 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             }
             inner.fallback.reset(&key, now);
             let result = table.round_trip(&key, now, Mode::Reset).await;
-            // A denial remembered while the reset was on its way is forgotten too.
+            // A denial remembered, or a slice taken, while the reset was on its way is
+            // forgotten too.
             inner.denials.remove(&key);
+            if let Some(book) = &inner.leases {
+                book.forget(&key);
+            }
             result
                 .map(drop)
                 .map_err(|error| inner.update_failed(error, now))
@@ -479,6 +512,10 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             }
             inner.fallback.block(&key, now, duration);
             let result = table.round_trip(&key, now, Mode::Block(nanos)).await;
+            // A slice taken while the block was on its way ends too.
+            if let Some(book) = &inner.leases {
+                book.forget(&key);
+            }
             result
                 .map(drop)
                 .map_err(|error| inner.update_failed(error, now))
@@ -487,15 +524,27 @@ impl<A: RedisAlgorithm> RedisTable<A> {
 }
 
 /// Ends a lease call in the book when dropped.
-struct Done<'a> {
-    book: &'a LeaseBook,
-    key: &'a Key,
+struct Done<A: RedisAlgorithm> {
+    table: RedisTable<A>,
+    key: Key,
     ticket: u64,
 }
 
-impl Drop for Done<'_> {
+impl<A: RedisAlgorithm> Done<A> {
+    fn new(table: &RedisTable<A>, key: &Key, ticket: u64) -> Self {
+        Self {
+            table: table.clone(),
+            key: key.clone(),
+            ticket,
+        }
+    }
+}
+
+impl<A: RedisAlgorithm> Drop for Done<A> {
     fn drop(&mut self) {
-        self.book.done(self.key, self.ticket);
+        if let Some(book) = &self.table.inner.leases {
+            book.done(&self.key, self.ticket);
+        }
     }
 }
 
@@ -521,6 +570,11 @@ enum Mode<'a> {
 }
 
 impl<A: RedisAlgorithm> Inner<A> {
+    /// Whether the table's keys may be leased right now.
+    fn leasing(&self) -> bool {
+        (self.leases_with_refunds || !self.refunding.load(Ordering::Relaxed)) && !self.carrying()
+    }
+
     /// Whether the table carries usage over from earlier quotas right now.
     fn carrying(&self) -> bool {
         self.carry

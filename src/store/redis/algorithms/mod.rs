@@ -43,6 +43,15 @@ pub trait RedisAlgorithm: MemoryAlgorithm + sealed::Sealed {
     #[doc(hidden)]
     const LEASES: bool = false;
 
+    /// Whether a tier may still be leased when its admissions are refunded: no refund moves
+    /// its windows (calendar-aligned fixed windows). Elsewhere a refund that empties a key
+    /// starts its window again at the next admission, which Redis cannot see while slices
+    /// are out.
+    #[doc(hidden)]
+    fn leases_with_refunds(_tier: &RedisTier) -> bool {
+        false
+    }
+
     /// Whether decisions list one decision per tier ([`Tiered`]).
     #[doc(hidden)]
     const TIERED: bool = false;
@@ -104,6 +113,10 @@ impl<A: RedisAlgorithm> RedisAlgorithm for Tiered<A> {
     const LUA: &'static str = A::LUA;
     const TIERED: bool = true;
     const LEASES: bool = A::LEASES;
+
+    fn leases_with_refunds(tier: &RedisTier) -> bool {
+        A::leases_with_refunds(tier)
+    }
     const MAX_FIGURE: u64 = A::MAX_FIGURE;
     const NAME: &'static str = A::NAME;
     const FIGURES: &'static [(&'static str, &'static str)] = A::FIGURES;

@@ -47,6 +47,11 @@ impl RedisAlgorithm for FixedWindow {
     fn lifetime(&self) -> u64 {
         self.period_nanos()
     }
+
+    /// Calendar windows start at multiples of the period, whatever a refund does.
+    fn leases_with_refunds(tier: &RedisTier) -> bool {
+        tier.params[2] == 1
+    }
 }
 
 /// Parameters: the limit, the period (ns), the sub-windows `k`, and the horizon
