@@ -694,6 +694,106 @@ fn refunds_that_empty_a_window_never_move_it_past_the_algorithms() {
     });
 }
 
+/// Per-key plans of a layer with `count_if` are told of refunds where they are made, as the
+/// layer's own limiter is: two requests in flight at once, then refunded, leave nothing
+/// counted (a plan that leased would have counted a slice). A ban's counter decides every
+/// denial in Redis: across two servers the ban comes at the stated number of denials, not
+/// before (slices of the counter held by one server would make the other's counter deny
+/// early).
+async fn plans_of_a_refunding_layer_and_ban_counters_do_not_lease() {
+    use axum::routing::get;
+    use axum::Router;
+    use tollgate::layer::Ban;
+    use tollgate::{Key, RateLimitLayer};
+
+    let redis = server::RedisServer::start().expect("redis-server");
+    let client = web::client();
+    let store = || async {
+        server::closed_on_caller_clock(&redis.url())
+            .await
+            .timeout(Duration::from_secs(5))
+            .local_leases(Leases::default())
+    };
+    let layer = RateLimitLayer::fixed_window(Quota::per_minute(1_000).named("base"))
+        .store(store().await)
+        .key(tollgate::key::Global)
+        .clock(ManualClock::new())
+        .count_if(|parts| parts.status.is_server_error())
+        .quota_for(|_: &Key, _head| Quota::per_minute(80).named("pro"));
+    // Both requests are checked before either is answered (and refunded).
+    let gate = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let gate = gate.clone();
+                async move {
+                    gate.wait().await;
+                    "hi"
+                }
+            }),
+        )
+        .layer(layer);
+    let url = web::serve(app).await;
+    let (a, b) = tokio::join!(client.get(&url).send(), client.get(&url).send());
+    assert!(a.unwrap().status().is_success() && b.unwrap().status().is_success());
+    // Two more find nothing counted but each other (each answer shows the standing after its
+    // own refund): a slice taken by the plan would still be counted.
+    let (c, d) = tokio::join!(client.get(&url).send(), client.get(&url).send());
+    for resp in [c.unwrap(), d.unwrap()] {
+        let limit = web::header(&resp, "ratelimit");
+        assert!(
+            limit.contains("r=80;") || limit.contains("r=79;"),
+            "the plan counted more than its requests: {limit}"
+        );
+    }
+
+    // One a minute, banned for an hour after 100 denials in a minute, on two servers.
+    let mut urls = Vec::new();
+    let clock = ManualClock::new();
+    for _ in 0..2 {
+        let layer = RateLimitLayer::fixed_window(Quota::per_minute(1).named("banned"))
+            .store(store().await)
+            .key(tollgate::key::Global)
+            .clock(clock.clone())
+            .ban(Ban::new(
+                100,
+                Duration::from_secs(60),
+                Duration::from_secs(3600),
+            ));
+        urls.push(
+            web::serve(
+                Router::new()
+                    .route("/", get(|| async { "hi" }))
+                    .layer(layer),
+            )
+            .await,
+        );
+    }
+    assert!(client
+        .get(&urls[0])
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .is_success());
+    let mut banned_at = None;
+    // Three denials on the first server (a leased counter would take a slice there), the
+    // rest on the second.
+    for i in 1..=101 {
+        let resp = client.get(&urls[usize::from(i > 3)]).send().await.unwrap();
+        assert_eq!(resp.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+        if web::header(&resp, "retry-after") == "3600" && banned_at.is_none() {
+            banned_at = Some(i);
+        }
+    }
+    assert_eq!(
+        banned_at,
+        Some(101),
+        "banned at the 101st denial, not before"
+    );
+}
+
 /// A check dropped before it is first polled, having planned to take a slice, does not hold up
 /// the key's later checks: the next one takes the slice, and the one after spends it.
 fn a_check_dropped_before_its_first_poll_leaves_the_key_leasable() {
@@ -756,6 +856,10 @@ fn main() -> std::process::ExitCode {
         server::needs_redis(
             "refunds_that_empty_a_window_never_move_it_past_the_algorithms",
             refunds_that_empty_a_window_never_move_it_past_the_algorithms,
+        ),
+        server::needs_redis_async(
+            "plans_of_a_refunding_layer_and_ban_counters_do_not_lease",
+            plans_of_a_refunding_layer_and_ban_counters_do_not_lease,
         ),
         server::needs_redis(
             "a_check_dropped_before_its_first_poll_leaves_the_key_leasable",

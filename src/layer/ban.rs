@@ -109,7 +109,10 @@ impl Ban {
         clock: &LayerClock,
         shared: bool,
     ) -> Result<Arc<dyn Limit>, Error> {
-        store.bind(&self.counter(limiter.policy()), clock, shared)
+        let counter = store.bind(&self.counter(limiter.policy()), clock, shared)?;
+        // Counted exactly: a ban comes after the stated number of denials on every server.
+        counter.decide_exactly();
+        Ok(counter)
     }
 
     /// `limiter` with this ban: its denials counted by `counter` (from [`bind`](Self::bind)).
@@ -287,6 +290,10 @@ impl Limit for Banning {
 
     fn expect_refunds(&self) {
         self.0.limiter.expect_refunds();
+    }
+
+    fn decide_exactly(&self) {
+        self.0.limiter.decide_exactly();
     }
 
     fn in_flight(&self) -> Option<u64> {

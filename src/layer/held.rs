@@ -110,6 +110,10 @@ impl Limit for Held {
         self.limiter.expect_refunds();
     }
 
+    fn decide_exactly(&self) {
+        self.limiter.decide_exactly();
+    }
+
     fn in_flight(&self) -> Option<u64> {
         self.limiter.in_flight()
     }

@@ -92,6 +92,9 @@ pub(crate) trait Limit: Send + Sync + 'static {
     /// Tells the store that admissions will be refunded (`count_if`; [`Store::expect_refunds`]).
     fn expect_refunds(&self) {}
 
+    /// Asks the store to decide every request itself ([`Store::decide_exactly`]).
+    fn decide_exactly(&self) {}
+
     /// For a limit on requests in flight, how many slots each key has; `None` for a rate
     /// limit. An allowed request of such a limit holds its slots until its response ends,
     /// then gives them back with [`release`](Self::release).
@@ -173,6 +176,10 @@ where
 
     fn expect_refunds(&self) {
         St::expect_refunds(self.table());
+    }
+
+    fn decide_exactly(&self) {
+        St::decide_exactly(self.table());
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -225,6 +225,12 @@ impl PerKey {
         let bound = maker
             .store
             .bind(&maker.recipe.for_plan(quotas), &maker.clock, true)
+            .inspect(|limiter| {
+                // Told of refunds as the layer's own limiter is.
+                if maker.settings.count_if.is_some() {
+                    limiter.expect_refunds();
+                }
+            })
             .and_then(|limiter| match &maker.ban {
                 Some(ban) => {
                     let counter = ban.bind(&limiter, &*maker.store, &maker.clock, true)?;

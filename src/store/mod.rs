@@ -183,4 +183,12 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
     fn expect_refunds(table: &Self::Table) {
         let _ = table;
     }
+
+    /// Asks the table to decide every request through the store, with no local shortcut that
+    /// changes who is denied: the Redis store's [leases](crate::store::Leases) stop. A layer's
+    /// ban counters ask it, so that a ban comes after the stated number of denials. The default
+    /// does nothing.
+    fn decide_exactly(table: &Self::Table) {
+        let _ = table;
+    }
 }

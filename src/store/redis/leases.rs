@@ -63,9 +63,13 @@ use crate::{Decision, Key};
 ///   built. A [`RateLimiter`](crate::RateLimiter) used without a layer tells it on its first
 ///   refund; call [`RedisTable::expect_refunds`](super::RedisTable::expect_refunds) before
 ///   its first check instead, on every server, or slices taken before the first refund may
-///   outlive a window the refunds started again.
-/// - **A reset through another server, or the key's state lost in Redis** (evicted, a failover
-///   that lost writes, deleted by hand). The slices other servers hold are spent until they
+///   outlive a window the refunds started again. Per-key plans of a layer with `count_if`
+///   are told where they are made. Every table that shares a key's state (one policy name,
+///   or equal unnamed quotas, on several layers or servers) must be told: one that leases
+///   while another refunds the same state brings the problem back.
+/// - **A reset through another server (or through this one while a call giving back units is
+///   on its way), or the key's state lost in Redis** (evicted, a failover that lost writes,
+///   deleted by hand). The slices other servers hold are spent until they
 ///   end (within `max_life`) on top of the fresh state; on a calendar window, whose start does
 ///   not change, their unused units may also go back to the fresh state later in the same
 ///   window. Either way the key gets at most the units those slices held beyond its quota,
@@ -93,6 +97,11 @@ use crate::{Decision, Key};
 ///   on top of what its local table admits.
 /// - A slice lives by the limiter's clock and, when time comes from Redis, by the monotonic
 ///   clock too: a wall clock set back (calendar windows read it) does not lengthen it.
+/// - A layer's [ban](crate::layer::Ban) counters are not leased: a ban comes after the stated
+///   number of denials, on every server.
+/// - While one call takes a slice for a key, this server's other checks of the key wait for
+///   it, at most the store's [`timeout`](super::RedisStore::timeout) (a call's future held
+///   but not polled holds them that long).
 /// - A server tracks at most [`keys`](Self::keys) keys; when its book is full, keys it does not
 ///   track are decided exactly. Clients cannot grow it beyond that.
 #[derive(Debug, Clone, PartialEq, Eq)]

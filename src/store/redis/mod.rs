@@ -413,4 +413,9 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
     fn expect_refunds(table: &RedisTable<A>) {
         table.expect_refunds();
     }
+
+    /// Leases stop on the table.
+    fn decide_exactly(table: &RedisTable<A>) {
+        table.decide_exactly();
+    }
 }

@@ -77,6 +77,8 @@ struct Inner<A: RedisAlgorithm> {
     /// their windows).
     refunding: AtomicBool,
     leases_with_refunds: bool,
+    /// Whether the table was asked to decide every request in Redis (a ban counter).
+    exactly: AtomicBool,
     /// Whether the server's version was found good (checked once per store).
     version: Arc<VersionCheck>,
     warnings: Warnings,
@@ -199,6 +201,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                     previous.is_some_and(|(p, _)| p.inner.refunding.load(Ordering::Relaxed)),
                 ),
                 leases_with_refunds: tiers.iter().all(A::leases_with_refunds),
+                exactly: AtomicBool::new(
+                    previous.is_some_and(|(p, _)| p.inner.exactly.load(Ordering::Relaxed)),
+                ),
                 version: Arc::clone(&store.version),
                 warnings: Warnings::default(),
             }),
@@ -231,7 +236,14 @@ impl<A: RedisAlgorithm> RedisTable<A> {
     /// first call; a limiter that refunds, used without a layer, calls it before its first
     /// check on every server: slices taken before would outlive it (see [`Leases`](super::Leases)).
     pub fn expect_refunds(&self) {
-        self.inner.refunding.store(true, Ordering::Relaxed);
+        if !self.inner.refunding.load(Ordering::Relaxed) {
+            self.inner.refunding.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Stops the table's [leases](super::Leases): every request is decided in Redis.
+    pub(crate) fn decide_exactly(&self) {
+        self.inner.exactly.store(true, Ordering::Relaxed);
     }
 
     /// How many denials the table remembers locally right now.
@@ -333,6 +345,10 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 let later = now.saturating_add(waited);
                 if let Some(decision) = book.spend(key, later, cost) {
                     return Ok(decision);
+                }
+                // Leases may have stopped meanwhile (refunds told of).
+                if !inner.leasing() {
+                    return self.call(key, now, cost, None).await;
                 }
                 book.plan(key, later, true)
             }
@@ -572,7 +588,9 @@ enum Mode<'a> {
 impl<A: RedisAlgorithm> Inner<A> {
     /// Whether the table's keys may be leased right now.
     fn leasing(&self) -> bool {
-        (self.leases_with_refunds || !self.refunding.load(Ordering::Relaxed)) && !self.carrying()
+        (self.leases_with_refunds || !self.refunding.load(Ordering::Relaxed))
+            && !self.exactly.load(Ordering::Relaxed)
+            && !self.carrying()
     }
 
     /// Whether the table carries usage over from earlier quotas right now.
