@@ -1,0 +1,575 @@
+//! The connection of a store made by [`RedisStore::sentinel`](super::RedisStore::sentinel): to
+//! the primary that Redis Sentinel names, found again when it fails over.
+//!
+//! The sentinels are asked for the primary once when the store is built, and again whenever
+//! the primary stops being one: a call that fails on the connection (refused, dropped), one
+//! answered `READONLY` (the server was demoted to a replica), `MASTERDOWN` or `LOADING`, or
+//! one given up by the store's timeout while the primary has answered nothing for
+//! [`STALL_AFTER`] (a frozen or unreachable host keeps its connection open and never
+//! answers). The connection to the old primary is dropped at once, so calls are answered by
+//! the store's failure policy without waiting, until the sentinels name a primary that says
+//! it is one (`ROLE`) and runs a Redis recent enough. The sentinels are asked by a task of
+//! their own (a lookup outlives the call that started it, whose timeout is short), one at a
+//! time, at most every [`RETRY_MAX`] while none is found, and only while calls come.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ConnectionInfo, ErrorKind as RedisKind,
+    IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+};
+
+use super::{errors, version};
+use crate::Error;
+
+/// A call given up by the store's timeout starts a new lookup when the primary has answered
+/// nothing for this long.
+pub(crate) const STALL_AFTER: Duration = Duration::from_secs(1);
+
+/// The first wait between lookups that find no primary; it doubles up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(25);
+
+/// The longest wait between lookups that find no primary.
+pub(crate) const RETRY_MAX: Duration = Duration::from_millis(500);
+
+/// The longest one lookup may take: the sentinels' answers, the primary's `ROLE`, the
+/// connection and the version check.
+const LOOKUP_BOUND: Duration = Duration::from_secs(5);
+
+/// The connection to the primary of one master monitored by Redis Sentinel; clones share it.
+#[derive(Clone)]
+pub(crate) struct SentinelConnection {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// The master's name, as in the sentinels' `sentinel monitor` lines.
+    master: Box<str>,
+    /// The sentinels' addresses (no credentials), for messages.
+    sentinels: Box<str>,
+    sentinel: tokio::sync::Mutex<Sentinel>,
+    /// How to reach the primary: credentials, TLS, database.
+    node: SentinelNodeConnectionInfo,
+    /// The primary calls go to; `None` while a lookup is due or under way.
+    primary: ArcSwapOption<Primary>,
+    lookups: Mutex<Lookups>,
+}
+
+/// One primary, and when it last answered.
+struct Primary {
+    /// Tells this primary from the ones before it: a late failure on an old connection does
+    /// not drop the new one.
+    generation: u64,
+    connection: MultiplexedConnection,
+    /// When the connection was made.
+    since: Instant,
+    /// When the primary last answered, in ns after `since`.
+    answered: AtomicU64,
+}
+
+impl Primary {
+    fn heard(&self) {
+        let nanos = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.answered.fetch_max(nanos, Ordering::Relaxed);
+    }
+
+    fn quiet_for(&self) -> Duration {
+        let answered = Duration::from_nanos(self.answered.load(Ordering::Relaxed));
+        self.since.elapsed().saturating_sub(answered)
+    }
+}
+
+/// The bookkeeping of lookups (only touched when the primary is missing).
+struct Lookups {
+    /// The generation of the last primary found.
+    generation: u64,
+    /// Whether a lookup is under way.
+    running: bool,
+    /// No lookup starts before this.
+    not_before: Instant,
+    /// The wait after the next lookup that finds no primary.
+    retry: Duration,
+    /// Why the last lookup found no primary, or why the last primary was dropped.
+    last_error: String,
+}
+
+impl SentinelConnection {
+    /// Asks the sentinels at `urls` for the primary of `master` and connects to it, checking
+    /// its version. Errors name what was wrong: no URL, a URL that does not parse, no sentinel
+    /// that answers, a server that is not a sentinel, a master name no sentinel monitors.
+    pub(crate) async fn connect(
+        urls: Vec<String>,
+        master: &str,
+        node: SentinelNodeConnectionInfo,
+    ) -> Result<Self, Error> {
+        if urls.is_empty() {
+            return Err(Error::misconfigured(
+                "RedisStore::sentinel: no sentinel URL given; pass the sentinels' addresses, \
+                 e.g. [\"redis://10.0.0.1:26379\", \"redis://10.0.0.2:26379\"]",
+            ));
+        }
+        let infos = urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| {
+                url.as_str().into_connection_info().map_err(|e| {
+                    Error::misconfigured(format!(
+                        "RedisStore::sentinel: sentinel URL #{} {:?} is not a Redis URL ({e}); \
+                         write it as redis://host:26379",
+                        i + 1,
+                        without_credentials(url)
+                    ))
+                })
+            })
+            .collect::<Result<Vec<ConnectionInfo>, Error>>()?;
+        let sentinels = infos
+            .iter()
+            .map(|info| info.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sentinel = Sentinel::build(infos.clone()).map_err(errors::connecting)?;
+        let shared = Arc::new(Shared {
+            master: master.into(),
+            sentinels: sentinels.into(),
+            sentinel: tokio::sync::Mutex::new(sentinel),
+            node,
+            primary: ArcSwapOption::empty(),
+            lookups: Mutex::new(Lookups {
+                generation: 0,
+                running: false,
+                not_before: Instant::now(),
+                retry: RETRY_MIN,
+                last_error: String::new(),
+            }),
+        });
+        let found = match tokio::time::timeout(LOOKUP_BOUND, shared.find()).await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(error)) => return Err(shared.explain(error, &infos).await),
+            Err(_) => {
+                return Err(Error::timeout(format!(
+                    "RedisStore::sentinel: the sentinels at {} named no primary of master {:?} \
+                     within {LOOKUP_BOUND:?}",
+                    shared.sentinels, shared.master
+                )))
+            }
+        };
+        shared.install(found);
+        Ok(Self { shared })
+    }
+
+    /// The primary calls go to now, or the error that answers a call while there is none
+    /// (and a lookup is started, if one may be).
+    fn primary(&self) -> RedisResult<Arc<Primary>> {
+        if let Some(primary) = self.shared.primary.load_full() {
+            return Ok(primary);
+        }
+        Shared::look_up(&self.shared);
+        let lookups = self.shared.lookups();
+        let mut message = format!(
+            "no primary of Redis Sentinel master {:?} is known; the sentinels at {} are asked",
+            self.shared.master, self.shared.sentinels
+        );
+        if !lookups.last_error.is_empty() {
+            message = format!("{message} (last: {})", lookups.last_error);
+        }
+        Err(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            message,
+        )))
+    }
+
+    /// Runs `request` on the primary: a failure that says the primary is gone drops it and
+    /// starts a lookup; so does a call given up (dropped unanswered) while the primary has
+    /// been quiet for [`STALL_AFTER`].
+    fn on_primary<'a, T, F>(
+        &'a self,
+        request: impl FnOnce(MultiplexedConnection) -> F + Send + 'a,
+    ) -> RedisFuture<'a, T>
+    where
+        F: Future<Output = RedisResult<T>> + Send + 'a,
+        T: Send + 'a,
+    {
+        Box::pin(async move {
+            let primary = self.primary()?;
+            let mut watch = Watch {
+                shared: &self.shared,
+                primary: &primary,
+                answered: false,
+            };
+            let result = request(primary.connection.clone()).await;
+            watch.answered(result.as_ref().err());
+            result
+        })
+    }
+}
+
+impl ConnectionLike for SentinelConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.on_primary(move |mut connection| async move {
+            connection.req_packed_command(cmd).await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.on_primary(move |mut connection| async move {
+            connection
+                .req_packed_commands(pipeline, offset, count)
+                .await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.shared
+            .primary
+            .load()
+            .as_ref()
+            .map_or(0, |primary| primary.connection.get_db())
+    }
+}
+
+impl fmt::Debug for SentinelConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelConnection")
+            .field("master", &self.shared.master)
+            .field("sentinels", &self.shared.sentinels)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Watches one call on a primary: what its answer says of the primary, or, when the call is
+/// dropped unanswered, how long the primary has been quiet.
+struct Watch<'a> {
+    shared: &'a Arc<Shared>,
+    primary: &'a Primary,
+    answered: bool,
+}
+
+impl Watch<'_> {
+    fn answered(&mut self, error: Option<&RedisError>) {
+        self.answered = true;
+        match error {
+            Some(error) if primary_gone(error) => {
+                Shared::drop_primary(self.shared, self.primary.generation, error.to_string());
+            }
+            // Any other answer, an error reply included, came from the primary.
+            _ => self.primary.heard(),
+        }
+    }
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        if !self.answered && self.primary.quiet_for() >= STALL_AFTER {
+            let why = format!(
+                "the primary answered nothing for {:?}",
+                self.primary.quiet_for()
+            );
+            Shared::drop_primary(self.shared, self.primary.generation, why);
+        }
+    }
+}
+
+/// Whether `error` says that calls must go to another server: the connection failed, or the
+/// server is no longer (or not yet) a primary that can decide.
+fn primary_gone(error: &RedisError) -> bool {
+    error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.is_unrecoverable_error()
+        || matches!(
+            error.kind(),
+            RedisKind::Server(
+                ServerErrorKind::ReadOnly
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::BusyLoading
+            )
+        )
+}
+
+impl Shared {
+    fn lookups(&self) -> std::sync::MutexGuard<'_, Lookups> {
+        self.lookups.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drops the primary of `generation` (if it is still the one calls go to) and starts a
+    /// lookup.
+    fn drop_primary(this: &Arc<Self>, generation: u64, why: String) {
+        {
+            let mut lookups = this.lookups();
+            let current = this.primary.load();
+            if current.as_ref().map(|p| p.generation) != Some(generation) {
+                return;
+            }
+            this.primary.store(None);
+            #[cfg(feature = "tracing")]
+            tracing::warn!(
+                master = &*this.master,
+                "Redis Sentinel: the primary of {:?} failed ({why}); asking the sentinels at {} \
+                 for the primary",
+                this.master,
+                this.sentinels
+            );
+            lookups.last_error = why;
+            // The first lookup after a failure starts at once.
+            lookups.not_before = Instant::now();
+            lookups.retry = RETRY_MIN;
+        }
+        Self::look_up(this);
+    }
+
+    /// Starts a lookup on the runtime, unless one runs or the last failed too recently.
+    fn look_up(this: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        {
+            let mut lookups = this.lookups();
+            if lookups.running || Instant::now() < lookups.not_before {
+                return;
+            }
+            lookups.running = true;
+        }
+        let running = Running(Arc::downgrade(this));
+        let shared = Arc::clone(this);
+        runtime.spawn(async move {
+            let _running = running;
+            let found = match tokio::time::timeout(LOOKUP_BOUND, shared.find()).await {
+                Ok(found) => found.map_err(|missed| missed.to_string()),
+                Err(_) => Err(format!("the lookup took longer than {LOOKUP_BOUND:?}")),
+            };
+            match found {
+                Ok(connection) => shared.install(connection),
+                Err(error) => {
+                    let mut lookups = shared.lookups();
+                    lookups.not_before = Instant::now() + lookups.retry;
+                    lookups.retry = (lookups.retry * 2).min(RETRY_MAX);
+                    lookups.last_error = error;
+                }
+            }
+        });
+    }
+
+    /// Makes `connection` the primary calls go to.
+    fn install(&self, connection: MultiplexedConnection) {
+        let mut lookups = self.lookups();
+        lookups.generation += 1;
+        lookups.retry = RETRY_MIN;
+        lookups.last_error.clear();
+        self.primary.store(Some(Arc::new(Primary {
+            generation: lookups.generation,
+            connection,
+            since: Instant::now(),
+            answered: AtomicU64::new(0),
+        })));
+        #[cfg(feature = "tracing")]
+        tracing::info!(
+            master = &*self.master,
+            generation = lookups.generation,
+            "Redis Sentinel: deciding on the primary of {:?}",
+            self.master
+        );
+    }
+
+    /// Asks the sentinels for the primary, connects to it and checks its version.
+    async fn find(&self) -> Result<MultiplexedConnection, Missed> {
+        let client = {
+            let mut sentinel = self.sentinel.lock().await;
+            sentinel
+                .async_master_for(&self.master, Some(&self.node))
+                .await
+                .map_err(Missed::Sentinels)?
+        };
+        // The store bounds each call with its own timeout, so the connection sets none.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(None);
+        let mut connection = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| Missed::Primary(errors::connecting(e)))?;
+        let info: RedisResult<String> = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut connection)
+            .await;
+        match info {
+            Ok(info) => {
+                if let Some(found) = version::parse(&info) {
+                    version::require(found).map_err(|message| {
+                        Missed::Primary(Error::misconfigured(format!(
+                            "the primary of Redis Sentinel master {:?}: {message}",
+                            self.master
+                        )))
+                    })?;
+                }
+            }
+            // Refused by the server (INFO renamed away): nothing to tell from.
+            Err(e) if matches!(e.kind(), RedisKind::Server(_)) => {}
+            Err(e) => return Err(Missed::Primary(errors::connecting(e))),
+        }
+        Ok(connection)
+    }
+
+    /// The error of a store that found no primary when built, saying what was wrong.
+    async fn explain(&self, missed: Missed, sentinels: &[ConnectionInfo]) -> Error {
+        let (master, at) = (&self.master, &self.sentinels);
+        let error = match missed {
+            Missed::Primary(error) => {
+                let message = format!(
+                    "RedisStore::sentinel: the primary that the sentinels at {at} name for \
+                     master {master:?}: {error}"
+                );
+                return Error::new(error.kind(), message);
+            }
+            Missed::Sentinels(error) => error,
+        };
+        match error.kind() {
+            RedisKind::MasterNameNotFoundBySentinel => {
+                let monitored = monitored(sentinels).await;
+                if monitored.is_empty() || monitored.iter().any(|name| **name == **master) {
+                    Error::unreachable(format!(
+                        "RedisStore::sentinel: the sentinels at {at} name no primary of master \
+                         {master:?} that answers as one (it is down, or a failover is under \
+                         way); try again once the sentinels agree on a primary"
+                    ))
+                } else {
+                    Error::misconfigured(format!(
+                        "RedisStore::sentinel: no sentinel at {at} monitors a master named \
+                         {master:?} (they monitor {monitored:?}); pass the name of a `sentinel \
+                         monitor <name> ...` line of their configuration"
+                    ))
+                }
+            }
+            RedisKind::InvalidClientConfig => Error::misconfigured(format!(
+                "RedisStore::sentinel: a server at {at} is not a Redis Sentinel ({error}); pass \
+                 the sentinels' addresses (port 26379 by default), not those of the Redis \
+                 servers"
+            )),
+            _ => {
+                let kind = errors::kind(&error);
+                Error::new(
+                    kind,
+                    format!(
+                        "RedisStore::sentinel: no sentinel at {at} named a primary of master \
+                         {master:?} ({error}); check the addresses, and that redis-sentinel \
+                         runs there"
+                    ),
+                )
+            }
+        }
+    }
+}
+
+/// Why a lookup found no primary.
+enum Missed {
+    /// The sentinels named none: none answered, or none knows the master, or the one they
+    /// name does not answer as a primary (`ROLE`).
+    Sentinels(RedisError),
+    /// The primary they named could not be used: no connection, or too old a Redis.
+    Primary(Error),
+}
+
+impl fmt::Display for Missed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sentinels(error) => write!(f, "the sentinels named no primary: {error}"),
+            Self::Primary(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+/// The names of the masters the sentinels at `sentinels` monitor, from the first that
+/// answers `SENTINEL MASTERS`; empty when none does.
+async fn monitored(sentinels: &[ConnectionInfo]) -> Vec<String> {
+    for info in sentinels {
+        let ask = async {
+            let client = Client::open(info.clone())?;
+            let mut connection = client.get_multiplexed_async_connection().await?;
+            redis::cmd("SENTINEL")
+                .arg("MASTERS")
+                .query_async::<Vec<std::collections::HashMap<String, String>>>(&mut connection)
+                .await
+        };
+        if let Ok(Ok(masters)) = tokio::time::timeout(Duration::from_secs(2), ask).await {
+            let mut names: Vec<String> = masters
+                .into_iter()
+                .filter_map(|mut m| m.remove("name"))
+                .collect();
+            names.sort();
+            return names;
+        }
+    }
+    Vec::new()
+}
+
+/// `url` with the user and password between `://` and `@` replaced by `***`.
+fn without_credentials(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    match url[start..].find('@') {
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+        None => url.to_owned(),
+    }
+}
+
+/// Marks the lookup as over when its task ends, however it ends (its runtime may shut down).
+struct Running(Weak<Shared>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.lookups().running = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_kept_out_of_messages() {
+        assert_eq!(
+            without_credentials("redis://user:secret@10.0.0.1:26379/"),
+            "redis://***@10.0.0.1:26379/"
+        );
+        assert_eq!(
+            without_credentials("redis://:secret@host"),
+            "redis://***@host"
+        );
+        assert_eq!(
+            without_credentials("redis://10.0.0.1:26379"),
+            "redis://10.0.0.1:26379"
+        );
+        assert_eq!(without_credentials("nonsense"), "nonsense");
+    }
+
+    #[test]
+    fn failures_that_mean_another_primary() {
+        let gone = |kind: ServerErrorKind| {
+            primary_gone(&RedisError::from((RedisKind::Server(kind), "x")))
+        };
+        assert!(gone(ServerErrorKind::ReadOnly));
+        assert!(gone(ServerErrorKind::MasterDown));
+        assert!(gone(ServerErrorKind::BusyLoading));
+        assert!(!gone(ServerErrorKind::NoScript));
+        assert!(!gone(ServerErrorKind::ResponseError));
+        let dropped = RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(primary_gone(&dropped));
+        let refused =
+            RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(primary_gone(&refused));
+    }
+}
