@@ -82,7 +82,10 @@ fn decisions_through_the_sentinels_are_exact_and_shared_with_the_primary() {
                 let cost = 1 + rng.next() % (limit - used);
                 let which = (rng.next() % 2) as usize;
                 let d = limiters[which].check_n(key.as_str(), cost).await.unwrap();
-                assert!(d.allowed, "case {case}: {used} of {limit} used, cost {cost}");
+                assert!(
+                    d.allowed,
+                    "case {case}: {used} of {limit} used, cost {cost}"
+                );
                 used += cost;
                 assert_eq!(d.remaining, limit - used, "case {case}");
             }
@@ -91,7 +94,10 @@ fn decisions_through_the_sentinels_are_exact_and_shared_with_the_primary() {
                 assert!(!d.allowed, "case {case}: the quota of {limit} is spent");
             }
             // The state lives on the primary the sentinels named.
-            let name = limiters[0].table().redis_keys(&key.as_str().into()).remove(0);
+            let name = limiters[0]
+                .table()
+                .redis_keys(&key.as_str().into())
+                .remove(0);
             let name = String::from_utf8(name).unwrap();
             let exists = server::cli(primary, &["EXISTS", &name]);
             assert_eq!(exists.trim(), "1", "case {case}: {name} on the primary");
@@ -138,17 +144,27 @@ enum Answer {
     Failed(ErrorKind),
 }
 
-/// Checks under load, each with when it was answered (after `start`).
+/// Checks under load, each with when it was answered (after `start`); and the longest one
+/// waited.
 #[derive(Default)]
-struct Log(Mutex<Vec<(Duration, Answer)>>);
+struct Log(Mutex<Vec<(Duration, Answer)>>, Mutex<Duration>);
 
 impl Log {
-    fn push(&self, at: Duration, answer: Answer) {
+    fn push(&self, at: Duration, answer: Answer, took: Duration) {
         self.0.lock().unwrap().push((at, answer));
+        let mut slowest = self.1.lock().unwrap();
+        *slowest = took.max(*slowest);
     }
 
+    fn slowest(&self) -> Duration {
+        *self.1.lock().unwrap()
+    }
+
+    /// The answers in the order they came.
     fn answers(&self) -> Vec<(Duration, Answer)> {
-        self.0.lock().unwrap().clone()
+        let mut answers = self.0.lock().unwrap().clone();
+        answers.sort_by_key(|&(at, _)| at);
+        answers
     }
 
     /// When the first answer after `after` that `is` gives was answered.
@@ -182,7 +198,8 @@ impl Load {
             .block(PROBE, Duration::from_secs(3600))
             .await
             .unwrap();
-        let closed = RateLimiter::gcra(quota.clone()).with_store(sentinel_closed(set, timeout).await);
+        let closed =
+            RateLimiter::gcra(quota.clone()).with_store(sentinel_closed(set, timeout).await);
         let local = RateLimiter::gcra(quota).with_store(
             RedisStore::sentinel(set.urls(), MASTER)
                 .await
@@ -207,6 +224,7 @@ impl Load {
             );
             load.tasks.push(tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
+                    let asked = Instant::now();
                     let answer = match limiter.check(PROBE).await {
                         Ok(d) => {
                             assert!(d.allowed, "Redis admits: the quota is far from spent");
@@ -214,7 +232,7 @@ impl Load {
                         }
                         Err(e) => Answer::Failed(e.kind()),
                     };
-                    log.push(start.elapsed(), answer);
+                    log.push(start.elapsed(), answer, asked.elapsed());
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
             }));
@@ -226,6 +244,7 @@ impl Load {
             );
             load.tasks.push(tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
+                    let asked = Instant::now();
                     let d = limiter
                         .check(PROBE)
                         .await
@@ -237,7 +256,7 @@ impl Load {
                         assert!(retry > Duration::from_secs(3000), "the local block: {d:?}");
                         Answer::Local
                     };
-                    log.push(start.elapsed(), answer);
+                    log.push(start.elapsed(), answer, asked.elapsed());
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
             }));
@@ -311,7 +330,11 @@ fn judge(
     let mut by_policy = 0;
     for &(at, answer) in answers {
         if at < down {
-            assert_eq!(answer, Answer::Redis, "at {at:?}, before the primary went down");
+            assert_eq!(
+                answer,
+                Answer::Redis,
+                "at {at:?}, before the primary went down"
+            );
         } else if at > settled {
             assert_eq!(answer, Answer::Redis, "at {at:?}, after the failover");
         } else if answer != Answer::Redis {
@@ -329,7 +352,9 @@ fn a_killed_primary_fails_over_and_decisions_resume_on_the_promoted_replica() {
     let old = set.servers[0].port;
     runtime().block_on(async {
         let load = Load::start(&set, Duration::from_millis(250)).await;
-        let warm = load.until_redis_answers(Duration::ZERO, Duration::from_secs(5)).await;
+        let warm = load
+            .until_redis_answers(Duration::ZERO, Duration::from_secs(5))
+            .await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(warm > Duration::ZERO);
 
@@ -359,8 +384,14 @@ fn a_killed_primary_fails_over_and_decisions_resume_on_the_promoted_replica() {
         };
         let failed = judge(&closed, killed, settled, unreachable);
         let local_answers = judge(&local, killed, settled, |a| a == Answer::Local);
-        assert!(failed > 0, "the closed policy answered while no primary did");
-        assert!(local_answers > 0, "the local fallback answered while no primary did");
+        assert!(
+            failed > 0,
+            "the closed policy answered while no primary did"
+        );
+        assert!(
+            local_answers > 0,
+            "the local fallback answered while no primary did"
+        );
         assert!(closed.last().unwrap().0 > settled + Duration::from_millis(300));
         // The promoted replica decided: its script cache was filled through NOSCRIPT.
         let stats = server::cli(new, &["INFO", "commandstats"]);
@@ -399,7 +430,11 @@ fn the_old_primary_restarted_comes_back_as_a_replica_and_breaks_nothing() {
         let (closed, local) = load.stop().await;
         for (at, answer) in closed.iter().chain(&local) {
             if *at > restarted {
-                assert_eq!(*answer, Answer::Redis, "at {at:?}, after the old primary restarted");
+                assert_eq!(
+                    *answer,
+                    Answer::Redis,
+                    "at {at:?}, after the old primary restarted"
+                );
             }
         }
 
@@ -421,14 +456,18 @@ fn the_old_primary_restarted_comes_back_as_a_replica_and_breaks_nothing() {
             assert!(Instant::now() < deadline, "the idle store found no primary");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        assert!(failures <= 3, "{failures} failures before the idle store moved");
+        assert!(
+            failures <= 3,
+            "{failures} failures before the idle store moved"
+        );
         for _ in 0..20 {
             assert!(idle.check("k").await.unwrap().allowed);
         }
 
         // A store made now is exact on the new primary, shared with a plain connection to it.
         let quota = Quota::per_hour(4).named("after");
-        let fresh = RateLimiter::gcra(quota.clone()).with_store(sentinel_closed(&set, Duration::from_secs(1)).await);
+        let fresh = RateLimiter::gcra(quota.clone())
+            .with_store(sentinel_closed(&set, Duration::from_secs(1)).await);
         let direct = RateLimiter::gcra(quota).with_store(
             RedisStore::connect(&format!("redis://127.0.0.1:{new}/"))
                 .await
@@ -480,7 +519,12 @@ fn a_frozen_primary_fails_over_and_decisions_resume() {
         set.server(old).resume();
         let resumed = load.now();
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(server::role(old), "master", "still calling itself a primary");
+        assert_eq!(
+            server::role(old),
+            "master",
+            "still calling itself a primary"
+        );
+        let slowest = [load.closed.slowest(), load.local.slowest()];
         let (closed, local) = load.stop().await;
         assert!(closed.last().unwrap().0 > resumed + Duration::from_millis(300));
         let settled = back + Duration::from_millis(100);
@@ -493,16 +537,66 @@ fn a_frozen_primary_fails_over_and_decisions_resume() {
         let local_answers = judge(&local, frozen, settled, |a| a == Answer::Local);
         assert!(failed > 0 && local_answers > 0);
         // While frozen, each check waited at most about the store's timeout.
-        let closed_times: Vec<Duration> = closed.iter().map(|(at, _)| *at).collect();
-        let longest_gap = closed_times
-            .windows(2)
-            .map(|w| w[1] - w[0])
-            .max()
-            .unwrap();
-        assert!(
-            longest_gap < timeout * 3,
-            "a check waited {longest_gap:?} with a timeout of {timeout:?}"
+        for slowest in slowest {
+            assert!(
+                slowest < timeout * 3,
+                "a check waited {slowest:?} with a timeout of {timeout:?}"
+            );
+        }
+    });
+}
+
+fn a_primary_demoted_while_reachable_loses_its_calls_before_it_is_a_replica() {
+    let Some(set) = RedisSentinels::start(1) else {
+        return;
+    };
+    let old = set.servers[0].port;
+    runtime().block_on(async {
+        let load = Load::start(&set, Duration::from_millis(250)).await;
+        load.until_redis_answers(Duration::ZERO, Duration::from_secs(5))
+            .await;
+        // A failover while the old primary runs: it answers as a primary until the sentinels
+        // turn it into a replica, some 10 s later here (minutes with their defaults).
+        let asked = server::cli(set.sentinels[0].port, &["SENTINEL", "FAILOVER", MASTER]);
+        assert_eq!(asked.trim(), "OK");
+        let new = set.wait_for_new_primary(old, Duration::from_secs(10));
+        let switched = load.now();
+        let evalsha = |port: u16| {
+            let stats = server::command(port, "INFO commandstats").unwrap_or_default();
+            stats
+                .lines()
+                .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        // Calls leave the old primary (its EVALSHA count stands still) for the new one.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let moved = loop {
+            let (old_calls, new_calls) = (evalsha(old), evalsha(new));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if evalsha(old) == old_calls && evalsha(new) > new_calls {
+                break load.now();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "calls still go to the old primary 5 s after the switch"
+            );
+        };
+        assert_eq!(
+            server::role(old),
+            "master",
+            "the calls left before the sentinels demoted the old primary"
         );
+        println!(
+            "sentinel failover (SENTINEL FAILOVER, old primary reachable): calls left it within \
+             {:?} of the switch",
+            moved - switched
+        );
+        let (closed, local) = load.stop().await;
+        let unreachable = |a| a == Answer::Failed(ErrorKind::Unreachable);
+        judge(&closed, Duration::ZERO, moved, unreachable);
+        judge(&local, Duration::ZERO, moved, |a| a == Answer::Local);
     });
 }
 
@@ -524,7 +618,10 @@ fn a_bad_master_name_or_no_sentinel_fails_at_construction_naming_it() {
         let nobody: Vec<String> = (0..2)
             .map(|_| {
                 let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-                format!("redis://127.0.0.1:{}/", listener.local_addr().unwrap().port())
+                format!(
+                    "redis://127.0.0.1:{}/",
+                    listener.local_addr().unwrap().port()
+                )
             })
             .collect();
         let error = RedisStore::sentinel(&nobody, MASTER).await.unwrap_err();
@@ -585,6 +682,10 @@ fn main() -> std::process::ExitCode {
         server::needs_redis(
             "a_frozen_primary_fails_over_and_decisions_resume",
             a_frozen_primary_fails_over_and_decisions_resume,
+        ),
+        server::needs_redis(
+            "a_primary_demoted_while_reachable_loses_its_calls_before_it_is_a_replica",
+            a_primary_demoted_while_reachable_loses_its_calls_before_it_is_a_replica,
         ),
         server::needs_redis(
             "a_bad_master_name_or_no_sentinel_fails_at_construction_naming_it",

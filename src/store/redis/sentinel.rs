@@ -6,7 +6,11 @@
 //! answered `READONLY` (the server was demoted to a replica), `MASTERDOWN` or `LOADING`, or
 //! one given up by the store's timeout while the primary has answered nothing for
 //! [`STALL_AFTER`] (a frozen or unreachable host keeps its connection open and never
-//! answers). The connection to the old primary is dropped at once, so calls are answered by
+//! answers); and when the sentinels name another primary than the one calls go to, which
+//! one of them is asked at most every [`RECHECK`] while calls come (a primary demoted while
+//! it stays reachable, by `SENTINEL FAILOVER` or a partition that healed, answers as a
+//! primary until the sentinels turn it into a replica, seconds to minutes later). The
+//! connection to the old primary is dropped at once, so calls are answered by
 //! the store's failure policy without waiting, until the sentinels name a primary that says
 //! it is one (`ROLE`) and runs a Redis recent enough. The sentinels are asked by a task of
 //! their own (a lookup outlives the call that started it, whose timeout is short), one at a
@@ -22,7 +26,7 @@ use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, ConnectionInfo, ErrorKind as RedisKind,
+    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind as RedisKind,
     IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 
@@ -32,6 +36,13 @@ use crate::Error;
 /// A call given up by the store's timeout starts a new lookup when the primary has answered
 /// nothing for this long.
 pub(crate) const STALL_AFTER: Duration = Duration::from_secs(1);
+
+/// How often, at most, one sentinel is asked whether the primary calls go to is still the one
+/// they name (only while calls come).
+pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+
+/// The longest a sentinel may take to say which primary it names.
+const RECHECK_BOUND: Duration = Duration::from_secs(1);
 
 /// The first wait between lookups that find no primary; it doubles up to [`RETRY_MAX`].
 const RETRY_MIN: Duration = Duration::from_millis(25);
@@ -55,6 +66,10 @@ struct Shared {
     /// The sentinels' addresses (no credentials), for messages.
     sentinels: Box<str>,
     sentinel: tokio::sync::Mutex<Sentinel>,
+    /// The sentinels, for the checks of which primary they name.
+    sentinel_infos: Vec<ConnectionInfo>,
+    /// The connection to the sentinel the checks ask (its index), kept between checks.
+    checker: tokio::sync::Mutex<Option<(usize, MultiplexedConnection)>>,
     /// How to reach the primary: credentials, TLS, database.
     node: SentinelNodeConnectionInfo,
     /// The primary calls go to; `None` while a lookup is due or under way.
@@ -68,16 +83,33 @@ struct Primary {
     /// not drop the new one.
     generation: u64,
     connection: MultiplexedConnection,
+    /// Its host and port, as the sentinels name it.
+    address: Option<(String, u16)>,
     /// When the connection was made.
     since: Instant,
     /// When the primary last answered, in ns after `since`.
     answered: AtomicU64,
+    /// When the sentinels are next asked whether they still name it, in ns after `since`.
+    next_check: AtomicU64,
 }
 
 impl Primary {
-    fn heard(&self) {
+    /// Notes an answer; whether the sentinels are due to be asked if they still name it.
+    fn heard(&self) -> bool {
         let nanos = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.answered.fetch_max(nanos, Ordering::Relaxed);
+        let next = self.next_check.load(Ordering::Relaxed);
+        let every = u64::try_from(RECHECK.as_nanos()).unwrap_or(u64::MAX);
+        nanos >= next
+            && self
+                .next_check
+                .compare_exchange(
+                    next,
+                    nanos.saturating_add(every),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
     }
 
     fn quiet_for(&self) -> Duration {
@@ -139,6 +171,8 @@ impl SentinelConnection {
             master: master.into(),
             sentinels: sentinels.into(),
             sentinel: tokio::sync::Mutex::new(sentinel),
+            sentinel_infos: infos.clone(),
+            checker: tokio::sync::Mutex::new(None),
             node,
             primary: ArcSwapOption::empty(),
             lookups: Mutex::new(Lookups {
@@ -212,9 +246,9 @@ impl SentinelConnection {
 
 impl ConnectionLike for SentinelConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.on_primary(move |mut connection| async move {
-            connection.req_packed_command(cmd).await
-        })
+        self.on_primary(
+            move |mut connection| async move { connection.req_packed_command(cmd).await },
+        )
     }
 
     fn req_packed_commands<'a>(
@@ -252,7 +286,7 @@ impl fmt::Debug for SentinelConnection {
 /// dropped unanswered, how long the primary has been quiet.
 struct Watch<'a> {
     shared: &'a Arc<Shared>,
-    primary: &'a Primary,
+    primary: &'a Arc<Primary>,
     answered: bool,
 }
 
@@ -264,7 +298,11 @@ impl Watch<'_> {
                 Shared::drop_primary(self.shared, self.primary.generation, error.to_string());
             }
             // Any other answer, an error reply included, came from the primary.
-            _ => self.primary.heard(),
+            _ => {
+                if self.primary.heard() {
+                    Shared::recheck(self.shared, self.primary);
+                }
+            }
         }
     }
 }
@@ -329,6 +367,55 @@ impl Shared {
         Self::look_up(this);
     }
 
+    /// Asks a sentinel, on the runtime, whether it still names `primary`; drops it when it
+    /// names another.
+    fn recheck(this: &Arc<Self>, primary: &Arc<Primary>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (shared, primary) = (Arc::clone(this), Arc::clone(primary));
+        runtime.spawn(async move {
+            let named = tokio::time::timeout(RECHECK_BOUND, shared.named_primary()).await;
+            if let Ok(Some(named)) = named {
+                if primary.address.as_ref() != Some(&named) {
+                    let why = format!("the sentinels now name {}:{}", named.0, named.1);
+                    Shared::drop_primary(&shared, primary.generation, why);
+                }
+            }
+        });
+    }
+
+    /// The primary one sentinel names (`SENTINEL GET-MASTER-ADDR-BY-NAME`): the one asked
+    /// last, or the next that answers.
+    async fn named_primary(&self) -> Option<(String, u16)> {
+        let mut checker = self.checker.lock().await;
+        let count = self.sentinel_infos.len();
+        let first = checker.as_ref().map_or(0, |(index, _)| *index);
+        for step in 0..count {
+            let index = (first + step) % count;
+            let mut connection = match checker.take() {
+                Some((asked, connection)) if asked == index => connection,
+                _ => {
+                    let client = Client::open(self.sentinel_infos[index].clone()).ok()?;
+                    match client.get_multiplexed_async_connection().await {
+                        Ok(connection) => connection,
+                        Err(_) => continue,
+                    }
+                }
+            };
+            let named: RedisResult<Option<(String, u16)>> = redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(&*self.master)
+                .query_async(&mut connection)
+                .await;
+            if let Ok(named) = named {
+                *checker = Some((index, connection));
+                return named;
+            }
+        }
+        None
+    }
+
     /// Starts a lookup on the runtime, unless one runs or the last failed too recently.
     fn look_up(this: &Arc<Self>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -350,7 +437,7 @@ impl Shared {
                 Err(_) => Err(format!("the lookup took longer than {LOOKUP_BOUND:?}")),
             };
             match found {
-                Ok(connection) => shared.install(connection),
+                Ok(found) => shared.install(found),
                 Err(error) => {
                     let mut lookups = shared.lookups();
                     lookups.not_before = Instant::now() + lookups.retry;
@@ -361,8 +448,8 @@ impl Shared {
         });
     }
 
-    /// Makes `connection` the primary calls go to.
-    fn install(&self, connection: MultiplexedConnection) {
+    /// Makes the connection found the primary calls go to.
+    fn install(&self, (connection, address): (MultiplexedConnection, Option<(String, u16)>)) {
         let mut lookups = self.lookups();
         lookups.generation += 1;
         lookups.retry = RETRY_MIN;
@@ -370,8 +457,11 @@ impl Shared {
         self.primary.store(Some(Arc::new(Primary {
             generation: lookups.generation,
             connection,
+            address,
             since: Instant::now(),
             answered: AtomicU64::new(0),
+            // The sentinels were just asked.
+            next_check: AtomicU64::new(u64::try_from(RECHECK.as_nanos()).unwrap_or(u64::MAX)),
         })));
         #[cfg(feature = "tracing")]
         tracing::info!(
@@ -382,8 +472,9 @@ impl Shared {
         );
     }
 
-    /// Asks the sentinels for the primary, connects to it and checks its version.
-    async fn find(&self) -> Result<MultiplexedConnection, Missed> {
+    /// Asks the sentinels for the primary, connects to it and checks its version; the
+    /// connection and the primary's host and port.
+    async fn find(&self) -> Result<(MultiplexedConnection, Option<(String, u16)>), Missed> {
         let client = {
             let mut sentinel = self.sentinel.lock().await;
             sentinel
@@ -418,7 +509,13 @@ impl Shared {
             Err(e) if matches!(e.kind(), RedisKind::Server(_)) => {}
             Err(e) => return Err(Missed::Primary(errors::connecting(e))),
         }
-        Ok(connection)
+        let address = match client.get_connection_info().addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                Some((host.clone(), *port))
+            }
+            _ => None,
+        };
+        Ok((connection, address))
     }
 
     /// The error of a store that found no primary when built, saying what was wrong.
@@ -558,9 +655,8 @@ mod tests {
 
     #[test]
     fn failures_that_mean_another_primary() {
-        let gone = |kind: ServerErrorKind| {
-            primary_gone(&RedisError::from((RedisKind::Server(kind), "x")))
-        };
+        let gone =
+            |kind: ServerErrorKind| primary_gone(&RedisError::from((RedisKind::Server(kind), "x")));
         assert!(gone(ServerErrorKind::ReadOnly));
         assert!(gone(ServerErrorKind::MasterDown));
         assert!(gone(ServerErrorKind::BusyLoading));
@@ -568,8 +664,7 @@ mod tests {
         assert!(!gone(ServerErrorKind::ResponseError));
         let dropped = RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
         assert!(primary_gone(&dropped));
-        let refused =
-            RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert!(primary_gone(&refused));
     }
 }
