@@ -130,7 +130,74 @@ fn decisions_through_the_sentinels_are_exact_and_shared_with_the_primary() {
             limiters.push(RateLimiter::gcra(quota.clone()).with_store(store));
         }
         assert_eq!(hammer::admitted_together(limiters, "one-key", 20).await, 60);
+
+        // A block through one store holds on the other; a reset through the other lifts it.
+        let quota = Quota::per_hour(100).named("blocks");
+        let blocking = RateLimiter::gcra(quota.clone()).with_store(through_sentinels.clone());
+        let plain = RateLimiter::gcra(quota).with_store(direct.clone());
+        blocking.block("b", Duration::from_secs(600)).await.unwrap();
+        let d = plain.check("b").await.unwrap();
+        assert!(!d.allowed && d.retry_after.unwrap() > Duration::from_secs(590));
+        plain.reset("b").await.unwrap();
+        assert!(blocking.check("b").await.unwrap().allowed);
+
+        in_flight_slots_are_shared(through_sentinels, direct).await;
     });
+}
+
+/// An in-flight layer of 2 per key through the sentinels and one on a plain connection share
+/// the key's slots: a third request on either is refused while two are held.
+async fn in_flight_slots_are_shared(through_sentinels: RedisStore, direct: RedisStore) {
+    use std::sync::atomic::AtomicUsize;
+
+    use http::{Request, Response, StatusCode};
+    use tollgate::key::Header;
+    use tollgate::RateLimitLayer;
+    use tower::{Layer, ServiceExt};
+
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let service = |store: RedisStore| {
+        let (gate, inside) = (gate.clone(), inside.clone());
+        RateLimitLayer::in_flight(2)
+            .policy_name("jobs")
+            .key(Header::new("x-key"))
+            .store(store)
+            .layer(tower::service_fn(move |_req: Request<()>| {
+                let (gate, inside) = (gate.clone(), inside.clone());
+                async move {
+                    inside.fetch_add(1, Ordering::SeqCst);
+                    gate.acquire().await.unwrap().forget();
+                    Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+                }
+            }))
+    };
+    let services = [service(through_sentinels), service(direct)];
+    let send = |n: usize| {
+        let svc = services[n % 2].clone();
+        let req = Request::builder().header("x-key", "k").body(()).unwrap();
+        tokio::spawn(async move { svc.oneshot(req).await.unwrap().status() })
+    };
+    let held = [send(0), send(1)];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while inside.load(Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < deadline, "two requests take the two slots");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for n in 0..2 {
+        assert_eq!(send(n).await.unwrap(), StatusCode::TOO_MANY_REQUESTS);
+    }
+    gate.add_permits(2);
+    for request in held {
+        assert_eq!(request.await.unwrap(), StatusCode::OK);
+    }
+    // The slots come back (each is given back by a task of its own).
+    gate.add_permits(1000);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while send(0).await.unwrap() != StatusCode::OK {
+        assert!(Instant::now() < deadline, "the slots come back");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }
 
 /// What one check under load got.
