@@ -1,20 +1,21 @@
 //! The connection of a store made by [`RedisStore::sentinel`](super::RedisStore::sentinel): to
 //! the primary that Redis Sentinel names, found again when it fails over.
 //!
-//! The sentinels are asked for the primary once when the store is built, and again whenever
-//! the primary stops being one: a call that fails on the connection (refused, dropped), one
-//! answered `READONLY` (the server was demoted to a replica), `MASTERDOWN` or `LOADING`, or
-//! one given up by the store's timeout while the primary has answered nothing for
-//! [`STALL_AFTER`] (a frozen or unreachable host keeps its connection open and never
-//! answers); and when the sentinels name another primary than the one calls go to, which
-//! one of them is asked at most every [`RECHECK`] while calls come (a primary demoted while
-//! it stays reachable, by `SENTINEL FAILOVER` or a partition that healed, answers as a
-//! primary until the sentinels turn it into a replica, seconds to minutes later). The
-//! connection to the old primary is dropped at once, so calls are answered by
-//! the store's failure policy without waiting, until the sentinels name a primary that says
-//! it is one (`ROLE`) and runs a Redis recent enough. The sentinels are asked by a task of
-//! their own (a lookup outlives the call that started it, whose timeout is short), one at a
-//! time, at most every [`RETRY_MAX`] while none is found, and only while calls come.
+//! The sentinels are asked for the primary when the store is built, and again when:
+//! - a call fails on the connection (refused, dropped), or is answered `READONLY` (the server
+//!   is a replica now), `MASTERDOWN` or `LOADING`;
+//! - a call is given up by the store's timeout while the primary has answered nothing for
+//!   [`STALL_AFTER`] (a frozen or unreachable host keeps the connection open and never
+//!   answers);
+//! - one sentinel, asked at most every [`RECHECK`] while calls come, names another primary (a
+//!   primary demoted while reachable, by `SENTINEL FAILOVER` or a partition that healed,
+//!   answers as one until the sentinels make it a replica, seconds to minutes later).
+//!
+//! The old primary's connection is dropped at once, so calls are answered by the store's
+//! failure policy without waiting, until a lookup finds a primary that says it is one (`ROLE`)
+//! and runs a Redis recent enough. Lookups run on a task of their own (a lookup outlives the
+//! call that started it, whose timeout is short), one at a time; while they find none, at
+//! most every [`RETRY_MAX`], and only while calls come.
 
 use std::fmt;
 use std::future::Future;
@@ -35,11 +36,11 @@ use crate::Error;
 
 /// A call given up by the store's timeout starts a new lookup when the primary has answered
 /// nothing for this long.
-pub(crate) const STALL_AFTER: Duration = Duration::from_secs(1);
+const STALL_AFTER: Duration = Duration::from_secs(1);
 
 /// How often, at most, one sentinel is asked whether the primary calls go to is still the one
 /// they name (only while calls come).
-pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+const RECHECK: Duration = Duration::from_secs(1);
 
 /// The longest a sentinel may take to say which primary it names.
 const RECHECK_BOUND: Duration = Duration::from_secs(1);
@@ -48,7 +49,7 @@ const RECHECK_BOUND: Duration = Duration::from_secs(1);
 const RETRY_MIN: Duration = Duration::from_millis(25);
 
 /// The longest wait between lookups that find no primary.
-pub(crate) const RETRY_MAX: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_millis(500);
 
 /// The longest one lookup may take: the sentinels' answers, the primary's `ROLE`, the
 /// connection and the version check.
@@ -118,7 +119,7 @@ impl Primary {
     }
 }
 
-/// The bookkeeping of lookups (only touched when the primary is missing).
+/// The bookkeeping of lookups (touched only when a primary is dropped, missing or found).
 struct Lookups {
     /// The generation of the last primary found.
     generation: u64,
@@ -558,9 +559,10 @@ impl Shared {
                 Error::new(
                     kind,
                     format!(
-                        "RedisStore::sentinel: no sentinel at {at} named a primary of master \
-                         {master:?} ({error}); check the addresses, and that redis-sentinel \
-                         runs there"
+                        "RedisStore::sentinel: the sentinels at {at} named no primary of \
+                         master {master:?} that could be reached ({error}); check the \
+                         addresses, that redis-sentinel runs there, and that the primary it \
+                         names is reachable from here"
                     ),
                 )
             }
