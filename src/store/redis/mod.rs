@@ -206,11 +206,18 @@ impl RedisStore {
     /// without rebuilding the store: the sentinels are asked again after a call fails on the
     /// connection or is answered `READONLY` (the old primary came back as a replica),
     /// `MASTERDOWN` or `LOADING`, and after a call times out while the primary has answered
-    /// nothing for a second (a frozen or unreachable host). Until they name a primary that
-    /// answers as one, every call is answered at once by the [failure policy](Self::on_failure).
-    /// Lookups run one at a time, and while none finds a primary, at most every 500 ms. The
-    /// scripts are loaded on a new primary by its first `NOSCRIPT`, and each primary's
-    /// version is checked before calls go to it.
+    /// nothing for a second (a frozen or unreachable host). While calls come, one sentinel is
+    /// also asked every second whether it still names the same primary: one demoted while
+    /// reachable (`SENTINEL FAILOVER`, a partition that healed) answers as a primary until the
+    /// sentinels reconfigure it, seconds to minutes later. Until the sentinels name a primary
+    /// that answers as one, every call is answered at once by the
+    /// [failure policy](Self::on_failure). Lookups run one at a time, and while none finds a
+    /// primary, at most every 200 ms. The scripts are loaded on a new primary by its first
+    /// `NOSCRIPT`, and each primary's version is checked before calls go to it.
+    ///
+    /// Redis replicates asynchronously: decisions the old primary made in its last moments
+    /// may not have reached the replica it is replaced by, so a failover can forgive a client
+    /// those requests.
     ///
     /// The primary is reached with the sentinels' defaults (no password, no TLS, database
     /// 0); [`sentinel_with`](Self::sentinel_with) sets them.

@@ -49,7 +49,7 @@ const RECHECK_BOUND: Duration = Duration::from_secs(1);
 const RETRY_MIN: Duration = Duration::from_millis(25);
 
 /// The longest wait between lookups that find no primary.
-const RETRY_MAX: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_millis(200);
 
 /// The longest one lookup may take: the sentinels' answers, the primary's `ROLE`, the
 /// connection and the version check.
