@@ -110,7 +110,7 @@
 //! | `tracing` | yes | logs for misconfigured servers, denials and store failures |
 //! | `tonic` | no | the peer IP from tonic's `TcpConnectInfo`, and `TlsConnectInfo<TcpConnectInfo>` over TLS |
 //! | `serde` | no | `Serialize`/`Deserialize` for [`Quota`], as its text form (`"100/min"`), and `config`: layers from configuration files |
-//! | `redis` | no | `store::RedisStore`: one limit across servers through Redis or Redis Cluster |
+//! | `redis` | no | `store::RedisStore`: one limit across servers through Redis, Redis Sentinel or Redis Cluster |
 //! | `metrics` | no | `tollgate_decisions_total{policy, outcome}`, `tollgate_bans_total{policy, outcome}` and `tollgate_store_latency_seconds{policy}` through the `metrics` crate |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]

@@ -325,3 +325,213 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 }
+
+/// The name the sentinels of [`RedisSentinels`] monitor their primary by.
+pub const MASTER: &str = "mymaster";
+
+/// How long the sentinels of [`RedisSentinels`] wait before they call a silent primary down.
+pub const DOWN_AFTER_MS: u64 = 500;
+
+/// The sentinels' `failover-timeout`: also how long they wait before they turn a server that
+/// came back as a primary into a replica.
+pub const FAILOVER_TIMEOUT_MS: u64 = 2000;
+
+/// One `redis-sentinel` on a loopback port, killed when dropped.
+pub struct SentinelProcess {
+    child: Child,
+    pub port: u16,
+}
+
+impl Drop for SentinelProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A primary, its replicas and three `redis-sentinel` processes (quorum 2) monitoring it as
+/// [`MASTER`], on loopback ports, with a short `down-after-milliseconds` ([`DOWN_AFTER_MS`])
+/// and `failover-timeout` ([`FAILOVER_TIMEOUT_MS`]). Every process is killed and every
+/// directory removed when dropped.
+pub struct RedisSentinels {
+    /// The servers: `servers[0]` is the first primary, the others its replicas.
+    pub servers: Vec<RedisServer>,
+    pub sentinels: Vec<SentinelProcess>,
+    dir: PathBuf,
+}
+
+impl RedisSentinels {
+    /// Starts them, and waits until the replicas are in sync and every sentinel knows the
+    /// replicas and the other sentinels (so that a failover can happen).
+    pub fn start(replicas: usize) -> Option<Self> {
+        if !available() {
+            return None;
+        }
+        let primary = RedisServer::start()?;
+        let primary_port = primary.port.to_string();
+        let mut servers = vec![primary];
+        for _ in 0..replicas {
+            servers.push(RedisServer::start_with(&[
+                "--replicaof",
+                "127.0.0.1",
+                &primary_port,
+            ])?);
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "tollgate-sentinels-{}-{primary_port}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory for the sentinels");
+        let mut sentinels = Vec::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let conf = dir.join(format!("sentinel-{port}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
+                     sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n\
+                     sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n\
+                     sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n\
+                     sentinel parallel-syncs {MASTER} 1\n",
+                    dir = dir.display()
+                ),
+            )
+            .expect("a sentinel configuration");
+            let child = Command::new("redis-sentinel")
+                .arg(&conf)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-sentinel starts");
+            sentinels.push(SentinelProcess { child, port });
+        }
+        let cluster = Self {
+            servers,
+            sentinels,
+            dir,
+        };
+        cluster.wait_until_ready(replicas);
+        Some(cluster)
+    }
+
+    fn wait_until_ready(&self, replicas: usize) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let synced = self.servers[0]
+                .info("replication")
+                .matches("state=online")
+                .count()
+                == replicas;
+            let known = self.sentinels.iter().all(|s| {
+                let master = cli(s.port, &["SENTINEL", "MASTER", MASTER]);
+                let field = |name: &str| {
+                    let mut lines = master.lines();
+                    lines.find(|l| *l == name);
+                    lines.next().and_then(|v| v.parse::<usize>().ok())
+                };
+                field("num-slaves") == Some(replicas) && field("num-other-sentinels") == Some(2)
+            });
+            if synced && known {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the sentinels did not find the replicas and each other within 20 s");
+    }
+
+    /// The sentinels' URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|s| format!("redis://127.0.0.1:{}/", s.port))
+            .collect()
+    }
+
+    /// The port of the primary the sentinels name now (the first that answers).
+    pub fn primary_port(&self) -> Option<u16> {
+        self.sentinels.iter().find_map(|s| {
+            let reply = cli(s.port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER]);
+            reply.lines().nth(1)?.trim().parse().ok()
+        })
+    }
+
+    /// The server on `port`.
+    pub fn server(&mut self, port: u16) -> &mut RedisServer {
+        self.servers
+            .iter_mut()
+            .find(|s| s.port == port)
+            .expect("a server of the set")
+    }
+
+    /// Waits until every sentinel names a primary other than `old` and that primary says it
+    /// is one; its port.
+    pub fn wait_for_new_primary(&self, old: u16, within: Duration) -> u16 {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let named: Vec<Option<u16>> = self
+                .sentinels
+                .iter()
+                .map(|s| {
+                    let reply = cli(s.port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER]);
+                    reply.lines().nth(1)?.trim().parse().ok()
+                })
+                .collect();
+            if let Some(Some(port)) = named.first() {
+                let agreed = named.iter().all(|n| *n == Some(*port));
+                if agreed && *port != old && role(*port) == "master" {
+                    return *port;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("the sentinels named no primary other than port {old} within {within:?}");
+    }
+
+    /// Waits until the server on `port` is a replica in sync with the primary on `primary`.
+    pub fn wait_until_replica_of(&self, port: u16, primary: u16, within: Duration) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let info = command(port, "INFO replication").unwrap_or_default();
+            if info.contains("role:slave")
+                && info.contains(&format!("master_port:{primary}"))
+                && info.contains("master_link_status:up")
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("the server on port {port} did not become a replica of {primary} within {within:?}");
+    }
+}
+
+impl Drop for RedisSentinels {
+    fn drop(&mut self) {
+        // The sentinels first, so that none reconfigures a server being killed.
+        self.sentinels.clear();
+        self.servers.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `master` or `slave` (`role:` of `INFO replication`), or empty when the server does not
+/// answer within 2 s.
+pub fn role(port: u16) -> String {
+    let info = command(port, "INFO replication").unwrap_or_default();
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("role:"))
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// A command through `redis-cli` (its plain output, one line per element), or empty when it
+/// fails. Only for servers that answer (a frozen one would hold it).
+pub fn cli(port: u16, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}

@@ -1,4 +1,5 @@
-//! [`RedisStore`]: limits that hold across every server, through Redis or Redis Cluster.
+//! [`RedisStore`]: limits that hold across every server, through Redis, Redis Sentinel or Redis
+//! Cluster.
 //!
 //! Each check is one round trip: a Lua script (run by `EVALSHA`, loaded again after a
 //! `NOSCRIPT`) reads the key's state, decides with the same integer math as the in-memory
@@ -7,8 +8,9 @@
 //! state is fresh again, so no idle key stays in Redis.
 //!
 //! Redis 5.0 or newer is required (the scripts read `TIME` before they write, which older
-//! servers refuse); [`connect`](RedisStore::connect) and [`cluster`](RedisStore::cluster) read
-//! the version once and refuse an older server with a message that names it.
+//! servers refuse); [`connect`](RedisStore::connect), [`sentinel`](RedisStore::sentinel) and
+//! [`cluster`](RedisStore::cluster) read the version once and refuse an older server with a
+//! message that names it (behind Sentinel, each primary is checked before calls go to it).
 //!
 //! Keys are `tollgate:{<key>}:<policy>:<algorithm>.<fingerprint>` (tiers add `:<n>`): the
 //! braces are a hash tag, so a key's tiers live in one Redis Cluster slot and one script
@@ -68,7 +70,9 @@
 //! [`MemoryStore`](crate::store::MemoryStore), so each server keeps limiting on its own until
 //! Redis answers again. Failures are logged as warnings (at most one every 10 s per policy)
 //! and counted in `tollgate_store_failures_total{policy, on_failure}` (feature `metrics`). The
-//! connection is re-established by itself after Redis restarts.
+//! connection is re-established by itself after Redis restarts; behind Redis Sentinel
+//! ([`sentinel`](RedisStore::sentinel)), calls go to the replica the sentinels promote when the
+//! primary fails over, and the failure policy answers in between.
 //!
 //! # Hot keys: local leases
 //!
@@ -96,6 +100,7 @@ mod leases;
 mod on_failure;
 mod reply;
 mod script;
+mod sentinel;
 mod slots;
 mod table;
 mod version;
@@ -114,6 +119,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::sentinel::SentinelNodeConnectionInfo;
 
 use super::{Store, Update};
 use crate::{Decision, Error, Key};
@@ -122,9 +128,11 @@ use crate::{Decision, Error, Key};
 pub(crate) enum Connection {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(sentinel::SentinelConnection),
 }
 
-/// Per-key state in Redis or Redis Cluster, shared by every server that uses it.
+/// Per-key state in Redis (single, behind Sentinel, or Redis Cluster), shared by every server
+/// that uses it.
 ///
 /// See the [module docs](self) for how keys, time and failures are handled. Clones share the
 /// connection.
@@ -198,6 +206,109 @@ impl RedisStore {
             .await
             .map_err(errors::connecting)?;
         Self::from_cluster_connection(connection).verified().await
+    }
+
+    /// Connects to the primary of the master named `master_name` (as in the sentinels'
+    /// `sentinel monitor <name> ...` lines) through the Redis Sentinels at `sentinel_urls`
+    /// (`redis://host:26379`; credentials for the sentinels go in these URLs).
+    ///
+    /// When the primary fails over, decisions go on on the replica the sentinels promote,
+    /// without rebuilding the store: the sentinels are asked again after a call fails on the
+    /// connection or is answered `READONLY` (the old primary came back as a replica),
+    /// `MASTERDOWN` or `LOADING`, and after a call times out while the primary has answered
+    /// nothing for a second (a frozen or unreachable host). While calls come, one sentinel is
+    /// also asked every second whether it still names the same primary: one demoted while
+    /// reachable (`SENTINEL FAILOVER`, a partition that healed) answers as a primary until the
+    /// sentinels reconfigure it, seconds to minutes later. Until the sentinels name a primary
+    /// that answers as one, every call is answered at once by the
+    /// [failure policy](Self::on_failure). Lookups run one at a time, and while none finds a
+    /// primary, at most every 200 ms. The scripts are loaded on a new primary by its first
+    /// `NOSCRIPT`, and each primary's version is checked before calls go to it.
+    ///
+    /// Redis replicates asynchronously: decisions the old primary made in its last moments
+    /// may not have reached the replica it is replaced by, so a failover can forgive a client
+    /// those requests.
+    ///
+    /// The primary is reached with the sentinels' defaults (no password, no TLS, database
+    /// 0); [`sentinel_with`](Self::sentinel_with) sets them.
+    ///
+    /// ```no_run
+    /// use tollgate::store::RedisStore;
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), tollgate::Error> {
+    /// let store = RedisStore::sentinel(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "mymaster",
+    /// )
+    /// .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Each names what was wrong: no URL, or one that does not parse
+    /// ([`Misconfigured`](crate::ErrorKind::Misconfigured)); no sentinel answers
+    /// ([`Unreachable`](crate::ErrorKind::Unreachable)); a server that is not a sentinel, or
+    /// a master name no sentinel monitors (the message lists those they do): `Misconfigured`;
+    /// the sentinels know the master but name no primary that answers
+    /// (`Unreachable`); the primary runs a Redis older than 5.0 (`Misconfigured`, naming the
+    /// version found and the minimum).
+    pub async fn sentinel<I, U>(sentinel_urls: I, master_name: &str) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = U>,
+        U: AsRef<str>,
+    {
+        Self::sentinel_with(
+            sentinel_urls,
+            master_name,
+            SentinelNodeConnectionInfo::default(),
+        )
+        .await
+    }
+
+    /// [`sentinel`](Self::sentinel), reaching the primary (each primary the sentinels name)
+    /// with `node`: its credentials, database and TLS (TLS needs one of redis-rs's TLS
+    /// features).
+    ///
+    /// ```no_run
+    /// use redis::sentinel::SentinelNodeConnectionInfo;
+    /// use redis::RedisConnectionInfo;
+    /// use tollgate::store::RedisStore;
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), tollgate::Error> {
+    /// let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(
+    ///     RedisConnectionInfo::default()
+    ///         .set_db(2)
+    ///         .set_username("limits")
+    ///         .set_password("secret"),
+    /// );
+    /// let store = RedisStore::sentinel_with(["redis://10.0.0.1:26379"], "mymaster", node).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`sentinel`](Self::sentinel); and credentials the primary refuses
+    /// ([`Misconfigured`](crate::ErrorKind::Misconfigured)).
+    pub async fn sentinel_with<I, U>(
+        sentinel_urls: I,
+        master_name: &str,
+        node: SentinelNodeConnectionInfo,
+    ) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = U>,
+        U: AsRef<str>,
+    {
+        let urls: Vec<String> = sentinel_urls
+            .into_iter()
+            .map(|u| u.as_ref().to_owned())
+            .collect();
+        let connection = sentinel::SentinelConnection::connect(urls, master_name, node).await?;
+        Self::new(Connection::Sentinel(connection)).verified().await
     }
 
     /// A store over a connection manager you made. The server's version is checked on the
@@ -322,6 +433,7 @@ impl fmt::Debug for RedisStore {
         let kind = match self.connection {
             Connection::Single(_) => "single",
             Connection::Cluster(_) => "cluster",
+            Connection::Sentinel(_) => "sentinel",
         };
         f.debug_struct("RedisStore")
             .field("connection", &kind)

@@ -208,6 +208,9 @@ impl Inner {
                 Connection::Cluster(mut c) => {
                     invocation.invoke_async::<(i64, i64, i64)>(&mut c).await
                 }
+                Connection::Sentinel(mut c) => {
+                    invocation.invoke_async::<(i64, i64, i64)>(&mut c).await
+                }
             }
         };
         let (done, held, blocked) = match tokio::time::timeout(self.timeout, call).await {

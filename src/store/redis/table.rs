@@ -631,6 +631,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         match self.connection.clone() {
             Connection::Single(mut c) => cmd.query_async(&mut c).await,
             Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+            Connection::Sentinel(mut c) => cmd.query_async(&mut c).await,
         }
     }
 
@@ -639,6 +640,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         match self.connection.clone() {
             Connection::Single(mut c) => self.script.load_async(&mut c).await.map(drop),
             Connection::Cluster(mut c) => self.script.load_async(&mut c).await.map(drop),
+            Connection::Sentinel(mut c) => self.script.load_async(&mut c).await.map(drop),
         }
     }
 

@@ -81,6 +81,7 @@ pub(crate) async fn check(connection: &Connection) -> Result<(), Error> {
     let reply = match connection.clone() {
         Connection::Single(mut c) => info.query_async::<Value>(&mut c).await,
         Connection::Cluster(mut c) => info.query_async::<Value>(&mut c).await,
+        Connection::Sentinel(mut c) => info.query_async::<Value>(&mut c).await,
     };
     let reply = match reply {
         Ok(reply) => reply,
