@@ -80,6 +80,7 @@
 mod algorithms;
 mod bounds;
 mod carry;
+mod cluster;
 mod deny_cache;
 mod errors;
 mod fallback;
@@ -106,13 +107,15 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
+use self::cluster::Cluster;
+
 use super::{Store, Update};
 use crate::{Decision, Error, Key};
 
 #[derive(Clone)]
 pub(crate) enum Connection {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Cluster),
 }
 
 /// Per-key state in Redis or Redis Cluster, shared by every server that uses it.
@@ -179,15 +182,20 @@ impl RedisStore {
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
         let client = ClusterClient::builder(urls)
             .connection_timeout(Duration::from_secs(1))
-            // The store bounds each call with its own timeout; this only backs it up.
-            .response_timeout(Duration::from_secs(3600))
+            // One attempt on one node: a node that stops answering with its connections open
+            // (frozen) holds up connecting and the client's own slot map refresh only this
+            // long. The store bounds each call with its own timeout, so nothing bounds the
+            // retries as a whole.
+            .response_timeout(Duration::from_secs(1))
+            .overall_response_timeout(None)
             .build()
             .map_err(errors::connecting)?;
         let connection = client
             .get_async_connection()
             .await
             .map_err(errors::connecting)?;
-        Self::from_cluster_connection(connection).verified().await
+        let connection = Cluster::watched(client, connection).await;
+        Self::new(Connection::Cluster(connection)).verified().await
     }
 
     /// A store over a connection manager you made. The server's version is checked on the
@@ -199,7 +207,7 @@ impl RedisStore {
     /// A store over a Redis Cluster connection you made. The masters' versions are checked on
     /// the first call (a Redis older than 5.0 answers every call with an error that names it).
     pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
-        Self::new(Connection::Cluster(connection))
+        Self::new(Connection::Cluster(Cluster::unwatched(connection)))
     }
 
     /// Reads the server's version once (`INFO server`), and refuses a Redis older than 5.0.

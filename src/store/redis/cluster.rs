@@ -1,0 +1,282 @@
+//! The connection to a Redis Cluster, and the watch that follows a failover the client misses.
+//!
+//! The redis-rs cluster client learns that a master's slots moved when a node answers `MOVED`
+//! or a connection to it drops. A master that stops answering while its connections stay open
+//! (a frozen process or machine, a network that drops packets) gives it neither: the client
+//! keeps sending that master's calls to it after the cluster has promoted its replica, and
+//! they time out until the application restarts. So the connection of a store made by
+//! [`RedisStore::cluster`](super::RedisStore::cluster) is watched: when a call fails to reach
+//! Redis or is abandoned at the store's timeout, a task asks the cluster for its slot map
+//! (`CLUSTER SLOTS`), and when the masters changed since the connection was made, it connects
+//! again and sends every later call through the new connection.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use redis::aio::ConnectionLike;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use tokio::sync::mpsc;
+
+use super::errors;
+use crate::ErrorKind;
+
+/// How long the watch waits for one node's `CLUSTER SLOTS`.
+const ASK_BOUND: Duration = Duration::from_millis(500);
+/// How many nodes the watch asks in one round before it waits for the next failure.
+const ASKS: usize = 3;
+/// The longest the watch waits for a new connection.
+const CONNECT_BOUND: Duration = Duration::from_secs(5);
+/// The least time from one round of the watch to the next: failures seen meanwhile are about
+/// the slot map the round read.
+const ROUND_GAP: Duration = Duration::from_millis(200);
+
+/// A Redis Cluster connection that a watch may replace after a failover. Clones share it.
+#[derive(Clone)]
+pub(crate) struct Cluster {
+    current: Arc<ArcSwap<ClusterConnection>>,
+    /// Tells the watch that a call did not reach Redis; `None` when nothing watches (a
+    /// connection the caller made).
+    failed: Option<mpsc::Sender<()>>,
+}
+
+/// Each slot range and its master's address, as `CLUSTER SLOTS` lists them, in order.
+type Masters = Vec<(i64, i64, Vec<u8>, i64)>;
+
+impl Cluster {
+    /// `connection` as it is: nothing replaces it.
+    pub(crate) fn unwatched(connection: ClusterConnection) -> Self {
+        Self {
+            current: Arc::new(ArcSwap::from_pointee(connection)),
+            failed: None,
+        }
+    }
+
+    /// `connection`, made by `client`, watched by a task that connects again through
+    /// `client` after a failover. The task ends when the last clone is dropped.
+    pub(crate) async fn watched(client: ClusterClient, connection: ClusterConnection) -> Self {
+        let known = masters(&connection).await;
+        let current = Arc::new(ArcSwap::from_pointee(connection));
+        // One pending failure is enough to start a round.
+        let (failed, failures) = mpsc::channel(1);
+        tokio::spawn(watch(Arc::downgrade(&current), client, known, failures));
+        Self {
+            current,
+            failed: Some(failed),
+        }
+    }
+
+    fn connection(&self) -> (ClusterConnection, Outcome<'_>) {
+        let connection = ClusterConnection::clone(&self.current.load());
+        let outcome = Outcome {
+            failed: self.failed.as_ref(),
+            ended: false,
+        };
+        (connection, outcome)
+    }
+}
+
+impl ConnectionLike for Cluster {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let (mut connection, mut outcome) = self.connection();
+        Box::pin(async move {
+            let reply = connection.req_packed_command(cmd).await;
+            outcome.ended(&reply);
+            reply
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let (mut connection, mut outcome) = self.connection();
+        Box::pin(async move {
+            let replies = connection
+                .req_packed_commands(pipeline, offset, count)
+                .await;
+            outcome.ended(&replies);
+            replies
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.current.load().get_db()
+    }
+}
+
+/// How one call ended, for the watch: a call dropped before its end (abandoned at the store's
+/// timeout) or one that could not reach Redis starts a round.
+struct Outcome<'a> {
+    failed: Option<&'a mpsc::Sender<()>>,
+    ended: bool,
+}
+
+impl Outcome<'_> {
+    fn ended<T>(&mut self, reply: &RedisResult<T>) {
+        self.ended = true;
+        if let Err(error) = reply {
+            if matches!(
+                errors::kind(error),
+                ErrorKind::Unreachable | ErrorKind::Timeout
+            ) {
+                self.tell();
+            }
+        }
+    }
+
+    fn tell(&self) {
+        if let Some(failed) = self.failed {
+            // Full: a round is due already. Closed: nothing watches any more.
+            let _ = failed.try_send(());
+        }
+    }
+}
+
+impl Drop for Outcome<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.tell();
+        }
+    }
+}
+
+/// The watch: after each failure (at most one round every [`ROUND_GAP`]), reads the masters
+/// from the cluster, and when they are not the ones `current` was made with, replaces it with
+/// a new connection from `client`. Ends when every [`Cluster`] of `current` is gone.
+async fn watch(
+    current: Weak<ArcSwap<ClusterConnection>>,
+    client: ClusterClient,
+    mut known: Option<Masters>,
+    mut failures: mpsc::Receiver<()>,
+) {
+    while failures.recv().await.is_some() {
+        let Some(connection) = current.upgrade().map(|c| ClusterConnection::clone(&c.load()))
+        else {
+            return;
+        };
+        let seen = masters(&connection).await;
+        drop(connection);
+        if seen.is_some() && seen != known {
+            if let Ok(Ok(fresh)) =
+                tokio::time::timeout(CONNECT_BOUND, client.get_async_connection()).await
+            {
+                let Some(current) = current.upgrade() else {
+                    return;
+                };
+                current.store(Arc::new(fresh));
+                #[cfg(feature = "tracing")]
+                tracing::info!(
+                    "Redis Cluster: the masters changed while calls failed (a failover); \
+                     the rate limit store connected again"
+                );
+                known = seen;
+            }
+        }
+        tokio::time::sleep(ROUND_GAP).await;
+        while failures.try_recv().is_ok() {}
+    }
+}
+
+/// The masters, from the first of up to [`ASKS`] nodes that answers `CLUSTER SLOTS` within
+/// [`ASK_BOUND`]; `None` when none does.
+async fn masters(connection: &ClusterConnection) -> Option<Masters> {
+    for _ in 0..ASKS {
+        let mut connection = connection.clone();
+        let ask = connection.route_command(
+            redis::cmd("CLUSTER").arg("SLOTS").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        );
+        if let Ok(Ok(reply)) = tokio::time::timeout(ASK_BOUND, ask).await {
+            if let Some(masters) = parse(&reply) {
+                return Some(masters);
+            }
+        }
+    }
+    None
+}
+
+/// The masters in a `CLUSTER SLOTS` reply: for each range, its first and last slot and its
+/// master's host and port (the first node listed), sorted.
+fn parse(reply: &Value) -> Option<Masters> {
+    let Value::Array(ranges) = reply else {
+        return None;
+    };
+    let mut masters = ranges
+        .iter()
+        .map(|range| {
+            let Value::Array(fields) = range else {
+                return None;
+            };
+            let (Value::Int(first), Value::Int(last), Value::Array(master)) =
+                (fields.first()?, fields.get(1)?, fields.get(2)?)
+            else {
+                return None;
+            };
+            let host = match master.first()? {
+                Value::BulkString(host) => host.clone(),
+                Value::SimpleString(host) => host.clone().into_bytes(),
+                _ => return None,
+            };
+            let Value::Int(port) = master.get(1)? else {
+                return None;
+            };
+            Some((*first, *last, host, *port))
+        })
+        .collect::<Option<Masters>>()?;
+    masters.sort();
+    Some(masters)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(first: i64, last: i64, port: i64) -> Value {
+        let node = |port: i64| {
+            Value::Array(vec![
+                Value::BulkString(b"127.0.0.1".to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"0123abcd".to_vec()),
+            ])
+        };
+        Value::Array(vec![
+            Value::Int(first),
+            Value::Int(last),
+            node(port),
+            node(port + 1000),
+        ])
+    }
+
+    #[test]
+    fn the_masters_of_a_slot_map_are_read_in_slot_order() {
+        let reply = Value::Array(vec![range(5461, 10922, 7001), range(0, 5460, 7000)]);
+        assert_eq!(
+            parse(&reply),
+            Some(vec![
+                (0, 5460, b"127.0.0.1".to_vec(), 7000),
+                (5461, 10922, b"127.0.0.1".to_vec(), 7001),
+            ])
+        );
+        // A replica promoted in a master's place is a change.
+        let promoted = Value::Array(vec![range(0, 5460, 8000), range(5461, 10922, 7001)]);
+        assert_ne!(parse(&reply), parse(&promoted));
+    }
+
+    #[test]
+    fn a_reply_that_is_not_a_slot_map_reads_as_none() {
+        assert_eq!(parse(&Value::Nil), None);
+        assert_eq!(parse(&Value::Array(vec![Value::Int(1)])), None);
+        let no_port = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(1),
+            Value::Array(vec![Value::BulkString(b"h".to_vec())]),
+        ])]);
+        assert_eq!(parse(&no_port), None);
+    }
+}
