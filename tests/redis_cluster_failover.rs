@@ -1,11 +1,12 @@
-//! A Redis Cluster master killed (SIGKILL) under load, on a cluster of three masters with a
-//! replica each: its replica is promoted, and the same `RedisStore::cluster`, with no restart,
-//! decides the lost slots' keys again (the client refreshes its slot map; the new master,
-//! which never had the scripts, gets them through the `NOSCRIPT` path). Until then the failure
-//! policy answers those keys; the other masters' keys are decided by Redis throughout.
+//! A Redis Cluster master lost under load, on a cluster of three masters with a replica each:
+//! its replica is promoted, and the same `RedisStore::cluster`, with no restart, decides the
+//! lost slots' keys again (it learns the new slot map; the new master, which never had the
+//! scripts, gets them through the `NOSCRIPT` path). Until then the failure policy answers
+//! those keys. The master is killed (SIGKILL: its connections close) or frozen (SIGSTOP: they
+//! stay open and nothing answers, as with a hung machine).
 //!
-//! Time here is real: the cluster's own failover. The test polls with deadlines and prints
-//! what it measured (the recovery time, the failures, the over-admission).
+//! Time here is real: the cluster's own failover. The tests poll with deadlines and print what
+//! they measured: the recovery time, the failures, the over-admission.
 
 #[path = "support/redis.rs"]
 mod server;
@@ -20,18 +21,27 @@ use tollgate::store::{OnFailure, RedisStore};
 use tollgate::{Decision, Error, ErrorKind, Key, Quota, RateLimiter};
 
 /// The cluster's `cluster-node-timeout`: a master is failed over about this long after it
-/// stops answering (plus the election).
+/// stops answering (and the election).
 const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
-/// Keys under load, spread over every slot range.
+/// Keys under load, spread over every master.
 const KEYS: usize = 192;
 /// Load tasks per failure policy.
 const WORKERS: usize = 4;
-/// The longest the cluster and the client may take to decide a lost slot's key again.
+/// The longest the cluster and the store may take to decide a lost slot's key again.
 const RECOVERY_BOUND: Duration = Duration::from_secs(30);
-/// The quota each key of the over-admission measure spends before the kill.
+/// The quota each key of the over-admission measure spends just before the master is lost.
 const SPENT_QUOTA: u64 = 10;
-/// Keys of the killed master's slots whose quota is spent just before the kill.
+/// Keys of the lost master's slots whose quota is spent just before it is lost.
 const SPENT_KEYS: usize = 16;
+
+/// How the master is lost.
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// SIGKILL: a crash; the kernel closes its connections.
+    Kill,
+    /// SIGSTOP: a hang; its connections stay open and nothing answers.
+    Freeze,
+}
 
 /// Who answered one check.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,7 +51,7 @@ enum Answer {
     /// The local fallback: an admission without a receipt (the load's quota is never spent,
     /// so every answer is an admission).
     Local,
-    /// An error: a closed failure policy.
+    /// An error: the closed failure policy.
     Failed(ErrorKind),
 }
 
@@ -53,6 +63,8 @@ struct Record {
     key: usize,
     answer: Answer,
 }
+
+type Log = Arc<Mutex<Vec<Record>>>;
 
 fn answer(result: &Result<Decision, Error>) -> Answer {
     match result {
@@ -75,12 +87,12 @@ fn key(n: usize) -> Key {
     Key::from(format!("user-{n}"))
 }
 
-/// The load on one policy: `WORKERS` tasks, each checking its share of the keys in turn
-/// (one check a millisecond at most) until `stop`; every answer recorded in `log`.
+/// The load on one policy: `WORKERS` tasks, each checking its share of the keys in turn (at
+/// most one check a millisecond) until `stop`; every answer recorded in `log`.
 fn load(
     limiter: &RateLimiter<Gcra, RedisStore>,
     stop: &Arc<AtomicBool>,
-    log: &Arc<Mutex<Vec<Record>>>,
+    log: &Log,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     (0..WORKERS)
         .map(|worker| {
@@ -99,9 +111,11 @@ fn load(
                     let sent = Instant::now();
                     let result = limiter.check(key(n)).await;
                     if let Err(error) = &result {
-                        // Errors never carry the client's key.
                         let text = format!("{error} {error:?}");
-                        assert!(!text.contains("user-"), "a key in an error: {text}");
+                        assert!(
+                            !text.contains("user-"),
+                            "a client's key in an error: {text}"
+                        );
                     }
                     let record = Record {
                         sent,
@@ -116,18 +130,18 @@ fn load(
         .collect()
 }
 
-/// The first check of a lost key, sent after `after`, that Redis decided.
-fn first_redis(log: &Mutex<Vec<Record>>, lost: &[bool], after: Instant) -> Option<Record> {
+/// The first answer from Redis to a check of a lost key sent after `after`.
+fn first_redis(log: &Log, lost: &[bool], after: Instant) -> Option<Instant> {
     log.lock()
         .unwrap()
         .iter()
         .filter(|r| r.sent > after && lost[r.key] && r.answer == Answer::Redis)
-        .min_by_key(|r| r.answered)
-        .copied()
+        .map(|r| r.answered)
+        .min()
 }
 
-/// Whether every lost key had a check sent after `after` that Redis decided.
-fn every_lost_key_decided(log: &Mutex<Vec<Record>>, lost: &[bool], after: Instant) -> bool {
+/// Whether Redis answered a check sent after `after` for every lost key.
+fn every_lost_key_decided(log: &Log, lost: &[bool], after: Instant) -> bool {
     let mut decided = vec![false; KEYS];
     for r in log.lock().unwrap().iter() {
         if r.sent > after && r.answer == Answer::Redis {
@@ -137,64 +151,105 @@ fn every_lost_key_decided(log: &Mutex<Vec<Record>>, lost: &[bool], after: Instan
     (0..KEYS).all(|n| !lost[n] || decided[n])
 }
 
-/// What the answers to one policy's load were, around the kill.
+/// One policy's answers around the loss.
 struct Outcome {
-    /// From the kill to the first Redis decision of a lost key sent after it.
+    /// From the loss to Redis's first answer for a lost key's check sent after it.
     recovery: Duration,
-    /// Answers to lost keys' checks sent between the kill and that decision, by kind.
+    /// The answers to lost keys' checks sent after the loss and answered before that.
     lost_between: Vec<Answer>,
-    /// Answers to the other keys' checks sent between the kill and the end of the load.
-    others_after: Vec<Answer>,
+    /// The answers to the other keys' checks sent after the loss, and when each was sent.
+    others_after: Vec<(Duration, Answer)>,
 }
 
-fn outcome(log: &Mutex<Vec<Record>>, lost: &[bool], killed: Instant) -> Outcome {
-    let _ = Duration::ZERO;
-    let first = first_redis(log, lost, killed).expect("Redis decided a lost key again");
-    let log = log.lock().unwrap();
-    Outcome {
-        recovery: first.answered - killed,
-        lost_between: log
+impl Outcome {
+    fn of(log: &Log, lost: &[bool], at: Instant) -> Self {
+        let first = first_redis(log, lost, at).expect("Redis decided a lost key again");
+        let log = log.lock().unwrap();
+        Self {
+            recovery: first - at,
+            lost_between: log
+                .iter()
+                .filter(|r| lost[r.key] && r.sent > at && r.answered < first)
+                .map(|r| r.answer)
+                .collect(),
+            others_after: log
+                .iter()
+                .filter(|r| !lost[r.key] && r.sent > at)
+                .map(|r| (r.sent - at, r.answer))
+                .collect(),
+        }
+    }
+
+    /// How many of the other keys' checks failed (an error, or the local fallback's answer).
+    fn others_failed(&self) -> usize {
+        self.others_after
             .iter()
-            .filter(|r| lost[r.key] && r.sent > killed && r.answered < first.answered)
-            .map(|r| r.answer)
-            .collect(),
-        others_after: log
+            .filter(|(_, a)| *a != Answer::Redis)
+            .count()
+    }
+
+    /// When the first and the last of the other keys' failed checks were sent.
+    fn others_failing(&self) -> Option<(Duration, Duration)> {
+        let failed = self
+            .others_after
             .iter()
-            .filter(|r| !lost[r.key] && r.sent > killed)
-            .map(|r| r.answer)
-            .collect(),
+            .filter(|(_, a)| *a != Answer::Redis);
+        let first = failed.clone().map(|(t, _)| *t).min()?;
+        Some((first, failed.map(|(t, _)| *t).max()?))
     }
 }
 
-fn count(answers: &[Answer], which: impl Fn(&Answer) -> bool) -> usize {
-    answers.iter().filter(|a| which(a)).count()
+fn count(answers: &[Answer], which: Answer) -> usize {
+    answers.iter().filter(|&&a| a == which).count()
 }
 
-fn a_killed_master_is_replaced_without_a_restart() {
-    let Some(mut cluster) = RedisCluster::start_replicated(NODE_TIMEOUT) else {
-        return;
-    };
+/// What one failover measured.
+struct Failover {
+    /// From the loss to the replica's `ROLE` saying `master`.
+    promoted: Duration,
+    /// While a surviving master said `cluster_state:fail`, from the loss: Redis refuses every
+    /// key then (with `cluster-require-full-coverage yes`, the default).
+    cluster_down: Option<(Duration, Duration)>,
+    closed: Outcome,
+    local: Outcome,
+    /// For each key whose quota was spent just before the loss, how many more requests were
+    /// admitted after the failover.
+    over: Vec<u64>,
+}
+
+/// Loses a master (`loss`) under load on a replicated cluster started with `options`, and
+/// checks what every failover must give: Redis decides the lost keys again within
+/// [`RECOVERY_BOUND`], through the same store; until then the closed policy answers errors
+/// that say Redis could not be reached or did not answer, the local fallback answers every
+/// check; the new master got the scripts after a `NOSCRIPT`; the new master's state, and
+/// nothing else, decides the spent keys.
+fn fail_over(loss: Loss, options: &[&str]) -> Option<Failover> {
+    let mut cluster = RedisCluster::start_replicated(NODE_TIMEOUT, options)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
-        // One store, one connection to the cluster; two failure policies over it.
+    let failover = rt.block_on(async {
+        // One store, one connection to the cluster, two failure policies over it.
         let store = RedisStore::cluster(cluster.urls()).await.unwrap();
         let quota = |name: &str| Quota::per_hour(1_000_000_000).named(name);
         let closed = RateLimiter::gcra(quota("closed"))
             .with_store(store.clone().on_failure(OnFailure::Closed));
         let local = RateLimiter::gcra(quota("local")).with_store(store.clone());
-        // Each key's quota spent exactly before the kill; no denial remembered locally, so
-        // every check after the failover asks Redis.
+        // No denial remembered here: every check of a spent key after the failover asks Redis.
         let spent = RateLimiter::fixed_window(Quota::per_hour(SPENT_QUOTA).named("spent"))
             .with_store(store.clone().on_failure(OnFailure::Closed).deny_cache(0));
 
-        // The master to kill: the one of key 0's slot. The lost keys are those it serves.
+        // The master to lose: key 0's. The lost keys are those it serves.
         let slot = |name: Vec<u8>| cluster.slot(&name);
         let victim = cluster.master_of(slot(closed.table().redis_keys(&key(0)).remove(0)));
         let replica = cluster.replica_of(&victim);
+        let survivor = cluster
+            .view()
+            .into_iter()
+            .find(|n| n.master && n.id != victim.id)
+            .unwrap();
         let lost: Vec<bool> = (0..KEYS)
             .map(|n| {
                 let closed_slot = slot(closed.table().redis_keys(&key(n)).remove(0));
@@ -214,31 +269,27 @@ fn a_killed_master_is_replaced_without_a_restart() {
             .take(SPENT_KEYS)
             .collect();
 
-        // Every key is decided by Redis before the kill.
         for n in 0..KEYS {
             assert_eq!(answer(&closed.check(key(n)).await), Answer::Redis);
             assert_eq!(answer(&local.check(key(n)).await), Answer::Redis);
         }
-
         let stop = Arc::new(AtomicBool::new(false));
-        let closed_log = Arc::new(Mutex::new(Vec::new()));
-        let local_log = Arc::new(Mutex::new(Vec::new()));
+        let closed_log = Log::default();
+        let local_log = Log::default();
         let mut tasks = load(&closed, &stop, &closed_log);
         tasks.extend(load(&local, &stop, &local_log));
-        // The load runs a while before the kill.
         let deadline = Instant::now() + Duration::from_secs(10);
         while closed_log.lock().unwrap().len() < 500 || local_log.lock().unwrap().len() < 500 {
             assert!(Instant::now() < deadline, "the load did not start");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
 
-        // The spent keys' quotas are spent, then the master is killed at once: the last of
-        // these writes race its replication.
+        // The spent keys' quotas are spent, and at once the master is lost: the last of these
+        // writes race its replication.
         let spending: Vec<_> = spent_keys
             .iter()
             .map(|k| {
-                let spent = spent.clone();
-                let k = k.clone();
+                let (spent, k) = (spent.clone(), k.clone());
                 tokio::spawn(async move {
                     for _ in 0..SPENT_QUOTA {
                         let d = spent.check(k.clone()).await.expect("Redis answers");
@@ -250,29 +301,38 @@ fn a_killed_master_is_replaced_without_a_restart() {
         for task in spending {
             task.await.unwrap();
         }
-        if std::env::var("FREEZE").is_ok() {
-            cluster.node(victim.port).pause();
-        } else {
-            cluster.node(victim.port).kill();
+        let victim_node = cluster.node(victim.port);
+        match loss {
+            Loss::Kill => victim_node.kill(),
+            Loss::Freeze => victim_node.pause(),
         }
-        let killed = Instant::now();
+        let at = Instant::now();
 
         // The replica is promoted, and Redis decides a lost key again through the same store.
         let mut promoted = None;
         let mut recovered = None;
+        let mut down_from = None;
+        let mut down_until = None;
         while promoted.is_none() || recovered.is_none() {
             assert!(
-                killed.elapsed() < RECOVERY_BOUND,
-                "after {RECOVERY_BOUND:?}: replica promoted {promoted:?}, Redis deciding a lost \
-                 key again {recovered:?}"
+                at.elapsed() < RECOVERY_BOUND,
+                "{loss:?}: after {RECOVERY_BOUND:?} the replica was promoted after \
+                 {promoted:?}, Redis decided a lost key again at {recovered:?}"
             );
             if promoted.is_none()
                 && server::command(replica.port, "ROLE").is_some_and(|r| r.contains("master"))
             {
-                promoted = Some(killed.elapsed());
+                promoted = Some(at.elapsed());
+            }
+            let down = server::command(survivor.port, "CLUSTER INFO")
+                .is_some_and(|r| r.contains("cluster_state:fail"));
+            if down {
+                down_from.get_or_insert(at.elapsed());
+            } else if down_from.is_some() && down_until.is_none() {
+                down_until = Some(at.elapsed());
             }
             if recovered.is_none() {
-                recovered = first_redis(&closed_log, &lost, killed).map(|r| r.answered);
+                recovered = first_redis(&closed_log, &lost, at);
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -292,71 +352,35 @@ fn a_killed_master_is_replaced_without_a_restart() {
             task.await.unwrap();
         }
 
-        if std::env::var("DEBUG_FAILOVER").is_ok() {
-            for r in closed_log.lock().unwrap().iter().filter(|r| r.sent > killed - Duration::from_millis(200)) {
-                println!("DBG {} {:>6} {:>6} {:?}", lost[r.key], (r.sent - killed).as_millis(), (r.answered - r.sent).as_millis(), r.answer);
-            }
-        }
-        let closed_outcome = outcome(&closed_log, &lost, killed);
-        let local_outcome = outcome(&local_log, &lost, killed);
-        let promoted = promoted.unwrap();
-        println!(
-            "node timeout {NODE_TIMEOUT:?}: replica promoted {promoted:?} after the kill; \
-             first Redis decision of a lost key {:?} (closed), {:?} (local fallback)",
-            closed_outcome.recovery, local_outcome.recovery
-        );
-
-        // Closed: every lost key's check until then was answered by an error saying Redis
-        // could not be reached or did not answer in time, never by an admission.
-        let failed = |a: &Answer| {
-            matches!(
-                a,
-                Answer::Failed(ErrorKind::Unreachable | ErrorKind::Timeout)
-            )
-        };
+        let closed_outcome = Outcome::of(&closed_log, &lost, at);
+        let local_outcome = Outcome::of(&local_log, &lost, at);
+        // Closed: until Redis answered again, errors that say Redis could not be reached or
+        // did not answer in time; never an admission made up.
         let between = &closed_outcome.lost_between;
-        println!(
-            "closed: {} checks of lost keys between the kill and Redis again: {} unreachable, \
-             {} timed out",
-            between.len(),
-            count(between, |a| *a == Answer::Failed(ErrorKind::Unreachable)),
-            count(between, |a| *a == Answer::Failed(ErrorKind::Timeout)),
-        );
         assert!(!between.is_empty(), "the failover took some checks");
-        assert_eq!(count(between, failed), between.len(), "{between:?}");
+        let unreachable = count(between, Answer::Failed(ErrorKind::Unreachable));
+        let timed_out = count(between, Answer::Failed(ErrorKind::Timeout));
+        assert_eq!(unreachable + timed_out, between.len(), "{between:?}");
+        assert!(closed_log
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|r| r.answer != Answer::Local));
         // The local fallback: every check answered, the lost keys' by the local table.
         let between = &local_outcome.lost_between;
-        println!(
-            "local fallback: {} checks of lost keys between the kill and Redis again, all \
-             answered: {} locally",
-            between.len(),
-            count(between, |a| *a == Answer::Local),
-        );
         assert!(!between.is_empty(), "the failover took some checks");
-        assert_eq!(count(between, |a| *a == Answer::Local), between.len());
-        // A closed policy never answers but from Redis or with an error; the local fallback
-        // never answers with an error.
-        let closed_answers = closed_log.lock().unwrap();
-        assert!(closed_answers.iter().all(|r| r.answer != Answer::Local));
-        let local_answers = local_log.lock().unwrap();
-        assert!(local_answers
+        assert_eq!(count(between, Answer::Local), between.len(), "{between:?}");
+        assert!(local_log
+            .lock()
+            .unwrap()
             .iter()
             .all(|r| !matches!(r.answer, Answer::Failed(_))));
-        drop((closed_answers, local_answers));
-
-        // The other masters' keys: decided by Redis throughout.
-        for (policy, outcome) in [("closed", &closed_outcome), ("local", &local_outcome)] {
-            let after = &outcome.others_after;
-            let redis = count(after, |a| *a == Answer::Redis);
-            println!(
-                "{policy}: {} checks of the other masters' keys after the kill: {redis} decided \
-                 by Redis, {} unreachable, {} timed out, {} answered locally",
-                after.len(),
-                count(after, |a| *a == Answer::Failed(ErrorKind::Unreachable)),
-                count(after, |a| *a == Answer::Failed(ErrorKind::Timeout)),
-                count(after, |a| *a == Answer::Local),
-            );
-            assert!(redis > 0);
+        // The other masters' keys: Redis decided them after the loss, before the lost keys'.
+        for outcome in [&closed_outcome, &local_outcome] {
+            assert!(outcome
+                .others_after
+                .iter()
+                .any(|&(t, a)| a == Answer::Redis && t < outcome.recovery));
         }
 
         // The new master never had the scripts: the store loaded them there after a NOSCRIPT.
@@ -366,48 +390,121 @@ fn a_killed_master_is_replaced_without_a_restart() {
             .find(|n| n.port == replica.port)
             .unwrap();
         assert!(new_master.master && !new_master.slots.is_empty());
-        let info = |section: &str| server::command(replica.port, &format!("INFO {section}"));
-        let errors = info("errorstats").unwrap_or_default();
-        let commands = info("commandstats").unwrap_or_default();
-        println!(
-            "new master: {}, {}",
-            errors
-                .lines()
-                .find(|l| l.starts_with("errorstat_NOSCRIPT"))
-                .unwrap_or("no NOSCRIPT"),
-            commands
-                .lines()
-                .find(|l| l.starts_with("cmdstat_script|load"))
-                .unwrap_or("no SCRIPT LOAD"),
-        );
+        let errors = server::command(replica.port, "INFO errorstats").unwrap_or_default();
+        let commands = server::command(replica.port, "INFO commandstats").unwrap_or_default();
         assert!(errors.contains("errorstat_NOSCRIPT"), "{errors}");
         assert!(commands.contains("cmdstat_script|load"), "{commands}");
 
-        // Over-admission: the writes the old master acknowledged but had not replicated are
-        // lost, so a key gets back what they took. The store then admits exactly what the
-        // new master's state allows.
+        // Over-admission: writes the old master acknowledged but had not replicated are lost,
+        // and a key gets back what they took. The new master's state decides: the store
+        // admits exactly what it leaves, never more than the quota.
         let mut over = Vec::new();
         for k in &spent_keys {
             let left = spent.peek(k.clone()).await.unwrap().remaining;
             let mut admitted = 0;
             while spent.check(k.clone()).await.unwrap().allowed {
                 admitted += 1;
-                assert!(admitted <= SPENT_QUOTA, "more than the quota after the failover");
+                assert!(
+                    admitted <= SPENT_QUOTA,
+                    "more than the quota after the failover"
+                );
             }
             assert_eq!(admitted, left, "the new master's state decides");
             over.push(admitted);
         }
-        println!(
-            "over-admission after the failover, {SPENT_KEYS} keys whose quota of {SPENT_QUOTA} \
-             was spent just before the kill: {} in all, per key {over:?}",
-            over.iter().sum::<u64>()
-        );
+
+        Failover {
+            promoted: promoted.unwrap(),
+            cluster_down: down_from.map(|from| (from, down_until.unwrap_or(from))),
+            closed: closed_outcome,
+            local: local_outcome,
+            over,
+        }
     });
+    Some(failover)
+}
+
+/// Prints what a failover measured, one line each.
+fn report(name: &str, f: &Failover) {
+    println!(
+        "{name}: node timeout {NODE_TIMEOUT:?}; replica promoted after {:.2?}; Redis decides a \
+         lost key again after {:.2?} (closed), {:.2?} (local fallback)",
+        f.promoted, f.closed.recovery, f.local.recovery
+    );
+    let lost = &f.closed.lost_between;
+    println!(
+        "{name}: lost keys until then: closed answered {} errors ({} unreachable, {} timed \
+         out), the local fallback {} checks locally",
+        lost.len(),
+        count(lost, Answer::Failed(ErrorKind::Unreachable)),
+        count(lost, Answer::Failed(ErrorKind::Timeout)),
+        f.local.lost_between.len(),
+    );
+    for (policy, outcome) in [("closed", &f.closed), ("local", &f.local)] {
+        println!(
+            "{name}: other masters' keys ({policy}): {} of {} checks after the loss not \
+             decided by Redis, sent from/to {:.2?}; cluster_state:fail from/to {:.2?}",
+            outcome.others_failed(),
+            outcome.others_after.len(),
+            outcome.others_failing(),
+            f.cluster_down,
+        );
+    }
+    println!(
+        "{name}: over-admission of {SPENT_KEYS} keys whose quota of {SPENT_QUOTA} was spent \
+         just before the loss: {} in all {:?}",
+        f.over.iter().sum::<u64>(),
+        f.over
+    );
+}
+
+fn a_killed_master_is_replaced_without_a_restart() {
+    if let Some(failover) = fail_over(Loss::Kill, &[]) {
+        report("kill", &failover);
+    }
+}
+
+/// A frozen master keeps its connections open: the store sees no error from it, only calls
+/// that never end, and still follows the promotion.
+fn a_frozen_master_is_replaced_without_a_restart() {
+    if let Some(failover) = fail_over(Loss::Freeze, &[]) {
+        report("freeze", &failover);
+    }
+}
+
+/// With `cluster-require-full-coverage no`, the surviving masters keep answering while a
+/// master's slots have none: Redis decides their keys throughout the failover.
+fn without_full_coverage_the_other_masters_keep_deciding() {
+    let options = ["--cluster-require-full-coverage", "no"];
+    let Some(failover) = fail_over(Loss::Kill, &options) else {
+        return;
+    };
+    report("kill, full coverage off", &failover);
+    assert_eq!(failover.cluster_down, None, "the cluster never refuses");
+    for outcome in [&failover.closed, &failover.local] {
+        assert_eq!(
+            outcome.others_failed(),
+            0,
+            "sent from/to {:?}",
+            outcome.others_failing()
+        );
+    }
 }
 
 fn main() -> std::process::ExitCode {
-    server::harness(vec![server::needs_redis(
-        "a_killed_master_is_replaced_without_a_restart",
-        a_killed_master_is_replaced_without_a_restart,
-    )])
+    // One at a time: each starts six servers, and measures times.
+    server::harness_one_at_a_time(vec![
+        server::needs_redis(
+            "a_killed_master_is_replaced_without_a_restart",
+            a_killed_master_is_replaced_without_a_restart,
+        ),
+        server::needs_redis(
+            "a_frozen_master_is_replaced_without_a_restart",
+            a_frozen_master_is_replaced_without_a_restart,
+        ),
+        server::needs_redis(
+            "without_full_coverage_the_other_masters_keep_deciding",
+            without_full_coverage_the_other_masters_keep_deciding,
+        ),
+    ])
 }

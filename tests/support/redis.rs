@@ -69,6 +69,14 @@ pub fn harness(trials: Vec<Trial>) -> std::process::ExitCode {
     libtest_mimic::run(&args, trials).exit_code()
 }
 
+/// [`harness`], running one trial at a time unless `--test-threads` says otherwise: for trials
+/// that start many servers and measure times.
+pub fn harness_one_at_a_time(trials: Vec<Trial>) -> std::process::ExitCode {
+    let mut args = libtest_mimic::Arguments::from_args();
+    args.test_threads.get_or_insert(1);
+    libtest_mimic::run(&args, trials).exit_code()
+}
+
 pub use libtest_mimic::Trial;
 
 /// A test that needs no Redis.
@@ -293,24 +301,32 @@ pub struct ClusterNode {
 
 impl ClusterNode {
     pub fn serves(&self, slot: u16) -> bool {
-        self.slots.iter().any(|&(from, to)| (from..=to).contains(&slot))
+        self.slots
+            .iter()
+            .any(|&(from, to)| (from..=to).contains(&slot))
     }
 }
 
 impl RedisCluster {
     /// Three masters, no replicas, a node timeout of 5 s.
     pub fn start() -> Option<Self> {
-        Self::create(3, 0, Duration::from_secs(5))
+        Self::create(3, 0, Duration::from_secs(5), &[])
     }
 
     /// Three masters with one replica each, failing a master over after `node_timeout` (the
-    /// cluster's `cluster-node-timeout`). Returns once every node reports `cluster_state:ok`,
-    /// sees the six nodes, and every replica's link to its master is up and in sync.
-    pub fn start_replicated(node_timeout: Duration) -> Option<Self> {
-        Self::create(3, 1, node_timeout)
+    /// cluster's `cluster-node-timeout`), every node started with `options` too. Returns once
+    /// every node reports `cluster_state:ok` and sees the six nodes, none failed, and every
+    /// replica's link to its master is up and its first sync done.
+    pub fn start_replicated(node_timeout: Duration, options: &[&str]) -> Option<Self> {
+        Self::create(3, 1, node_timeout, options)
     }
 
-    fn create(masters: usize, replicas: usize, node_timeout: Duration) -> Option<Self> {
+    fn create(
+        masters: usize,
+        replicas: usize,
+        node_timeout: Duration,
+        options: &[&str],
+    ) -> Option<Self> {
         if !available() {
             return None;
         }
@@ -319,7 +335,7 @@ impl RedisCluster {
         for _ in 0..masters * (1 + replicas) {
             let port = free_port();
             let conf = format!("nodes-{port}.conf");
-            let node = RedisServer::start_with(&[
+            let mut args = vec![
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
@@ -329,7 +345,9 @@ impl RedisCluster {
                 // A replica's first full sync starts at once (not 5 s later, the default).
                 "--repl-diskless-sync-delay",
                 "0",
-            ])?;
+            ];
+            args.extend_from_slice(options);
+            let node = RedisServer::start_with(&args)?;
             nodes.push(node);
         }
         let addresses: Vec<String> = nodes
@@ -361,8 +379,8 @@ impl RedisCluster {
     /// with its replicas online; every replica's link up and its sync done.
     fn ready(&self, masters: usize, replicas: usize) -> bool {
         self.nodes.iter().all(|node| {
-            let state_ok = command(node.port, "CLUSTER INFO")
-                .is_some_and(|r| r.contains("cluster_state:ok"));
+            let state_ok =
+                command(node.port, "CLUSTER INFO").is_some_and(|r| r.contains("cluster_state:ok"));
             let Some(view) = Self::view_from(node.port) else {
                 return false;
             };
@@ -373,8 +391,7 @@ impl RedisCluster {
             let replication = if info.contains("role:master") {
                 info.matches("state=online").count() == replicas
             } else {
-                info.contains("master_link_status:up")
-                    && info.contains("master_sync_in_progress:0")
+                info.contains("master_link_status:up") && info.contains("master_sync_in_progress:0")
             };
             state_ok && complete && replication
         })

@@ -8,7 +8,8 @@
 //! [`RedisStore::cluster`](super::RedisStore::cluster) is watched: when a call fails to reach
 //! Redis or is abandoned at the store's timeout, a task asks the cluster for its slot map
 //! (`CLUSTER SLOTS`), and when the masters changed since the connection was made, it connects
-//! again and sends every later call through the new connection.
+//! again (to the masters it just read, so a frozen node costs nothing more) and sends every
+//! later call through the new connection.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -17,17 +18,14 @@ use arc_swap::ArcSwap;
 use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::sync::mpsc;
 
 use super::errors;
 use crate::ErrorKind;
 
-/// How long the watch waits for one node's `CLUSTER SLOTS`.
+/// How long the watch waits for the first node to answer `CLUSTER SLOTS`.
 const ASK_BOUND: Duration = Duration::from_millis(500);
-/// How many nodes the watch asks in one round before it waits for the next failure.
-const ASKS: usize = 3;
 /// The longest the watch waits for a new connection.
 const CONNECT_BOUND: Duration = Duration::from_secs(5);
 /// The least time from one round of the watch to the next: failures seen meanwhile are about
@@ -46,6 +44,9 @@ pub(crate) struct Cluster {
 /// Each slot range and its master's address, as `CLUSTER SLOTS` lists them, in order.
 type Masters = Vec<(i64, i64, Vec<u8>, i64)>;
 
+/// A cluster client with the store's settings, over the nodes given.
+pub(crate) type MakeClient = fn(Vec<ConnectionInfo>) -> RedisResult<ClusterClient>;
+
 impl Cluster {
     /// `connection` as it is: nothing replaces it.
     pub(crate) fn unwatched(connection: ClusterConnection) -> Self {
@@ -55,18 +56,20 @@ impl Cluster {
         }
     }
 
-    /// `connection`, made by `client`, watched by a task that connects again through
-    /// `client` after a failover. The task ends when the last clone is dropped.
-    pub(crate) async fn watched(client: ClusterClient, connection: ClusterConnection) -> Self {
-        let known = masters(&connection).await;
+    /// A connection through `seeds` (a client from `make`), watched by a task that connects
+    /// again after a failover. The task ends when the last clone is dropped.
+    pub(crate) async fn watched(seeds: Vec<ConnectionInfo>, make: MakeClient) -> RedisResult<Self> {
+        let connection = make(seeds.clone())?.get_async_connection().await?;
+        let known = masters(&seeds).await;
         let current = Arc::new(ArcSwap::from_pointee(connection));
         // One pending failure is enough to start a round.
         let (failed, failures) = mpsc::channel(1);
-        tokio::spawn(watch(Arc::downgrade(&current), client, known, failures));
-        Self {
+        let again = Reconnect { seeds, make };
+        tokio::spawn(watch(Arc::downgrade(&current), again, known, failures));
+        Ok(Self {
             current,
             failed: Some(failed),
-        }
+        })
     }
 
     fn connection(&self) -> (ClusterConnection, Outcome<'_>) {
@@ -146,26 +149,91 @@ impl Drop for Outcome<'_> {
     }
 }
 
+/// How the watch connects again: to the masters it read, with the seeds' settings; else
+/// through the seeds.
+struct Reconnect {
+    seeds: Vec<ConnectionInfo>,
+    make: MakeClient,
+}
+
+impl Reconnect {
+    /// The nodes of `masters` with the first seed's settings, each once; `None` when the seed
+    /// is not a plain TCP address (TLS, a Unix socket).
+    fn at_masters(&self, masters: &Masters) -> Option<Vec<ConnectionInfo>> {
+        let seed = self.seeds.first()?;
+        let mut nodes = Vec::new();
+        for (_, _, host, port) in masters {
+            add(&mut nodes, at(seed, host, *port)?);
+        }
+        Some(nodes)
+    }
+
+    /// Whom to ask for the slot map: the `known` masters and the seeds, each once.
+    fn nodes(&self, known: Option<&Masters>) -> Vec<ConnectionInfo> {
+        let mut nodes = known
+            .and_then(|known| self.at_masters(known))
+            .unwrap_or_default();
+        for seed in &self.seeds {
+            add(&mut nodes, seed.clone());
+        }
+        nodes
+    }
+
+    /// A new connection: through the masters just read (a frozen seed costs nothing), else
+    /// through the seeds.
+    async fn to(&self, masters: &Masters) -> Option<ClusterConnection> {
+        let masters_only = self.at_masters(masters).unwrap_or_default();
+        for nodes in [masters_only, self.seeds.clone()] {
+            if nodes.is_empty() {
+                continue;
+            }
+            let Ok(client) = (self.make)(nodes) else {
+                continue;
+            };
+            if let Ok(Ok(connection)) =
+                tokio::time::timeout(CONNECT_BOUND, client.get_async_connection()).await
+            {
+                return Some(connection);
+            }
+        }
+        None
+    }
+}
+
+/// Adds `node` to `nodes` unless an address equal to its is there.
+fn add(nodes: &mut Vec<ConnectionInfo>, node: ConnectionInfo) {
+    let address = node.addr().to_string();
+    if !nodes.iter().any(|n| n.addr().to_string() == address) {
+        nodes.push(node);
+    }
+}
+
+/// `seed`'s settings at `host:port`, when `seed` is a plain TCP address.
+fn at(seed: &ConnectionInfo, host: &[u8], port: i64) -> Option<ConnectionInfo> {
+    let ConnectionAddr::Tcp(..) = seed.addr() else {
+        return None;
+    };
+    let host = String::from_utf8(host.to_vec()).ok()?;
+    let port = u16::try_from(port).ok()?;
+    Some(seed.clone().set_addr(ConnectionAddr::Tcp(host, port)))
+}
+
 /// The watch: after each failure (at most one round every [`ROUND_GAP`]), reads the masters
 /// from the cluster, and when they are not the ones `current` was made with, replaces it with
-/// a new connection from `client`. Ends when every [`Cluster`] of `current` is gone.
+/// a new connection. Ends when every [`Cluster`] of `current` is gone.
 async fn watch(
     current: Weak<ArcSwap<ClusterConnection>>,
-    client: ClusterClient,
+    again: Reconnect,
     mut known: Option<Masters>,
     mut failures: mpsc::Receiver<()>,
 ) {
     while failures.recv().await.is_some() {
-        let Some(connection) = current.upgrade().map(|c| ClusterConnection::clone(&c.load()))
-        else {
+        if current.strong_count() == 0 {
             return;
-        };
-        let seen = masters(&connection).await;
-        drop(connection);
-        if seen.is_some() && seen != known {
-            if let Ok(Ok(fresh)) =
-                tokio::time::timeout(CONNECT_BOUND, client.get_async_connection()).await
-            {
+        }
+        let seen = masters(&again.nodes(known.as_ref())).await;
+        if let Some(seen) = seen.filter(|seen| known.as_ref() != Some(seen)) {
+            if let Some(fresh) = again.to(&seen).await {
                 let Some(current) = current.upgrade() else {
                     return;
                 };
@@ -175,7 +243,7 @@ async fn watch(
                     "Redis Cluster: the masters changed while calls failed (a failover); \
                      the rate limit store connected again"
                 );
-                known = seen;
+                known = Some(seen);
             }
         }
         tokio::time::sleep(ROUND_GAP).await;
@@ -183,22 +251,36 @@ async fn watch(
     }
 }
 
-/// The masters, from the first of up to [`ASKS`] nodes that answers `CLUSTER SLOTS` within
-/// [`ASK_BOUND`]; `None` when none does.
-async fn masters(connection: &ClusterConnection) -> Option<Masters> {
-    for _ in 0..ASKS {
-        let mut connection = connection.clone();
-        let ask = connection.route_command(
-            redis::cmd("CLUSTER").arg("SLOTS").clone(),
-            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-        );
-        if let Ok(Ok(reply)) = tokio::time::timeout(ASK_BOUND, ask).await {
-            if let Some(masters) = parse(&reply) {
+/// The masters, from the first of `nodes` to answer `CLUSTER SLOTS` (all asked at once,
+/// each over a connection of its own, so a frozen node or a stalled client holds up nothing)
+/// within [`ASK_BOUND`]; `None` when none does.
+async fn masters(nodes: &[ConnectionInfo]) -> Option<Masters> {
+    let mut asks = tokio::task::JoinSet::new();
+    for node in nodes {
+        asks.spawn(ask(node.clone()));
+    }
+    let first = async {
+        while let Some(answer) = asks.join_next().await {
+            if let Ok(Some(masters)) = answer {
                 return Some(masters);
             }
         }
-    }
-    None
+        None
+    };
+    // Dropping the set stops the asks still under way.
+    tokio::time::timeout(ASK_BOUND, first).await.ok().flatten()
+}
+
+/// `node`'s `CLUSTER SLOTS`, read.
+async fn ask(node: ConnectionInfo) -> Option<Masters> {
+    let client = redis::Client::open(node).ok()?;
+    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+    let reply: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut connection)
+        .await
+        .ok()?;
+    parse(&reply)
 }
 
 /// The masters in a `CLUSTER SLOTS` reply: for each range, its first and last slot and its

@@ -179,22 +179,14 @@ impl RedisStore {
         I: IntoIterator<Item = U>,
         U: AsRef<str>,
     {
-        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let client = ClusterClient::builder(urls)
-            .connection_timeout(Duration::from_secs(1))
-            // One attempt on one node: a node that stops answering with its connections open
-            // (frozen) holds up connecting and the client's own slot map refresh only this
-            // long. The store bounds each call with its own timeout, so nothing bounds the
-            // retries as a whole.
-            .response_timeout(Duration::from_secs(1))
-            .overall_response_timeout(None)
-            .build()
+        let seeds = urls
+            .into_iter()
+            .map(|url| redis::IntoConnectionInfo::into_connection_info(url.as_ref()))
+            .collect::<Result<Vec<_>, _>>()
             .map_err(errors::connecting)?;
-        let connection = client
-            .get_async_connection()
+        let connection = Cluster::watched(seeds, cluster_client)
             .await
             .map_err(errors::connecting)?;
-        let connection = Cluster::watched(client, connection).await;
         Self::new(Connection::Cluster(connection)).verified().await
     }
 
@@ -298,6 +290,19 @@ impl RedisStore {
     pub fn script<A: RedisAlgorithm>() -> String {
         script::source::<A>()
     }
+}
+
+/// The client of [`RedisStore::cluster`] over `nodes`.
+fn cluster_client(nodes: Vec<redis::ConnectionInfo>) -> redis::RedisResult<ClusterClient> {
+    ClusterClient::builder(nodes)
+        .connection_timeout(Duration::from_secs(1))
+        // One attempt on one node: a node that stops answering with its connections open (a
+        // frozen process) holds up connecting, and the client's own slot map refresh, only
+        // this long. The store bounds each call with its own timeout, so nothing bounds an
+        // attempt's retries as a whole.
+        .response_timeout(Duration::from_secs(1))
+        .overall_response_timeout(None)
+        .build()
 }
 
 impl fmt::Debug for RedisStore {
