@@ -142,7 +142,7 @@ fn first_redis(log: &Log, lost: &[bool], after: Instant) -> Option<Instant> {
 
 /// Whether Redis answered a check sent after `after` for every lost key.
 fn every_lost_key_decided(log: &Log, lost: &[bool], after: Instant) -> bool {
-    let mut decided = vec![false; KEYS];
+    let mut decided = [false; KEYS];
     for r in log.lock().unwrap().iter() {
         if r.sent > after && r.answer == Answer::Redis {
             decided[r.key] = true;
@@ -411,6 +411,30 @@ fn fail_over(loss: Loss, options: &[&str]) -> Option<Failover> {
             }
             assert_eq!(admitted, left, "the new master's state decides");
             over.push(admitted);
+        }
+
+        // A store dropped leaves no connection behind (the watch ends with it): no client
+        // but the one asking (and replication links) on any live node.
+        drop((closed, local, spent, store));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for node in cluster.nodes.iter().filter(|n| n.port != victim.port) {
+            loop {
+                let list = server::command(node.port, "CLIENT LIST").unwrap_or_default();
+                let others: Vec<&str> = list
+                    .lines()
+                    .filter(|l| l.contains(" flags=N ") && !l.contains(" cmd=client|list "))
+                    .collect();
+                if others.is_empty() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "10 s after the store was dropped, the node on port {} has clients: \
+                     {others:?}",
+                    node.port
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
 
         Failover {

@@ -30,7 +30,7 @@ const ASK_BOUND: Duration = Duration::from_millis(500);
 const CONNECT_BOUND: Duration = Duration::from_secs(5);
 /// The least time from one round of the watch to the next: failures seen meanwhile are about
 /// the slot map the round read.
-const ROUND_GAP: Duration = Duration::from_millis(200);
+const ROUND_GAP: Duration = Duration::from_secs(1);
 
 /// A Redis Cluster connection that a watch may replace after a failover. Clones share it.
 #[derive(Clone)]

@@ -70,6 +70,30 @@
 //! and counted in `tollgate_store_failures_total{policy, on_failure}` (feature `metrics`). The
 //! connection is re-established by itself after Redis restarts.
 //!
+//! # Failover
+//!
+//! On a Redis Cluster with replicas, a master that fails is replaced by its replica without
+//! restarting the application. A store made by [`cluster`](RedisStore::cluster) learns the new
+//! slot map by itself: from the failing calls when the master's connections close (a crash),
+//! and, when they stay open and nothing answers (a frozen process or machine, packets
+//! dropped), from a watch over its calls: while calls fail or time out it reads `CLUSTER
+//! SLOTS` from the nodes it knows (at most once a second), and when the masters changed it
+//! connects again. The scripts are loaded on the new master after its first `NOSCRIPT`. Until
+//! the replica is promoted (about the cluster's `cluster-node-timeout`, then an election),
+//! the failure policy answers the keys of the failed master's slots. With
+//! `cluster-require-full-coverage yes` (Redis's default) the cluster itself refuses every key
+//! from the moment it marks the master failed until the promotion; with `no` the other
+//! masters keep deciding their keys throughout. A store over a connection you made
+//! ([`from_cluster_connection`](RedisStore::from_cluster_connection)) has no watch: it follows
+//! a crash, not a frozen master.
+//!
+//! Replication is asynchronous and the store does not wait for replicas (`WAIT` would add a
+//! round trip to every decision): decisions the old master made and acknowledged but had not
+//! yet sent to its replica are lost with it, and their keys get back what those decisions
+//! took. A failover can thus over-admit, per key, up to what the key was admitted within the
+//! replication lag before the failure (on a healthy link, well under a millisecond of
+//! decisions; usually nothing).
+//!
 //! # Denials cost no round trip
 //!
 //! A denial is remembered locally until its `retry_after`
@@ -168,7 +192,11 @@ impl RedisStore {
         Self::from_connection_manager(manager).verified().await
     }
 
-    /// Connects to a Redis Cluster through any of its nodes.
+    /// Connects to a Redis Cluster through any of its nodes (the seeds; each may be a master
+    /// or a replica). The store follows a failover by itself, also of a master that stops
+    /// answering without closing its connections (see [Failover](self#failover)). A node that
+    /// accepts a connection and then does not answer holds up connecting, and each attempt of
+    /// a call on it, for at most 1 s; [`timeout`](Self::timeout) still bounds each call.
     ///
     /// # Errors
     ///
@@ -198,6 +226,8 @@ impl RedisStore {
 
     /// A store over a Redis Cluster connection you made. The masters' versions are checked on
     /// the first call (a Redis older than 5.0 answers every call with an error that names it).
+    /// The connection is used as it is: it follows a failover as far as redis-rs does (a
+    /// crashed master, not a frozen one; see [Failover](self#failover)).
     pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
         Self::new(Connection::Cluster(Cluster::unwatched(connection)))
     }
