@@ -12,7 +12,7 @@
 //! later call through the new connection.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use redis::aio::ConnectionLike;
@@ -28,6 +28,9 @@ use crate::ErrorKind;
 const ASK_BOUND: Duration = Duration::from_millis(500);
 /// The longest the watch waits for a new connection.
 const CONNECT_BOUND: Duration = Duration::from_secs(5);
+/// How long a call must have waited when it is dropped unfinished for the watch to take it for
+/// a failure (abandoned at the store's timeout), rather than for a request its client gave up.
+const ABANDONED_AFTER: Duration = Duration::from_millis(10);
 /// The least time from one round of the watch to the next: failures seen meanwhile are about
 /// the slot map the round read.
 const ROUND_GAP: Duration = Duration::from_secs(1);
@@ -76,6 +79,7 @@ impl Cluster {
         let connection = ClusterConnection::clone(&self.current.load());
         let outcome = Outcome {
             failed: self.failed.as_ref(),
+            sent: Instant::now(),
             ended: false,
         };
         (connection, outcome)
@@ -113,10 +117,12 @@ impl ConnectionLike for Cluster {
     }
 }
 
-/// How one call ended, for the watch: a call dropped before its end (abandoned at the store's
-/// timeout) or one that could not reach Redis starts a round.
+/// How one call ended, for the watch: a call dropped before its end after waiting
+/// [`ABANDONED_AFTER`] or more (abandoned at the store's timeout), or one that could not reach
+/// Redis, starts a round.
 struct Outcome<'a> {
     failed: Option<&'a mpsc::Sender<()>>,
+    sent: Instant,
     ended: bool,
 }
 
@@ -143,7 +149,7 @@ impl Outcome<'_> {
 
 impl Drop for Outcome<'_> {
     fn drop(&mut self) {
-        if !self.ended {
+        if !self.ended && self.sent.elapsed() >= ABANDONED_AFTER {
             self.tell();
         }
     }
