@@ -219,12 +219,12 @@ struct Failover {
 }
 
 /// Loses a master (`loss`) under load on a replicated cluster started with `options`, the
-/// store's calls bounded by `timeout`, and
-/// checks what every failover must give: Redis decides the lost keys again within
-/// [`RECOVERY_BOUND`], through the same store; until then the closed policy answers errors
-/// that say Redis could not be reached or did not answer, the local fallback answers every
-/// check; the new master got the scripts after a `NOSCRIPT`; the new master's state, and
-/// nothing else, decides the spent keys.
+/// store's calls bounded by `timeout`, and checks what every failover must give: Redis
+/// decides the lost keys again within [`RECOVERY_BOUND`], through the same store; until then
+/// the closed policy answers errors that say Redis could not be reached or did not answer,
+/// the local fallback answers every check; the new master got the scripts after a
+/// `NOSCRIPT`; the new master's state, and nothing else, decides the spent keys; a dropped
+/// store leaves no connection behind.
 fn fail_over(loss: Loss, options: &[&str], timeout: Duration) -> Option<Failover> {
     let mut cluster = RedisCluster::start_replicated(NODE_TIMEOUT, options)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
