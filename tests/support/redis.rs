@@ -69,6 +69,14 @@ pub fn harness(trials: Vec<Trial>) -> std::process::ExitCode {
     libtest_mimic::run(&args, trials).exit_code()
 }
 
+/// [`harness`], running one trial at a time unless `--test-threads` says otherwise: for trials
+/// that start many servers and measure times.
+pub fn harness_one_at_a_time(trials: Vec<Trial>) -> std::process::ExitCode {
+    let mut args = libtest_mimic::Arguments::from_args();
+    args.test_threads.get_or_insert(1);
+    libtest_mimic::run(&args, trials).exit_code()
+}
+
 pub use libtest_mimic::Trial;
 
 /// A test that needs no Redis.
@@ -270,28 +278,76 @@ impl Drop for RedisServer {
     }
 }
 
-/// A Redis Cluster of three masters on loopback, made with `redis-cli --cluster create`.
+/// A Redis Cluster on loopback, made with `redis-cli --cluster create`: three masters, and
+/// with [`start_replicated`](Self::start_replicated) a replica for each.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
 
+/// One node as the cluster sees it (a line of `CLUSTER NODES`).
+#[derive(Debug, Clone)]
+pub struct ClusterNode {
+    pub id: String,
+    pub port: u16,
+    /// Whether the node is a master (`master` among its flags).
+    pub master: bool,
+    /// Whether the cluster holds the node failed (`fail`, or `fail?` before a majority agrees).
+    pub failed: bool,
+    /// The id of the master a replica follows.
+    pub master_id: Option<String>,
+    /// The slot ranges a master serves, both ends included.
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl ClusterNode {
+    pub fn serves(&self, slot: u16) -> bool {
+        self.slots
+            .iter()
+            .any(|&(from, to)| (from..=to).contains(&slot))
+    }
+}
+
 impl RedisCluster {
+    /// Three masters, no replicas, a node timeout of 5 s.
     pub fn start() -> Option<Self> {
+        Self::create(3, 0, Duration::from_secs(5), &[])
+    }
+
+    /// Three masters with one replica each, failing a master over after `node_timeout` (the
+    /// cluster's `cluster-node-timeout`), every node started with `options` too. Returns once
+    /// every node reports `cluster_state:ok` and sees the six nodes, none failed, and every
+    /// replica's link to its master is up and its first sync done.
+    pub fn start_replicated(node_timeout: Duration, options: &[&str]) -> Option<Self> {
+        Self::create(3, 1, node_timeout, options)
+    }
+
+    fn create(
+        masters: usize,
+        replicas: usize,
+        node_timeout: Duration,
+        options: &[&str],
+    ) -> Option<Self> {
         if !available() {
             return None;
         }
+        let timeout = node_timeout.as_millis().to_string();
         let mut nodes = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..masters * (1 + replicas) {
             let port = free_port();
             let conf = format!("nodes-{port}.conf");
-            let node = RedisServer::start_with(&[
+            let mut args = vec![
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
                 &conf,
                 "--cluster-node-timeout",
-                "5000",
-            ])?;
+                &timeout,
+                // A replica's first full sync starts at once (not 5 s later, the default).
+                "--repl-diskless-sync-delay",
+                "0",
+            ];
+            args.extend_from_slice(options);
+            let node = RedisServer::start_with(&args)?;
             nodes.push(node);
         }
         let addresses: Vec<String> = nodes
@@ -302,27 +358,130 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .expect("redis-cli runs");
         assert!(status.success(), "redis-cli --cluster create failed");
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let cluster = Self { nodes };
+        let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            let ok = nodes.iter().all(|n| {
-                command(n.port, "CLUSTER INFO").is_some_and(|r| r.contains("cluster_state:ok"))
-            });
-            if ok {
-                return Some(Self { nodes });
+            if cluster.ready(masters, replicas) {
+                return Some(cluster);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("the Redis Cluster did not become ready within 20 s");
+        panic!("the Redis Cluster did not become ready within 30 s");
+    }
+
+    /// Every node: `cluster_state:ok` and a view of every node, none failed; every master
+    /// with its replicas online; every replica's link up and its sync done.
+    fn ready(&self, masters: usize, replicas: usize) -> bool {
+        self.nodes.iter().all(|node| {
+            let state_ok =
+                command(node.port, "CLUSTER INFO").is_some_and(|r| r.contains("cluster_state:ok"));
+            let Some(view) = Self::view_from(node.port) else {
+                return false;
+            };
+            let complete = view.len() == self.nodes.len()
+                && view.iter().filter(|n| n.master).count() == masters
+                && view.iter().all(|n| !n.failed);
+            let info = node.info("replication");
+            let replication = if info.contains("role:master") {
+                info.matches("state=online").count() == replicas
+            } else {
+                info.contains("master_link_status:up") && info.contains("master_sync_in_progress:0")
+            };
+            state_ok && complete && replication
+        })
     }
 
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The cluster as the first node that answers sees it.
+    pub fn view(&self) -> Vec<ClusterNode> {
+        self.nodes
+            .iter()
+            .find_map(|n| Self::view_from(n.port))
+            .expect("a node of the cluster answers CLUSTER NODES")
+    }
+
+    /// The cluster as the node on `port` sees it (`CLUSTER NODES`).
+    pub fn view_from(port: u16) -> Option<Vec<ClusterNode>> {
+        let reply = command(port, "CLUSTER NODES")?;
+        // A bulk reply: `$<len>`, then one line per node.
+        let body = reply.split_once("\r\n")?.1;
+        let nodes = body
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let address = fields[1].split('@').next().unwrap_or_default();
+                let port = address.rsplit(':').next().unwrap_or_default();
+                let flags: Vec<&str> = fields[2].split(',').collect();
+                let slots = fields[8..]
+                    .iter()
+                    // Slots being moved (`[..->-..]`) are not served yet.
+                    .filter(|range| !range.starts_with('['))
+                    .map(|range| match range.split_once('-') {
+                        Some((from, to)) => (from.parse().unwrap(), to.parse().unwrap()),
+                        None => (range.parse().unwrap(), range.parse().unwrap()),
+                    })
+                    .collect();
+                ClusterNode {
+                    id: fields[0].to_owned(),
+                    port: port.parse().unwrap_or(0),
+                    master: flags.contains(&"master"),
+                    failed: flags.contains(&"fail") || flags.contains(&"fail?"),
+                    master_id: (fields[3] != "-").then(|| fields[3].to_owned()),
+                    slots,
+                }
+            })
+            .collect();
+        Some(nodes)
+    }
+
+    /// The master that serves `slot`, as the cluster sees it.
+    pub fn master_of(&self, slot: u16) -> ClusterNode {
+        self.view()
+            .into_iter()
+            .find(|n| n.master && n.serves(slot))
+            .unwrap_or_else(|| panic!("no master serves slot {slot}"))
+    }
+
+    /// The replica of the master `master`.
+    pub fn replica_of(&self, master: &ClusterNode) -> ClusterNode {
+        self.view()
+            .into_iter()
+            .find(|n| n.master_id.as_deref() == Some(master.id.as_str()))
+            .unwrap_or_else(|| panic!("the master on port {} has no replica", master.port))
+    }
+
+    /// The slot of a Redis key, as Redis computes it (`CLUSTER KEYSLOT`).
+    pub fn slot(&self, key: &[u8]) -> u16 {
+        let key = String::from_utf8(key.to_vec()).expect("a key of text");
+        assert!(!key.contains(['"', ' ', '\\']), "{key:?} needs quoting");
+        let reply = self
+            .nodes
+            .iter()
+            .find_map(|n| command(n.port, &format!("CLUSTER KEYSLOT \"{key}\"")))
+            .expect("a node answers CLUSTER KEYSLOT");
+        reply
+            .trim()
+            .trim_start_matches(':')
+            .parse()
+            .unwrap_or_else(|_| panic!("CLUSTER KEYSLOT answered {reply:?}"))
+    }
+
+    /// The node on `port`.
+    pub fn node(&mut self, port: u16) -> &mut RedisServer {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .unwrap_or_else(|| panic!("no node on port {port}"))
     }
 }
 

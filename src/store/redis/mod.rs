@@ -81,6 +81,30 @@
 //! ones from the slice with no round trip, while the fleet still admits only what the algorithm
 //! admits (fixed and sliding windows and tiers of them; see [`Leases`]).
 //!
+//! # Failover
+//!
+//! On a Redis Cluster with replicas, a master that fails is replaced by its replica without
+//! restarting the application. A store made by [`cluster`](RedisStore::cluster) learns the new
+//! slot map by itself: from the failing calls when the master's connections close (a crash),
+//! and, when they stay open and nothing answers (a frozen process or machine, packets
+//! dropped), from a watch over its calls: while calls fail or time out it reads `CLUSTER
+//! SLOTS` from the nodes it knows (at most once a second), and when the masters changed it
+//! connects again. The scripts are loaded on the new master after its first `NOSCRIPT`. Until
+//! the replica is promoted (about the cluster's `cluster-node-timeout`, then an election),
+//! the failure policy answers the keys of the failed master's slots. With
+//! `cluster-require-full-coverage yes` (Redis's default) the cluster itself refuses every key
+//! from the moment it marks the master failed until the promotion; with `no` the other
+//! masters keep deciding their keys throughout. A store over a connection you made
+//! ([`from_cluster_connection`](RedisStore::from_cluster_connection)) has no watch: it follows
+//! a crash, not a frozen master.
+//!
+//! Replication is asynchronous and the store does not wait for replicas (`WAIT` would add a
+//! round trip to every decision): decisions the old master made and acknowledged but had not
+//! yet sent to its replica are lost with it, and their keys get back what those decisions
+//! took. A failover can thus over-admit, per key, up to what the key was admitted within the
+//! replication lag before the failure (none in 15 failovers on loopback, measured in
+//! BENCHMARKS.md).
+//!
 //! # Denials cost no round trip
 //!
 //! A denial is remembered locally until its `retry_after`
@@ -91,6 +115,7 @@
 mod algorithms;
 mod bounds;
 mod carry;
+mod cluster;
 mod deny_cache;
 mod errors;
 mod fallback;
@@ -121,13 +146,15 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelNodeConnectionInfo;
 
+use self::cluster::Cluster;
+
 use super::{Store, Update};
 use crate::{Decision, Error, Key};
 
 #[derive(Clone)]
 pub(crate) enum Connection {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Cluster),
     Sentinel(sentinel::SentinelConnection),
 }
 
@@ -183,7 +210,11 @@ impl RedisStore {
         Self::from_connection_manager(manager).verified().await
     }
 
-    /// Connects to a Redis Cluster through any of its nodes.
+    /// Connects to a Redis Cluster through any of its nodes (the seeds; each may be a master
+    /// or a replica). The store follows a failover by itself, also of a master that stops
+    /// answering without closing its connections (see [Failover](self#failover)). A node that
+    /// accepts a connection and then does not answer holds up connecting, and each attempt of
+    /// a call on it, for at most 1 s; [`timeout`](Self::timeout) still bounds each call.
     ///
     /// # Errors
     ///
@@ -194,18 +225,15 @@ impl RedisStore {
         I: IntoIterator<Item = U>,
         U: AsRef<str>,
     {
-        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let client = ClusterClient::builder(urls)
-            .connection_timeout(Duration::from_secs(1))
-            // The store bounds each call with its own timeout; this only backs it up.
-            .response_timeout(Duration::from_secs(3600))
-            .build()
+        let seeds = urls
+            .into_iter()
+            .map(|url| redis::IntoConnectionInfo::into_connection_info(url.as_ref()))
+            .collect::<Result<Vec<_>, _>>()
             .map_err(errors::connecting)?;
-        let connection = client
-            .get_async_connection()
+        let connection = Cluster::watched(seeds, cluster_client)
             .await
             .map_err(errors::connecting)?;
-        Self::from_cluster_connection(connection).verified().await
+        Self::new(Connection::Cluster(connection)).verified().await
     }
 
     /// Connects to the primary of the master named `master_name` (as in the sentinels'
@@ -319,8 +347,10 @@ impl RedisStore {
 
     /// A store over a Redis Cluster connection you made. The masters' versions are checked on
     /// the first call (a Redis older than 5.0 answers every call with an error that names it).
+    /// The connection is used as it is: it follows a failover as far as redis-rs does (a
+    /// crashed master, not a frozen one; see [Failover](self#failover)).
     pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
-        Self::new(Connection::Cluster(connection))
+        Self::new(Connection::Cluster(Cluster::unwatched(connection)))
     }
 
     /// Reads the server's version once (`INFO server`), and refuses a Redis older than 5.0.
@@ -426,6 +456,19 @@ impl RedisStore {
     pub fn script<A: RedisAlgorithm>() -> String {
         script::source::<A>()
     }
+}
+
+/// The client of [`RedisStore::cluster`] over `nodes`.
+fn cluster_client(nodes: Vec<redis::ConnectionInfo>) -> redis::RedisResult<ClusterClient> {
+    ClusterClient::builder(nodes)
+        .connection_timeout(Duration::from_secs(1))
+        // One attempt on one node: a node that stops answering with its connections open (a
+        // frozen process) holds up connecting, and the client's own slot map refresh, only
+        // this long. The store bounds each call with its own timeout, so nothing bounds an
+        // attempt's retries as a whole.
+        .response_timeout(Duration::from_secs(1))
+        .overall_response_timeout(None)
+        .build()
 }
 
 impl fmt::Debug for RedisStore {
