@@ -157,6 +157,7 @@ impl Decision {
     }
 
     /// Whether the decision lists its tiers' own (tiered quotas).
+    #[cfg(feature = "redis")]
     pub(crate) fn is_tiered(&self) -> bool {
         self.tiers.is_some()
     }
