@@ -507,11 +507,16 @@ impl Slice {
             .with_receipt(d.receipt())
         };
         if !self.grant.is_tiered() {
-            tier(&self.grant)
-        } else {
-            let tiers: Vec<Decision> = self.grant.tiers().iter().map(tier).collect();
-            Decision::from_tiers(tiers.into())
+            return tier(&self.grant);
         }
+        // The thread's tier list, reused once no decision holds it (as the memory store's tiers).
+        let grants = self.grant.tiers();
+        let tiers = Decision::tier_list(grants.len(), |list| {
+            for (slot, grant) in list.iter_mut().zip(grants) {
+                *slot = tier(grant);
+            }
+        });
+        Decision::from_tiers(tiers)
     }
 }
 

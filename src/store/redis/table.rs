@@ -334,7 +334,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         let Some(book) = inner.leases.as_ref() else {
             return self.call(key, now, cost, None).await;
         };
-        let plan = match plan {
+        // A lease planned in `run` has its guard there; one planned here after a wait gets its
+        // own below.
+        let (plan, _done) = match plan {
             Plan::Wait(mut slice) => {
                 let waiting = Instant::now();
                 // The other call ends within the timeout: it is bounded by it.
@@ -350,15 +352,19 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 if !inner.leasing() {
                     return self.call(key, now, cost, None).await;
                 }
-                book.plan(key, later, true)
+                let plan = book.plan(key, later, true);
+                // Whatever becomes of the call (an error, a drop mid-way), the checks that wait
+                // for it wake.
+                let done = match plan {
+                    Plan::Lease(_, ticket) => Some(Done::new(self, key, ticket)),
+                    _ => None,
+                };
+                (plan, done)
             }
-            plan => plan,
+            plan => (plan, None),
         };
         match plan {
             Plan::Lease(back, ticket) => {
-                // Whatever becomes of the call (an error, a drop mid-way), the checks that wait
-                // for it wake.
-                let _done = Done::new(self, key, ticket);
                 self.lease(book, key, now, cost, back.as_ref(), ticket)
                     .await
             }
