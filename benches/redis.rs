@@ -28,8 +28,9 @@
 //! total <all decisions, warm-up included> errors <n> slowest_ms <the longest check or failed
 //! call, warm-up included>`.
 //!
-//! `leases <url> <servers> <callers> <on|off> <seconds>`: one hot key under a fixed window of
-//! 20 000 a second named `leases`, sent at 90 % of the quota, evenly: `callers` tasks in all
+//! `leases <url> <fixed|gcra> <servers> <callers> <on|off> <seconds>`: one hot key under a
+//! quota of 20 000 a second named `leases` (a fixed window, or GCRA of burst 20 000), sent at
+//! 90 % of the quota, evenly: `callers` tasks in all
 //! (on a current-thread runtime), task `i` on server `i % servers`, each server a `RedisStore`
 //! of its own (with `local_leases(Leases::default())` when `on`), each task keeping to its
 //! share of the rate by the millisecond. It prints one line: `leases servers <n> callers <n>
@@ -45,6 +46,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::algorithm::Gcra;
+use tollgate::store::redis::RedisAlgorithm;
 use tollgate::store::{Leases, OnFailure, RedisStore};
 use tollgate::{Quota, RateLimiter};
 
@@ -87,7 +89,7 @@ fn usage() -> ! {
     eprintln!(
         "usage: redis script | args <url> | \
          run <url> <allowed|denied|denied-nocache> <callers> <stores> <workers> <warmup s> <seconds> | \
-         leases <url> <servers> <callers> <on|off> <seconds>"
+         leases <url> <fixed|gcra> <servers> <callers> <on|off> <seconds>"
     );
     std::process::exit(2)
 }
@@ -291,15 +293,38 @@ fn run(url: &str, run: &Run) {
     }
 }
 
-/// One hot key at 90 % of a fixed window of 20 000 a second, from `servers` stores and
-/// `callers` tasks, with or without leases; see the module docs.
-fn leases(url: &str, servers: usize, callers: usize, on: bool, seconds: f64) {
+/// One hot key at 90 % of a quota of 20 000 a second (`fixed`: a fixed window; `gcra`: GCRA,
+/// burst 20 000), from `servers` stores and `callers` tasks, with or without leases; see the
+/// module docs.
+fn leases(url: &str, algorithm: &str, servers: usize, callers: usize, on: bool, seconds: f64) {
+    let quota = Quota::per_second(20_000).named("leases");
+    match algorithm {
+        "fixed" => leases_of(
+            RateLimiter::fixed_window(quota),
+            url,
+            servers,
+            callers,
+            on,
+            seconds,
+        ),
+        "gcra" => leases_of(RateLimiter::gcra(quota), url, servers, callers, on, seconds),
+        _ => usage(),
+    }
+}
+
+fn leases_of<A: RedisAlgorithm>(
+    template: RateLimiter<A>,
+    url: &str,
+    servers: usize,
+    callers: usize,
+    on: bool,
+    seconds: f64,
+) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
     runtime.block_on(async {
-        let quota = Quota::per_second(20_000).named("leases");
         let mut fleet = Vec::new();
         for _ in 0..servers {
             let mut store = RedisStore::connect(url)
@@ -310,7 +335,7 @@ fn leases(url: &str, servers: usize, callers: usize, on: bool, seconds: f64) {
             if on {
                 store = store.local_leases(Leases::default());
             }
-            fleet.push(RateLimiter::fixed_window(quota.clone()).with_store(store));
+            fleet.push(template.clone().with_store(store));
         }
         let mut info = redis::Client::open(url)
             .expect("a client")
@@ -394,8 +419,9 @@ fn main() {
                 measure: Duration::from_secs_f64(seconds.parse().unwrap_or_else(|_| usage())),
             },
         ),
-        ["leases", url, servers, callers, on, seconds] => leases(
+        ["leases", url, algorithm, servers, callers, on, seconds] => leases(
             url,
+            algorithm,
             number(servers) as usize,
             number(callers) as usize,
             match *on {

@@ -6,10 +6,11 @@
 #
 #   benches/redis.sh                        # 4 rounds, 1 + 3 s per run (about 4 minutes)
 #   ROUNDS=5 DURATION=6 benches/redis.sh    # other settings: WARMUP, CALLERS, POOL, WORKERS
-#   ONLY=leases benches/redis.sh            # only the local leases table (about 2 minutes)
+#   ONLY=leases benches/redis.sh            # only the local leases tables (about 4 minutes)
 #
-# Local leases (last, or alone with ONLY=leases): one hot key under a fixed window of 20 000 a
-# second, sent at 90 % of the quota, evenly, by CALLERS tasks in all spread over LEASE_SERVERS
+# Local leases (last, or alone with ONLY=leases): one hot key under a quota of 20 000 a second,
+# for each of LEASE_ALGORITHMS ("fixed gcra": a fixed window, GCRA of burst 20 000), sent at
+# 90 % of the quota, evenly, by CALLERS tasks in all spread over LEASE_SERVERS
 # RedisStores (separate connections, as separate servers), with leases off and on
 # (`local_leases(Leases::default())`), LEASE_SECONDS s each (3 by default), a fresh redis-server
 # per run (pinned as below). Reported: decisions, the fraction admitted, and scripts per decision
@@ -109,27 +110,30 @@ stop_server() {
 }
 
 LEASE_SERVERS=${LEASE_SERVERS:-"1 2 4"}
+LEASE_ALGORITHMS=${LEASE_ALGORITHMS:-"fixed gcra"}
 LEASE_SECONDS=${LEASE_SECONDS:-3}
 
 # The local leases table; see the header.
 lease_runs() {
+    local algorithm servers callers on line
+    for algorithm in $LEASE_ALGORITHMS; do
     echo
-    echo "Local leases: one hot key at 90 % of a fixed window of 20 000/s, sent evenly, ${LEASE_SECONDS} s per run; load average $(cut -d' ' -f1-3 /proc/loadavg)."
+    echo "Local leases ($algorithm): one hot key at 90 % of a quota of 20 000/s, sent evenly, ${LEASE_SECONDS} s per run; load average $(cut -d' ' -f1-3 /proc/loadavg)."
     printf '| %s | %s | %s | %s | %s | %s | %s |\n' servers callers leases decisions admitted "scripts / decision" "decisions / script"
     printf '| %s | %s | %s | %s | %s | %s | %s |\n' ---: ---: --- ---: ---: ---: ---:
-    local servers callers on line
     for servers in $LEASE_SERVERS; do
         for callers in $CALLERS; do
             [[ $callers -ge $servers ]] || continue
             for on in off on; do
                 start_server
-                line=$("${LOAD_PIN[@]}" "$BIN" leases "redis://127.0.0.1:$PORT/" "$servers" "$callers" "$on" "$LEASE_SECONDS") ||
-                    fail "leases $servers servers $callers callers $on: $line"
+                line=$("${LOAD_PIN[@]}" "$BIN" leases "redis://127.0.0.1:$PORT/" "$algorithm" "$servers" "$callers" "$on" "$LEASE_SECONDS") ||
+                    fail "leases $algorithm $servers servers $callers callers $on: $line"
                 stop_server
                 awk '{ d = $8; a = $10; s = $12
                        printf "| %s | %s | %s | %d | %.2f%% | %.4f | %.0f |\n", $3, $5, $6, d, 100 * a / d, s / d, d / s }' <<<"$line"
             done
         done
+    done
     done
 }
 

@@ -54,13 +54,30 @@ async fn fleet<A>(
 where
     A: RedisAlgorithm,
 {
+    let leases = vec![Some(leases.clone()); servers];
+    mixed_fleet(url, &leases, clock, template).await
+}
+
+/// A store on `url` per entry of `leases` (each its own connection, as separate servers),
+/// deciding on the caller's clock, with those leases or (`None`) without.
+async fn mixed_fleet<A>(
+    url: &str,
+    leases: &[Option<Leases>],
+    clock: &ManualClock,
+    template: &RateLimiter<A>,
+) -> Fleet<A>
+where
+    A: RedisAlgorithm,
+{
     let mut fleet = Vec::new();
-    for _ in 0..servers {
+    for leases in leases {
         // A long timeout: the machine may be busy, and a timeout here would only fail the test.
-        let store = server::closed_on_caller_clock(url)
+        let mut store = server::closed_on_caller_clock(url)
             .await
-            .timeout(Duration::from_secs(5))
-            .local_leases(leases.clone());
+            .timeout(Duration::from_secs(5));
+        if let Some(leases) = leases {
+            store = store.local_leases(leases.clone());
+        }
         fleet.push(template.clone().with_clock(clock.clone()).with_store(store));
     }
     fleet
@@ -87,24 +104,88 @@ async fn replay<A>(
     steps: usize,
     refunds: bool,
     label: &str,
-) -> usize
+) -> (usize, usize)
 where
     A: RedisAlgorithm,
 {
     let key = "hot";
     let mut admitted: Vec<Admitted> = Vec::new();
-    let mut count = 0;
+    let (mut count, mut checks) = (0, 0);
+    let nanos = u64::try_from(period.as_nanos()).unwrap();
+    // A check of `cost` on `server`; an admission is replayed through the oracle, where it
+    // must pass too. Whether it was admitted.
+    macro_rules! check {
+        ($step:expr, $server:expr, $cost:expr, $what:expr) => {{
+            let (server, cost) = ($server, $cost);
+            checks += 1;
+            let decision = fleet[server]
+                .check_n(key, cost)
+                .await
+                .unwrap_or_else(|e| panic!("{label}: check at step {}: {e}", $step));
+            let allowed = decision.allowed;
+            if allowed {
+                let replayed = oracle.check_n(key, cost).await.unwrap();
+                assert!(
+                    replayed.allowed,
+                    "{label}: step {}: server {server} admitted a request of cost {cost} ({}) \
+                     that the algorithm denies given every earlier admission ({replayed:?})",
+                    $step, $what
+                );
+                count += 1;
+                admitted.push(Admitted {
+                    server,
+                    cost,
+                    fleet: decision,
+                    oracle: replayed,
+                });
+            }
+            allowed
+        }};
+    }
+    let pick = |rng: &mut Rng| usize::try_from(rng.below(fleet.len() as u64)).unwrap();
     for step in 0..steps {
         match rng.below(20) {
-            // Time moves: not at all, a little, or up to half a period.
+            // Time moves: not at all, a little, about a bucket's slice life, or up to half a
+            // period.
             0..=5 => {
-                let nanos = u64::try_from(period.as_nanos()).unwrap();
-                let dt = match rng.below(3) {
+                let dt = match rng.below(4) {
                     0 => rng.below(1_000),
                     1 => rng.below(nanos / 40 + 1),
+                    2 => rng.below(nanos / 12 + 1),
                     _ => rng.below(nanos / 2 + 1),
                 };
                 clock.advance(Duration::from_nanos(dt));
+            }
+            // One server takes all it can at once (up to 64), as a client that found the key
+            // elsewhere emptied would: what slices held meanwhile must still fit.
+            8 => {
+                let server = pick(rng);
+                for _ in 0..64 {
+                    if !check!(step, server, 1, "taking all it can") {
+                        break;
+                    }
+                }
+            }
+            // The attack on a bucket's slices: once the key has drained (a period; a bucket's
+            // burst window), one server takes a slice (two checks at once), keeps it while
+            // time moves up to a bucket's slice life, another server takes all it can, and
+            // then the first spends what it can.
+            9 => {
+                let (holder, other) = (pick(rng), pick(rng));
+                clock.advance(period);
+                check!(step, holder, 1, "taking a slice");
+                check!(step, holder, 1, "taking a slice");
+                clock.advance(Duration::from_nanos(rng.below(nanos / 16 + 1)));
+                for _ in 0..64 {
+                    if !check!(step, other, 1, "filling the key elsewhere") {
+                        break;
+                    }
+                }
+                for _ in 0..64 {
+                    if !check!(step, holder, 1, "spending a slice kept") {
+                        break;
+                    }
+                }
             }
             // A refund (count_if) of an admission not refunded yet.
             6..=7 if refunds && !admitted.is_empty() => {
@@ -117,35 +198,17 @@ where
                 oracle.refund(key, &a.oracle, a.cost).await.unwrap();
             }
             _ => {
-                let server = usize::try_from(rng.below(fleet.len() as u64)).unwrap();
+                let server = pick(rng);
                 let cost = if rng.below(6) == 0 {
                     1 + rng.below(3)
                 } else {
                     1
                 };
-                let decision = fleet[server]
-                    .check_n(key, cost)
-                    .await
-                    .unwrap_or_else(|e| panic!("{label}: check at step {step}: {e}"));
-                if decision.allowed {
-                    let replayed = oracle.check_n(key, cost).await.unwrap();
-                    assert!(
-                        replayed.allowed,
-                        "{label}: step {step}: server {server} admitted a request of cost {cost} \
-                         that the algorithm denies given every earlier admission ({replayed:?})"
-                    );
-                    count += 1;
-                    admitted.push(Admitted {
-                        server,
-                        cost,
-                        fleet: decision,
-                        oracle: replayed,
-                    });
-                }
+                check!(step, server, cost, "a check");
             }
         }
     }
-    count
+    (count, checks)
 }
 
 /// Random leases: small slices and shares, lives short and long.
@@ -164,12 +227,22 @@ fn leases(rng: &mut Rng) -> Leases {
 /// Makes a case's limiter (of quotas named by the string) and the period its time moves by.
 type Build<'a, A> = dyn Fn(&mut Rng, String) -> (RateLimiter<A>, Duration) + 'a;
 
-/// Runs `cases` random cases of one kind of algorithm, each with its own policy name.
-async fn cases<A>(url: &str, kind: &str, seed: u64, cases: u64, build: &Build<'_, A>) -> usize
+/// Runs `cases` random cases of one kind of algorithm, each with its own policy name; returns
+/// how many the fleet admitted. Slices must have been spent: the fleet ran fewer scripts than
+/// it made checks.
+async fn cases<A>(
+    server: &server::RedisServer,
+    kind: &str,
+    seed: u64,
+    cases: u64,
+    build: &Build<'_, A>,
+) -> usize
 where
     A: RedisAlgorithm,
 {
-    let mut total = 0;
+    let url = &server.url();
+    let before = server.calls("evalsha");
+    let (mut total, mut checks) = (0, 0);
     for case in 0..cases {
         let seed = seed.wrapping_add(case).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut rng = Rng(seed);
@@ -179,7 +252,12 @@ where
         let clock = ManualClock::new();
         clock.advance(Duration::from_secs(1_000));
         let servers = 1 + usize::try_from(rng.below(4)).unwrap();
-        let fleet = fleet(url, servers, &leases, &clock, &template).await;
+        // A server in four decides without leases: what the others' slices leave in the state
+        // (a bucket's lease margin) holds for it too.
+        let each: Vec<Option<Leases>> = (0..servers)
+            .map(|_| (rng.below(4) != 0).then(|| leases.clone()))
+            .collect();
+        let fleet = mixed_fleet(url, &each, &clock, &template).await;
         // Refunds, in half the cases: each server's table is told first, as a layer with
         // count_if does where it is built (windows that a refund may start again then stop
         // leasing; calendar windows lease on).
@@ -190,55 +268,92 @@ where
             }
         }
         let oracle = template.with_clock(clock.clone());
+        let plain = each.iter().filter(|l| l.is_none()).count();
         let label = format!(
-            "{kind} case {case} (seed {seed:#x}, {servers} servers, refunds {refunds}, {leases:?})"
+            "{kind} case {case} (seed {seed:#x}, {servers} servers of which {plain} without \
+             leases, refunds {refunds}, {leases:?})"
         );
-        total += replay(
+        let (admitted, checked) = replay(
             &mut rng, &fleet, &oracle, &clock, period, 160, refunds, &label,
         )
         .await;
+        total += admitted;
+        checks += checked;
     }
+    let scripts = server.calls("evalsha") - before;
+    eprintln!("{kind}: {total} admitted of {checks} checks, {scripts} scripts");
+    assert!(
+        scripts * 10 < u64::try_from(checks).unwrap() * 9,
+        "{kind}: {scripts} scripts for {checks} checks: few slices were spent"
+    );
     total
 }
 
 fn the_fleet_admits_only_what_the_algorithm_admits() {
     let server = server::RedisServer::start().expect("redis-server");
     server::runtime().block_on(async {
-        let url = server.url();
         let quota = |rng: &mut Rng, name: String| {
             let limit = 2 + rng.below(30);
             let period = Duration::from_millis(200 + rng.below(3_000));
             (Quota::new(limit, period).named(name), period)
         };
         let mut admitted = 0;
-        admitted += cases(&url, "fixed", 1, 40, &|rng, name| {
+        admitted += cases(&server, "fixed", 1, 40, &|rng, name| {
             let (q, period) = quota(rng, name);
             (RateLimiter::fixed_window(q), period)
         })
         .await;
-        admitted += cases(&url, "fixed-aligned", 5, 40, &|rng, name| {
+        admitted += cases(&server, "fixed-aligned", 5, 40, &|rng, name| {
             let (q, period) = quota(rng, name);
             (RateLimiter::fixed_window(q).aligned(), period)
         })
         .await;
-        admitted += cases(&url, "sliding", 2, 40, &|rng, name| {
+        admitted += cases(&server, "sliding", 2, 40, &|rng, name| {
             let (q, period) = quota(rng, name);
             let k = 1 + usize::try_from(rng.below(4)).unwrap();
             (RateLimiter::sliding_window(q).sub_windows(k), period)
         })
         .await;
-        admitted += cases(&url, "fixed-tiers", 3, 25, &|rng, name| {
+        admitted += cases(&server, "fixed-tiers", 3, 25, &|rng, name| {
             let (a, period) = quota(rng, format!("{name}-a"));
             let (b, _) = quota(rng, format!("{name}-b"));
             let b = Quota::new(b.limit() * 3, period * 4).named(name);
             (RateLimiter::fixed_window([a, b]), period)
         })
         .await;
-        admitted += cases(&url, "sliding-tiers", 4, 25, &|rng, name| {
+        admitted += cases(&server, "sliding-tiers", 4, 25, &|rng, name| {
             let (a, period) = quota(rng, format!("{name}-a"));
             let (b, _) = quota(rng, format!("{name}-b"));
             let b = Quota::new(b.limit() * 3, period * 4).named(name);
             (RateLimiter::sliding_window([a, b]), period)
+        })
+        .await;
+        // Buckets: bursts from 1 to 96, so margins from a fraction of a unit to 6. Time moves by the burst window (`burst × period / limit`), of
+        // which a slice lives a sixteenth: its small moves are about a slice's life, and
+        // take a slice past the moment the bucket filled elsewhere.
+        let bucket = |rng: &mut Rng, name: String| {
+            let (q, period) = quota(rng, name);
+            let burst = 1 + rng.below(96);
+            let window = period * u32::try_from(burst).unwrap() / u32::try_from(q.limit()).unwrap();
+            (q.with_burst(burst), window)
+        };
+        admitted += cases(&server, "gcra", 6, 80, &|rng, name| {
+            let (q, period) = bucket(rng, name);
+            (RateLimiter::gcra(q), period)
+        })
+        .await;
+        admitted += cases(&server, "token-bucket", 7, 80, &|rng, name| {
+            let (q, period) = bucket(rng, name);
+            (RateLimiter::token_bucket(q), period)
+        })
+        .await;
+        admitted += cases(&server, "gcra-tiers", 8, 25, &|rng, name| {
+            let (a, period) = bucket(rng, format!("{name}-a"));
+            let (b, _) = bucket(rng, format!("{name}-b"));
+            let b = Quota::new(b.limit() * 3, period * 4)
+                .with_burst(b.burst() * 2)
+                .named(name);
+            (RateLimiter::gcra([a, b]), period)
         })
         .await;
         // The cases admit plenty: the property is not met by denying everything.
@@ -310,6 +425,14 @@ fn under_the_quota_nearly_all_pass_with_ten_times_fewer_scripts() {
         let (decisions, admitted, scripts) =
             under_the_quota(&server, tiers, 4, limit, period, 4).await;
         report("fixed-tiers", decisions, admitted, scripts);
+        let gcra = RateLimiter::gcra(Quota::new(limit, period).named("u-gcra"));
+        let (decisions, admitted, scripts) =
+            under_the_quota(&server, gcra, 4, limit, period, 4).await;
+        report("gcra", decisions, admitted, scripts);
+        let bucket = RateLimiter::token_bucket(Quota::new(limit, period).named("u-tb"));
+        let (decisions, admitted, scripts) =
+            under_the_quota(&server, bucket, 4, limit, period, 4).await;
+        report("token-bucket", decisions, admitted, scripts);
     });
 }
 
@@ -326,26 +449,151 @@ fn report(kind: &str, decisions: u64, admitted: u64, scripts: u64) {
     );
 }
 
+/// Two leasing servers sending 200 requests of one key in turn, 1 ms apart, under
+/// `template`'s quota: each must be one script, and no book kept.
+async fn decided_exactly<A: RedisAlgorithm>(
+    server: &server::RedisServer,
+    kind: &str,
+    template: RateLimiter<A>,
+) {
+    let clock = ManualClock::new();
+    let fleet = fleet(&server.url(), 2, &Leases::default(), &clock, &template).await;
+    // Loads the script (its first EVALSHA is refused with NOSCRIPT and counted).
+    assert!(fleet[0].check("warm").await.unwrap().allowed);
+    let before = server.calls("evalsha");
+    for i in 0..200 {
+        assert!(fleet[i % 2].check("hot").await.unwrap().allowed, "{kind}");
+        clock.advance(Duration::from_millis(1));
+    }
+    assert_eq!(
+        server.calls("evalsha") - before,
+        200,
+        "{kind}: one script per decision"
+    );
+    assert_eq!(fleet[0].table().leased_keys(), 0, "{kind}: no book");
+}
+
 fn algorithms_that_do_not_lease_are_decided_exactly() {
     let server = server::RedisServer::start().expect("redis-server");
     server::runtime().block_on(async {
-        let clock = ManualClock::new();
-        let gcra = RateLimiter::gcra(Quota::per_second(1_000).named("x-gcra"));
-        let fleet = fleet(&server.url(), 2, &Leases::default(), &clock, &gcra).await;
-        // Loads the script (its first EVALSHA is refused with NOSCRIPT and counted).
-        assert!(fleet[0].check("warm").await.unwrap().allowed);
-        let before = server.calls("evalsha");
-        for i in 0..200 {
-            assert!(fleet[i % 2].check("hot").await.unwrap().allowed);
-            clock.advance(Duration::from_millis(1));
-        }
-        assert_eq!(
-            server.calls("evalsha") - before,
-            200,
-            "one script per decision"
-        );
-        assert_eq!(fleet[0].table().leased_keys(), 0, "no book for GCRA");
+        // 400/s: the most a sliding log keeps in Redis is 500.
+        let quota = |name: &str| Quota::per_second(400).named(name);
+        decided_exactly(&server, "log", RateLimiter::sliding_log(quota("x-log"))).await;
+        decided_exactly(
+            &server,
+            "leaky",
+            RateLimiter::leaky_bucket(quota("x-leaky")),
+        )
+        .await;
+        decided_exactly(&server, "hybrid", RateLimiter::hybrid(quota("x-hybrid"))).await;
+        // Shaped buckets: a request from a slice would skip the wait it is given.
+        let shaped = RateLimiter::gcra(quota("x-shaped")).max_delay(Duration::from_millis(5));
+        decided_exactly(&server, "shaped gcra", shaped).await;
+        let shaped =
+            RateLimiter::token_bucket(quota("x-shaped-tb")).max_delay(Duration::from_millis(5));
+        decided_exactly(&server, "shaped token bucket", shaped).await;
     });
+}
+
+/// A bucket whose slices are out is decided with its burst less the lease margin (a
+/// sixteenth of the burst here), on every server, leasing or not; once the bucket has stood
+/// empty for the margin after the last slice ended, the whole burst passes again.
+fn a_buckets_lease_margin_holds_on_every_server_and_lifts_once_drained() {
+    let server = server::RedisServer::start().expect("redis-server");
+    server::runtime().block_on(async {
+        // 160/s, burst 160: T = 6.25 ms, margin 62.5 ms = 10 units.
+        let quota = |name: &str| Quota::per_second(160).named(name);
+        let gcra = RateLimiter::gcra(quota("m-gcra"));
+        margin_holds_and_lifts(&server, "gcra", gcra).await;
+        let bucket = RateLimiter::token_bucket(quota("m-tb"));
+        margin_holds_and_lifts(&server, "token bucket", bucket).await;
+    });
+}
+
+/// The attack the margin answers: a slice taken from an empty bucket, kept while the bucket
+/// drains on (in Redis, which counted it) and then filled to the top through another server,
+/// and only then spent. Every admission is replayed through the in-memory limiter.
+fn a_slice_kept_while_the_bucket_refills_elsewhere_admits_nothing_past_it() {
+    let server = server::RedisServer::start().expect("redis-server");
+    server::runtime().block_on(async {
+        // 100/s, burst 96: T = 10 ms, margin 60 ms (6 units).
+        let quota = |name: &str| Quota::per_second(100).with_burst(96).named(name);
+        let gcra = RateLimiter::gcra(quota("k-gcra"));
+        kept_while_refilled(&server, "gcra", gcra).await;
+        let bucket = RateLimiter::token_bucket(quota("k-tb"));
+        kept_while_refilled(&server, "token bucket", bucket).await;
+    });
+}
+
+async fn kept_while_refilled<A: RedisAlgorithm>(
+    server: &server::RedisServer,
+    kind: &str,
+    template: RateLimiter<A>,
+) {
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let leases = [Some(Leases::default()), None];
+    let fleet = mixed_fleet(&server.url(), &leases, &clock, &template).await;
+    let oracle = template.with_clock(clock.clone());
+    let mut admitted = 0;
+    let step = |limiter: usize, what: &'static str| {
+        let (fleet, oracle) = (&fleet, &oracle);
+        async move {
+            let decision = fleet[limiter].check("hot").await.unwrap();
+            if decision.allowed {
+                let replayed = oracle.check("hot").await.unwrap();
+                assert!(
+                    replayed.allowed,
+                    "{kind}: {what} on server {limiter}: admitted past the algorithm"
+                );
+            }
+            decision.allowed
+        }
+    };
+    // Two checks on the leasing server: the second takes a slice (of 2: twice what the server
+    // spent, at a pace it does not know yet).
+    assert!(step(0, "first check").await);
+    assert!(step(0, "the lease").await);
+    admitted += 2;
+    // 50 ms: the bucket drains 5 units in Redis, which counted the slice (4 units in all, so
+    // it is empty too); the algorithm, which has seen 2, is empty.
+    clock.advance(Duration::from_millis(50));
+    while step(1, "filling the bucket").await {
+        admitted += 1;
+    }
+    // The slice, still alive, is spent.
+    while step(0, "spending the slice").await {
+        admitted += 1;
+    }
+    assert!(admitted >= 80, "{kind}: only {admitted} admitted");
+}
+
+async fn margin_holds_and_lifts<A: RedisAlgorithm>(
+    server: &server::RedisServer,
+    kind: &str,
+    template: RateLimiter<A>,
+) {
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let leases = [Some(Leases::default()), None];
+    let fleet = mixed_fleet(&server.url(), &leases, &clock, &template).await;
+    // The leasing server's second check takes a slice; then both servers take all they can
+    // at this instant: the burst less the margin, whoever holds what.
+    let mut admitted = 0;
+    for limiter in &fleet {
+        while limiter.check("hot").await.unwrap().allowed {
+            admitted += 1;
+        }
+    }
+    assert!(fleet[0].table().leased_keys() > 0, "{kind}: leased");
+    assert_eq!(admitted, 150, "{kind}: 160 less the margin of 10");
+    // The slice lives 62.5 ms; the bucket drains in 1 s, and the margin lifts 62.5 ms later.
+    clock.advance(Duration::from_millis(1_000 + 63));
+    let mut burst = 0;
+    while fleet[1].check("hot").await.unwrap().allowed {
+        burst += 1;
+    }
+    assert_eq!(burst, 160, "{kind}: the whole burst passes again");
 }
 
 /// Two servers with slices of one key's budget (a window of 10 s, slices living at most
@@ -868,6 +1116,14 @@ fn main() -> std::process::ExitCode {
         server::needs_redis(
             "the_book_of_leased_keys_stays_bounded",
             the_book_of_leased_keys_stays_bounded,
+        ),
+        server::needs_redis(
+            "a_slice_kept_while_the_bucket_refills_elsewhere_admits_nothing_past_it",
+            a_slice_kept_while_the_bucket_refills_elsewhere_admits_nothing_past_it,
+        ),
+        server::needs_redis(
+            "a_buckets_lease_margin_holds_on_every_server_and_lifts_once_drained",
+            a_buckets_lease_margin_holds_on_every_server_and_lifts_once_drained,
         ),
     ])
 }

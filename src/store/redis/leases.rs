@@ -5,8 +5,9 @@
 //! A slice is an ordinary admission of a larger cost in Redis, so every unit of it is counted in
 //! the key's shared state before it is spent here. It lives only as long as spending it later
 //! changes no decision: to the end of the fixed window it was counted in, or of the sliding
-//! window's sub-window (see [`Leases`]), and never longer than [`Leases::max_life`]. Unused units
-//! go back to Redis with the key's next call once the slice ended or ran short.
+//! window's sub-window, or a bucket's lease margin, during which the bucket is decided with that
+//! margin less (see [`Leases`]); never longer than [`Leases::max_life`]. Unused units go back to
+//! Redis with the key's next call once the slice ended or ran short.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,12 +38,39 @@ use crate::{Decision, Key};
 /// - **Sliding window**: a slice lives to the end of the sub-window it was counted in. Within a
 ///   sub-window the estimate only falls as time passes (the straddling counter weighs less),
 ///   and a unit counted in the sub-window counts exactly as one spent later in it.
+/// - **GCRA and the token bucket** (without [`max_delay`](crate::RateLimiter::max_delay)): a
+///   bucket drains with time, so a unit counted when the slice is taken and spent later may
+///   find the bucket drained by what it would not have drained with the unit spent then (it
+///   was empty meanwhile): the fleet could admit up to that much time's worth of units past
+///   the burst. So a slice lives at most the key's **lease margin** M: a sixteenth of the
+///   bucket's burst window (`burst × period / limit`), at most 1 s, rounded down to whole
+///   units (a bucket whose margin is under one unit, a burst below 16, is decided exactly).
+///   While slices may be out, the key is decided, **on every server, leasing or not**, with its
+///   burst smaller by the margin's units (a sixteenth of the burst at most). The margin is
+///   kept in the key's state in Redis; it lifts, and the whole burst is back, once the bucket
+///   has stood empty for M after the last slice ended. Counting a unit at most M early lets
+///   the bucket drain by at most M more than counting it when spent, which the margin covers:
+///   every unit spent passes the algorithm too. A single request costing more than the burst
+///   less the margin is denied while the margin holds.
+///
+///   A bucket's unused units go back only when nothing was admitted after the slice (its
+///   receipt is still the bucket's last); otherwise they stay counted, which only denies more.
+///   So a bucket's slices are sized to this server's pace on the key: fifteen sixteenths of a
+///   slice's life at the pace of its last slice (or of the gap between the key's first two
+///   checks here), and at most twice what the last one spent, so that a steady pace runs a
+///   slice out just before it ends and a burst of checks grows slices step by step. A key
+///   whose pace would spend less than one unit of a slice is decided exactly.
+///
+///   Leased bucket states carry a field that earlier versions of tollgate refuse as corrupt:
+///   turn leases on once every server runs this version, and before going back to an earlier
+///   version, turn them off and let the keys' states expire (at most the burst window and the
+///   margin after their last request).
 /// - **Tiers** of these: the slice is taken from every tier at once, and lives to the end of
-///   the earliest tier's (sub-)window.
-/// - **GCRA, the token and leaky buckets, the sliding log, the hybrid**: decided exactly, one
-///   call per request, with or without leases. A bucket refills with time: a slice taken from
-///   a full bucket and spent later would let the fleet admit the slice and a refilled bucket
-///   together, which the quota forbids; the log keeps each request's own time.
+///   the earliest tier's (sub-)window or margin.
+/// - **The leaky bucket, shaped GCRA and token buckets (`max_delay`), the sliding log, the
+///   hybrid**: decided exactly, one call per request, with or without leases. A request
+///   taken from a slice would pass without the wait a shaped or queued request gets, and the
+///   log keeps each request's own time; the hybrid has no lease module.
 ///
 /// So with leases, **every request the fleet admits is one the algorithm admits** given every
 /// admission before it, on every server: the fleet never admits more than the quota, whatever
@@ -79,7 +107,8 @@ use crate::{Decision, Key};
 ///
 /// - `remaining` in a decision served from a slice is what Redis had left after the slice was
 ///   taken plus what the slice still holds: other servers' admissions since may have lowered
-///   the first part. `reset_after` counts down from the grant.
+///   the first part. `reset_after` counts down from the grant. A bucket's `remaining` counts
+///   against its burst less the margin while the margin holds, on every server.
 /// - A [block](crate::layer::Handle::block) or reset made through this server ends the key's
 ///   slice here, at once and again when Redis has it. One made through another server reaches
 ///   this server when the slice ends: within `max_life` (1 s by default, as a denial of a
@@ -96,7 +125,9 @@ use crate::{Decision, Key};
 ///   [`OnFailure::Local`](super::OnFailure::Local), a server may so admit what its slice held
 ///   on top of what its local table admits.
 /// - A slice lives by the limiter's clock and, when time comes from Redis, by the monotonic
-///   clock too: a wall clock set back (calendar windows read it) does not lengthen it.
+///   clock too: a wall clock set back (calendar windows read it) does not lengthen it. Redis's
+///   clock jumping forward by J while a bucket's slices are out may let them be spent up to
+///   J's worth of units past the burst, once.
 /// - A layer's [ban](crate::layer::Ban) counters are not leased: a ban comes after the stated
 ///   number of denials, on every server.
 /// - While one call takes a slice for a key, this server's other checks of the key wait for
@@ -200,10 +231,6 @@ impl Leases {
         self
     }
 
-    pub(super) fn max_slice_units(&self) -> u64 {
-        self.max_slice
-    }
-
     pub(super) fn share_of_left(&self) -> u64 {
         self.share
     }
@@ -217,9 +244,14 @@ impl Leases {
 pub(super) enum Plan {
     /// A check of the request alone.
     Exact,
-    /// A check that takes a slice on top, giving back what an ended slice left unused; the
-    /// ticket names this call to [`LeaseBook::granted`] and [`LeaseBook::done`].
-    Lease(Option<GiveBack>, u64),
+    /// A check that takes a slice of up to `want` units on top, giving back what an ended
+    /// slice left unused; the ticket names this call to [`LeaseBook::granted`] and
+    /// [`LeaseBook::done`].
+    Lease {
+        back: Option<GiveBack>,
+        ticket: u64,
+        want: u64,
+    },
     /// Another call of this server is taking a slice for the key: wait for it (the receiver
     /// wakes when it ends), then spend from its slice.
     Wait(watch::Receiver<()>),
@@ -279,13 +311,18 @@ const MAX_SHARDS: usize = 16;
 /// One policy's leases on this server.
 pub(super) struct LeaseBook {
     leases: Leases,
+    /// The life of a bucket's slices (its lease margin, at most `max_life`), in ns; 0 for
+    /// windows. A bucket's unused units go back only when nothing was admitted after the
+    /// slice, so its slices are sized to what this server spent of the last one in that long.
+    paced: u64,
     hasher: std::hash::RandomState,
     shards: Box<[Mutex<Shard>]>,
     tickets: AtomicU64,
 }
 
 impl LeaseBook {
-    pub(super) fn new(leases: &Leases) -> Self {
+    /// The book of a policy whose slices live at most `margin` ns (0: as their windows).
+    pub(super) fn new(leases: &Leases, margin: u64) -> Self {
         let count = leases.keys.clamp(1, MAX_SHARDS);
         let shards = (0..count)
             .map(|i| {
@@ -299,6 +336,7 @@ impl LeaseBook {
             .collect();
         Self {
             leases: leases.clone(),
+            paced: margin.min(leases.max_life_nanos()),
             hasher: std::hash::RandomState::new(),
             shards,
             tickets: AtomicU64::new(1),
@@ -307,6 +345,26 @@ impl LeaseBook {
 
     pub(super) fn leases(&self) -> &Leases {
         &self.leases
+    }
+
+    /// How many units a slice should hold, having spent `units` in `span` ns before: the whole
+    /// `max_slice` for windows, whose unused units always go back; for buckets, what this
+    /// server spends in fifteen sixteenths of a slice's life at that pace, so that a slice
+    /// at a steady pace runs out just before it ends rather than leaving units unused, and at
+    /// most twice `units`, so that a burst of checks grows slices step by step rather than
+    /// stranding a large one. 0 when that is less than one unit: the key is then decided
+    /// exactly.
+    fn want(&self, units: u64, span: u64) -> u64 {
+        let max = self.leases.max_slice;
+        if self.paced == 0 {
+            return max;
+        }
+        let most = units.saturating_mul(2).min(max);
+        if span == 0 {
+            return most;
+        }
+        let paced = u128::from(units) * u128::from(self.paced) * 15 / (u128::from(span) * 16);
+        u64::try_from(paced).unwrap_or(u64::MAX).min(most)
     }
 
     fn shard(&self, key: &Key) -> std::sync::MutexGuard<'_, Shard> {
@@ -341,6 +399,9 @@ impl LeaseBook {
         let mut shard = self.shard(key);
         if let Some(entry) = shard.entries.get_mut(key) {
             let hot = now.saturating_sub(entry.seen) < life;
+            // The pace of this server's checks of the key: one since the last, or what the
+            // last slice spent (and the request that took it) since it was granted.
+            let mut pace = (1, now.saturating_sub(entry.seen));
             entry.seen = entry.seen.max(now);
             if let Some((_, sender)) = &entry.leasing {
                 return if waited {
@@ -350,17 +411,22 @@ impl LeaseBook {
                 };
             }
             let back = entry.slice.take().and_then(|slice| {
+                pace = (
+                    slice.spent.saturating_add(1),
+                    now.saturating_sub(slice.granted),
+                );
                 (slice.units > 0).then_some(GiveBack {
                     units: slice.units,
                     receipts: slice.receipts,
                 })
             });
-            if !hot && back.is_none() {
+            let want = if hot { self.want(pace.0, pace.1) } else { 0 };
+            if want == 0 && back.is_none() {
                 return Plan::Exact;
             }
             let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
             entry.leasing = Some((ticket, watch::channel(()).0));
-            return Plan::Lease(back, ticket);
+            return Plan::Lease { back, ticket, want };
         }
         if shard.entries.len() >= shard.capacity {
             shard.sweep(now, life);
@@ -550,7 +616,7 @@ mod tests {
 
     #[test]
     fn a_sprayed_book_stays_within_its_keys() {
-        let book = LeaseBook::new(&Leases::default().keys(40));
+        let book = LeaseBook::new(&Leases::default().keys(40), 0);
         for k in 0..10_000u64 {
             let key = Key::from(k);
             let _ = book.plan(&key, 1, false);
@@ -562,13 +628,16 @@ mod tests {
 
     #[test]
     fn a_slice_lives_no_longer_than_max_life_and_only_for_its_call() {
-        let book = LeaseBook::new(&Leases::default().max_life(Duration::from_nanos(100)));
+        let book = LeaseBook::new(&Leases::default().max_life(Duration::from_nanos(100)), 0);
         let key = Key::from("hot");
         assert!(
             matches!(book.plan(&key, 5, false), Plan::Exact),
             "first seen"
         );
-        let Plan::Lease(None, ticket) = book.plan(&key, 6, false) else {
+        let Plan::Lease {
+            back: None, ticket, ..
+        } = book.plan(&key, 6, false)
+        else {
             panic!("leased at its second check")
         };
         assert!(
@@ -590,18 +659,79 @@ mod tests {
         assert_eq!(book.spend(&key, 105, 1).map(|d| d.remaining), Some(2));
         assert!(book.spend(&key, 106, 1).is_none(), "ended");
         // Its 2 unused units go back with the next call.
-        let Plan::Lease(Some(back), _) = book.plan(&key, 106, false) else {
+        let Plan::Lease {
+            back: Some(back), ..
+        } = book.plan(&key, 106, false)
+        else {
             panic!("a lease giving back the ended slice")
         };
         assert_eq!((back.units, &back.receipts[..]), (2, &[7][..]));
     }
 
     #[test]
+    fn a_buckets_slices_follow_the_servers_pace_and_a_slow_key_is_decided_exactly() {
+        // Slices living 1 000 ns (the margin, under max_life).
+        let book = LeaseBook::new(&Leases::default().max_slice(50), 1_000);
+        let key = Key::from("paced");
+        let _ = book.plan(&key, 0, false);
+        // A check every 100 ns: 15/16 of 1 000 ns at that pace is 9 units, but a slice grows
+        // at most twice what was spent: 2.
+        let Plan::Lease {
+            back: None,
+            ticket,
+            want,
+        } = book.plan(&key, 100, false)
+        else {
+            panic!("leased at its second check")
+        };
+        assert_eq!(want, 2);
+        let grant = Decision::allow(100, 50, Duration::from_secs(1)).with_receipt(7);
+        let _ = book.granted(&key, ticket, 100, None, grant, 2, 1_000);
+        book.done(&key, ticket);
+        // Both spent by 400: 3 units (the request that took the slice too) in 300 ns, 9 at
+        // that pace, at most 6; the slice ran out: nothing to give back.
+        assert!(book.spend(&key, 110, 1).is_some());
+        assert!(book.spend(&key, 140, 1).is_some());
+        assert!(book.spend(&key, 400, 1).is_none(), "spent out");
+        let Plan::Lease {
+            back: None,
+            ticket,
+            want,
+        } = book.plan(&key, 400, false)
+        else {
+            panic!("a new slice")
+        };
+        assert_eq!(want, 6);
+        book.done(&key, ticket);
+        // Two checks at one instant: twice what is known to be spent.
+        let burst = Key::from("burst");
+        let _ = book.plan(&burst, 500, false);
+        assert!(matches!(
+            book.plan(&burst, 500, false),
+            Plan::Lease { want: 2, .. }
+        ));
+        // A key checked 960 ns apart would spend less than a unit of a slice: decided exactly.
+        let slow = Key::from("slow");
+        let _ = book.plan(&slow, 0, false);
+        assert!(matches!(book.plan(&slow, 960, false), Plan::Exact));
+        // Windows (no margin) always ask for max_slice.
+        let windows = LeaseBook::new(&Leases::default().max_slice(50), 0);
+        let _ = windows.plan(&slow, 0, false);
+        assert!(matches!(
+            windows.plan(&slow, 960, false),
+            Plan::Lease { want: 50, .. }
+        ));
+    }
+
+    #[test]
     fn a_refund_goes_back_into_a_slice_only_up_to_what_it_spent() {
-        let book = LeaseBook::new(&Leases::default());
+        let book = LeaseBook::new(&Leases::default(), 0);
         let key = Key::from("hot");
         let _ = book.plan(&key, 1, false);
-        let Plan::Lease(None, ticket) = book.plan(&key, 2, false) else {
+        let Plan::Lease {
+            back: None, ticket, ..
+        } = book.plan(&key, 2, false)
+        else {
             panic!("leased at its second check")
         };
         let grant = Decision::allow(10, 0, Duration::from_secs(1)).with_receipt(7);

@@ -441,8 +441,9 @@ impl RedisStore {
     /// Lets each server admit a hot key's requests from slices of the key's budget taken from
     /// Redis, so that one hot key costs Redis one call per slice rather than one per request,
     /// and the fleet still never admits more than the quota: see [`Leases`] for how slices are
-    /// taken, which algorithms lease (the fixed and sliding windows and tiers of them; the
-    /// others are decided exactly, one call per request), and what a leased key's clients see.
+    /// taken, which algorithms lease (the fixed and sliding windows, GCRA and the token bucket
+    /// without `max_delay`, and tiers of them; the others are decided exactly, one call per
+    /// request), and what a leased key's clients see.
     ///
     /// Off by default. Keys a server sees once in a while are decided exactly, as without
     /// leases.

@@ -195,8 +195,11 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 leases: store
                     .leases
                     .as_ref()
-                    .filter(|_| A::LEASES)
-                    .map(LeaseBook::new),
+                    .filter(|_| A::LEASES && tiers.iter().all(A::leasable))
+                    .map(|leases| {
+                        let margin = tiers.iter().map(A::lease_margin).min().unwrap_or(0);
+                        LeaseBook::new(leases, margin)
+                    }),
                 refunding: AtomicBool::new(
                     previous.is_some_and(|(p, _)| p.inner.refunding.load(Ordering::Relaxed)),
                 ),
@@ -288,7 +291,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         // A call that takes a slice ends in the book whatever becomes of it, even when its
         // future is dropped before it is first polled.
         let done = match plan {
-            Plan::Lease(_, ticket) => Some(Done::new(self, &key, ticket)),
+            Plan::Lease { ticket, .. } => Some(Done::new(self, &key, ticket)),
             _ => None,
         };
         let table = self.clone();
@@ -356,7 +359,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 // Whatever becomes of the call (an error, a drop mid-way), the checks that wait
                 // for it wake.
                 let done = match plan {
-                    Plan::Lease(_, ticket) => Some(Done::new(self, key, ticket)),
+                    Plan::Lease { ticket, .. } => Some(Done::new(self, key, ticket)),
                     _ => None,
                 };
                 (plan, done)
@@ -364,22 +367,25 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             plan => (plan, None),
         };
         match plan {
-            Plan::Lease(back, ticket) => {
-                self.lease(book, key, now, cost, back.as_ref(), ticket)
+            Plan::Lease { back, ticket, want } => {
+                self.lease(book, key, now, cost, want, back.as_ref(), ticket)
                     .await
             }
             _ => self.call(key, now, cost, None).await,
         }
     }
 
-    /// One round trip that decides a request of `cost` and takes a slice of what is left on
-    /// top (giving `back` an ended slice's units first), kept in the table's book.
+    /// One round trip that decides a request of `cost` and takes a slice of up to `want` units
+    /// of what is left on top (giving `back` an ended slice's units first), kept in the
+    /// table's book.
+    #[allow(clippy::too_many_arguments)]
     async fn lease(
         &self,
         book: &LeaseBook,
         key: &Key,
         now: u64,
         cost: u64,
+        want: u64,
         back: Option<&GiveBack>,
         ticket: u64,
     ) -> Result<Decision, Error> {
@@ -387,7 +393,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         let leases = book.leases();
         let mode = Mode::Lease {
             cost,
-            want: leases.max_slice_units(),
+            want,
             share: leases.share_of_left(),
             back,
         };

@@ -1,4 +1,4 @@
-use super::{RedisAlgorithm, RedisTier};
+use super::{bucket_leasable, bucket_margin, RedisAlgorithm, RedisTier};
 use crate::algorithm::{Gcra, LeakyBucket};
 
 /// GCRA's script keeps times relative to the current second in doubles: with every figure at
@@ -14,6 +14,7 @@ impl RedisAlgorithm for Gcra {
     const LUA: &'static str = include_str!("../lua/gcra.lua");
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "gcra";
+    const LEASES: bool = true;
     const FIGURES: &'static [(&'static str, &'static str)] = &[
         ("emission interval (period / limit, in ns)", SHORTER_OR_MORE),
         ("tolerance (interval x burst, in ns)", SHORTER_OR_SMALLER),
@@ -25,9 +26,19 @@ impl RedisAlgorithm for Gcra {
         tiers.push(RedisTier::new(self, params(self)));
     }
 
-    /// No admission sets the TAT further than the bound ahead.
+    /// No admission sets the TAT further than the bound ahead; a lease margin holds at most
+    /// its own length past the TAT.
     fn lifetime(&self) -> u64 {
-        self.bound_nanos()
+        let bound = self.bound_nanos();
+        bound.saturating_add(bucket_margin(self.interval_nanos(), bound))
+    }
+
+    fn leasable(tier: &RedisTier) -> bool {
+        bucket_leasable(tier)
+    }
+
+    fn lease_margin(tier: &RedisTier) -> u64 {
+        bucket_margin(tier.params[0], tier.params[2])
     }
 }
 

@@ -43,6 +43,21 @@ pub trait RedisAlgorithm: MemoryAlgorithm + sealed::Sealed {
     #[doc(hidden)]
     const LEASES: bool = false;
 
+    /// Whether a tier of a leased module may be leased: not when it shapes (a request taken
+    /// from a slice would pass without the wait the algorithm gives it).
+    #[doc(hidden)]
+    fn leasable(_tier: &RedisTier) -> bool {
+        Self::LEASES
+    }
+
+    /// The margin a tier is decided with while slices of it may be out, in ns (0 for none):
+    /// a bucket's slice lives no longer, and its bound is that much smaller meanwhile
+    /// (`margin(p)` in the module).
+    #[doc(hidden)]
+    fn lease_margin(_tier: &RedisTier) -> u64 {
+        0
+    }
+
     /// Whether a tier may still be leased when its admissions are refunded: no refund moves
     /// its windows (calendar-aligned fixed windows). Elsewhere a refund that empties a key
     /// starts its window again at the next admission, which Redis cannot see while slices
@@ -89,6 +104,23 @@ pub trait RedisAlgorithm: MemoryAlgorithm + sealed::Sealed {
     }
 }
 
+/// The lease margin of a bucket whose emission interval is `interval` ns and bound `bound` ns:
+/// a sixteenth of the bound, at most 1 s, rounded down to whole intervals (`margin(p)` in
+/// `gcra.lua` and `token_bucket.lua`). 0 when that is less than one interval: such a bucket is
+/// not leased.
+pub(crate) fn bucket_margin(interval: u64, bound: u64) -> u64 {
+    let margin = (bound / 16).min(1_000_000_000);
+    margin - margin % interval.max(1)
+}
+
+/// Whether a bucket's tier (GCRA's or the token bucket's parameters: the interval, the
+/// tolerance or capacity, the bound, ...) may be leased: not when it shapes (the bound is more
+/// than the tolerance: `max_delay`), and not when its margin is less than one interval (a
+/// burst below 16, or an interval over 1 s).
+pub(crate) fn bucket_leasable(tier: &RedisTier) -> bool {
+    tier.params[1] == tier.params[2] && bucket_margin(tier.params[0], tier.params[2]) > 0
+}
+
 /// One tier as the script sees it: its parameters, and the `limit` its decisions report.
 #[doc(hidden)]
 #[derive(Debug, Clone)]
@@ -116,6 +148,14 @@ impl<A: RedisAlgorithm> RedisAlgorithm for Tiered<A> {
 
     fn leases_with_refunds(tier: &RedisTier) -> bool {
         A::leases_with_refunds(tier)
+    }
+
+    fn leasable(tier: &RedisTier) -> bool {
+        A::leasable(tier)
+    }
+
+    fn lease_margin(tier: &RedisTier) -> u64 {
+        A::lease_margin(tier)
     }
     const MAX_FIGURE: u64 = A::MAX_FIGURE;
     const NAME: &'static str = A::NAME;

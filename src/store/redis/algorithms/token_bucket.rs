@@ -1,4 +1,4 @@
-use super::{RedisAlgorithm, RedisTier};
+use super::{bucket_leasable, bucket_margin, RedisAlgorithm, RedisTier};
 use crate::algorithm::TokenBucket;
 
 /// Every token bucket the store accepts (interval, capacity and capacity plus `max_delay` at
@@ -11,6 +11,7 @@ impl RedisAlgorithm for TokenBucket {
         include_str!("../lua/token_bucket.lua")
     );
     const NAME: &'static str = "token_bucket";
+    const LEASES: bool = true;
     const FIGURES: &'static [(&'static str, &'static str)] = &[
         (
             "emission interval (period / limit, in ns)",
@@ -38,8 +39,18 @@ impl RedisAlgorithm for TokenBucket {
         tiers.push(RedisTier::new(self, params));
     }
 
-    /// The deficit never exceeds the bound, and refills at one ns per ns.
+    /// The deficit never exceeds the bound, and refills at one ns per ns; a lease margin holds
+    /// at most its own length past the refill.
     fn lifetime(&self) -> u64 {
-        self.bound_nanos()
+        let bound = self.bound_nanos();
+        bound.saturating_add(bucket_margin(self.interval_nanos(), bound))
+    }
+
+    fn leasable(tier: &RedisTier) -> bool {
+        bucket_leasable(tier)
+    }
+
+    fn lease_margin(tier: &RedisTier) -> u64 {
+        bucket_margin(tier.params[0], tier.params[2])
     }
 }

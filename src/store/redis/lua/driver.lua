@@ -11,6 +11,10 @@
 --                               with that receipt (decimal text, as ALG.check returned it) took,
 --                               or nil when unchanged
 -- ALG.fresh_in(state, now, p)   nanoseconds until the state is fresh again (<= 0: fresh now)
+-- ALG.lease_life(state, now, p)  (leased modules) how long a slice counted at `now` may be
+--                               spent later without changing any decision, in ns
+-- ALG.lease_begin(state, now, p) (optional) the state a lease at `now` is decided with, and
+--                               every check after it while its slice may be out
 --
 -- Every tier must allow a request, and a denied request changes no tier (all or nothing).
 --
@@ -190,13 +194,27 @@ local function at(t, f)
   return a, b
 end
 
+-- `state` without its lease margin (a bucket's, see ALG.lease_begin): what slices out hold
+-- back is not what the key used.
+local function bare(state)
+  if state.lease == nil then
+    return state
+  end
+  local copy = {}
+  for k, v in pairs(state) do
+    copy[k] = v
+  end
+  copy.lease = nil
+  return copy
+end
+
 -- What a key in `state` has used at `t`, in requests: what a fresh key could take at once,
 -- less what this one can.
 local function used(state, t, p)
   -- One value: at() hands back two.
   return (at(t, function()
     local could = ALG.check(ALG.fresh(p), t, 0, p)[2]
-    local can = ALG.check(state, t, 0, p)[2]
+    local can = ALG.check(bare(state), t, 0, p)[2]
     return math.max(could - can, 0)
   end))
 end
@@ -242,6 +260,8 @@ if carrying and mode == 'c' and not mine then
     local p = params[i]
     local carried = gens[1] and charged(most, gens[1].ended, p)
     if carried and used(carried, NOW, p) > used(states[i], NOW, p) then
+      -- The tier's lease margin stays: other servers' slices may still be out.
+      carried.lease = states[i].lease
       states[i], stored[i] = carried, true
     end
     restamp[i] = stored[i]
@@ -341,15 +361,27 @@ if mode == 'l' then
       end
     end
   end
+  -- A module whose slices need a margin (ALG.lease_begin) decides the lease with it in force;
+  -- when no slice fits under it, the request is decided as any check.
+  local begun = states
+  if ALG.lease_begin then
+    begun = {}
+    for i = 1, tiers do
+      begun[i] = ALG.lease_begin(states[i], NOW, params[i])
+    end
+  end
   local left = nil
   for i = 1, tiers do
-    local r = ALG.check(states[i], NOW, 0, params[i])[2]
+    local r = ALG.check(begun[i], NOW, 0, params[i])[2]
     if not left or r < left then
       left = r
     end
   end
   slice = math.min(want, idiv(math.max(left - cost, 0), share))
-  cost = cost + slice
+  if slice > 0 then
+    states = begun
+    cost = cost + slice
+  end
 end
 
 local decisions, nexts = {}, {}

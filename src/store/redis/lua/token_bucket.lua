@@ -3,6 +3,11 @@
 -- capacity T * burst, the bound (the capacity plus the longest wait, for shaping) and the
 -- largest cost that fits in the bound, floor(bound / T); all at most 2^53, so everything but
 -- the absolute times is an exact double, and the times are wide.
+--
+-- Leases: as GCRA's (gcra.lua). A key whose slices may be out is decided with a bound smaller
+-- by the margin M = min(bound / 16, 1 s) in whole intervals; the state keeps `lease`, the end of the latest
+-- slice's life, until the bucket has been full for M after both that end and the moment it
+-- filled.
 local ALG = { TAG = 'token_bucket', NPARAMS = 4 }
 
 function ALG.params(argv, i)
@@ -19,20 +24,58 @@ function ALG.fresh(p)
   return { at = { 0, 0 }, deficit = 0 }
 end
 
--- '<refilled at, absolute ns>:<deficit ns>'; a deficit above 2^53 is no state this store
--- wrote (every bound is at most 2^53).
+-- '<refilled at, absolute ns>:<deficit ns>', and ':<end of the latest slice's life, absolute
+-- ns>' while slices may be out; a deficit above 2^53 is no state this store wrote (every
+-- bound is at most 2^53).
 function ALG.decode(text, p)
-  local at, deficit = string.match(text, '^(%d+):(%d+)$')
+  local at, deficit, lease = string.match(text, '^(%d+):(%d+):(%d+)$')
+  if not at then
+    at, deficit = string.match(text, '^(%d+):(%d+)$')
+  end
   at = wparse(at)
   deficit = wparse(deficit)
   if not at or not deficit or not wsmall(deficit) then
     return nil
   end
-  return { at = at, deficit = wnum(deficit) }
+  if lease then
+    lease = wparse(lease)
+    if not lease then
+      return nil
+    end
+  end
+  return { at = at, deficit = wnum(deficit), lease = lease }
 end
 
 function ALG.encode(state, p)
-  return wformat(state.at) .. ':' .. string.format('%d', state.deficit)
+  local text = wformat(state.at) .. ':' .. string.format('%d', state.deficit)
+  if state.lease then
+    text = text .. ':' .. wformat(state.lease)
+  end
+  return text
+end
+
+-- The lease margin M, in ns: whole intervals.
+local function margin(p)
+  local m = math.min(idiv(p.bound, 16), E9)
+  return m - (m % p.interval)
+end
+
+-- When the lease margin of `state` lifts (nil for none): M after both the end of the latest
+-- slice's life and the moment the bucket is full.
+local function lifts(state, p)
+  if not state.lease then
+    return nil
+  end
+  return wadd(wmax(wadd(state.at, wide(state.deficit)), state.lease), wide(margin(p)))
+end
+
+-- The margin that holds for `state` now (0 for none), and the lease the state keeps.
+local function held(state, p)
+  local ends = lifts(state, p)
+  if ends and wlt(WNOW, ends) then
+    return margin(p), state.lease
+  end
+  return 0, nil
 end
 
 -- The state read at `now`: the time to read it at (a `now` before the last refill counts as no
@@ -48,14 +91,16 @@ local function refill(state, now)
   return now, wnum(short)
 end
 
-local function remaining(p, deficit)
-  return idiv(math.max(p.capacity - deficit, 0), p.interval)
+local function remaining(p, deficit, m)
+  return idiv(math.max(p.capacity - m - deficit, 0), p.interval)
 end
 
 function ALG.check(state, now, cost, p)
   local at, deficit = refill(state, WNOW)
+  local m, lease = held(state, p)
+  local bound = p.bound - m
   local function refuse(retry_after)
-    return deny(remaining(p, deficit), deficit, retry_after)
+    return deny(remaining(p, deficit, m), deficit, retry_after)
   end
   -- A cost above what the bound holds never fits; below it, `cost` is an exact double.
   if wlt(p.most, wcost(cost)) then
@@ -66,21 +111,21 @@ function ALG.check(state, now, cost, p)
   if wlt(U64MAX, wadd(wadd(at, wide(deficit)), wide(take))) then
     return refuse(-1)
   end
-  -- deficit + take > bound, without a sum above 2^53.
-  if deficit > p.bound - take then
-    return refuse(deficit - (p.bound - take))
+  -- deficit + take > bound (less the lease margin), without a sum above 2^53.
+  if deficit > bound - take then
+    return refuse(deficit - (bound - take))
   end
   local short = deficit + take
   local next
   if cost > 0 then
-    next = { at = at, deficit = short }
+    next = { at = at, deficit = short, lease = lease }
   end
   -- The receipt is when the bucket is full again after this request: the end of its slot.
   local receipt = 0
   if cost > 0 then
     receipt = wformat(wadd(at, wide(short)))
   end
-  return allow(remaining(p, short), short, math.max(short - p.capacity, 0), receipt), next
+  return allow(remaining(p, short, m), short, math.max(short - p.capacity, 0), receipt), next
 end
 
 -- Puts the admission's tokens back while nothing was taken after it (the bucket is full again
@@ -95,13 +140,31 @@ function ALG.refund(state, now, cost, p, receipt)
     return nil
   end
   -- Exact whenever cost * T < deficit <= 2^53; otherwise at least the deficit.
-  return { at = at, deficit = math.max(deficit - cost * p.interval, 0) }
+  return { at = at, deficit = math.max(deficit - cost * p.interval, 0), lease = state.lease }
 end
 
--- Full at the last refill plus the deficit.
+-- Full at the last refill plus the deficit, and no lease margin holding.
 function ALG.fresh_in(state, now, p)
+  local ends = lifts(state, p)
+  if ends then
+    return wttl(wsub(ends, WNOW))
+  end
   if state.deficit == 0 then
     return 0
   end
   return wttl(wsub(wadd(state.at, wide(state.deficit)), WNOW))
+end
+
+-- The state a lease now decides with: the margin in force, for a slice living M.
+function ALG.lease_begin(state, now, p)
+  local lease = wadd(WNOW, wide(margin(p)))
+  if state.lease then
+    lease = wmax(state.lease, lease)
+  end
+  return { at = state.at, deficit = state.deficit, lease = lease }
+end
+
+-- A slice lives M: the margin its decisions were taken with.
+function ALG.lease_life(state, now, p)
+  return margin(p)
 end
