@@ -27,7 +27,7 @@ use proptest::prelude::*;
 use tollgate::clock::ManualClock;
 use tollgate::key::Header;
 use tollgate::layer::{Ban, Handle};
-use tollgate::store::{MemoryStore, OnFailure, RedisStore};
+use tollgate::store::{Leases, MemoryStore, OnFailure, RedisStore};
 use tollgate::{ErrorKind, Key, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
@@ -301,6 +301,66 @@ async fn a_change_holds_on_every_server() {
     clock.advance(Duration::from_secs(30));
     assert_eq!(admitted(&on_a, 2).await, 1);
     assert_eq!(admitted(&on_b, 1).await, 0);
+}
+
+/// A server still carrying usage over after a change replaces a key's state by what the key
+/// used before it (when that is more); a bucket's lease margin, set there by a server started
+/// with the new quotas that holds a slice, stays in the state: that slice may still be spent.
+async fn a_carrying_server_keeps_a_buckets_lease_margin() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = at_epoch();
+    let shared = store(&redis.url()).await;
+    // 320 a minute: a lease margin of 1 s rounded down to whole intervals (5 of 187.5 ms).
+    let quota = |n| Quota::per_minute(n).named("api");
+    let (y, on_y) = serve(
+        RateLimitLayer::gcra(quota(160)).store(shared.clone()),
+        &clock,
+    );
+    assert_eq!(admitted(&on_y, 100).await, 100);
+    y.set_quotas(quota(320)).unwrap();
+    // A server started with the new quotas, leasing: its second check takes a slice.
+    let leasing = shared.clone().local_leases(Leases::default());
+    let (_, on_x) = serve(RateLimitLayer::gcra(quota(320)).store(leasing), &clock);
+    assert_eq!(admitted(&on_x, 3).await, 3);
+    let mut raw = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let states = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("*gcra*")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            let mut values = Vec::new();
+            for key in keys {
+                let value: String = redis::cmd("GET")
+                    .arg(&key)
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+                values.push(value);
+            }
+            values
+        }
+    };
+    // The new quotas' state holds the margin: '<tat>:<end of the slice's life>'.
+    let leased = |value: &str| value.split_once(':').is_some_and(|(_, v)| v.contains(':'));
+    assert!(
+        states(&mut raw).await.iter().any(|v| leased(v)),
+        "leased: {:?}",
+        states(&mut raw).await
+    );
+    // The carrying server's check charges what the key used before the change (100 of 160,
+    // more than the leasing server's), stamping the state as its own: the margin stays.
+    assert!(ask(&on_y, 0).await.starts_with("200"));
+    let after = states(&mut raw).await;
+    let carried: Vec<&String> = after.iter().filter(|v| v.starts_with("gcra@")).collect();
+    assert_eq!(carried.len(), 1, "the carried state: {after:?}");
+    assert!(leased(carried[0]), "the margin was dropped: {after:?}");
 }
 
 /// While servers disagree (one changed, one not yet) a key gets at most what the old quota
@@ -696,6 +756,10 @@ fn main() -> std::process::ExitCode {
         needs_redis_async(
             "a_change_holds_on_every_server",
             a_change_holds_on_every_server,
+        ),
+        needs_redis_async(
+            "a_carrying_server_keeps_a_buckets_lease_margin",
+            a_carrying_server_keeps_a_buckets_lease_margin,
         ),
         needs_redis_async(
             "servers_that_disagree_give_at_most_what_each_quota_leaves",
