@@ -685,7 +685,10 @@ fn corrupt_states_are_errors() {
         for text in [
             "token_bucket:",
             "token_bucket:1",
-            "token_bucket:1:2:3",
+            // A third field is the end of a slice's life (leases); a fourth is not a state.
+            "token_bucket:1:2:3:4",
+            "token_bucket:1:2:",
+            &format!("token_bucket:1:2:{too_late}"),
             "token_bucket:-1:2",
             "token_bucket:1.5:2",
             &format!("token_bucket:{too_late}:0"),
