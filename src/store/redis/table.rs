@@ -290,10 +290,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         };
         // A call that takes a slice ends in the book whatever becomes of it, even when its
         // future is dropped before it is first polled.
-        let done = match plan {
-            Plan::Lease { ticket, .. } => Some(Done::new(self, &key, ticket)),
-            _ => None,
-        };
+        let done = Done::of(self, &key, &plan);
         let table = self.clone();
         RedisFuture::pending(Box::pin(async move {
             let _done = done;
@@ -358,10 +355,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 let plan = book.plan(key, later, true);
                 // Whatever becomes of the call (an error, a drop mid-way), the checks that wait
                 // for it wake.
-                let done = match plan {
-                    Plan::Lease { ticket, .. } => Some(Done::new(self, key, ticket)),
-                    _ => None,
-                };
+                let done = Done::of(self, key, &plan);
                 (plan, done)
             }
             plan => (plan, None),
@@ -559,11 +553,15 @@ struct Done<A: RedisAlgorithm> {
 }
 
 impl<A: RedisAlgorithm> Done<A> {
-    fn new(table: &RedisTable<A>, key: &Key, ticket: u64) -> Self {
-        Self {
-            table: table.clone(),
-            key: key.clone(),
-            ticket,
+    /// The guard of `plan`'s call when it takes a slice.
+    fn of(table: &RedisTable<A>, key: &Key, plan: &Plan) -> Option<Self> {
+        match plan {
+            Plan::Lease { ticket, .. } => Some(Self {
+                table: table.clone(),
+                key: key.clone(),
+                ticket: *ticket,
+            }),
+            _ => None,
         }
     }
 }

@@ -1,4 +1,4 @@
-use super::{bucket_leasable, bucket_margin, RedisAlgorithm, RedisTier};
+use super::{bucket_leasable, bucket_lifetime, bucket_margin, RedisAlgorithm, RedisTier};
 use crate::algorithm::{Gcra, LeakyBucket};
 
 /// GCRA's script keeps times relative to the current second in doubles: with every figure at
@@ -29,8 +29,7 @@ impl RedisAlgorithm for Gcra {
     /// No admission sets the TAT further than the bound ahead; a lease margin holds at most
     /// its own length past the TAT.
     fn lifetime(&self) -> u64 {
-        let bound = self.bound_nanos();
-        bound.saturating_add(bucket_margin(self.interval_nanos(), bound))
+        bucket_lifetime(self.interval_nanos(), self.bound_nanos())
     }
 
     fn leasable(tier: &RedisTier) -> bool {

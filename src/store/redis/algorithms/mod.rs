@@ -113,6 +113,11 @@ pub(crate) fn bucket_margin(interval: u64, bound: u64) -> u64 {
     margin - margin % interval.max(1)
 }
 
+/// The longest a bucket's state lives: its bound, and the lease margin past it.
+pub(crate) fn bucket_lifetime(interval: u64, bound: u64) -> u64 {
+    bound.saturating_add(bucket_margin(interval, bound))
+}
+
 /// Whether a bucket's tier (GCRA's or the token bucket's parameters: the interval, the
 /// tolerance or capacity, the bound, ...) may be leased: not when it shapes (the bound is more
 /// than the tolerance: `max_delay`), and not when its margin is less than one interval (a

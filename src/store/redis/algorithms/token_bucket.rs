@@ -1,4 +1,4 @@
-use super::{bucket_leasable, bucket_margin, RedisAlgorithm, RedisTier};
+use super::{bucket_leasable, bucket_lifetime, bucket_margin, RedisAlgorithm, RedisTier};
 use crate::algorithm::TokenBucket;
 
 /// Every token bucket the store accepts (interval, capacity and capacity plus `max_delay` at
@@ -42,8 +42,7 @@ impl RedisAlgorithm for TokenBucket {
     /// The deficit never exceeds the bound, and refills at one ns per ns; a lease margin holds
     /// at most its own length past the refill.
     fn lifetime(&self) -> u64 {
-        let bound = self.bound_nanos();
-        bound.saturating_add(bucket_margin(self.interval_nanos(), bound))
+        bucket_lifetime(self.interval_nanos(), self.bound_nanos())
     }
 
     fn leasable(tier: &RedisTier) -> bool {
