@@ -712,6 +712,37 @@ fn a_primary_demoted_while_reachable_loses_its_calls_before_it_is_a_replica() {
     });
 }
 
+/// A client cannot make a store drop its primary: a check cancelled at once, after the store
+/// has been idle for longer than a stall (the primary answered nothing because nothing was
+/// asked), leaves the primary where it is, and the next check is decided by Redis.
+fn a_check_cancelled_after_an_idle_second_keeps_the_primary() {
+    let Some(set) = RedisSentinels::start(1) else {
+        return;
+    };
+    runtime().block_on(async {
+        let limiter = RateLimiter::gcra(Quota::per_hour(1_000).named("idle"))
+            .with_store(sentinel_closed(&set, Duration::from_secs(1)).await);
+        assert!(limiter.check("k").await.unwrap().allowed);
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(1_100)).await;
+            // Polled once (the call is sent), then dropped unanswered.
+            {
+                use std::future::Future;
+                let mut check = std::pin::pin!(limiter.check("k"));
+                let first =
+                    std::future::poll_fn(|cx| std::task::Poll::Ready(check.as_mut().poll(cx)))
+                        .await;
+                assert!(first.is_pending(), "dropped before Redis answered");
+            }
+            let next = limiter.check("k").await;
+            assert!(
+                next.as_ref().is_ok_and(|d| d.allowed),
+                "the next check after a cancelled one: {next:?}"
+            );
+        }
+    });
+}
+
 fn a_bad_master_name_or_no_sentinel_fails_at_construction_naming_it() {
     let Some(set) = RedisSentinels::start(0) else {
         return;
@@ -783,6 +814,10 @@ fn a_bad_master_name_or_no_sentinel_fails_at_construction_naming_it() {
 
 fn main() -> std::process::ExitCode {
     server::harness(vec![
+        server::needs_redis(
+            "a_check_cancelled_after_an_idle_second_keeps_the_primary",
+            a_check_cancelled_after_an_idle_second_keeps_the_primary,
+        ),
         server::needs_redis(
             "decisions_through_the_sentinels_are_exact_and_shared_with_the_primary",
             decisions_through_the_sentinels_are_exact_and_shared_with_the_primary,

@@ -432,7 +432,8 @@ impl LeaseBook {
             shard.sweep(now, life);
         }
         if shard.entries.len() < shard.capacity {
-            shard.entries.insert(key.clone(), Entry::new(now));
+            // A long key by its digest: a book holds at most Key::MAX_LEN bytes per key.
+            shard.entries.insert(key.clone().stored(), Entry::new(now));
         }
         Plan::Exact
     }
@@ -721,6 +722,32 @@ mod tests {
             windows.plan(&slow, 960, false),
             Plan::Lease { want: 50, .. }
         ));
+    }
+
+    #[test]
+    fn a_long_key_is_kept_by_its_digest() {
+        let book = LeaseBook::new(&Leases::default(), 0);
+        let long = Key::from(&[7u8; 8_192][..]);
+        let _ = book.plan(&long, 1, false);
+        let kept: Vec<Key> = book
+            .shards
+            .iter()
+            .flat_map(|s| {
+                s.lock()
+                    .unwrap()
+                    .entries
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(
+            kept,
+            std::slice::from_ref(&long),
+            "tracked, and equal to the key"
+        );
+        assert!(kept[0].as_bytes().is_none(), "kept without its 8 KiB");
+        assert!(matches!(book.plan(&long, 2, false), Plan::Lease { .. }));
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! - a call fails on the connection (refused, dropped), or is answered `READONLY` (the server
 //!   is a replica now), `MASTERDOWN` or `LOADING`;
 //! - a call is given up by the store's timeout while the primary has answered nothing for
-//!   [`STALL_AFTER`] (a frozen or unreachable host keeps the connection open and never
-//!   answers);
+//!   [`STALL_AFTER`] since a call was sent to it (a frozen or unreachable host keeps the
+//!   connection open and never answers; a primary merely idle is not silent, so a client that
+//!   cancels its request after a quiet second drops nothing);
 //! - one sentinel, asked at most every [`RECHECK`] while calls come, names another primary (a
 //!   primary demoted while reachable, by `SENTINEL FAILOVER` or a partition that healed,
 //!   answers as one until the sentinels make it a replica, seconds to minutes later).
@@ -90,6 +91,9 @@ struct Primary {
     since: Instant,
     /// When the primary last answered, in ns after `since`.
     answered: AtomicU64,
+    /// When the first call sent after that answer was sent, in ns after `since` (at most
+    /// `answered` when every call sent has been answered since).
+    asked: AtomicU64,
     /// When the sentinels are next asked whether they still name it, in ns after `since`.
     next_check: AtomicU64,
 }
@@ -113,9 +117,30 @@ impl Primary {
                 .is_ok()
     }
 
-    fn quiet_for(&self) -> Duration {
-        let answered = Duration::from_nanos(self.answered.load(Ordering::Relaxed));
-        self.since.elapsed().saturating_sub(answered)
+    /// Notes a call sent: the start of a silence, unless one is already running.
+    fn asked(&self) {
+        let asked = self.asked.load(Ordering::Relaxed);
+        if asked <= self.answered.load(Ordering::Relaxed) {
+            let nanos = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let _ = self.asked.compare_exchange(
+                asked,
+                nanos.max(asked.saturating_add(1)),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// How long the primary has answered nothing while asked: since the first call sent
+    /// after its last answer. (An idle primary is not silent: nothing was asked of it.)
+    fn silent_for(&self) -> Duration {
+        let asked = self.asked.load(Ordering::Relaxed);
+        if asked <= self.answered.load(Ordering::Relaxed) {
+            return Duration::ZERO;
+        }
+        self.since
+            .elapsed()
+            .saturating_sub(Duration::from_nanos(asked))
     }
 }
 
@@ -233,6 +258,7 @@ impl SentinelConnection {
     {
         Box::pin(async move {
             let primary = self.primary()?;
+            primary.asked();
             let mut watch = Watch {
                 shared: &self.shared,
                 primary: &primary,
@@ -310,11 +336,9 @@ impl Watch<'_> {
 
 impl Drop for Watch<'_> {
     fn drop(&mut self) {
-        if !self.answered && self.primary.quiet_for() >= STALL_AFTER {
-            let why = format!(
-                "the primary answered nothing for {:?}",
-                self.primary.quiet_for()
-            );
+        let silent = self.primary.silent_for();
+        if !self.answered && silent >= STALL_AFTER {
+            let why = format!("the primary answered nothing for {silent:?} while asked");
             Shared::drop_primary(self.shared, self.primary.generation, why);
         }
     }
@@ -461,6 +485,7 @@ impl Shared {
             address,
             since: Instant::now(),
             answered: AtomicU64::new(0),
+            asked: AtomicU64::new(0),
             // The sentinels were just asked.
             next_check: AtomicU64::new(u64::try_from(RECHECK.as_nanos()).unwrap_or(u64::MAX)),
         })));
