@@ -17,7 +17,8 @@
 //!
 //! After each benchmark every key is checked once more, to make sure it was on its path.
 //! With `TOLLGATE_BENCH_TIME=cpu` the bench measures the thread's CPU time instead of wall
-//! time, for a machine shared with other work.
+//! time, for a machine shared with other work. Each decision is read where it was made;
+//! `TOLLGATE_BENCH_DECISION=moved` copies it out by value instead (`common::keep`).
 
 mod common;
 
@@ -69,6 +70,7 @@ fn bench_algorithm<A>(
             assert!(limiter.check_now(ip).allowed, "{name}: a first check");
         }
         let path = if allowed { "allowed" } else { "denied" };
+        let moved = common::moved();
         group.bench_function(BenchmarkId::new(name, path), |b| {
             b.iter_custom(|iters| {
                 let start = common::Stopwatch::start();
@@ -76,7 +78,7 @@ fn bench_algorithm<A>(
                     if i == 0 {
                         clock.advance(STEP);
                     }
-                    black_box(limiter.check_now(keys[i]));
+                    common::keep(limiter.check_now(keys[i]), moved);
                 }
                 start.elapsed()
             })

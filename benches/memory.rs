@@ -21,6 +21,11 @@
 //!   governor's `FakeRelativeClock`), which leaves the cost of the store and the algorithm.
 //! - `clock`: one reading of each crate's default clock.
 //!
+//! Each check's result is read where it was made (`black_box(&result)`, as a caller reads
+//! `decision.allowed`), for both crates; `TOLLGATE_BENCH_DECISION=moved` copies it out by value
+//! instead (`black_box(result)`), which costs tollgate's 112-byte `Decision` more than
+//! governor's small `Result` (BENCHMARKS.md).
+//!
 //! With `TOLLGATE_BENCH_TIME=cpu` each measurement is the longest CPU time of the bench's
 //! threads instead of wall time (see `run_threads`), for a machine shared with other work.
 //!
@@ -41,6 +46,8 @@ use governor::state::keyed::DefaultKeyedStateStore;
 use tollgate::clock::{Clock, ManualClock, OsClock, SystemClock};
 use tollgate::store::MemoryStore;
 use tollgate::{Decision, Quota, RateLimiter};
+
+mod common;
 
 const THREADS: [usize; 2] = [1, 2];
 
@@ -157,13 +164,14 @@ fn tollgate<C: Clock + Clone>(c: &mut Criterion, scenario: Scenario, clock_name:
         for &ip in keys.iter() {
             let _: Decision = limiter.check_now(ip);
         }
+        let moved = common::moved();
         for threads in THREADS {
             let id = BenchmarkId::new(format!("tollgate/{n}"), format!("{threads}t"));
             group.bench_function(id, |b| {
                 b.iter_custom(|iters| {
                     run_threads(iters, threads, |t, per| {
                         for i in random(n, t as u64 + 1).take(per as usize) {
-                            black_box(limiter.check_now(keys[i]));
+                            common::keep(limiter.check_now(keys[i]), moved);
                         }
                     })
                 })
@@ -209,13 +217,14 @@ where
         for ip in keys.iter() {
             let _ = limiter.check_key(ip);
         }
+        let moved = common::moved();
         for threads in THREADS {
             let id = BenchmarkId::new(format!("governor/{n}"), format!("{threads}t"));
             group.bench_function(id, |b| {
                 b.iter_custom(|iters| {
                     run_threads(iters, threads, |t, per| {
                         for i in random(n, t as u64 + 1).take(per as usize) {
-                            let _ = black_box(limiter.check_key(&keys[i]));
+                            common::keep(limiter.check_key(&keys[i]), moved);
                         }
                     })
                 })

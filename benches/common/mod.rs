@@ -62,3 +62,23 @@ fn cpu_time() -> Option<std::time::Duration> {
 fn cpu_time() -> Option<std::time::Duration> {
     None
 }
+
+/// Whether a benchmark hands each decision on by value (`TOLLGATE_BENCH_DECISION=moved`)
+/// rather than where it was made (the default).
+pub fn moved() -> bool {
+    std::env::var("TOLLGATE_BENCH_DECISION").is_ok_and(|d| d == "moved")
+}
+
+/// Keeps the optimizer from dropping a check: by default the result is read where it was made
+/// (`black_box(&result)`), as a caller reads `decision.allowed`; with `moved` it is copied out
+/// by value first (`black_box(result)`). A copy of a `Decision` (112 bytes, written field by
+/// field) reads it back in 16-byte loads that the processor cannot forward from the narrower
+/// stores: BENCHMARKS.md measures what that costs.
+#[inline(always)]
+pub fn keep<T>(result: T, moved: bool) {
+    if moved {
+        std::hint::black_box(result);
+    } else {
+        std::hint::black_box(&result);
+    }
+}
