@@ -28,6 +28,10 @@ pub trait Clock: Send + Sync + 'static {
     /// The time elapsed since the clock's origin. One thread's readings must never go
     /// backwards; readings on different cores may be out of order by a little, as the
     /// [`SystemClock`]'s are (its docs bound what that costs).
+    ///
+    /// The memory store may read the clock while it holds the lock of a key's shard (once it
+    /// has found the key, so that the reading overlaps the lookup): a clock must answer at
+    /// once and must not call back into a limiter.
     fn now(&self) -> Duration;
 
     /// [`now`](Self::now) in whole nanoseconds, saturating at `u64::MAX` (about 584 years).

@@ -338,7 +338,7 @@ where
     /// and consumes nothing.
     #[inline]
     pub fn check_n(&self, key: impl Into<Key>, cost: u64) -> St::Future {
-        St::check(&self.table, key.into(), self.now_nanos(), cost)
+        St::check_reading(&self.table, key.into(), &|| self.now_nanos(), cost)
     }
 
     /// [`check_n`](Self::check_n) at `now`, a time the caller read from this limiter's clock.
@@ -563,7 +563,8 @@ where
     /// [`check_n`](Self::check_n) at once, without a future.
     #[inline]
     pub fn check_n_now(&self, key: impl Into<Key>, cost: u64) -> Decision {
-        self.table.decide(key.into(), self.now_nanos(), cost)
+        self.table
+            .decide_reading(key.into(), &|| self.now_nanos(), cost)
     }
 }
 

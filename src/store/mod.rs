@@ -101,6 +101,19 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
     /// atomically.
     fn check(table: &Self::Table, key: Key, now: u64, cost: u64) -> Self::Future;
 
+    /// [`check`](Self::check) at the time `now` reads, which the store may read when it needs
+    /// it (the memory store reads it once it has found the key, under the lock of the key's
+    /// shard). `now` is called once. The default reads it first.
+    #[inline]
+    fn check_reading(
+        table: &Self::Table,
+        key: Key,
+        now: &impl Fn() -> u64,
+        cost: u64,
+    ) -> Self::Future {
+        Self::check(table, key, now(), cost)
+    }
+
     /// Gives back to `key` what the allowed request `admission` (of `cost`) took
     /// ([`Algorithm::refund`]), for a request that turned out not to count, and answers with
     /// the key's standing afterwards (a decision as for a request of cost 0).

@@ -75,6 +75,54 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         A::Cell::decide(seen, &self.algorithm, now, cost)
     }
 
+    /// [`decide`](Self::decide) at the time `now` reads, read once the key's cell is found
+    /// (under the shard's read lock) rather than before the lookup, so that reading the clock
+    /// overlaps finding the key: a check waits for its lock and compare-and-swap, which wait
+    /// for every instruction before them, the clock's reading included (BENCHMARKS.md, "The
+    /// clock read after the lookup"). Decides exactly as `decide` at that time: blocks are
+    /// looked at before the state is touched.
+    #[inline]
+    pub(crate) fn decide_reading(&self, key: Key, now: &impl Fn() -> u64, cost: u64) -> Decision {
+        match self.apply_reading(key, now, cost) {
+            Ok((seen, at)) => A::Cell::decide(seen, &self.algorithm, at, cost),
+            Err((key, at)) => self.decide_among_blocks(key, at, cost),
+        }
+    }
+
+    /// [`apply`](Self::apply) for [`decide_reading`](Self::decide_reading): what the request saw
+    /// and the time it was decided at, or the key and the time when some block may hold then.
+    #[inline(never)]
+    #[allow(clippy::type_complexity)]
+    fn apply_reading(
+        &self,
+        key: Key,
+        now: &impl Fn() -> u64,
+        cost: u64,
+    ) -> Result<(<A::Cell as StateCell<A>>::Seen, u64), (Key, u64)> {
+        let algorithm = &self.algorithm;
+        let blocks = &self.blocks;
+        let hash = self.map.hash(&key);
+        let apply = |cell: &A::Cell| {
+            let at = now();
+            if blocks.any(at) {
+                Err(at)
+            } else {
+                Ok((cell.apply(algorithm, at, cost), at))
+            }
+        };
+        match self.map.get_with(hash, &key, apply) {
+            Some(Ok(seen)) => Ok(seen),
+            Some(Err(at)) => Err((key, at)),
+            None => {
+                let at = now();
+                if blocks.any(at) {
+                    return Err((key, at));
+                }
+                Ok((self.apply(key, at, cost), at))
+            }
+        }
+    }
+
     /// [`decide`](Self::decide) while some key of the table is blocked: out of the way of the
     /// checks made while none is.
     #[cold]
@@ -334,6 +382,18 @@ impl<A: MemoryAlgorithm> Store<A> for MemoryStore {
     #[inline]
     fn check(table: &MemoryTable<A>, key: Key, now: u64, cost: u64) -> Self::Future {
         ready(Ok(table.decide(key, now, cost)))
+    }
+
+    /// Reads the time once the key's state is found, so that the clock's reading overlaps
+    /// the lookup.
+    #[inline]
+    fn check_reading(
+        table: &MemoryTable<A>,
+        key: Key,
+        now: &impl Fn() -> u64,
+        cost: u64,
+    ) -> Self::Future {
+        ready(Ok(table.decide_reading(key, now, cost)))
     }
 
     fn refund(
