@@ -24,14 +24,18 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A monotonic source of time for a limiter.
+///
+/// The memory store reads the clock ([`now`](Self::now), [`now_nanos`](Self::now_nanos), or
+/// [`wall_nanos`](Self::wall_nanos) for calendar windows) while it holds the read lock of a
+/// key's shard, once it has found the key, so that the reading overlaps the lookup. So a
+/// clock must answer at once and must never call into a limiter: one that checks a key of the
+/// same store could wait on that lock for ever. A limiter reads its clock once when it is
+/// built, so that a first reading that takes long (the [`SystemClock`] calibrates) happens
+/// there.
 pub trait Clock: Send + Sync + 'static {
     /// The time elapsed since the clock's origin. One thread's readings must never go
     /// backwards; readings on different cores may be out of order by a little, as the
     /// [`SystemClock`]'s are (its docs bound what that costs).
-    ///
-    /// The memory store may read the clock while it holds the lock of a key's shard (once it
-    /// has found the key, so that the reading overlaps the lookup): a clock must answer at
-    /// once and must not call back into a limiter.
     fn now(&self) -> Duration;
 
     /// [`now`](Self::now) in whole nanoseconds, saturating at `u64::MAX` (about 584 years).

@@ -222,6 +222,7 @@ where
         let policy = Self::policy_of(&quotas);
         let table = store.table(&policy, shared, &algorithm)?;
         let wall = algorithm.wall_clock();
+        first_reading(&clock);
         Ok(Self {
             quotas,
             policy,
@@ -294,6 +295,7 @@ where
             wall,
             ..
         } = self;
+        first_reading(&clock);
         RateLimiter {
             quotas,
             policy,
@@ -566,6 +568,13 @@ where
         self.table
             .decide_reading(key.into(), &|| self.now_nanos(), cost)
     }
+}
+
+/// Reads `clock` once, where a limiter is built: its first reading may take long (the
+/// [`SystemClock`](crate::clock::SystemClock) calibrates), and checks read it under a lock of
+/// the store ([`Clock`]).
+fn first_reading(clock: &impl Clock) {
+    std::hint::black_box((clock.now_nanos(), clock.wall_nanos()));
 }
 
 impl<A: Algorithm, St: Store<A>, C> RateLimiter<A, St, C> {

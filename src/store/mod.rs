@@ -102,8 +102,9 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
     fn check(table: &Self::Table, key: Key, now: u64, cost: u64) -> Self::Future;
 
     /// [`check`](Self::check) at the time `now` reads, which the store may read when it needs
-    /// it (the memory store reads it once it has found the key, under the lock of the key's
-    /// shard). `now` is called once. The default reads it first.
+    /// it (the memory store reads it once it has found the key, under the read lock of the
+    /// key's shard). A store calls `now` exactly once, and decides and updates the state at
+    /// that one reading. The default reads it first.
     #[inline]
     fn check_reading(
         table: &Self::Table,

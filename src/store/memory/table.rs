@@ -1,5 +1,6 @@
 //! [`MemoryTable`]: one policy's keys in memory, and how a check runs on them.
 
+use std::cell::Cell;
 use std::fmt;
 use std::future::{ready, Ready};
 use std::sync::Arc;
@@ -69,7 +70,8 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
     #[inline]
     pub(crate) fn decide(&self, key: Key, now: u64, cost: u64) -> Decision {
         if self.blocks.any(now) {
-            return self.decide_among_blocks(key, now, cost);
+            let hash = self.map.hash(&key);
+            return self.decide_among_blocks(key, hash, now, cost);
         }
         let seen = self.apply(key, now, cost);
         A::Cell::decide(seen, &self.algorithm, now, cost)
@@ -80,45 +82,45 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
     /// overlaps finding the key: a check waits for its lock and compare-and-swap, which wait
     /// for every instruction before them, the clock's reading included (BENCHMARKS.md, "The
     /// clock read after the lookup"). Decides exactly as `decide` at that time: blocks are
-    /// looked at before the state is touched.
+    /// looked at before the state is touched. `now` is called once, never under a write lock.
     #[inline]
     pub(crate) fn decide_reading(&self, key: Key, now: &impl Fn() -> u64, cost: u64) -> Decision {
-        match self.apply_reading(key, now, cost) {
-            Ok((seen, at)) => A::Cell::decide(seen, &self.algorithm, at, cost),
-            Err((key, at)) => self.decide_among_blocks(key, at, cost),
+        let at = Cell::new(0);
+        match self.apply_reading(&key, now, &at, cost) {
+            Some(seen) => A::Cell::decide(seen, &self.algorithm, at.get(), cost),
+            None => {
+                let hash = self.map.hash(&key);
+                self.decide_among_blocks(key, hash, at.get(), cost)
+            }
         }
     }
 
-    /// [`apply`](Self::apply) for [`decide_reading`](Self::decide_reading): what the request saw
-    /// and the time it was decided at, or the key and the time when some block may hold then.
+    /// [`apply`](Self::apply) for [`decide_reading`](Self::decide_reading): what the request
+    /// saw, or `None` when some block may hold at the time read, which it leaves in `at`.
+    /// Returns in registers: a larger answer (the time, or the key back) would go through
+    /// memory.
     #[inline(never)]
-    #[allow(clippy::type_complexity)]
     fn apply_reading(
         &self,
-        key: Key,
+        key: &Key,
         now: &impl Fn() -> u64,
+        at: &Cell<u64>,
         cost: u64,
-    ) -> Result<(<A::Cell as StateCell<A>>::Seen, u64), (Key, u64)> {
+    ) -> Option<<A::Cell as StateCell<A>>::Seen> {
         let algorithm = &self.algorithm;
         let blocks = &self.blocks;
-        let hash = self.map.hash(&key);
-        let apply = |cell: &A::Cell| {
-            let at = now();
-            if blocks.any(at) {
-                Err(at)
-            } else {
-                Ok((cell.apply(algorithm, at, cost), at))
-            }
+        let read = || {
+            let t = now();
+            at.set(t);
+            (!blocks.any(t)).then_some(t)
         };
-        match self.map.get_with(hash, &key, apply) {
-            Some(Ok(seen)) => Ok(seen),
-            Some(Err(at)) => Err((key, at)),
+        let hash = self.map.hash(key);
+        let apply = |cell: &A::Cell| read().map(|t| cell.apply(algorithm, t, cost));
+        match self.map.get_with(hash, key, apply) {
+            Some(seen) => seen,
             None => {
-                let at = now();
-                if blocks.any(at) {
-                    return Err((key, at));
-                }
-                Ok((self.apply(key, at, cost), at))
+                let t = read()?;
+                Some(self.apply_missing(key.clone(), hash, t, cost))
             }
         }
     }
@@ -127,11 +129,11 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
     /// checks made while none is.
     #[cold]
     #[inline(never)]
-    fn decide_among_blocks(&self, key: Key, now: u64, cost: u64) -> Decision {
+    fn decide_among_blocks(&self, key: Key, hash: u64, now: u64, cost: u64) -> Decision {
         if let Some(until) = self.blocks.until(&key, now) {
             return self.blocked(&key, now, until);
         }
-        let seen = self.apply(key, now, cost);
+        let seen = self.apply_hashed(key, hash, now, cost);
         A::Cell::decide(seen, &self.algorithm, now, cost)
     }
 
@@ -198,8 +200,9 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         self.blocks.block(key, now, now.saturating_add(nanos));
     }
 
-    /// Applies the request to the key's state. Only this runs under the shard's lock; the
-    /// decision is made from what it returns after the lock is gone.
+    /// Applies the request to the key's state. Only this runs under the shard's lock (and,
+    /// from [`decide_reading`](Self::decide_reading), the clock's reading); the decision is
+    /// made from what it returns after the lock is gone.
     ///
     /// Kept out of line, returning what the decision needs, so that the caller builds the
     /// [`Decision`] where it uses it. Data that is written to memory in narrow pieces and read
@@ -208,26 +211,52 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
     /// for the stores to reach the cache.
     #[inline(never)]
     fn apply(&self, key: Key, now: u64, cost: u64) -> <A::Cell as StateCell<A>>::Seen {
+        let hash = self.map.hash(&key);
+        self.apply_hashed(key, hash, now, cost)
+    }
+
+    /// [`apply`](Self::apply) to a key whose hash is `hash`.
+    #[inline]
+    fn apply_hashed(
+        &self,
+        key: Key,
+        hash: u64,
+        now: u64,
+        cost: u64,
+    ) -> <A::Cell as StateCell<A>>::Seen {
         let algorithm = &self.algorithm;
         let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
-        let hash = self.map.hash(&key);
         match self.map.get_with(hash, &key, apply) {
             Some(seen) => seen,
-            None if self.previous.is_some() => self.carry_over(key, hash, now, cost),
-            None => {
-                // A key never seen is fresh. A request that would not change a fresh state (a
-                // peek or a denial) must not make the store remember the key.
-                let fresh = A::State::default();
-                if algorithm.transition(&fresh, now, cost).is_none() {
-                    A::Cell::unchanged(&fresh, algorithm, now, cost)
-                } else {
-                    let forget = Forgetting { algorithm, now };
-                    // The map keeps a long key's digest, never its bytes.
-                    self.map
-                        .get_or_insert_with(hash, key.stored(), &forget, apply)
-                }
-            }
+            None => self.apply_missing(key, hash, now, cost),
         }
+    }
+
+    /// [`apply`](Self::apply) to a key the table was found not to hold: inserted (another
+    /// thread may have put it in since), carried over from the table this one takes over from,
+    /// or left out when the request would not change a fresh state.
+    fn apply_missing(
+        &self,
+        key: Key,
+        hash: u64,
+        now: u64,
+        cost: u64,
+    ) -> <A::Cell as StateCell<A>>::Seen {
+        let algorithm = &self.algorithm;
+        let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
+        if self.previous.is_some() {
+            return self.carry_over(key, hash, now, cost);
+        }
+        // A key never seen is fresh. A request that would not change a fresh state (a peek or
+        // a denial) must not make the store remember the key.
+        let fresh = A::State::default();
+        if algorithm.transition(&fresh, now, cost).is_none() {
+            return A::Cell::unchanged(&fresh, algorithm, now, cost);
+        }
+        let forget = Forgetting { algorithm, now };
+        // The map keeps a long key's digest, never its bytes.
+        self.map
+            .get_or_insert_with(hash, key.stored(), &forget, apply)
     }
 }
 
