@@ -242,11 +242,22 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         now: u64,
         cost: u64,
     ) -> <A::Cell as StateCell<A>>::Seen {
-        let algorithm = &self.algorithm;
-        let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
         if self.previous.is_some() {
             return self.carry_over(key, hash, now, cost);
         }
+        self.insert_fresh(key, hash, now, cost)
+    }
+
+    /// A request for a key never seen, which is fresh.
+    fn insert_fresh(
+        &self,
+        key: Key,
+        hash: u64,
+        now: u64,
+        cost: u64,
+    ) -> <A::Cell as StateCell<A>>::Seen {
+        let algorithm = &self.algorithm;
+        let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
         // A key never seen is fresh. A request that would not change a fresh state (a peek or
         // a denial) must not make the store remember the key.
         let fresh = A::State::default();
@@ -282,17 +293,10 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
                 Some(algorithm.carried(&p.algorithm, &state, now))
             })
             .filter(|state| !algorithm.is_fresh(state, now));
-        let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
         let Some(carried) = carried else {
-            let fresh = A::State::default();
-            if algorithm.transition(&fresh, now, cost).is_none() {
-                return A::Cell::unchanged(&fresh, algorithm, now, cost);
-            }
-            let forget = Forgetting { algorithm, now };
-            return self
-                .map
-                .get_or_insert_with(hash, key.stored(), &forget, apply);
+            return self.insert_fresh(key, hash, now, cost);
         };
+        let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
         let forget = Forgetting { algorithm, now };
         let init = |cell: &A::Cell| cell.set_state(carried);
         self.map
