@@ -10,6 +10,10 @@ use tollgate::clock::{Clock, ManualClock};
 use tollgate::store::{MemoryAlgorithm, MemoryStore};
 use tollgate::{ErrorKind, Key, Quota, RateLimiter};
 
+#[path = "support/drive.rs"]
+mod drive;
+use drive::ready_now as block_on;
+
 type Limiter<A> = RateLimiter<A, MemoryStore, ManualClock>;
 
 /// One step against the limiter under test and its twin.
@@ -91,18 +95,6 @@ where
         }
     }
     Ok(())
-}
-
-/// Drives a memory store's future, which is ready at once.
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-    {
-        std::task::Poll::Ready(out) => out,
-        std::task::Poll::Pending => panic!("the memory store answers at once"),
-    }
 }
 
 fn quota() -> impl Strategy<Value = Quota> {

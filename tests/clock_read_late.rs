@@ -18,6 +18,10 @@ use tollgate::clock::Clock;
 use tollgate::store::{MemoryAlgorithm, MemoryStore, Store};
 use tollgate::{Key, Quota, RateLimiter};
 
+#[path = "support/drive.rs"]
+mod drive;
+use drive::ready_now as ready;
+
 type Limiter<A> = RateLimiter<A, MemoryStore, Ticking>;
 
 /// A clock that moves `step` nanoseconds at every reading (monotonic and wall alike), and
@@ -103,17 +107,6 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn ops() -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op(), 1..120)
-}
-
-fn ready<F: std::future::Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-    {
-        std::task::Poll::Ready(out) => out,
-        std::task::Poll::Pending => panic!("the memory store answers at once"),
-    }
 }
 
 /// Runs `ops` on two limiters `make` builds on one clock: `late` decides through `check_now`

@@ -14,6 +14,14 @@ pub fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
     Pin::new(fut).poll(&mut Context::from_waker(Waker::noop()))
 }
 
+/// The output of `fut`, which must be ready at once (the memory store's futures are).
+pub fn ready_now<F: Future>(fut: F) -> F::Output {
+    match pin!(fut).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("the memory store answers at once"),
+    }
+}
+
 /// Drives one request through `svc`: with the memory store and a ready handler, every future
 /// is ready at once.
 pub fn send<S: Service<Request<String>>>(svc: &mut S, req: Request<String>) -> S::Response

@@ -232,22 +232,6 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         }
     }
 
-    /// [`apply`](Self::apply) to a key the table was found not to hold: inserted (another
-    /// thread may have put it in since), carried over from the table this one takes over from,
-    /// or left out when the request would not change a fresh state.
-    fn apply_missing(
-        &self,
-        key: Key,
-        hash: u64,
-        now: u64,
-        cost: u64,
-    ) -> <A::Cell as StateCell<A>>::Seen {
-        if self.previous.is_some() {
-            return self.carry_over(key, hash, now, cost);
-        }
-        self.insert_fresh(key, hash, now, cost)
-    }
-
     /// A request for a key never seen, which is fresh.
     fn insert_fresh(
         &self,
@@ -272,12 +256,13 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
 }
 
 impl<A: MemoryAlgorithm> MemoryTable<A> {
-    /// A request for a key this table does not hold while it takes over from a table of other
-    /// quotas: the key starts from what it used there (read, not moved: every caller that finds
-    /// the key missing computes the same state, and the first to insert it wins), converted to
-    /// this table's quotas.
-    #[cold]
-    fn carry_over(
+    /// [`apply`](Self::apply) to a key the table was found not to hold (another thread may
+    /// have put it in since). While the table takes over from one of other quotas, the key
+    /// starts from what it used there (read, not moved: every caller that finds the key missing
+    /// computes the same state, and the first to insert it wins), converted to this table's
+    /// quotas; otherwise, or when it used nothing there, it is fresh
+    /// ([`insert_fresh`](Self::insert_fresh)).
+    fn apply_missing(
         &self,
         key: Key,
         hash: u64,
