@@ -3,9 +3,10 @@
 //! (`Store::check` at that time, as the layer calls it), on a clock that moves at every
 //! reading: each check reads the clock exactly once and decides and updates the state at that
 //! reading, and both stores hold the same keys and blocks after it. Every algorithm (calendar
-//! windows read the wall clock), shaping, sub-windows, tiers; IPv4, string and long keys;
-//! costs and peeks; blocks on keys held and never seen; resets. Two stores, one clock, the
-//! same steps. (Quotas carried over by `Handle::set_quotas` are reached only through the
+//! windows read the wall clock), shaping, sub-windows, tiers; IPv4, IPv6, integer, string,
+//! long and tuple keys; costs and peeks; blocks on keys held and never seen; resets; a clock
+//! that jumps back (as readings on different cores may). Two stores, one clock, the same
+//! steps. (Quotas carried over by `Handle::set_quotas` are reached only through the
 //! layer, which reads the time first; eviction is left out, as two maps may break a tie
 //! between equally cheap keys differently.)
 
@@ -48,6 +49,10 @@ impl Ticking {
         self.0[NOW].fetch_add(ns, Ordering::SeqCst);
     }
 
+    fn back(&self, ns: u64) {
+        self.0[NOW].fetch_sub(ns, Ordering::SeqCst);
+    }
+
     /// Runs `f` on a clock that stands still.
     fn still<R>(&self, f: impl FnOnce() -> R) -> R {
         let step = self.0[STEP].swap(0, Ordering::SeqCst);
@@ -78,6 +83,8 @@ impl Clock for Ticking {
 #[derive(Debug, Clone)]
 enum Op {
     Advance(u64),
+    /// The clock jumps back.
+    Back(u64),
     Check(usize, u64),
     Block(usize, u64),
     Reset(usize),
@@ -85,22 +92,29 @@ enum Op {
     Step(u64),
 }
 
-/// An IPv4 address, a short string and a key stored by its digest.
+/// Every kind of key the map keeps apart: an IPv4 and an IPv6 address, an integer, a short
+/// string, a key stored by its digest, and a tuple (as `.and`/`.or` keys build) of an IPv6
+/// address and a long string.
 fn key(i: usize) -> Key {
+    let v6 = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 7, 0, 0, 0, 1);
     match i {
         0 => Key::from(std::net::Ipv4Addr::new(192, 0, 2, 7)),
         1 => Key::from("client-1"),
-        _ => Key::from("k".repeat(600)),
+        2 => Key::from("k".repeat(600)),
+        3 => Key::from(v6),
+        4 => Key::from(42u64),
+        _ => Key::from((v6, "t".repeat(300))),
     }
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0u64..2_000).prop_map(|ms| Op::Advance(ms * 1_000_000 + 3)),
-        8 => (0usize..3, prop_oneof![4 => Just(1u64), 1 => 0u64..5])
+        1 => (0u64..50_000_000).prop_map(Op::Back),
+        8 => (0usize..6, prop_oneof![4 => Just(1u64), 1 => 0u64..5])
             .prop_map(|(k, cost)| Op::Check(k, cost)),
-        1 => (0usize..3, 1u64..3_000).prop_map(|(k, ms)| Op::Block(k, ms * 1_000_000)),
-        1 => (0usize..3).prop_map(Op::Reset),
+        1 => (0usize..6, 1u64..3_000).prop_map(|(k, ms)| Op::Block(k, ms * 1_000_000)),
+        1 => (0usize..6).prop_map(Op::Reset),
         1 => (1u64..50_000_000).prop_map(Op::Step),
     ]
 }
@@ -126,6 +140,7 @@ where
     for (i, op) in ops.iter().enumerate() {
         match *op {
             Op::Advance(ns) => clock.advance(ns),
+            Op::Back(ns) => clock.back(ns),
             Op::Step(ns) => clock.0[STEP].store(ns, Ordering::SeqCst),
             Op::Check(k, cost) => {
                 let reads = clock.0[READS].load(Ordering::SeqCst);
