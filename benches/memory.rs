@@ -20,6 +20,12 @@
 //! - `held/manual`: the held scenario on each crate's hand-moved test clock (`ManualClock`,
 //!   governor's `FakeRelativeClock`), which leaves the cost of the store and the algorithm.
 //! - `clock`: one reading of each crate's default clock.
+//! - `host`: the machine alone, no limiter: `chain/<threads>t`, a chain of dependent multiplies
+//!   on each thread (two threads share nothing, so on two cores of their own each runs at one
+//!   thread's speed, and the time per step halves); `chase/<size>`, a chain of dependent loads
+//!   at random through an array of that size (a cycle visiting every slot), one load per step:
+//!   what one cache miss costs at that size. They show what the host gives the VM when the
+//!   checks are measured.
 //!
 //! Each check's result is read where it was made (`black_box(&result)`, as a caller reads
 //! `decision.allowed`), for both crates; `TOLLGATE_BENCH_DECISION=moved` copies it out by value
@@ -254,6 +260,54 @@ fn clocks(c: &mut Criterion) {
     group.finish();
 }
 
+/// The machine alone (see the module's documentation): dependent multiplies on 1 and 2
+/// threads, and dependent loads through arrays of 1 MiB (the L2), 16 MiB (the L3) and 64 MiB
+/// (past the L3, as the 1 000 000-key tables are).
+fn host(c: &mut Criterion) {
+    let mut group = c.benchmark_group("host");
+    group.throughput(Throughput::Elements(1));
+    for threads in THREADS {
+        group.bench_function(BenchmarkId::new("chain", format!("{threads}t")), |b| {
+            b.iter_custom(|iters| {
+                run_threads(iters, threads, |t, per| {
+                    let mut x = t as u64 + 1;
+                    for _ in 0..per {
+                        x = black_box(x).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 1;
+                    }
+                    black_box(x);
+                })
+            })
+        });
+    }
+    for mib in [1, 16, 64] {
+        let next = cycle(mib << 20 >> 3);
+        group.bench_function(BenchmarkId::new("chase", format!("{mib}MiB")), |b| {
+            b.iter_custom(|iters| {
+                let start = common::Stopwatch::start();
+                let mut i = 0;
+                for _ in 0..iters {
+                    i = next[i] as usize;
+                }
+                black_box(i);
+                start.elapsed()
+            })
+        });
+    }
+    group.finish();
+}
+
+/// One cycle through `0..n` in a random order (Sattolo's shuffle): `next[i]` is the slot after
+/// `i`, so following it visits every slot before coming back.
+fn cycle(n: usize) -> Vec<u64> {
+    let mut next: Vec<u64> = (0..n as u64).collect();
+    let mut draw = random(usize::MAX, 7);
+    for i in (1..n).rev() {
+        let j = draw.next().unwrap_or(0) % i;
+        next.swap(i, j);
+    }
+    next
+}
+
 /// Each scenario for tollgate then governor, so that both crates run each one side by side.
 fn checks(c: &mut Criterion) {
     for scenario in [HELD, CHURN, HOT] {
@@ -282,6 +336,6 @@ criterion_group! {
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1))
         .sample_size(20);
-    targets = clocks, checks
+    targets = clocks, checks, host
 }
 criterion_main!(benches);

@@ -154,7 +154,7 @@ impl SlidingWindow {
                 continue;
             };
             // It passes once the straddling counter's weight `period − offset` is at most this.
-            let weight = match room.checked_mul(p).and_then(|r| r.checked_div(partial)) {
+            let weight = match room.checked_mul(p).and_then(|r| checked_div(r, partial)) {
                 Some(weight) => weight,
                 None => p,
             };
@@ -171,12 +171,30 @@ impl SlidingWindow {
     }
 }
 
-/// `(n / d, n % d)`, by a 64-bit division when both fit in 64 bits (always, but for periods
-/// or times past 2⁶⁴ / 64 ns, some 9 years): a 128-bit division is a call into a slow routine.
+/// `(n / d, n % d)`, without a division where a compare answers (`d` is 1, or `n` is less
+/// than `2 × d`: a time within the current sub-window or the next, the common case), else by a
+/// 64-bit division when both fit in 64 bits (always, but for periods or times past 2⁶⁴ / 64
+/// ns, some 9 years): a 128-bit division is a call into a slow routine, and even a 64-bit one
+/// takes longer than the rest of a check's arithmetic.
 #[inline]
 pub(super) fn div_rem(n: u128, d: u128) -> (u128, u128) {
+    if d == 1 {
+        return (n, 0);
+    }
+    if n < d {
+        return (0, n);
+    }
+    if n - d < d {
+        return (1, n - d);
+    }
     match (u64::try_from(n), u64::try_from(d)) {
         (Ok(n), Ok(d)) if d > 0 => (u128::from(n / d), u128::from(n % d)),
         _ => (n / d, n % d),
     }
+}
+
+/// `n / d` rounded down, `None` when `d` is 0: [`div_rem`]'s quotient.
+#[inline]
+pub(super) fn checked_div(n: u128, d: u128) -> Option<u128> {
+    (d > 0).then(|| div_rem(n, d).0)
 }

@@ -284,3 +284,29 @@ fn state_size() {
     eight.check_mut(&mut state, S, 1);
     assert!(matches!(&state.counts, Counts::Heap(c) if c.len() == 9));
 }
+
+proptest::proptest! {
+    /// The division's shortcuts (a divisor of 1, a quotient of 0 or 1) and its 64-bit path
+    /// answer as a 128-bit division does, around every boundary they test.
+    #[test]
+    fn div_rem_agrees_with_division(
+        d in proptest::prop_oneof![
+            proptest::strategy::Just(1u128), 2u128..=64, 1u128..=u128::from(u64::MAX),
+            u128::from(u64::MAX)..=u128::MAX,
+        ],
+        pick in 0u8..6,
+        n in proptest::num::u128::ANY,
+    ) {
+        let n = match pick {
+            0 => n % d,                                  // a quotient of 0
+            1 => d.saturating_add(n % d),                // of 1
+            2 => d.saturating_mul(2).saturating_sub(1),  // the last of 1
+            3 => d.saturating_mul(2),                    // the first of 2
+            4 => n & u128::from(u64::MAX),               // fits in 64 bits
+            _ => n,
+        };
+        proptest::prop_assert_eq!(frame::div_rem(n, d), (n / d, n % d));
+        proptest::prop_assert_eq!(frame::checked_div(n, d), n.checked_div(d));
+        proptest::prop_assert_eq!(frame::checked_div(n, 0), None);
+    }
+}
