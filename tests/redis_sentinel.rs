@@ -3,7 +3,8 @@
 //! plain connection to the primary; a primary killed or frozen under load fails over, the
 //! failure policy answering in between, and decisions resume on the promoted replica without
 //! rebuilding the store; the old primary restarted comes back as a replica and breaks
-//! nothing; a bad master name or no sentinel fails at construction, naming what was wrong.
+//! nothing; a stale sentinel that names another primary chooses nothing; a bad master name or
+//! no sentinel fails at construction, naming what was wrong.
 //!
 //! Time here is real (the sentinels' failover): each wait polls with a deadline.
 
@@ -16,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use server::{RedisSentinels, MASTER};
+use server::{RedisSentinels, StaleSentinel, MASTER};
 use tollgate::algorithm::Gcra;
 use tollgate::store::{MemoryStore, OnFailure, RedisStore};
 use tollgate::{ErrorKind, Quota, RateLimiter};
@@ -812,6 +813,61 @@ fn a_bad_master_name_or_no_sentinel_fails_at_construction_naming_it() {
     });
 }
 
+/// A stale sentinel names a primary of its own (as one that missed a failover names the old
+/// primary, restarted empty and still a primary). Listed first, before the three that agree, it
+/// chooses nothing: the store is built on the primary the majority names, and the checks of
+/// which primary the sentinels name, every second while calls come, keep it there (each call
+/// decided by Redis, none by the failure policy). With one sentinel on each side no primary
+/// has a majority, and no store is built.
+fn a_stale_sentinel_never_chooses_the_primary() {
+    let Some(set) = RedisSentinels::start(1) else {
+        return;
+    };
+    let Some(stale) = StaleSentinel::start() else {
+        return;
+    };
+    let (primary, elsewhere) = (set.servers[0].port, stale.server.port);
+    runtime().block_on(async {
+        let mut urls = vec![stale.sentinel.url()];
+        urls.extend(set.urls());
+        let store = RedisStore::sentinel(&urls, MASTER)
+            .await
+            .expect("three of four sentinels name the primary")
+            .on_failure(OnFailure::Closed)
+            .timeout(Duration::from_secs(1));
+        let limiter = RateLimiter::gcra(Quota::per_hour(3).named("stale")).with_store(store);
+        // Over three seconds, so that the sentinels are asked again at least twice.
+        let start = Instant::now();
+        let mut decided = 0;
+        while start.elapsed() < Duration::from_secs(3) {
+            let decision = limiter.check("client").await;
+            let decision = decision.unwrap_or_else(|e| panic!("check #{decided}: {e}"));
+            assert_eq!(decision.allowed, decided < 3, "check #{decided}");
+            decided += 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let keys = |port: u16| server::cli(port, &["DBSIZE"]).trim().parse::<u64>().ok();
+        assert!(keys(primary) > Some(0), "the key is on the primary");
+        assert_eq!(
+            keys(elsewhere),
+            Some(0),
+            "nothing reached the stale primary"
+        );
+
+        let split = [stale.sentinel.url(), set.sentinels[0].url()];
+        let error = RedisStore::sentinel(split, MASTER).await.unwrap_err();
+        let message = error.to_string();
+        assert_eq!(error.kind(), ErrorKind::Unreachable, "{message}");
+        assert!(message.contains("no majority"), "{message}");
+        for port in [primary, elsewhere] {
+            assert!(
+                message.contains(&format!("1 of 2 name 127.0.0.1:{port}")),
+                "{message}"
+            );
+        }
+    });
+}
+
 fn main() -> std::process::ExitCode {
     server::harness(vec![
         server::needs_redis(
@@ -837,6 +893,10 @@ fn main() -> std::process::ExitCode {
         server::needs_redis(
             "a_primary_demoted_while_reachable_loses_its_calls_before_it_is_a_replica",
             a_primary_demoted_while_reachable_loses_its_calls_before_it_is_a_replica,
+        ),
+        server::needs_redis(
+            "a_stale_sentinel_never_chooses_the_primary",
+            a_stale_sentinel_never_chooses_the_primary,
         ),
         server::needs_redis(
             "a_bad_master_name_or_no_sentinel_fails_at_construction_naming_it",

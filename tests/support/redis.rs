@@ -501,6 +501,88 @@ pub struct SentinelProcess {
     pub port: u16,
 }
 
+impl SentinelProcess {
+    /// A `redis-sentinel` with its configuration in `dir`, monitoring the server on
+    /// `primary_port` as [`MASTER`] with `quorum`.
+    fn monitoring(dir: &std::path::Path, primary_port: &str, quorum: usize) -> Self {
+        let port = free_port();
+        let conf = dir.join(format!("sentinel-{port}.conf"));
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
+                 sentinel monitor {MASTER} 127.0.0.1 {primary_port} {quorum}\n\
+                 sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n\
+                 sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n\
+                 sentinel parallel-syncs {MASTER} 1\n",
+                dir = dir.display()
+            ),
+        )
+        .expect("a sentinel configuration");
+        let child = Command::new("redis-sentinel")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-sentinel starts");
+        Self { child, port }
+    }
+
+    /// The sentinel's URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+/// A sentinel that names a primary of its own as [`MASTER`]: a lone server that only it
+/// monitors, as a sentinel that missed a failover names the old primary, restarted empty and
+/// still answering as a primary. Killed, and its directory removed, when dropped.
+pub struct StaleSentinel {
+    pub sentinel: SentinelProcess,
+    pub server: RedisServer,
+    dir: PathBuf,
+}
+
+impl StaleSentinel {
+    /// Starts the server and its sentinel, and waits until the sentinel names it.
+    pub fn start() -> Option<Self> {
+        if !available() {
+            return None;
+        }
+        let server = RedisServer::start()?;
+        let dir = std::env::temp_dir().join(format!(
+            "tollgate-stale-sentinel-{}-{}",
+            std::process::id(),
+            server.port
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory for the sentinel");
+        let sentinel = SentinelProcess::monitoring(&dir, &server.port.to_string(), 1);
+        let stale = Self {
+            sentinel,
+            server,
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let reply = cli(
+                stale.sentinel.port,
+                &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER],
+            );
+            if reply.lines().nth(1).map(str::trim) == Some(&*stale.server.port.to_string()) {
+                return Some(stale);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("the stale sentinel did not name its server within 10 s");
+    }
+}
+
+impl Drop for StaleSentinel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 impl Drop for SentinelProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -541,30 +623,9 @@ impl RedisSentinels {
             std::process::id()
         ));
         std::fs::create_dir_all(&dir).expect("a directory for the sentinels");
-        let mut sentinels = Vec::new();
-        for _ in 0..3 {
-            let port = free_port();
-            let conf = dir.join(format!("sentinel-{port}.conf"));
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
-                     sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n\
-                     sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n\
-                     sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n\
-                     sentinel parallel-syncs {MASTER} 1\n",
-                    dir = dir.display()
-                ),
-            )
-            .expect("a sentinel configuration");
-            let child = Command::new("redis-sentinel")
-                .arg(&conf)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-sentinel starts");
-            sentinels.push(SentinelProcess { child, port });
-        }
+        let sentinels = (0..3)
+            .map(|_| SentinelProcess::monitoring(&dir, &primary_port, 2))
+            .collect();
         let cluster = Self {
             servers,
             sentinels,

@@ -244,12 +244,17 @@ impl RedisStore {
     /// without rebuilding the store: the sentinels are asked again after a call fails on the
     /// connection or is answered `READONLY` (the old primary came back as a replica),
     /// `MASTERDOWN` or `LOADING`, and after a call times out while the primary has answered
-    /// nothing for a second (a frozen or unreachable host). While calls come, one sentinel is
-    /// also asked every second whether it still names the same primary: one demoted while
+    /// nothing for a second (a frozen or unreachable host). While calls come, the sentinels are
+    /// also asked every second whether they still name the same primary: one demoted while
     /// reachable (`SENTINEL FAILOVER`, a partition that healed) answers as a primary until the
-    /// sentinels reconfigure it, seconds to minutes later. Until the sentinels name a primary
-    /// that answers as one, every call is answered at once by the
-    /// [failure policy](Self::on_failure). Lookups run one at a time, and while none finds a
+    /// sentinels reconfigure it, seconds to minutes later.
+    ///
+    /// **A primary is used only when more than half of the sentinels in `sentinel_urls` name
+    /// it**, so pass all of them. One sentinel never decides alone: a stale one (partitioned
+    /// away during a failover, or restarted with an old configuration) may name an old primary
+    /// that restarted empty and still answers as one, and decisions made on its empty state
+    /// would admit clients past their limits. Until a majority names a primary that answers as
+    /// one, every call is answered at once by the [failure policy](Self::on_failure). Lookups run one at a time, and while none finds a
     /// primary, at most every 200 ms. The scripts are loaded on a new primary by its first
     /// `NOSCRIPT`, and each primary's version is checked before calls go to it.
     ///
@@ -280,8 +285,8 @@ impl RedisStore {
     /// ([`Misconfigured`](crate::ErrorKind::Misconfigured)); no sentinel answers
     /// ([`Unreachable`](crate::ErrorKind::Unreachable)); a server that is not a sentinel, or
     /// a master name no sentinel monitors (the message lists those they do): `Misconfigured`;
-    /// the sentinels know the master but name no primary that answers
-    /// (`Unreachable`); the primary runs a Redis older than 5.0 (`Misconfigured`, naming the
+    /// the sentinels know the master but name no primary that answers, or no majority of them
+    /// names the same one (`Unreachable`, with what each named); the primary runs a Redis older than 5.0 (`Misconfigured`, naming the
     /// version found and the minimum).
     pub async fn sentinel<I, U>(sentinel_urls: I, master_name: &str) -> Result<Self, Error>
     where

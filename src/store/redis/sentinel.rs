@@ -8,9 +8,17 @@
 //!   [`STALL_AFTER`] since a call was sent to it (a frozen or unreachable host keeps the
 //!   connection open and never answers; a primary merely idle is not silent, so a client that
 //!   cancels its request after a quiet second drops nothing);
-//! - one sentinel, asked at most every [`RECHECK`] while calls come, names another primary (a
-//!   primary demoted while reachable, by `SENTINEL FAILOVER` or a partition that healed,
-//!   answers as one until the sentinels make it a replica, seconds to minutes later).
+//! - a majority of the sentinels, asked at most every [`RECHECK`] while calls come, name
+//!   another primary (a primary demoted while reachable, by `SENTINEL FAILOVER` or a partition
+//!   that healed, answers as one until the sentinels make it a replica, seconds to minutes
+//!   later).
+//!
+//! A primary is used only when more than half of the sentinels the store was given name it
+//! (`SENTINEL GET-MASTER-ADDR-BY-NAME`), each asked at once. One sentinel alone never decides:
+//! a stale one (partitioned away during a failover, or restarted with an old configuration)
+//! may name an old primary that restarted empty and answers as a primary for seconds, and
+//! decisions made on its empty state would admit what the fleet's real state denies. While no
+//! primary has a majority, calls are answered by the store's failure policy.
 //!
 //! The old primary's connection is dropped at once, so calls are answered by the store's
 //! failure policy without waiting, until a lookup finds a primary that says it is one (`ROLE`)
@@ -70,8 +78,9 @@ struct Shared {
     sentinel: tokio::sync::Mutex<Sentinel>,
     /// The sentinels, for the checks of which primary they name.
     sentinel_infos: Vec<ConnectionInfo>,
-    /// The connection to the sentinel the checks ask (its index), kept between checks.
-    checker: tokio::sync::Mutex<Option<(usize, MultiplexedConnection)>>,
+    /// The connection to each sentinel that answered the last time the sentinels were asked
+    /// which primary they name, kept for the next time.
+    checkers: tokio::sync::Mutex<Vec<Option<MultiplexedConnection>>>,
     /// How to reach the primary: credentials, TLS, database.
     node: SentinelNodeConnectionInfo,
     /// The primary calls go to; `None` while a lookup is due or under way.
@@ -198,7 +207,7 @@ impl SentinelConnection {
             sentinels: sentinels.into(),
             sentinel: tokio::sync::Mutex::new(sentinel),
             sentinel_infos: infos.clone(),
-            checker: tokio::sync::Mutex::new(None),
+            checkers: tokio::sync::Mutex::new(vec![None; infos.len()]),
             node,
             primary: ArcSwapOption::empty(),
             lookups: Mutex::new(Lookups {
@@ -392,53 +401,78 @@ impl Shared {
         Self::look_up(this);
     }
 
-    /// Asks a sentinel, on the runtime, whether it still names `primary`; drops it when it
-    /// names another.
+    /// Asks the sentinels, on the runtime, whether a majority of them still names `primary`;
+    /// drops it when a majority names another. One sentinel that names another is not enough:
+    /// it may be stale.
     fn recheck(this: &Arc<Self>, primary: &Arc<Primary>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let (shared, primary) = (Arc::clone(this), Arc::clone(primary));
         runtime.spawn(async move {
-            let named = tokio::time::timeout(RECHECK_BOUND, shared.named_primary()).await;
-            if let Ok(Some(named)) = named {
-                if primary.address.as_ref() != Some(&named) {
-                    let why = format!("the sentinels now name {}:{}", named.0, named.1);
+            let tally = shared.tally().await;
+            if let Some((named, _)) = tally.majority() {
+                if primary.address.as_ref() != Some(named) {
+                    let why = format!(
+                        "a majority of the sentinels now name {}:{} ({tally})",
+                        named.0, named.1
+                    );
                     Shared::drop_primary(&shared, primary.generation, why);
                 }
             }
         });
     }
 
-    /// The primary one sentinel names (`SENTINEL GET-MASTER-ADDR-BY-NAME`): the one asked
-    /// last, or the next that answers.
-    async fn named_primary(&self) -> Option<(String, u16)> {
-        let mut checker = self.checker.lock().await;
-        let count = self.sentinel_infos.len();
-        let first = checker.as_ref().map_or(0, |(index, _)| *index);
-        for step in 0..count {
-            let index = (first + step) % count;
-            let mut connection = match checker.take() {
-                Some((asked, connection)) if asked == index => connection,
-                _ => {
-                    let client = Client::open(self.sentinel_infos[index].clone()).ok()?;
-                    match client.get_multiplexed_async_connection().await {
-                        Ok(connection) => connection,
-                        Err(_) => continue,
-                    }
-                }
+    /// Which primary each sentinel names (`SENTINEL GET-MASTER-ADDR-BY-NAME`), all asked at
+    /// once, each for at most [`RECHECK_BOUND`]; the connections of those that answer are
+    /// kept for the next time.
+    async fn tally(&self) -> Tally {
+        let cached = self.checkers.lock().await.clone();
+        let mut asks = tokio::task::JoinSet::new();
+        for (index, (info, cached)) in self.sentinel_infos.iter().zip(cached).enumerate() {
+            let (info, master) = (info.clone(), self.master.clone());
+            asks.spawn(async move {
+                let ask = async {
+                    let mut connection = match cached {
+                        Some(connection) => connection,
+                        None => {
+                            Client::open(info)?
+                                .get_multiplexed_async_connection()
+                                .await?
+                        }
+                    };
+                    let named: Option<(String, u16)> = redis::cmd("SENTINEL")
+                        .arg("GET-MASTER-ADDR-BY-NAME")
+                        .arg(&*master)
+                        .query_async(&mut connection)
+                        .await?;
+                    Ok::<_, RedisError>((connection, named))
+                };
+                (index, tokio::time::timeout(RECHECK_BOUND, ask).await)
+            });
+        }
+        let mut tally = Tally {
+            asked: self.sentinel_infos.len(),
+            ..Tally::default()
+        };
+        let mut kept = vec![None; self.sentinel_infos.len()];
+        while let Some(answer) = asks.join_next().await {
+            let Ok((index, answer)) = answer else {
+                continue;
             };
-            let named: RedisResult<Option<(String, u16)>> = redis::cmd("SENTINEL")
-                .arg("GET-MASTER-ADDR-BY-NAME")
-                .arg(&*self.master)
-                .query_async(&mut connection)
-                .await;
-            if let Ok(named) = named {
-                *checker = Some((index, connection));
-                return named;
+            // A sentinel that failed or took too long counts as not answering.
+            if let Ok(Ok((connection, named))) = answer {
+                if let Some(slot) = kept.get_mut(index) {
+                    *slot = Some(connection);
+                }
+                match named {
+                    Some(named) => tally.add(named, index),
+                    None => tally.unnamed += 1,
+                }
             }
         }
-        None
+        *self.checkers.lock().await = kept;
+        tally
     }
 
     /// Starts a lookup on the runtime, unless one runs or the last failed too recently.
@@ -501,12 +535,27 @@ impl Shared {
     /// Asks the sentinels for the primary, connects to it and checks its version; the
     /// connection and the primary's host and port.
     async fn find(&self) -> Result<(MultiplexedConnection, Option<(String, u16)>), Missed> {
-        let client = {
+        // The first sentinel (in the order given) whose primary answers as one: its errors
+        // say best what is wrong when none does.
+        let first = {
             let mut sentinel = self.sentinel.lock().await;
             sentinel
                 .async_master_for(&self.master, Some(&self.node))
                 .await
                 .map_err(Missed::Sentinels)?
+        };
+        let tally = self.tally().await;
+        let Some((named, agreeing)) = tally.majority() else {
+            return Err(Missed::Sentinels(RedisError::from((
+                RedisKind::MasterNameNotFoundBySentinel,
+                "no majority of the sentinels names one primary",
+                tally.to_string(),
+            ))));
+        };
+        let client = if address(&first).as_ref() == Some(named) {
+            first
+        } else {
+            self.primary_named_by(agreeing, named).await?
         };
         // The store bounds each call with its own timeout, so the connection sets none.
         let config = AsyncConnectionConfig::new()
@@ -535,13 +584,39 @@ impl Shared {
             Err(e) if matches!(e.kind(), RedisKind::Server(_)) => {}
             Err(e) => return Err(Missed::Primary(errors::connecting(e))),
         }
-        let address = match client.get_connection_info().addr() {
-            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-                Some((host.clone(), *port))
+        Ok((connection, address(&client)))
+    }
+
+    /// A client of `named`, the primary the sentinels at `agreeing` (indices) name, from the
+    /// first of them whose primary still is `named` and answers as one: made as the sentinel
+    /// client makes it (credentials, TLS, database from the store's settings).
+    async fn primary_named_by(
+        &self,
+        agreeing: &[usize],
+        named: &(String, u16),
+    ) -> Result<Client, Missed> {
+        let mut last = None;
+        for &index in agreeing {
+            let Some(info) = self.sentinel_infos.get(index) else {
+                continue;
+            };
+            let mut sentinel = Sentinel::build(vec![info.clone()]).map_err(Missed::Sentinels)?;
+            match sentinel
+                .async_master_for(&self.master, Some(&self.node))
+                .await
+            {
+                Ok(client) if address(&client).as_ref() == Some(named) => return Ok(client),
+                Ok(_) => {}
+                Err(error) => last = Some(error),
             }
-            _ => None,
-        };
-        Ok((connection, address))
+        }
+        Err(Missed::Sentinels(last.unwrap_or_else(|| {
+            RedisError::from((
+                RedisKind::MasterNameNotFoundBySentinel,
+                "the primary a majority of the sentinels named changed while it was looked up",
+                format!("{}:{}", named.0, named.1),
+            ))
+        })))
     }
 
     /// The error of a store that found no primary when built, saying what was wrong.
@@ -563,8 +638,9 @@ impl Shared {
                 if monitored.is_empty() || monitored.iter().any(|name| **name == **master) {
                     Error::unreachable(format!(
                         "RedisStore::sentinel: the sentinels at {at} name no primary of master \
-                         {master:?} that answers as one (it is down, or a failover is under \
-                         way); try again once the sentinels agree on a primary"
+                         {master:?} that answers as one, or no majority of them names the same \
+                         one (it is down, or a failover is under way: {error}); try again once \
+                         the sentinels agree on a primary"
                     ))
                 } else {
                     Error::misconfigured(format!(
@@ -592,6 +668,63 @@ impl Shared {
                 )
             }
         }
+    }
+}
+
+/// The host and port `client` connects to, as the sentinels name it; `None` for a socket.
+fn address(client: &Client) -> Option<(String, u16)> {
+    match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            Some((host.clone(), *port))
+        }
+        _ => None,
+    }
+}
+
+/// What the sentinels answered when asked which primary they name.
+#[derive(Debug, Default)]
+struct Tally {
+    /// How many sentinels the store was given: a majority is more than half of them.
+    asked: usize,
+    /// Each primary named, and which sentinels (indices) name it.
+    named: Vec<((String, u16), Vec<usize>)>,
+    /// How many answered that they name none (the master is unknown to them).
+    unnamed: usize,
+}
+
+impl Tally {
+    fn add(&mut self, named: (String, u16), sentinel: usize) {
+        match self.named.iter_mut().find(|(address, _)| *address == named) {
+            Some((_, sentinels)) => sentinels.push(sentinel),
+            None => self.named.push((named, vec![sentinel])),
+        }
+    }
+
+    /// The primary more than half of the sentinels name, and those that name it.
+    fn majority(&self) -> Option<(&(String, u16), &[usize])> {
+        self.named
+            .iter()
+            .find(|(_, sentinels)| 2 * sentinels.len() > self.asked)
+            .map(|(address, sentinels)| (address, sentinels.as_slice()))
+    }
+}
+
+impl fmt::Display for Tally {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut answered = self.unnamed;
+        for ((host, port), sentinels) in &self.named {
+            write!(
+                f,
+                "{} of {} name {host}:{port}; ",
+                sentinels.len(),
+                self.asked
+            )?;
+            answered += sentinels.len();
+        }
+        if self.unnamed > 0 {
+            write!(f, "{} name none; ", self.unnamed)?;
+        }
+        write!(f, "{} did not answer", self.asked.saturating_sub(answered))
     }
 }
 
