@@ -785,6 +785,17 @@ fn a_bad_master_name_or_no_sentinel_fails_at_construction_naming_it() {
         assert_eq!(error.kind(), ErrorKind::Misconfigured, "{message}");
         assert!(message.contains("not a Redis Sentinel"), "{message}");
 
+        // The same sentinel twice (the trailing slash aside): refused, naming both URLs.
+        let twice = [
+            set.urls()[0].clone(),
+            set.urls()[0].trim_end_matches('/').to_owned(),
+        ];
+        let error = RedisStore::sentinel(twice, MASTER).await.unwrap_err();
+        let message = error.to_string();
+        assert_eq!(error.kind(), ErrorKind::Misconfigured, "{message}");
+        assert!(message.contains("#1 and #2"), "{message}");
+        assert!(message.contains("list each sentinel once"), "{message}");
+
         // No URL; a URL that does not parse, its password kept out of the message.
         let error = RedisStore::sentinel(Vec::<String>::new(), MASTER)
             .await
@@ -818,7 +829,8 @@ fn a_bad_master_name_or_no_sentinel_fails_at_construction_naming_it() {
 /// chooses nothing: the store is built on the primary the majority names, and the checks of
 /// which primary the sentinels name, every second while calls come, keep it there (each call
 /// decided by Redis, none by the failure policy). With one sentinel on each side no primary
-/// has a majority, and no store is built.
+/// has a majority, and no store is built; nor when the stale sentinel is listed twice, under
+/// its address and under `localhost` (it votes once).
 fn a_stale_sentinel_never_chooses_the_primary() {
     let Some(set) = RedisSentinels::start(1) else {
         return;
@@ -865,6 +877,22 @@ fn a_stale_sentinel_never_chooses_the_primary() {
                 "{message}"
             );
         }
+
+        // The stale sentinel under two names (its address and `localhost`) beside one that
+        // agrees with the rest: it votes once, so neither primary has two of three.
+        let aliased = [
+            stale.sentinel.url(),
+            format!("redis://localhost:{}/", stale.sentinel.port),
+            set.sentinels[0].url(),
+        ];
+        let error = RedisStore::sentinel(aliased, MASTER).await.unwrap_err();
+        let message = error.to_string();
+        assert_eq!(error.kind(), ErrorKind::Unreachable, "{message}");
+        assert!(message.contains("1 of 3 name"), "{message}");
+        assert!(
+            message.contains("1 answered again under another URL"),
+            "{message}"
+        );
     });
 }
 

@@ -250,11 +250,15 @@ impl RedisStore {
     /// sentinels reconfigure it, seconds to minutes later.
     ///
     /// **A primary is used only when more than half of the sentinels in `sentinel_urls` name
-    /// it**, so pass all of them. One sentinel never decides alone: a stale one (partitioned
-    /// away during a failover, or restarted with an old configuration) may name an old primary
-    /// that restarted empty and still answers as one, and decisions made on its empty state
-    /// would admit clients past their limits. Until a majority names a primary that answers as
-    /// one, every call is answered at once by the [failure policy](Self::on_failure). Lookups run one at a time, and while none finds a
+    /// it**, so list every sentinel, each once, and not behind a load balancer: a stale one
+    /// (partitioned away during a failover, or restarted with an old configuration) may name
+    /// an old primary that restarted empty and still answers as one, and decisions made on its
+    /// empty state would admit clients past their limits. A sentinel reached by two URLs (an
+    /// address and a host name) votes once. One sentinel listed decides alone; two listed must
+    /// both answer and agree, so list three or more. A primary in use is dropped when another
+    /// has a majority, or when a sentinel names another and it has none. Until a majority names
+    /// a primary that answers as one, every call is answered at once by the
+    /// [failure policy](Self::on_failure). Lookups run one at a time, and while none finds a
     /// primary, at most every 200 ms. The scripts are loaded on a new primary by its first
     /// `NOSCRIPT`, and each primary's version is checked before calls go to it.
     ///
@@ -281,13 +285,13 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// Each names what was wrong: no URL, or one that does not parse
-    /// ([`Misconfigured`](crate::ErrorKind::Misconfigured)); no sentinel answers
+    /// Each names what was wrong: no URL, one that does not parse, or two that reach the same
+    /// address ([`Misconfigured`](crate::ErrorKind::Misconfigured)); no sentinel answers
     /// ([`Unreachable`](crate::ErrorKind::Unreachable)); a server that is not a sentinel, or
     /// a master name no sentinel monitors (the message lists those they do): `Misconfigured`;
-    /// the sentinels know the master but name no primary that answers, or no majority of them
-    /// names the same one (`Unreachable`, with what each named); the primary runs a Redis older than 5.0 (`Misconfigured`, naming the
-    /// version found and the minimum).
+    /// the sentinels know the master but name no primary that answers, or no primary is named
+    /// by more than half of them (`Unreachable`, saying what each named); the primary runs a
+    /// Redis older than 5.0 (`Misconfigured`, naming the version found and the minimum).
     pub async fn sentinel<I, U>(sentinel_urls: I, master_name: &str) -> Result<Self, Error>
     where
         I: IntoIterator<Item = U>,

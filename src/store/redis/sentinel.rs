@@ -14,11 +14,14 @@
 //!   later).
 //!
 //! A primary is used only when more than half of the sentinels the store was given name it
-//! (`SENTINEL GET-MASTER-ADDR-BY-NAME`), each asked at once. One sentinel alone never decides:
-//! a stale one (partitioned away during a failover, or restarted with an old configuration)
-//! may name an old primary that restarted empty and answers as a primary for seconds, and
-//! decisions made on its empty state would admit what the fleet's real state denies. While no
-//! primary has a majority, calls are answered by the store's failure policy.
+//! (`SENTINEL GET-MASTER-ADDR-BY-NAME`, all asked at once; a sentinel reached by two URLs
+//! votes once, told apart by `SENTINEL MYID`), so one sentinel decides alone only when it is
+//! the only one given, and two given must agree. A stale sentinel (partitioned away during a
+//! failover, or restarted with an old configuration) may name an old primary that restarted
+//! empty and answers as a primary for seconds: decisions made on its empty state would admit
+//! what the fleet's real state denies. A primary in use is dropped when another has a majority,
+//! or when a sentinel names another and it has none ([`Tally::keeps`]). While no primary has a
+//! majority, calls are answered by the store's failure policy.
 //!
 //! The old primary's connection is dropped at once, so calls are answered by the store's
 //! failure policy without waiting, until a lookup finds a primary that says it is one (`ROLE`)
@@ -40,15 +43,18 @@ use redis::{
     IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 
+use self::tally::Tally;
 use super::{errors, version};
 use crate::Error;
+
+mod tally;
 
 /// A call given up by the store's timeout starts a new lookup when the primary has answered
 /// nothing for this long.
 const STALL_AFTER: Duration = Duration::from_secs(1);
 
-/// How often, at most, one sentinel is asked whether the primary calls go to is still the one
-/// they name (only while calls come).
+/// How often, at most, the sentinels are asked whether the primary calls go to is still the
+/// one they name (only while calls come).
 const RECHECK: Duration = Duration::from_secs(1);
 
 /// The longest a sentinel may take to say which primary it names.
@@ -78,9 +84,9 @@ struct Shared {
     sentinel: tokio::sync::Mutex<Sentinel>,
     /// The sentinels, for the checks of which primary they name.
     sentinel_infos: Vec<ConnectionInfo>,
-    /// The connection to each sentinel that answered the last time the sentinels were asked
-    /// which primary they name, kept for the next time.
-    checkers: tokio::sync::Mutex<Vec<Option<MultiplexedConnection>>>,
+    /// The connection to each sentinel, with its id (`SENTINEL MYID`), kept from one time
+    /// the sentinels are asked which primary they name to the next; `None` for one not reached.
+    checkers: tokio::sync::Mutex<Vec<Option<(MultiplexedConnection, String)>>>,
     /// How to reach the primary: credentials, TLS, database.
     node: SentinelNodeConnectionInfo,
     /// The primary calls go to; `None` while a lookup is due or under way.
@@ -196,11 +202,19 @@ impl SentinelConnection {
                 })
             })
             .collect::<Result<Vec<ConnectionInfo>, Error>>()?;
-        let sentinels = infos
-            .iter()
-            .map(|info| info.addr().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let addresses: Vec<String> = infos.iter().map(|info| info.addr().to_string()).collect();
+        for (i, address) in addresses.iter().enumerate() {
+            if let Some(j) = addresses[..i].iter().position(|a| a == address) {
+                return Err(Error::misconfigured(format!(
+                    "RedisStore::sentinel: sentinel URLs #{} and #{} both reach {address}; a \
+                     primary is used when more than half of the sentinels name it, so list \
+                     each sentinel once",
+                    j + 1,
+                    i + 1
+                )));
+            }
+        }
+        let sentinels = addresses.join(", ");
         let sentinel = Sentinel::build(infos.clone()).map_err(errors::connecting)?;
         let shared = Arc::new(Shared {
             master: master.into(),
@@ -401,9 +415,8 @@ impl Shared {
         Self::look_up(this);
     }
 
-    /// Asks the sentinels, on the runtime, whether a majority of them still names `primary`;
-    /// drops it when a majority names another. One sentinel that names another is not enough:
-    /// it may be stale.
+    /// Asks the sentinels, on the runtime, whether they still name `primary`; drops it unless
+    /// it may stay ([`Tally::keeps`]: a majority names it, or none names another).
     fn recheck(this: &Arc<Self>, primary: &Arc<Primary>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -411,64 +424,65 @@ impl Shared {
         let (shared, primary) = (Arc::clone(this), Arc::clone(primary));
         runtime.spawn(async move {
             let tally = shared.tally().await;
-            if let Some((named, _)) = tally.majority() {
-                if primary.address.as_ref() != Some(named) {
-                    let why = format!(
-                        "a majority of the sentinels now name {}:{} ({tally})",
-                        named.0, named.1
-                    );
-                    Shared::drop_primary(&shared, primary.generation, why);
-                }
+            if !tally.keeps(primary.address.as_ref()) {
+                let why = format!("the sentinels no longer name it ({tally})");
+                Shared::drop_primary(&shared, primary.generation, why);
             }
         });
     }
 
     /// Which primary each sentinel names (`SENTINEL GET-MASTER-ADDR-BY-NAME`), all asked at
-    /// once, each for at most [`RECHECK_BOUND`]; the connections of those that answer are
-    /// kept for the next time.
+    /// once, each for at most [`RECHECK_BOUND`], until one primary has a majority or every
+    /// sentinel has answered or timed out. A sentinel is known by its id (`SENTINEL MYID`,
+    /// asked once per connection; its address where it has none), so one reached by two URLs
+    /// votes once. Connections are kept for the next time unless they failed.
     async fn tally(&self) -> Tally {
-        let cached = self.checkers.lock().await.clone();
+        let mut kept = self.checkers.lock().await.clone();
         let mut asks = tokio::task::JoinSet::new();
-        for (index, (info, cached)) in self.sentinel_infos.iter().zip(cached).enumerate() {
+        for (index, (info, cached)) in self.sentinel_infos.iter().zip(kept.clone()).enumerate() {
             let (info, master) = (info.clone(), self.master.clone());
             asks.spawn(async move {
                 let ask = async {
-                    let mut connection = match cached {
-                        Some(connection) => connection,
-                        None => {
-                            Client::open(info)?
-                                .get_multiplexed_async_connection()
-                                .await?
-                        }
+                    let (mut connection, id) = match cached {
+                        Some(cached) => cached,
+                        None => sentinel_with_id(info).await?,
                     };
-                    let named: Option<(String, u16)> = redis::cmd("SENTINEL")
+                    let named: RedisResult<Option<(String, u16)>> = redis::cmd("SENTINEL")
                         .arg("GET-MASTER-ADDR-BY-NAME")
                         .arg(&*master)
                         .query_async(&mut connection)
-                        .await?;
-                    Ok::<_, RedisError>((connection, named))
+                        .await;
+                    match named {
+                        Ok(named) => Ok((connection, id, Some(named))),
+                        // An error reply: the sentinel answered, but gives no vote.
+                        Err(e) if is_reply(&e) => Ok((connection, id, None)),
+                        Err(e) => Err(e),
+                    }
                 };
                 (index, tokio::time::timeout(RECHECK_BOUND, ask).await)
             });
         }
-        let mut tally = Tally {
-            asked: self.sentinel_infos.len(),
-            ..Tally::default()
-        };
-        let mut kept = vec![None; self.sentinel_infos.len()];
+        let mut tally = Tally::of(self.sentinel_infos.len());
         while let Some(answer) = asks.join_next().await {
             let Ok((index, answer)) = answer else {
                 continue;
             };
-            // A sentinel that failed or took too long counts as not answering.
-            if let Ok(Ok((connection, named))) = answer {
-                if let Some(slot) = kept.get_mut(index) {
-                    *slot = Some(connection);
+            let Some(slot) = kept.get_mut(index) else {
+                continue;
+            };
+            match answer {
+                Ok(Ok((connection, id, named))) => {
+                    if let Some(named) = named {
+                        tally.add(id.clone(), named);
+                    }
+                    *slot = Some((connection, id));
                 }
-                match named {
-                    Some(named) => tally.add(named, index),
-                    None => tally.unnamed += 1,
-                }
+                // Failed, or no answer in time: counts as not answering, and is reached anew.
+                Ok(Err(_)) | Err(_) => *slot = None,
+            }
+            if tally.majority().is_some() {
+                // The others cannot change the outcome; they keep their connections.
+                break;
             }
         }
         *self.checkers.lock().await = kept;
@@ -535,8 +549,8 @@ impl Shared {
     /// Asks the sentinels for the primary, connects to it and checks its version; the
     /// connection and the primary's host and port.
     async fn find(&self) -> Result<(MultiplexedConnection, Option<(String, u16)>), Missed> {
-        // The first sentinel (in the order given) whose primary answers as one: its errors
-        // say best what is wrong when none does.
+        // The first sentinel (in the order given) whose primary answers as one, whose errors
+        // say best what is wrong when none does; then the majority.
         let first = {
             let mut sentinel = self.sentinel.lock().await;
             sentinel
@@ -545,17 +559,13 @@ impl Shared {
                 .map_err(Missed::Sentinels)?
         };
         let tally = self.tally().await;
-        let Some((named, agreeing)) = tally.majority() else {
-            return Err(Missed::Sentinels(RedisError::from((
-                RedisKind::MasterNameNotFoundBySentinel,
-                "no majority of the sentinels names one primary",
-                tally.to_string(),
-            ))));
+        let Some(named) = tally.majority() else {
+            return Err(Missed::NoMajority(tally.to_string()));
         };
         let client = if address(&first).as_ref() == Some(named) {
             first
         } else {
-            self.primary_named_by(agreeing, named).await?
+            self.primary_named_by(named).await?
         };
         // The store bounds each call with its own timeout, so the connection sets none.
         let config = AsyncConnectionConfig::new()
@@ -587,19 +597,12 @@ impl Shared {
         Ok((connection, address(&client)))
     }
 
-    /// A client of `named`, the primary the sentinels at `agreeing` (indices) name, from the
-    /// first of them whose primary still is `named` and answers as one: made as the sentinel
-    /// client makes it (credentials, TLS, database from the store's settings).
-    async fn primary_named_by(
-        &self,
-        agreeing: &[usize],
-        named: &(String, u16),
-    ) -> Result<Client, Missed> {
+    /// A client of `named`, the primary a majority of the sentinels name, from the first
+    /// sentinel whose primary is `named` and answers as one: made as the sentinel client makes
+    /// it (credentials, TLS, database from the store's settings).
+    async fn primary_named_by(&self, named: &(String, u16)) -> Result<Client, Missed> {
         let mut last = None;
-        for &index in agreeing {
-            let Some(info) = self.sentinel_infos.get(index) else {
-                continue;
-            };
+        for info in &self.sentinel_infos {
             let mut sentinel = Sentinel::build(vec![info.clone()]).map_err(Missed::Sentinels)?;
             match sentinel
                 .async_master_for(&self.master, Some(&self.node))
@@ -630,6 +633,14 @@ impl Shared {
                 );
                 return Error::new(error.kind(), message);
             }
+            Missed::NoMajority(tally) => {
+                return Error::unreachable(format!(
+                    "RedisStore::sentinel: no majority of the sentinels at {at} names one \
+                     primary of master {master:?} ({tally}); a primary is used when more than \
+                     half of the sentinels given name it: try again once they agree, and check \
+                     that each sentinel listed monitors this master"
+                ));
+            }
             Missed::Sentinels(error) => error,
         };
         match error.kind() {
@@ -638,9 +649,8 @@ impl Shared {
                 if monitored.is_empty() || monitored.iter().any(|name| **name == **master) {
                     Error::unreachable(format!(
                         "RedisStore::sentinel: the sentinels at {at} name no primary of master \
-                         {master:?} that answers as one, or no majority of them names the same \
-                         one (it is down, or a failover is under way: {error}); try again once \
-                         the sentinels agree on a primary"
+                         {master:?} that answers as one (it is down, or a failover is under \
+                         way); try again once the sentinels agree on a primary"
                     ))
                 } else {
                     Error::misconfigured(format!(
@@ -681,51 +691,27 @@ fn address(client: &Client) -> Option<(String, u16)> {
     }
 }
 
-/// What the sentinels answered when asked which primary they name.
-#[derive(Debug, Default)]
-struct Tally {
-    /// How many sentinels the store was given: a majority is more than half of them.
-    asked: usize,
-    /// Each primary named, and which sentinels (indices) name it.
-    named: Vec<((String, u16), Vec<usize>)>,
-    /// How many answered that they name none (the master is unknown to them).
-    unnamed: usize,
-}
-
-impl Tally {
-    fn add(&mut self, named: (String, u16), sentinel: usize) {
-        match self.named.iter_mut().find(|(address, _)| *address == named) {
-            Some((_, sentinels)) => sentinels.push(sentinel),
-            None => self.named.push((named, vec![sentinel])),
-        }
-    }
-
-    /// The primary more than half of the sentinels name, and those that name it.
-    fn majority(&self) -> Option<(&(String, u16), &[usize])> {
-        self.named
-            .iter()
-            .find(|(_, sentinels)| 2 * sentinels.len() > self.asked)
-            .map(|(address, sentinels)| (address, sentinels.as_slice()))
+/// Connects to the sentinel at `info` and asks its id (`SENTINEL MYID`; its address when it
+/// does not know the command).
+async fn sentinel_with_id(info: ConnectionInfo) -> RedisResult<(MultiplexedConnection, String)> {
+    let address = info.addr().to_string();
+    let mut connection = Client::open(info)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let id: RedisResult<String> = redis::cmd("SENTINEL")
+        .arg("MYID")
+        .query_async(&mut connection)
+        .await;
+    match id {
+        Ok(id) => Ok((connection, id)),
+        Err(e) if is_reply(&e) => Ok((connection, address)),
+        Err(e) => Err(e),
     }
 }
 
-impl fmt::Display for Tally {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut answered = self.unnamed;
-        for ((host, port), sentinels) in &self.named {
-            write!(
-                f,
-                "{} of {} name {host}:{port}; ",
-                sentinels.len(),
-                self.asked
-            )?;
-            answered += sentinels.len();
-        }
-        if self.unnamed > 0 {
-            write!(f, "{} name none; ", self.unnamed)?;
-        }
-        write!(f, "{} did not answer", self.asked.saturating_sub(answered))
-    }
+/// Whether `error` is a server's error reply: the connection still works.
+fn is_reply(error: &RedisError) -> bool {
+    matches!(error.kind(), RedisKind::Server(_) | RedisKind::Extension)
 }
 
 /// Why a lookup found no primary.
@@ -735,6 +721,8 @@ enum Missed {
     Sentinels(RedisError),
     /// The primary they named could not be used: no connection, or too old a Redis.
     Primary(Error),
+    /// No primary is named by more than half of the sentinels: what each named.
+    NoMajority(String),
 }
 
 impl fmt::Display for Missed {
@@ -742,6 +730,9 @@ impl fmt::Display for Missed {
         match self {
             Self::Sentinels(error) => write!(f, "the sentinels named no primary: {error}"),
             Self::Primary(error) => write!(f, "{error}"),
+            Self::NoMajority(tally) => {
+                write!(f, "no majority of the sentinels names one primary: {tally}")
+            }
         }
     }
 }
@@ -770,12 +761,14 @@ async fn monitored(sentinels: &[ConnectionInfo]) -> Vec<String> {
     Vec::new()
 }
 
-/// `url` with the user and password between `://` and `@` replaced by `***`.
+/// `url` with everything between `://` and the last `@` replaced by `***`: the user and
+/// password, whatever they hold (a password may hold `@` or `/`); more is hidden, never less,
+/// when the rest of the URL has an `@`.
 fn without_credentials(url: &str) -> String {
     let Some(start) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };
-    match url[start..].find('@') {
+    match url[start..].rfind('@') {
         Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
         None => url.to_owned(),
     }
@@ -811,6 +804,11 @@ mod tests {
             "redis://10.0.0.1:26379"
         );
         assert_eq!(without_credentials("nonsense"), "nonsense");
+        // A password holding `@` or `/` (a URL that does not parse) stays hidden whole.
+        assert_eq!(
+            without_credentials("redis://u:p@ss/w@rd@10.0.0.1:notaport/"),
+            "redis://***@10.0.0.1:notaport/"
+        );
     }
 
     #[test]
