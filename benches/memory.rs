@@ -24,8 +24,11 @@
 //!   on each thread (two threads share nothing, so on two cores of their own each runs at one
 //!   thread's speed, and the time per step halves); `chase/<size>`, a chain of dependent loads
 //!   at random through an array of that size (a cycle visiting every slot), one load per step:
-//!   what one cache miss costs at that size. They show what the host gives the VM when the
-//!   checks are measured.
+//!   what one cache miss costs at that size; `pingpong/2t`, two threads handing one cache line
+//!   back and forth (each waits for the other's write, then writes): what moving a line from
+//!   one vCPU to the other costs, which every write to a line both threads use pays (a shard's
+//!   lock word, a hot key's state). They show what the host gives the VM when the checks are
+//!   measured.
 //!
 //! Each check's result is read where it was made (`black_box(&result)`, as a caller reads
 //! `decision.allowed`), for both crates; `TOLLGATE_BENCH_DECISION=moved` copies it out by value
@@ -279,6 +282,24 @@ fn host(c: &mut Criterion) {
             })
         });
     }
+    group.bench_function(BenchmarkId::new("pingpong", "2t"), |b| {
+        b.iter_custom(|iters| {
+            let line = std::sync::atomic::AtomicU64::new(0);
+            run_threads(iters, 2, |t, per| {
+                // Thread `t` writes when the count's parity is its own: the two take turns.
+                for _ in 0..per {
+                    loop {
+                        let seen = line.load(std::sync::atomic::Ordering::Acquire);
+                        if seen % 2 == t as u64 {
+                            line.store(seen + 1, std::sync::atomic::Ordering::Release);
+                            break;
+                        }
+                        std::hint::spin_loop();
+                    }
+                }
+            })
+        })
+    });
     for mib in [1, 16, 64] {
         let next = cycle(mib << 20 >> 3);
         group.bench_function(BenchmarkId::new("chase", format!("{mib}MiB")), |b| {
