@@ -254,10 +254,10 @@ impl RedisStore {
     /// (partitioned away during a failover, or restarted with an old configuration) may name
     /// an old primary that restarted empty and still answers as one, and decisions made on its
     /// empty state would admit clients past their limits. A sentinel reached by two URLs (an
-    /// address and a host name) votes once. One sentinel listed decides alone; two listed must
-    /// both answer and agree, so list three or more. A primary in use is dropped when another
-    /// has a majority, or when a sentinel names another and it has none. Until a majority names
-    /// a primary that answers as one, every call is answered at once by the
+    /// address and a host name) votes once, from Redis 6.2 on (`SENTINEL MYID`). One sentinel
+    /// listed decides alone; two listed must both answer and agree, so list three or more. A
+    /// primary in use is dropped when another is named by more sentinels than it. Until a
+    /// majority names a primary that answers as one, every call is answered at once by the
     /// [failure policy](Self::on_failure). Lookups run one at a time, and while none finds a
     /// primary, at most every 200 ms. The scripts are loaded on a new primary by its first
     /// `NOSCRIPT`, and each primary's version is checked before calls go to it.

@@ -8,20 +8,21 @@
 //!   [`STALL_AFTER`] since a call was sent to it (a frozen or unreachable host keeps the
 //!   connection open and never answers; a primary merely idle is not silent, so a client that
 //!   cancels its request after a quiet second drops nothing);
-//! - a majority of the sentinels, asked at most every [`RECHECK`] while calls come, name
-//!   another primary (a primary demoted while reachable, by `SENTINEL FAILOVER` or a partition
-//!   that healed, answers as one until the sentinels make it a replica, seconds to minutes
-//!   later).
+//! - the sentinels, asked at most every [`RECHECK`] while calls come, name another primary by
+//!   more votes than the one in use, or by a majority (a primary demoted while reachable, by
+//!   `SENTINEL FAILOVER` or a partition that healed, answers as one until the sentinels make it
+//!   a replica, seconds to minutes later).
 //!
 //! A primary is used only when more than half of the sentinels the store was given name it
-//! (`SENTINEL GET-MASTER-ADDR-BY-NAME`, all asked at once; a sentinel reached by two URLs
-//! votes once, told apart by `SENTINEL MYID`), so one sentinel decides alone only when it is
-//! the only one given, and two given must agree. A stale sentinel (partitioned away during a
-//! failover, or restarted with an old configuration) may name an old primary that restarted
-//! empty and answers as a primary for seconds: decisions made on its empty state would admit
-//! what the fleet's real state denies. A primary in use is dropped when another has a majority,
-//! or when a sentinel names another and it has none ([`Tally::keeps`]). While no primary has a
-//! majority, calls are answered by the store's failure policy.
+//! (`SENTINEL GET-MASTER-ADDR-BY-NAME`, all asked at once; the same answer from one sentinel
+//! reached by two URLs counts once, told apart by `SENTINEL MYID` from Redis 6.2 on, by address
+//! before), so one sentinel decides alone only when it is the only one given, and two given
+//! must agree. A stale sentinel (partitioned away during a failover, or restarted with an old
+//! configuration) may name an old primary that restarted empty and answers as a primary for
+//! seconds: decisions made on its empty state would admit what the fleet's real state denies.
+//! A primary in use is dropped when another is named by more sentinels than it
+//! ([`Tally::keeps`]). While no primary has a majority, calls are answered by the store's
+//! failure policy.
 //!
 //! The old primary's connection is dropped at once, so calls are answered by the store's
 //! failure policy without waiting, until a lookup finds a primary that says it is one (`ROLE`)
@@ -43,7 +44,7 @@ use redis::{
     IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 
-use self::tally::Tally;
+use self::tally::{Address, Tally, MAX_ID};
 use super::{errors, version};
 use crate::Error;
 
@@ -434,8 +435,9 @@ impl Shared {
     /// Which primary each sentinel names (`SENTINEL GET-MASTER-ADDR-BY-NAME`), all asked at
     /// once, each for at most [`RECHECK_BOUND`], until one primary has a majority or every
     /// sentinel has answered or timed out. A sentinel is known by its id (`SENTINEL MYID`,
-    /// asked once per connection; its address where it has none), so one reached by two URLs
-    /// votes once. Connections are kept for the next time unless they failed.
+    /// asked once per connection; its address where it has none), so the same answer from one
+    /// reached by two URLs counts once. Connections are kept for the next time unless they
+    /// failed.
     async fn tally(&self) -> Tally {
         let mut kept = self.checkers.lock().await.clone();
         let mut asks = tokio::task::JoinSet::new();
@@ -473,7 +475,7 @@ impl Shared {
             match answer {
                 Ok(Ok((connection, id, named))) => {
                     if let Some(named) = named {
-                        tally.add(id.clone(), named);
+                        tally.add(id.clone(), index, named);
                     }
                     *slot = Some((connection, id));
                 }
@@ -549,24 +551,18 @@ impl Shared {
     /// Asks the sentinels for the primary, connects to it and checks its version; the
     /// connection and the primary's host and port.
     async fn find(&self) -> Result<(MultiplexedConnection, Option<(String, u16)>), Missed> {
-        // The first sentinel (in the order given) whose primary answers as one, whose errors
-        // say best what is wrong when none does; then the majority.
-        let first = {
+        let tally = self.tally().await;
+        let Some((named, voters)) = tally.majority() else {
+            // Why none: the first sentinel (in the order given) whose primary answers as one
+            // says best what is wrong (not a sentinel, an unknown master, none reachable).
             let mut sentinel = self.sentinel.lock().await;
             sentinel
                 .async_master_for(&self.master, Some(&self.node))
                 .await
-                .map_err(Missed::Sentinels)?
-        };
-        let tally = self.tally().await;
-        let Some(named) = tally.majority() else {
+                .map_err(Missed::Sentinels)?;
             return Err(Missed::NoMajority(tally.to_string()));
         };
-        let client = if address(&first).as_ref() == Some(named) {
-            first
-        } else {
-            self.primary_named_by(named).await?
-        };
+        let client = self.primary_named_by(&voters, named).await?;
         // The store bounds each call with its own timeout, so the connection sets none.
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
@@ -597,12 +593,16 @@ impl Shared {
         Ok((connection, address(&client)))
     }
 
-    /// A client of `named`, the primary a majority of the sentinels name, from the first
-    /// sentinel whose primary is `named` and answers as one: made as the sentinel client makes
-    /// it (credentials, TLS, database from the store's settings).
-    async fn primary_named_by(&self, named: &(String, u16)) -> Result<Client, Missed> {
+    /// A client of `named`, the primary a majority of the sentinels name, from the first of
+    /// those (`voters`: places in the list given) whose primary is still `named` and answers
+    /// as one: made as the sentinel client makes it (credentials, TLS, database from the
+    /// store's settings).
+    async fn primary_named_by(&self, voters: &[usize], named: &Address) -> Result<Client, Missed> {
         let mut last = None;
-        for info in &self.sentinel_infos {
+        for info in voters
+            .iter()
+            .filter_map(|&place| self.sentinel_infos.get(place))
+        {
             let mut sentinel = Sentinel::build(vec![info.clone()]).map_err(Missed::Sentinels)?;
             match sentinel
                 .async_master_for(&self.master, Some(&self.node))
@@ -682,7 +682,7 @@ impl Shared {
 }
 
 /// The host and port `client` connects to, as the sentinels name it; `None` for a socket.
-fn address(client: &Client) -> Option<(String, u16)> {
+fn address(client: &Client) -> Option<Address> {
     match client.get_connection_info().addr() {
         ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
             Some((host.clone(), *port))
@@ -692,7 +692,7 @@ fn address(client: &Client) -> Option<(String, u16)> {
 }
 
 /// Connects to the sentinel at `info` and asks its id (`SENTINEL MYID`; its address when it
-/// does not know the command).
+/// does not know the command, before Redis 6.2, or answers more than [`MAX_ID`] bytes).
 async fn sentinel_with_id(info: ConnectionInfo) -> RedisResult<(MultiplexedConnection, String)> {
     let address = info.addr().to_string();
     let mut connection = Client::open(info)?
@@ -703,7 +703,8 @@ async fn sentinel_with_id(info: ConnectionInfo) -> RedisResult<(MultiplexedConne
         .query_async(&mut connection)
         .await;
     match id {
-        Ok(id) => Ok((connection, id)),
+        Ok(id) if id.len() <= MAX_ID => Ok((connection, id)),
+        Ok(_) => Ok((connection, address)),
         Err(e) if is_reply(&e) => Ok((connection, address)),
         Err(e) => Err(e),
     }

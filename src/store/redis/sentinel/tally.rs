@@ -3,17 +3,29 @@
 
 use std::fmt;
 
+/// The longest sentinel id kept (`SENTINEL MYID` is 40 hex digits); a longer one is not used.
+pub(super) const MAX_ID: usize = 64;
+
+/// The longest host name a vote may carry (a DNS name's limit); a longer one is no vote.
+const MAX_HOST: usize = 255;
+
+/// A primary's host and port, as the sentinels name it.
+pub(super) type Address = (String, u16);
+
 /// The sentinels' answers: which primary each names, one vote per sentinel.
 #[derive(Debug, Default)]
 pub(super) struct Tally {
     /// How many sentinels the store was given: a majority is more than half of them.
     asked: usize,
-    /// Each primary named, and the ids of the sentinels that name it.
-    named: Vec<((String, u16), Vec<String>)>,
+    /// Each primary named, and the votes for it: each voter's id and its place in the list
+    /// of sentinels given.
+    named: Vec<(Address, Vec<(String, usize)>)>,
     /// The ids of the sentinels that answered they name none (the master is unknown to them).
     unnamed: Vec<String>,
-    /// How many answers came from a sentinel already heard (under another URL).
+    /// How many answers repeated one already counted: the same sentinel, under another URL.
     repeated: usize,
+    /// How many answers were no vote: a host name longer than any DNS name.
+    malformed: usize,
 }
 
 impl Tally {
@@ -25,67 +37,75 @@ impl Tally {
         }
     }
 
-    /// Notes that the sentinel `id` names `named` (`None`: no primary). A sentinel heard twice
-    /// (two URLs that reach the same process) counts once: its first answer.
-    pub(super) fn add(&mut self, id: String, named: Option<(String, u16)>) {
-        let heard =
-            self.unnamed.contains(&id) || self.named.iter().any(|(_, ids)| ids.contains(&id));
-        if heard {
-            self.repeated += 1;
-            return;
-        }
+    /// Notes that the sentinel `id`, the `place`-th given, names `named` (`None`: no primary).
+    ///
+    /// The same answer from the same id counts once: one sentinel reached by two URLs (an
+    /// address and a host name) votes once. Two different answers under one id both count,
+    /// as two sentinels' would: a sentinel that claims another's id cannot cancel its vote.
+    pub(super) fn add(&mut self, id: String, place: usize, named: Option<Address>) {
         let Some(named) = named else {
-            self.unnamed.push(id);
+            if self.unnamed.contains(&id) {
+                self.repeated += 1;
+            } else {
+                self.unnamed.push(id);
+            }
             return;
         };
+        if named.0.len() > MAX_HOST {
+            self.malformed += 1;
+            return;
+        }
         match self.named.iter_mut().find(|(address, _)| *address == named) {
-            Some((_, ids)) => ids.push(id),
-            None => self.named.push((named, vec![id])),
+            Some((_, votes)) if votes.iter().any(|(voter, _)| *voter == id) => {
+                self.repeated += 1;
+            }
+            Some((_, votes)) => votes.push((id, place)),
+            None => self.named.push((named, vec![(id, place)])),
         }
     }
 
     /// How many sentinels name `address`.
-    pub(super) fn votes(&self, address: &(String, u16)) -> usize {
+    pub(super) fn votes(&self, address: &Address) -> usize {
         self.named
             .iter()
             .find(|(named, _)| named == address)
-            .map_or(0, |(_, ids)| ids.len())
+            .map_or(0, |(_, votes)| votes.len())
     }
 
-    /// The primary more than half of the sentinels given name, if any.
-    pub(super) fn majority(&self) -> Option<&(String, u16)> {
+    /// The primary more than half of the sentinels given name, if any, and the places (in
+    /// the list given) of those that name it.
+    pub(super) fn majority(&self) -> Option<(&Address, Vec<usize>)> {
         self.named
             .iter()
-            .find(|(_, ids)| 2 * ids.len() > self.asked)
-            .map(|(address, _)| address)
+            .find(|(_, votes)| 2 * votes.len() > self.asked)
+            .map(|(address, votes)| (address, votes.iter().map(|(_, place)| *place).collect()))
     }
 
-    /// Whether a primary still in use at `current` (its host and port; `None` for a socket)
-    /// may stay: it does while more than half of the sentinels name it, or while no sentinel
-    /// that answered names another (all silent: nothing says it changed). It goes when another
-    /// has a majority, or when some sentinel names another and it has no majority: what made
-    /// it the primary no longer holds, and decisions on a primary the fleet left would count
-    /// apart from the fleet's.
-    pub(super) fn keeps(&self, current: Option<&(String, u16)>) -> bool {
+    /// Whether a primary in use at `current` (its host and port; `None` for a socket) may
+    /// stay: while more than half of the sentinels name it, or while no other primary is named
+    /// by more sentinels than it (a sentinel that names another is outvoted or tied, or all
+    /// are silent: nothing says it changed). It goes when another is named by more: a
+    /// failover the sentinels that answered have seen, where decisions on the old primary
+    /// would count apart from the fleet's.
+    pub(super) fn keeps(&self, current: Option<&Address>) -> bool {
         let mine = current.map_or(0, |current| self.votes(current));
         if 2 * mine > self.asked {
             return true;
         }
-        !self
-            .named
+        self.named
             .iter()
-            .any(|(address, _)| Some(address) != current)
+            .all(|(address, votes)| Some(address) == current || votes.len() <= mine)
     }
 }
 
 impl fmt::Display for Tally {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut answered = self.unnamed.len() + self.repeated;
-        for ((host, port), ids) in &self.named {
+        let mut heard = self.unnamed.len() + self.repeated + self.malformed;
+        for ((host, port), votes) in &self.named {
             // The host as a sentinel sent it, with anything unprintable escaped.
             let host = host.escape_debug();
-            write!(f, "{} of {} name {host}:{port}; ", ids.len(), self.asked)?;
-            answered += ids.len();
+            write!(f, "{} of {} name {host}:{port}; ", votes.len(), self.asked)?;
+            heard += votes.len();
         }
         if !self.unnamed.is_empty() {
             write!(f, "{} name none; ", self.unnamed.len())?;
@@ -93,7 +113,14 @@ impl fmt::Display for Tally {
         if self.repeated > 0 {
             write!(f, "{} answered again under another URL; ", self.repeated)?;
         }
-        write!(f, "{} did not answer", self.asked.saturating_sub(answered))
+        if self.malformed > 0 {
+            write!(
+                f,
+                "{} named a host longer than {MAX_HOST} bytes; ",
+                self.malformed
+            )?;
+        }
+        write!(f, "{} not heard", self.asked.saturating_sub(heard))
     }
 }
 
@@ -101,101 +128,116 @@ impl fmt::Display for Tally {
 mod tests {
     use super::*;
 
-    fn at(port: u16) -> (String, u16) {
+    fn at(port: u16) -> Address {
         ("127.0.0.1".to_owned(), port)
     }
 
     fn tally(asked: usize, votes: &[(&str, Option<u16>)]) -> Tally {
         let mut tally = Tally::of(asked);
-        for (id, port) in votes {
-            tally.add((*id).to_owned(), port.map(at));
+        for (place, (id, port)) in votes.iter().enumerate() {
+            tally.add((*id).to_owned(), place, port.map(at));
         }
         tally
     }
 
     #[test]
     fn a_majority_is_more_than_half_of_the_sentinels_given() {
-        // Three of four: a majority; two of four: none, whoever else answers.
-        let t = tally(
-            4,
-            &[
-                ("a", Some(1)),
-                ("b", Some(1)),
-                ("c", Some(1)),
-                ("d", Some(2)),
-            ],
-        );
-        assert_eq!(t.majority(), Some(&at(1)));
+        // Three of four: a majority, with the places of those that name it.
+        let votes = [
+            ("a", Some(1)),
+            ("b", Some(2)),
+            ("c", Some(1)),
+            ("d", Some(1)),
+        ];
+        let t = tally(4, &votes);
+        assert_eq!(t.majority(), Some((&at(1), vec![0, 2, 3])));
+        // Two of four: none, whoever else answers.
         let t = tally(4, &[("a", Some(1)), ("b", Some(1)), ("c", Some(2))]);
         assert_eq!(t.majority(), None);
         // Silent sentinels count against: one answer of three is no majority.
         assert_eq!(tally(3, &[("a", Some(1))]).majority(), None);
-        // One sentinel given decides alone.
-        assert_eq!(tally(1, &[("a", Some(1))]).majority(), Some(&at(1)));
-        // Two given: both must agree.
+        // One sentinel given decides alone; two given must both name it.
+        assert!(tally(1, &[("a", Some(1))]).majority().is_some());
         assert_eq!(tally(2, &[("a", Some(1))]).majority(), None);
-        assert_eq!(
-            tally(2, &[("a", Some(1)), ("b", Some(1))]).majority(),
-            Some(&at(1))
-        );
+        assert!(tally(2, &[("a", Some(1)), ("b", Some(1))])
+            .majority()
+            .is_some());
     }
 
     #[test]
     fn a_sentinel_reached_twice_votes_once() {
         // The stale sentinel `s` under three URLs, and two that agree: no majority of five.
-        let t = tally(
-            5,
-            &[
-                ("s", Some(9)),
-                ("s", Some(9)),
-                ("s", Some(9)),
-                ("a", Some(1)),
-                ("b", Some(1)),
-            ],
-        );
+        let votes = [
+            ("s", Some(9)),
+            ("s", Some(9)),
+            ("s", Some(9)),
+            ("a", Some(1)),
+            ("b", Some(1)),
+        ];
+        let t = tally(5, &votes);
         assert_eq!(t.votes(&at(9)), 1);
         assert_eq!(t.majority(), None);
-        // Its second answer, whatever it says, is not counted either.
-        let t = tally(4, &[("s", None), ("s", Some(9)), ("a", Some(9))]);
-        assert_eq!(t.votes(&at(9)), 1);
+        let t = tally(4, &[("s", None), ("s", None), ("a", Some(9))]);
         assert_eq!(
             t.to_string(),
-            "1 of 4 name 127.0.0.1:9; 1 name none; 1 answered again under another URL; 1 did \
-             not answer"
+            "1 of 4 name 127.0.0.1:9; 1 name none; 1 answered again under another URL; 1 not \
+             heard"
         );
     }
 
     #[test]
-    fn a_primary_stays_while_nothing_says_it_changed() {
+    fn a_sentinel_claiming_anothers_id_cannot_cancel_its_vote() {
+        // `m` answers first under `a`'s id, naming another primary: both votes count, and the
+        // primary `a` and `b` name keeps its majority of three.
+        let t = tally(3, &[("a", Some(9)), ("a", Some(1)), ("b", Some(1))]);
+        assert_eq!(t.majority().map(|(address, _)| address), Some(&at(1)));
+        // Under `a`'s id with `a`'s answer, it merges with `a`: still two of three.
+        for votes in [
+            [("a", Some(1)), ("a", Some(1)), ("b", Some(1))],
+            [("a", Some(1)), ("b", Some(1)), ("a", Some(1))],
+        ] {
+            let t = tally(3, &votes);
+            assert_eq!(t.votes(&at(1)), 2);
+            assert_eq!(t.majority().map(|(address, _)| address), Some(&at(1)));
+        }
+    }
+
+    #[test]
+    fn a_primary_stays_unless_another_is_named_by_more() {
         let current = at(1);
+        let keeps =
+            |asked, votes: &[(&str, Option<u16>)]| tally(asked, votes).keeps(Some(&current));
         // A majority names it: it stays, whatever a stale sentinel says.
-        let t = tally(
+        assert!(keeps(
             4,
             &[
                 ("s", Some(9)),
                 ("a", Some(1)),
                 ("b", Some(1)),
-                ("c", Some(1)),
-            ],
-        );
-        assert!(t.keeps(Some(&current)));
-        // All silent, or only some naming it, none another: it stays.
-        assert!(tally(3, &[]).keeps(Some(&current)));
-        assert!(tally(3, &[("a", Some(1))]).keeps(Some(&current)));
-        assert!(tally(3, &[("a", None)]).keeps(Some(&current)));
-        // Another has a majority: it goes.
-        assert!(!tally(3, &[("a", Some(2)), ("b", Some(2))]).keeps(Some(&current)));
-        // One names another and it has no majority (the others silent): it goes.
-        assert!(!tally(3, &[("a", Some(2))]).keeps(Some(&current)));
-        assert!(!tally(3, &[("a", Some(2)), ("b", Some(1))]).keeps(Some(&current)));
+                ("c", Some(1))
+            ]
+        ));
+        // All silent, some naming it and none another, or a stale one tied with it: it stays.
+        assert!(keeps(3, &[]));
+        assert!(keeps(3, &[("a", Some(1))]));
+        assert!(keeps(3, &[("a", None)]));
+        assert!(keeps(3, &[("s", Some(9)), ("a", Some(1))]));
+        // Another has a majority, or more votes than it: it goes.
+        assert!(!keeps(3, &[("a", Some(2)), ("b", Some(2))]));
+        assert!(!keeps(3, &[("a", Some(2))]));
+        assert!(!keeps(5, &[("a", Some(2)), ("b", Some(2)), ("c", Some(1))]));
         // A primary reached by a socket is named by none: any other named sends it away.
         assert!(!tally(1, &[("a", Some(2))]).keeps(None));
     }
 
     #[test]
-    fn hosts_are_printed_with_control_characters_escaped() {
-        let mut t = Tally::of(1);
-        t.add("a".to_owned(), Some(("evil\nhost".to_owned(), 1)));
-        assert_eq!(t.to_string(), "1 of 1 name evil\\nhost:1; 0 did not answer");
+    fn answers_are_bounded_and_printed_with_control_characters_escaped() {
+        let mut t = Tally::of(2);
+        t.add("a".to_owned(), 0, Some(("evil\nhost".to_owned(), 1)));
+        t.add("b".to_owned(), 1, Some(("h".repeat(MAX_HOST + 1), 1)));
+        assert_eq!(
+            t.to_string(),
+            "1 of 2 name evil\\nhost:1; 1 named a host longer than 255 bytes; 0 not heard"
+        );
     }
 }
