@@ -393,6 +393,7 @@ impl Shared {
     /// Drops the primary of `generation` (if it is still the one calls go to) and starts a
     /// lookup.
     fn drop_primary(this: &Arc<Self>, generation: u64, why: String) {
+        let why = printable(&why);
         {
             let mut lookups = this.lookups();
             let current = this.primary.load();
@@ -517,7 +518,7 @@ impl Shared {
                     let mut lookups = shared.lookups();
                     lookups.not_before = Instant::now() + lookups.retry;
                     lookups.retry = (lookups.retry * 2).min(RETRY_MAX);
-                    lookups.last_error = error;
+                    lookups.last_error = printable(&error);
                 }
             }
         });
@@ -604,13 +605,18 @@ impl Shared {
             .filter_map(|&place| self.sentinel_infos.get(place))
         {
             let mut sentinel = Sentinel::build(vec![info.clone()]).map_err(Missed::Sentinels)?;
-            match sentinel
-                .async_master_for(&self.master, Some(&self.node))
-                .await
-            {
-                Ok(client) if address(&client).as_ref() == Some(named) => return Ok(client),
-                Ok(_) => {}
-                Err(error) => last = Some(error),
+            let asked = sentinel.async_master_for(&self.master, Some(&self.node));
+            match tokio::time::timeout(RECHECK_BOUND, asked).await {
+                Ok(Ok(client)) if address(&client).as_ref() == Some(named) => return Ok(client),
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => last = Some(error),
+                Err(_) => {
+                    last = Some(RedisError::from((
+                        RedisKind::Io,
+                        "a sentinel took too long to give the primary",
+                        format!("more than {RECHECK_BOUND:?}"),
+                    )));
+                }
             }
         }
         Err(Missed::Sentinels(last.unwrap_or_else(|| {
@@ -715,6 +721,28 @@ fn is_reply(error: &RedisError) -> bool {
     matches!(error.kind(), RedisKind::Server(_) | RedisKind::Extension)
 }
 
+/// The longest reason kept for a call's error and the log (what sentinels and servers answer
+/// goes into it).
+const MAX_REASON: usize = 512;
+
+/// `text` as it goes into a call's error or the log: control characters escaped, at most
+/// [`MAX_REASON`] characters (then `...`). Sentinels and servers write part of it.
+fn printable(text: &str) -> String {
+    let mut out = String::new();
+    for (count, c) in text.chars().enumerate() {
+        if count == MAX_REASON {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Why a lookup found no primary.
 enum Missed {
     /// The sentinels named none: none answered, or none knows the master, or the one they
@@ -789,6 +817,16 @@ impl Drop for Running {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasons_are_printable_and_bounded() {
+        assert_eq!(printable("a\r\nERR x"), "a\\r\\nERR x");
+        let long = "é".repeat(MAX_REASON + 10);
+        let kept = printable(&long);
+        assert_eq!(kept.chars().count(), MAX_REASON + 3);
+        assert!(kept.ends_with("..."));
+        assert_eq!(printable("plain"), "plain");
+    }
 
     #[test]
     fn credentials_are_kept_out_of_messages() {

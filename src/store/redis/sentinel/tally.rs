@@ -58,6 +58,12 @@ impl Tally {
         match self.named.iter_mut().find(|(address, _)| *address == named) {
             Some((_, votes)) if votes.iter().any(|(voter, _)| *voter == id) => {
                 self.repeated += 1;
+                // The vote stands for the one listed first.
+                for (voter, first) in votes.iter_mut() {
+                    if *voter == id {
+                        *first = (*first).min(place);
+                    }
+                }
             }
             Some((_, votes)) => votes.push((id, place)),
             None => self.named.push((named, vec![(id, place)])),
@@ -73,12 +79,16 @@ impl Tally {
     }
 
     /// The primary more than half of the sentinels given name, if any, and the places (in
-    /// the list given) of those that name it.
+    /// the list given) of those that name it, in the order given (not the order they
+    /// answered in, which a sentinel could race for).
     pub(super) fn majority(&self) -> Option<(&Address, Vec<usize>)> {
-        self.named
+        let (address, votes) = self
+            .named
             .iter()
-            .find(|(_, votes)| 2 * votes.len() > self.asked)
-            .map(|(address, votes)| (address, votes.iter().map(|(_, place)| *place).collect()))
+            .find(|(_, votes)| 2 * votes.len() > self.asked)?;
+        let mut places: Vec<usize> = votes.iter().map(|(_, place)| *place).collect();
+        places.sort_unstable();
+        Some((address, places))
     }
 
     /// Whether a primary in use at `current` (its host and port; `None` for a socket) may
@@ -142,15 +152,19 @@ mod tests {
 
     #[test]
     fn a_majority_is_more_than_half_of_the_sentinels_given() {
-        // Three of four: a majority, with the places of those that name it.
-        let votes = [
-            ("a", Some(1)),
-            ("b", Some(2)),
-            ("c", Some(1)),
-            ("d", Some(1)),
-        ];
-        let t = tally(4, &votes);
+        // Three of four: a majority, with the places of those that name it, in list order
+        // whatever the order they answered in.
+        let mut t = Tally::of(4);
+        for (id, place, port) in [("d", 3, 1), ("b", 1, 2), ("a", 0, 1), ("c", 2, 1)] {
+            t.add(id.to_owned(), place, Some(at(port)));
+        }
         assert_eq!(t.majority(), Some((&at(1), vec![0, 2, 3])));
+        // One sentinel under two URLs: its vote stands for the one listed first.
+        let mut t = Tally::of(3);
+        for (id, place) in [("a", 2), ("b", 1), ("a", 0)] {
+            t.add(id.to_owned(), place, Some(at(1)));
+        }
+        assert_eq!(t.majority(), Some((&at(1), vec![0, 1])));
         // Two of four: none, whoever else answers.
         let t = tally(4, &[("a", Some(1)), ("b", Some(1)), ("c", Some(2))]);
         assert_eq!(t.majority(), None);
