@@ -6,6 +6,8 @@
 #   benches/http_ir.sh                         # every variant
 #   VARIANTS="bare tollgate-allowed" benches/http_ir.sh
 #   HTTP_SERVER=path/to/http_server benches/http_ir.sh   # a server already built
+#   KEEP=dir benches/http_ir.sh                # keep each run's callgrind output in dir, for
+#                                              # benches/http_parts.py (instructions by part)
 #
 # Method: per variant, two runs of `wrk -t1 -c4` (SHORT and LONG seconds, 2 and 6 by default)
 # against a fresh server under callgrind; the server counts its responses by status and prints
@@ -55,6 +57,11 @@ run() {
     responses=$(awk '{ s += $NF } END { print s }' "$WORK/statuses")
     instructions=$(sed -n 's/.*Collected : *\([0-9]*\).*/\1/p' "$WORK/log")
     [[ -n $responses && -n $instructions ]] || { cat "$WORK/log" >&2; exit 1; }
+    if [[ -n ${KEEP:-} ]]; then
+        mkdir -p "$KEEP"
+        cp "$WORK/out" "$KEEP/$variant-$seconds.out"
+        echo "$responses" >"$KEEP/$variant-$seconds.responses"
+    fi
     echo "$responses $instructions"
 }
 
