@@ -102,7 +102,7 @@ struct Primary {
     generation: u64,
     connection: MultiplexedConnection,
     /// Its host and port, as the sentinels name it.
-    address: Option<(String, u16)>,
+    address: Option<Address>,
     /// When the connection was made.
     since: Instant,
     /// When the primary last answered, in ns after `since`.
@@ -418,7 +418,7 @@ impl Shared {
     }
 
     /// Asks the sentinels, on the runtime, whether they still name `primary`; drops it unless
-    /// it may stay ([`Tally::keeps`]: a majority names it, or none names another).
+    /// it may stay ([`Tally::keeps`]: a majority names it, or no other is named by more).
     fn recheck(this: &Arc<Self>, primary: &Arc<Primary>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -450,7 +450,7 @@ impl Shared {
                         Some(cached) => cached,
                         None => sentinel_with_id(info).await?,
                     };
-                    let named: RedisResult<Option<(String, u16)>> = redis::cmd("SENTINEL")
+                    let named: RedisResult<Option<Address>> = redis::cmd("SENTINEL")
                         .arg("GET-MASTER-ADDR-BY-NAME")
                         .arg(&*master)
                         .query_async(&mut connection)
@@ -483,7 +483,7 @@ impl Shared {
                 // Failed, or no answer in time: counts as not answering, and is reached anew.
                 Ok(Err(_)) | Err(_) => *slot = None,
             }
-            if tally.majority().is_some() {
+            if tally.has_majority() {
                 // The others cannot change the outcome; they keep their connections.
                 break;
             }
@@ -525,7 +525,7 @@ impl Shared {
     }
 
     /// Makes the connection found the primary calls go to.
-    fn install(&self, (connection, address): (MultiplexedConnection, Option<(String, u16)>)) {
+    fn install(&self, (connection, address): (MultiplexedConnection, Option<Address>)) {
         let mut lookups = self.lookups();
         lookups.generation += 1;
         lookups.retry = RETRY_MIN;
@@ -551,7 +551,7 @@ impl Shared {
 
     /// Asks the sentinels for the primary, connects to it and checks its version; the
     /// connection and the primary's host and port.
-    async fn find(&self) -> Result<(MultiplexedConnection, Option<(String, u16)>), Missed> {
+    async fn find(&self) -> Result<(MultiplexedConnection, Option<Address>), Missed> {
         let tally = self.tally().await;
         let Some((named, voters)) = tally.majority() else {
             // Why none: the first sentinel (in the order given) whose primary answers as one

@@ -78,6 +78,14 @@ impl Tally {
             .map_or(0, |(_, votes)| votes.len())
     }
 
+    /// Whether some primary is named by more than half of the sentinels given: the answers
+    /// not yet heard cannot change the outcome.
+    pub(super) fn has_majority(&self) -> bool {
+        self.named
+            .iter()
+            .any(|(_, votes)| 2 * votes.len() > self.asked)
+    }
+
     /// The primary more than half of the sentinels given name, if any, and the places (in
     /// the list given) of those that name it, in the order given (not the order they
     /// answered in, which a sentinel could race for).
@@ -112,8 +120,8 @@ impl fmt::Display for Tally {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut heard = self.unnamed.len() + self.repeated + self.malformed;
         for ((host, port), votes) in &self.named {
-            // The host as a sentinel sent it, with anything unprintable escaped.
-            let host = host.escape_debug();
+            // The host as a sentinel sent it, as every reason from outside is printed.
+            let host = super::printable(host);
             write!(f, "{} of {} name {host}:{port}; ", votes.len(), self.asked)?;
             heard += votes.len();
         }
