@@ -86,3 +86,43 @@ fn layer_modules_import_one_way() {
         }
     }
 }
+
+/// Every `.rs` file under `dir`, with its text.
+fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            out.push((path.display().to_string(), text));
+        }
+    }
+}
+
+/// Tables that clients fill with keys they choose (states, blocks, the Redis deny cache) hash
+/// them with the store's keyed hasher (`store/memory/hasher.rs`: SipHash with random keys, the
+/// fast hash for IPv4 addresses only). foldhash is "minimally DoS-resistant": it is used
+/// nowhere else but for the layer's plans, a table of at most 256 entries keyed by the
+/// server's own quotas.
+#[test]
+fn client_keys_are_hashed_with_the_keyed_hasher() {
+    let mut files = Vec::new();
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let allowed = ["store/memory/hasher.rs", "layer/per_key.rs"];
+    let offenders: Vec<&str> = files
+        .iter()
+        .filter(|(path, text)| {
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            code.contains("foldhash") && !allowed.iter().any(|a| path.ends_with(a))
+        })
+        .map(|(path, _)| path.as_str())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "foldhash hashes client keys in {offenders:?}: use the store's KeyHasher"
+    );
+}

@@ -44,6 +44,8 @@ mod memory;
 pub mod redis;
 
 pub(crate) use self::memory::Blocks;
+#[cfg(feature = "redis")]
+pub(crate) use self::memory::KeyHasher;
 pub(crate) use self::memory::MemorySlots;
 pub use self::memory::{
     AtomicCell, LockedCell, MemoryAlgorithm, MemoryStore, MemoryTable, StateCell,

@@ -8,9 +8,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
 
-use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
+use super::hasher::KeyHasher;
 use crate::Key;
 
 /// How many shards the lookups spread over (fewer for a small bound).
@@ -27,7 +27,8 @@ pub(crate) struct Blocks {
     shards: Box<[Shard]>,
     /// The most blocks one shard holds.
     per_shard: usize,
-    hasher: RandomState,
+    /// Keyed: clients choose the keys they are blocked by (bans of many keys included).
+    hasher: KeyHasher,
     /// Taken by every write; holds how many blocks are held (ended ones included).
     writing: Mutex<usize>,
 }
@@ -41,7 +42,7 @@ impl Blocks {
             horizon: AtomicU64::new(0),
             shards: (0..count).map(|_| RwLock::new(HashTable::new())).collect(),
             per_shard: max / count,
-            hasher: RandomState::default(),
+            hasher: KeyHasher::new(),
             writing: Mutex::new(0),
         }
     }
@@ -62,7 +63,7 @@ impl Blocks {
         if !self.any(now) {
             return None;
         }
-        let hash = std::hash::BuildHasher::hash_one(&self.hasher, key);
+        let hash = self.hasher.hash(key);
         let shard = self
             .shard(hash)
             .read()
@@ -79,7 +80,7 @@ impl Blocks {
             return;
         }
         let mut held = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
-        let hash = std::hash::BuildHasher::hash_one(&self.hasher, key);
+        let hash = self.hasher.hash(key);
         let mut shard = self
             .shard(hash)
             .write()
@@ -94,9 +95,7 @@ impl Blocks {
             }
             let hasher = &self.hasher;
             // The table keeps a long key's digest, never its bytes.
-            shard.insert_unique(hash, (key.clone().stored(), until), |e| {
-                std::hash::BuildHasher::hash_one(hasher, &e.0)
-            });
+            shard.insert_unique(hash, (key.clone().stored(), until), |e| hasher.hash(&e.0));
             *held += 1;
         }
         self.horizon.fetch_max(until, Ordering::AcqRel);
@@ -105,7 +104,7 @@ impl Blocks {
     /// Lifts `key`'s block, if any.
     pub(crate) fn lift(&self, key: &Key) {
         let mut held = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
-        let hash = std::hash::BuildHasher::hash_one(&self.hasher, key);
+        let hash = self.hasher.hash(key);
         let mut shard = self
             .shard(hash)
             .write()

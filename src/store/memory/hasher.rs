@@ -1,4 +1,5 @@
-//! The memory store's keyed hash of a [`Key`].
+//! The keyed hash of a [`Key`] for every table a client's key reaches: the memory store's
+//! states and blocks, and the Redis store's deny cache.
 
 use std::hash::{BuildHasher, Hash, Hasher};
 
@@ -13,13 +14,13 @@ use crate::Key;
 /// are hashed with foldhash, which is several times faster but only "minimally DoS-resistant":
 /// a client cannot choose its IPv4 address (the TCP handshake proves it, and a trusted proxy
 /// reports the one it saw), so it cannot pick, among addresses, the ones that collide.
-pub(super) struct KeyHasher {
+pub(crate) struct KeyHasher {
     keyed: std::hash::RandomState,
     fast: foldhash::fast::RandomState,
 }
 
 impl KeyHasher {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             keyed: std::hash::RandomState::new(),
             fast: foldhash::fast::RandomState::default(),
@@ -30,7 +31,7 @@ impl KeyHasher {
     /// costs a tenth of a check's instructions.
     #[inline]
     #[allow(clippy::manual_hash_one)]
-    pub(super) fn hash(&self, key: &Key) -> u64 {
+    pub(crate) fn hash(&self, key: &Key) -> u64 {
         if key.is_ipv4() {
             let mut hasher = self.fast.build_hasher();
             key.hash(&mut hasher);

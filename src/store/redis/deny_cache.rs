@@ -1,19 +1,18 @@
 //! Denials remembered locally until they end, so a client that keeps knocking costs no round
 //! trip to Redis until it may pass again.
 //!
-//! The cache is sharded by the key's hash (a randomly seeded hasher: keys are chosen by
+//! The cache is sharded by the key's hash (the memory store's keyed hasher: keys are chosen by
 //! clients), so checks of different keys rarely wait on one lock. Each shard keeps its denials
 //! in a dense array with an index beside it: finding, adding, forgetting and evicting a denial
 //! are each O(1). A full shard evicts with a clock hand: of the next few denials under the hand,
 //! one that has ended, else the one that ends first.
 
-use std::hash::BuildHasher;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
+use crate::store::KeyHasher;
 use crate::{Decision, Key};
 
 /// How many denials a shard holds at least before the cache uses more shards.
@@ -127,7 +126,8 @@ impl Shard {
 /// trip: Redis answers for it again.
 pub(crate) struct DenyCache {
     shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
+    /// Keyed: the keys are the clients'.
+    hasher: KeyHasher,
 }
 
 impl DenyCache {
@@ -148,7 +148,7 @@ impl DenyCache {
             .collect();
         Self {
             shards,
-            hasher: RandomState::default(),
+            hasher: KeyHasher::new(),
         }
     }
 
@@ -165,7 +165,7 @@ impl DenyCache {
         if self.shards.is_empty() {
             return None;
         }
-        let hash = self.hasher.hash_one(key);
+        let hash = self.hasher.hash(key);
         let mut shard = self.shard(hash);
         let at = shard.find(hash, key)?;
         let denial = &shard.denials[at];
@@ -196,7 +196,7 @@ impl DenyCache {
         if until <= now {
             return;
         }
-        let hash = self.hasher.hash_one(&key);
+        let hash = self.hasher.hash(&key);
         let denial = Denial {
             // Without a long key's bytes: the cache holds digests, as the stores do.
             key: key.stored(),
@@ -213,7 +213,7 @@ impl DenyCache {
         if self.shards.is_empty() {
             return;
         }
-        let hash = self.hasher.hash_one(key);
+        let hash = self.hasher.hash(key);
         let mut shard = self.shard(hash);
         if let Some(at) = shard.find(hash, key) {
             shard.remove_at(at);
