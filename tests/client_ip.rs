@@ -524,3 +524,84 @@ async fn through_the_layer() {
         }
     }
 }
+
+/// Addresses that carry an IPv4 client's address (NAT64, 6to4, Teredo) are keyed by that
+/// address: behind a NAT64 every IPv4 client would otherwise share the translator's /64, and
+/// a 6to4 holder would have 65 536 /64s of its own.
+#[test]
+fn translated_addresses_are_keyed_by_the_ipv4_client_they_carry() {
+    let client_ip = proxy();
+    let peer_ip = tollgate::key::PeerIp;
+    let cases = [
+        // NAT64, the well-known prefix (RFC 6052): the IPv4 address in the last 32 bits.
+        ("64:ff9b::203.0.113.9", "203.0.113.9"),
+        ("64:ff9b::cb00:7109", "203.0.113.9"),
+        // 6to4 (RFC 3056): 2002:V4ADDR::/48, whatever the subnet and host.
+        ("2002:cb00:7109::1", "203.0.113.9"),
+        ("2002:cb00:7109:ffff:1:2:3:4", "203.0.113.9"),
+        // Teredo (RFC 4380): the client's public address, inverted, in the last 32 bits.
+        ("2001:0:4136:e378:8000:63bf:34ff:8ef6", "203.0.113.9"),
+    ];
+    for (v6, v4) in cases {
+        assert_eq!(
+            key_for(&client_ip, "10.0.0.2", XFF, v6),
+            key(v4),
+            "{v6} via a proxy"
+        );
+        assert_eq!(
+            extract(&client_ip, &request(v6, &[])),
+            key(v4),
+            "{v6} as the peer"
+        );
+        assert_eq!(peer_ip.key_for(ip(v6)), key(v4), "PeerIp::key_for({v6})");
+        let req = request(v6, &[]);
+        let extracted = peer_ip.extract(RequestHead::new(&req)).unwrap().unwrap();
+        assert_eq!(extracted, key(v4), "PeerIp on {v6}");
+    }
+    // Two IPv4 clients behind one NAT64 are two keys, not one /64.
+    assert_ne!(
+        peer_ip.key_for(ip("64:ff9b::203.0.113.9")),
+        peer_ip.key_for(ip("64:ff9b::203.0.113.10"))
+    );
+    // The local-use NAT64 prefix (RFC 8215) holds the IPv4 address where the operator's prefix
+    // length puts it: each address is its own key, so clients never share one and each IPv4
+    // client (one translated address) has one.
+    let local = ["64:ff9b:1:2::203.0.113.9", "64:ff9b:1:2::203.0.113.10"];
+    assert_ne!(peer_ip.key_for(ip(local[0])), peer_ip.key_for(ip(local[1])));
+    assert_eq!(peer_ip.key_for(ip(local[0])), key(local[0]));
+    assert_ne!(
+        key_for(&client_ip, "10.0.0.2", XFF, local[0]),
+        key_for(&client_ip, "10.0.0.2", XFF, local[1])
+    );
+    // Other IPv6 addresses keep their /64.
+    assert_eq!(
+        peer_ip.key_for(ip("2001:db8:1:2::9")),
+        key("2001:db8:1:2::")
+    );
+}
+
+/// Through the layer: two IPv4 clients behind one NAT64 each get their own budget, and one
+/// 6to4 holder cannot mint budgets by changing its /64.
+#[tokio::test]
+async fn behind_a_nat64_each_ipv4_client_has_its_own_budget() {
+    let layer = RateLimitLayer::gcra(Quota::per_minute(1)).clock(ManualClock::new());
+    let svc = layer.layer(tower::service_fn(|_req: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
+    }));
+    let status = |peer: &'static str| {
+        let svc = svc.clone();
+        async move { svc.oneshot(request(peer, &[])).await.unwrap().status() }
+    };
+    assert_eq!(status("64:ff9b::203.0.113.9").await, StatusCode::OK);
+    assert_eq!(status("64:ff9b::203.0.113.10").await, StatusCode::OK);
+    assert_eq!(
+        status("64:ff9b::203.0.113.9").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(status("2002:c633:6401:1::1").await, StatusCode::OK);
+    assert_eq!(
+        status("2002:c633:6401:2::1").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(status("198.51.100.1").await, StatusCode::TOO_MANY_REQUESTS);
+}

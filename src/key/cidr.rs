@@ -6,7 +6,7 @@
 //! that name the bad value and say how to fix it.
 
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 use ipnet::{IpNet as Net, Ipv4Net, Ipv6Net};
@@ -135,12 +135,56 @@ impl FromIterator<IpNet> for NetSet {
     }
 }
 
-/// `ip` with an IPv6 address cut to its first `prefix` bits (at most 128); IPv4 unchanged.
+/// The address a client is keyed by: an IPv4 address as it is; an IPv6 address that carries
+/// an IPv4 client's (IPv4-mapped, NAT64's well-known prefix, 6to4, Teredo) as that IPv4
+/// address; one of the local-use NAT64 prefix whole; any other cut to its first `prefix`
+/// bits (at most 128).
+///
+/// A translator gives each IPv4 client one IPv6 address inside one of its /64s: grouped by
+/// the /64, every client behind it would share one key. A 6to4 holder has a /48 of its own
+/// (65 536 /64s) for the one IPv4 address it holds.
 #[inline]
 pub(super) fn group_v6(ip: IpAddr, prefix: u8) -> IpAddr {
     match ip {
-        IpAddr::V6(v6) => Ipv6Net::new(v6, prefix).map_or(ip, |net| IpAddr::V6(net.network())),
+        IpAddr::V6(v6) => match carried_v4(v6) {
+            Carried::V4(v4) => IpAddr::V4(v4),
+            Carried::Whole => ip,
+            Carried::None => Ipv6Net::new(v6, prefix).map_or(ip, |net| IpAddr::V6(net.network())),
+        },
         v4 => v4,
+    }
+}
+
+/// What an IPv6 address says of the IPv4 client behind it.
+enum Carried {
+    /// It carries this IPv4 address.
+    V4(Ipv4Addr),
+    /// It carries one where its network's prefix length puts it (RFC 6052 §2.2): the address
+    /// as a whole is one client's.
+    Whole,
+    /// A native IPv6 address.
+    None,
+}
+
+/// The IPv4 client an IPv6 address carries, if any.
+#[inline]
+fn carried_v4(v6: Ipv6Addr) -> Carried {
+    let bits = u128::from(v6);
+    let segments = v6.segments();
+    let low = Ipv4Addr::from((bits & 0xffff_ffff) as u32);
+    match segments {
+        // IPv4-mapped (`::ffff:a.b.c.d`).
+        [0, 0, 0, 0, 0, 0xffff, _, _] => Carried::V4(low),
+        // NAT64's well-known prefix, `64:ff9b::/96` (RFC 6052).
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Carried::V4(low),
+        // NAT64's local-use prefix, `64:ff9b:1::/48` (RFC 8215): the operator's prefix may be
+        // /48 to /96, so where the IPv4 address sits is not known here.
+        [0x64, 0xff9b, 1, ..] => Carried::Whole,
+        // 6to4, `2002:a.b.c.d::/48` (RFC 3056).
+        [0x2002, hi, lo, ..] => Carried::V4(Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo))),
+        // Teredo, `2001:0::/32` (RFC 4380): the client's public address, inverted, last.
+        [0x2001, 0, ..] => Carried::V4(Ipv4Addr::from(!((bits & 0xffff_ffff) as u32))),
+        _ => Carried::None,
     }
 }
 

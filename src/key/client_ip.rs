@@ -87,7 +87,8 @@ use super::{Key, KeyError, KeyExtractor, PeerIp, RequestHead};
 /// # Keys
 ///
 /// The key is the client's address as an IP [`Key`]. IPv4-mapped IPv6 addresses
-/// (`::ffff:192.0.2.1`) count as IPv4. IPv6 addresses are cut to a prefix, `/64` by default:
+/// (`::ffff:192.0.2.1`) count as IPv4, and so do addresses that carry an IPv4 client's (NAT64,
+/// 6to4, Teredo: see [`PeerIp`](super::PeerIp)). Other IPv6 addresses are cut to a prefix, `/64` by default:
 /// see [`ipv6_prefix`](Self::ipv6_prefix).
 #[derive(Debug, Clone)]
 pub struct ClientIp {
@@ -217,7 +218,7 @@ impl ClientIp {
     /// The key this extractor makes for a client at `ip` (the address it would find in the
     /// headers): what a live layer's [`Handle`](crate::layer::Handle) takes to peek at, reset
     /// or block that client. An IPv6 address is grouped by [`ipv6_prefix`](Self::ipv6_prefix),
-    /// an IPv4-mapped one read as IPv4.
+    /// one that carries an IPv4 address read as IPv4.
     pub fn key_for(&self, ip: IpAddr) -> Key {
         Key::from(group_v6(ip.to_canonical(), self.ipv6_prefix))
     }

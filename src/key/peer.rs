@@ -30,7 +30,10 @@ pub struct PeerAddr(pub SocketAddr);
 /// extensions, which only the server's code can insert: no header or byte a client sends reaches
 /// them. IPv4-mapped IPv6 addresses
 /// (`::ffff:192.0.2.1`) count as the IPv4 address, so a dual-stack listener cannot give one
-/// client two keys. IPv6 addresses are grouped by their first 64 bits
+/// client two keys; so do addresses that carry an IPv4 client's (NAT64's `64:ff9b::/96`, 6to4's
+/// `2002::/16`, Teredo's `2001::/32`), so that clients behind a translator do not share one key
+/// and a 6to4 holder does not get a /48 of them. An address of the local-use NAT64 prefix
+/// (`64:ff9b:1::/48`) is its own key. Other IPv6 addresses are grouped by their first 64 bits
 /// ([`ipv6_prefix`](Self::ipv6_prefix)): a subscriber commonly holds a whole `/64` and could
 /// otherwise take a fresh address, and a fresh budget, for every request.
 ///
@@ -77,7 +80,7 @@ impl PeerIp {
 
     /// The key this extractor makes for a client at `ip`: what a live layer's
     /// [`Handle`](crate::layer::Handle) takes to peek at, reset or block that client (an
-    /// IPv6 address grouped by its prefix, an IPv4-mapped one read as IPv4).
+    /// IPv6 address grouped by its prefix, one that carries an IPv4 address read as IPv4).
     ///
     /// ```
     /// use tollgate::key::PeerIp;
