@@ -248,3 +248,111 @@ async fn a_slow_handler_reports_what_is_left_of_the_wait() {
         clock.advance(Duration::from_secs(60));
     }
 }
+
+/// The single-value fields of `style` on `resp`, as `name: value` (missing ones left out).
+fn single_values(resp: &reqwest::Response, style: HeaderStyle) -> Vec<String> {
+    let names: &[&str] = match style {
+        HeaderStyle::Draft7 => &["ratelimit"],
+        HeaderStyle::Draft6 => &["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"],
+        _ => &[
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-used",
+            "x-ratelimit-reset",
+        ],
+    };
+    names
+        .iter()
+        .filter_map(|name| {
+            let value = resp.headers().get(*name)?.to_str().ok()?;
+            Some(format!("{name}: {value}"))
+        })
+        .collect()
+}
+
+/// What an in-flight limit of `limit`, at `free` slots free, reports in `style`: no reset time.
+fn in_flight_figures(style: HeaderStyle, limit: u64, free: u64) -> Vec<String> {
+    match style {
+        HeaderStyle::Draft7 => vec![format!("ratelimit: limit={limit}, remaining={free}")],
+        HeaderStyle::Draft6 => vec![
+            format!("ratelimit-limit: {limit}"),
+            format!("ratelimit-remaining: {free}"),
+        ],
+        _ => vec![
+            format!("x-ratelimit-limit: {limit}"),
+            format!("x-ratelimit-remaining: {free}"),
+            format!("x-ratelimit-used: {}", limit - free),
+        ],
+    }
+}
+
+/// A rate limit and an in-flight limit stacked, in either order: the single-value fields a
+/// client sees are one layer's, the most restrictive, never one layer's limit beside the other's
+/// remaining or reset.
+#[tokio::test]
+async fn stacked_in_flight_and_rate_layers_report_one_layers_figures() {
+    use std::sync::Arc;
+    use tokio::sync::Semaphore;
+
+    for style in [
+        HeaderStyle::Draft7,
+        HeaderStyle::Draft6,
+        HeaderStyle::GitHub,
+    ] {
+        for rate_outside in [true, false] {
+            let clock = ManualClock::new();
+            let gate = Arc::new(Semaphore::new(0));
+            let (entered, mut inside) = tokio::sync::mpsc::unbounded_channel::<()>();
+            let handler_gate = gate.clone();
+            let handler = move || {
+                let (gate, entered) = (handler_gate.clone(), entered.clone());
+                async move {
+                    let _ = entered.send(());
+                    if let Ok(permit) = gate.acquire().await {
+                        permit.forget();
+                    }
+                    "done"
+                }
+            };
+            let rate = RateLimitLayer::gcra(Quota::per_minute(100))
+                .clock(clock.clone())
+                .headers(style);
+            let in_flight = RateLimitLayer::in_flight(1).headers(style);
+            let router = Router::new().route("/", get(handler));
+            // axum's last layer is the outermost.
+            let router = if rate_outside {
+                router.layer(in_flight).layer(rate)
+            } else {
+                router.layer(rate).layer(in_flight)
+            };
+            let base = serve(router).await;
+            let client = reqwest::Client::new();
+            let case = format!("{style:?}, rate layer outside: {rate_outside}");
+            // One request held in the handler...
+            let held = tokio::spawn({
+                let (client, base) = (client.clone(), base.clone());
+                async move { client.get(&base).send().await.unwrap() }
+            });
+            inside.recv().await.unwrap();
+            // ...holds the one slot: a second request is refused.
+            let refused = client.get(&base).send().await.unwrap();
+            assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "{case}");
+            // The in-flight layer refused it: no slot free, and no reset (it has none).
+            assert_eq!(
+                single_values(&refused, style),
+                in_flight_figures(style, 1, 0),
+                "{case}: the refusal"
+            );
+            gate.add_permits(1);
+            let served = held.await.unwrap();
+            assert_eq!(served.status(), StatusCode::OK, "{case}");
+            // While it ran, its one slot was taken: the in-flight layer (0 free) is more
+            // restrictive than the rate layer (99 or so left).
+            assert_eq!(
+                single_values(&served, style),
+                in_flight_figures(style, 1, 0),
+                "{case}: the response of the request in flight"
+            );
+        }
+    }
+}

@@ -55,7 +55,8 @@ const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 /// Layers stack: a global limit around a per-route one around a per-plan one each describe
 /// their own quotas. The IETF fields and `RateLimit-Policy` are lists, to which each layer adds
 /// its items; the single-value styles (drafts 6 and 7, GitHub) report the most restrictive of
-/// the layers (the fewest remaining, then the latest reset).
+/// the layers (the fewest remaining, then the latest reset; an in-flight limit's counts as 0),
+/// whatever their order and kinds: limit, remaining and reset all come from that one layer.
 ///
 /// `Retry-After` on a denied request is not a rate limit header: every style, even
 /// [`HeaderStyle::None`], sends it.
@@ -285,9 +286,9 @@ impl HeaderWriter {
         let left = |d: &Decision| d.reset_after.saturating_sub(elapsed);
         let limit = sf_int(policy.limit);
         let remaining = sf_int(decision.remaining);
-        let reset = sf_int(ceil_secs(left(decision)));
-        // Whether the limit has a reset time to report (an in-flight limit has none).
+        // The reset time, when the limit has one to report (an in-flight limit has none).
         let timed = policy.window.is_some();
+        let reset = timed.then(|| sf_int(ceil_secs(left(decision))));
         match self.headers.style {
             HeaderStyle::Ietf => {
                 let mut rate = Text::new();
@@ -316,7 +317,7 @@ impl HeaderWriter {
                     rate.push_int(limit);
                     rate.push(", remaining=");
                     rate.push_int(remaining);
-                    if timed {
+                    if let Some(reset) = reset {
                         rate.push(", reset=");
                         rate.push_int(reset);
                     }
@@ -324,14 +325,12 @@ impl HeaderWriter {
                 }
             }
             HeaderStyle::Draft6 => {
-                let theirs =
-                    int_field(out, &RATELIMIT_REMAINING).zip(int_field(out, &RATELIMIT_RESET));
+                let theirs = int_field(out, &RATELIMIT_REMAINING)
+                    .map(|r| (r, int_field(out, &RATELIMIT_RESET)));
                 if !stricter(theirs, (remaining, reset)) {
                     out.insert(RATELIMIT_LIMIT.clone(), int_value(limit));
                     out.insert(RATELIMIT_REMAINING.clone(), int_value(remaining));
-                    if timed {
-                        out.insert(RATELIMIT_RESET.clone(), int_value(reset));
-                    }
+                    put(out, &RATELIMIT_RESET, reset);
                 }
             }
             HeaderStyle::GitHub => {
@@ -339,8 +338,8 @@ impl HeaderWriter {
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .unwrap_or_default();
-                let reset_at = ceil_secs(now.saturating_add(left(decision)));
-                let theirs = int_field(out, &X_REMAINING).zip(int_field(out, &X_RESET));
+                let reset_at = timed.then(|| ceil_secs(now.saturating_add(left(decision))));
+                let theirs = int_field(out, &X_REMAINING).map(|r| (r, int_field(out, &X_RESET)));
                 if !stricter(theirs, (decision.remaining, reset_at)) {
                     // The capacity `Remaining` counts against (the burst, for the buckets), so
                     // that `Used` is what of it is taken and the three add up.
@@ -348,9 +347,7 @@ impl HeaderWriter {
                     out.insert(X_LIMIT.clone(), int_value(decision.limit));
                     out.insert(X_REMAINING.clone(), int_value(decision.remaining));
                     out.insert(X_USED.clone(), int_value(used));
-                    if timed {
-                        out.insert(X_RESET.clone(), int_value(reset_at));
-                    }
+                    put(out, &X_RESET, reset_at);
                 }
             }
             HeaderStyle::None => {}
@@ -372,9 +369,25 @@ impl HeaderWriter {
 }
 
 /// Whether figures another layer wrote, `(remaining, reset)`, are more restrictive than
-/// `ours`: fewer remaining, or as few and a later reset.
-fn stricter(theirs: Option<(u64, u64)>, ours: (u64, u64)) -> bool {
-    theirs.is_some_and(|(r, t)| r < ours.0 || (r == ours.0 && t > ours.1))
+/// `ours`: fewer remaining, or as few and a later reset (a limit without a reset time, on
+/// requests in flight, gets a slot back at any moment: its reset counts as 0).
+///
+/// The single-value fields are replaced as a set: a client reads one layer's limit, remaining
+/// and reset, never one layer's figures beside another's.
+fn stricter(theirs: Option<(u64, Option<u64>)>, ours: (u64, Option<u64>)) -> bool {
+    theirs.is_some_and(|(r, t)| r < ours.0 || (r == ours.0 && t.unwrap_or(0) > ours.1.unwrap_or(0)))
+}
+
+/// Sets the field `name` to `value`, or takes it away (another layer's) when there is none.
+fn put(out: &mut HeaderMap, name: &HeaderName, value: Option<u64>) {
+    match value {
+        Some(value) => {
+            out.insert(name.clone(), int_value(value));
+        }
+        None => {
+            out.remove(name);
+        }
+    }
 }
 
 /// An integer field another layer wrote.
@@ -382,15 +395,16 @@ fn int_field(out: &HeaderMap, name: &HeaderName) -> Option<u64> {
     out.get(name)?.to_str().ok()?.trim().parse().ok()
 }
 
-/// `remaining` and `reset` of a draft-7 `RateLimit` field.
-fn draft7_figures(value: &str) -> Option<(u64, u64)> {
+/// `remaining` and `reset` (absent for a limit on requests in flight) of a draft-7
+/// `RateLimit` field.
+fn draft7_figures(value: &str) -> Option<(u64, Option<u64>)> {
     let figure = |name: &str| {
         value.split(',').find_map(|part| {
             let (key, n) = part.trim().split_once('=')?;
             (key == name).then(|| n.trim().parse::<u64>().ok())?
         })
     };
-    figure("remaining").zip(figure("reset"))
+    Some((figure("remaining")?, figure("reset")))
 }
 
 /// Adds `value`'s items to the list field `name`, after those already there (one lookup).
