@@ -177,3 +177,75 @@ fn a_window_that_reopened_on_a_backward_reading_would_be_caught() {
     assert!(most_within(&reopened, 10) > 2);
     assert!(check_gcra_bound(&reopened, 1, 100, 5).is_err());
 }
+
+/// Feeds `run`'s readings (costs `costs`, cycled) to `algorithm` as the memory store does, and
+/// at each denial that names a wait `r`, retries the request alone at its reading plus `r` (on
+/// the state as the denial left it): it must pass. A reading earlier than the key's last write
+/// (readings out of order by up to `J`) must not make the wait too short.
+fn retry_at_retry_after_passes<A: MemoryAlgorithm>(
+    name: &str,
+    algorithm: &A,
+    run: &Run,
+    costs: &[u64],
+) -> Result<(), TestCaseError> {
+    let mut state = A::State::default();
+    for (i, now) in run.readings().enumerate() {
+        let cost = costs[i % costs.len()];
+        let before = state.clone();
+        let decision = algorithm.check_mut(&mut state, now, cost);
+        if let (false, Some(wait)) = (decision.allowed, decision.retry_after) {
+            let wait = u64::try_from(wait.as_nanos()).unwrap();
+            let retry = algorithm.check(&before, now + wait, cost).decision;
+            prop_assert!(
+                retry.allowed,
+                "{name}: request {i} (cost {cost}) denied at {now} with retry_after {wait} ns, \
+                 denied again at {}: {retry:?}",
+                now + wait
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(600))]
+
+    /// Every algorithm and tiers: a denied request retried alone at `now + retry_after` passes,
+    /// with readings out of order by up to a third of a period.
+    #[test]
+    fn a_request_retried_at_its_retry_after_passes(
+        (period, _j, run) in (40..5_000u64, 0..34u64)
+            .prop_flat_map(|(p, percent)| (Just(p), Just(p * percent / 100)))
+            .prop_flat_map(|(p, j)| (Just(p), Just(j), run(p / 8, j))),
+        limit in 1..8u64,
+        burst in 1..8u64,
+        sub_windows in 1..5usize,
+        costs in prop::collection::vec(1..4u64, 1..4),
+        outer in 2..6u64,
+    ) {
+        let q = Quota::new(limit, Duration::from_nanos(period)).with_burst(burst.max(limit));
+        let costs: Vec<u64> = costs.into_iter().map(|c| c.min(limit)).collect();
+        retry_at_retry_after_passes("gcra", &Gcra::new(&q), &run, &costs)?;
+        retry_at_retry_after_passes("token bucket", &TokenBucket::new(&q), &run, &costs)?;
+        retry_at_retry_after_passes("leaky bucket", &LeakyBucket::new(&q), &run, &costs)?;
+        retry_at_retry_after_passes("fixed window", &FixedWindow::new(&q), &run, &costs)?;
+        let sliding = SlidingWindow::new(&q).sub_windows(sub_windows);
+        retry_at_retry_after_passes("sliding window", &sliding, &run, &costs)?;
+        retry_at_retry_after_passes("sliding log", &SlidingLog::new(&q), &run, &costs)?;
+        retry_at_retry_after_passes("hybrid", &Hybrid::new(&q), &run, &costs)?;
+        // Tiers: a tight quota and one `outer` times longer.
+        let wide = Quota::new(limit * outer / 2 + 1, Duration::from_nanos(period * outer));
+        let gcra = Tiered::new([Gcra::new(&q), Gcra::new(&wide)]);
+        retry_at_retry_after_passes("gcra tiers", &gcra, &run, &costs)?;
+        let buckets = Tiered::new([TokenBucket::new(&q), TokenBucket::new(&wide)]);
+        retry_at_retry_after_passes("token bucket tiers", &buckets, &run, &costs)?;
+        let windows = Tiered::new([FixedWindow::new(&q), FixedWindow::new(&wide)]);
+        retry_at_retry_after_passes("fixed window tiers", &windows, &run, &costs)?;
+        let logs = Tiered::new([SlidingLog::new(&q), SlidingLog::new(&wide)]);
+        retry_at_retry_after_passes("sliding log tiers", &logs, &run, &costs)?;
+        let hybrids = Tiered::new([Hybrid::new(&q), Hybrid::new(&wide)]);
+        retry_at_retry_after_passes("hybrid tiers", &hybrids, &run, &costs)?;
+        let slidings = Tiered::new([sliding, SlidingWindow::new(&wide)]);
+        retry_at_retry_after_passes("sliding window tiers", &slidings, &run, &costs)?;
+    }
+}

@@ -116,6 +116,16 @@ enum Standing {
     },
 }
 
+impl Standing {
+    /// The time the state was read at: the reading, or the state's own time when the reading
+    /// was earlier.
+    fn now(&self) -> u64 {
+        match *self {
+            Self::Fresh { now } | Self::Bursty { now, .. } | Self::Smooth { now, .. } => now,
+        }
+    }
+}
+
 fn nanos(ns: i128) -> Duration {
     Duration::from_nanos(u64::try_from(ns.max(0)).unwrap_or(u64::MAX))
 }
@@ -207,13 +217,10 @@ impl Hybrid {
         let decision = Decision::deny(self.limit, remaining, reset_after, retry_after);
         Outcome::new(decision, None)
     }
-}
 
-impl Algorithm for Hybrid {
-    type State = HybridState;
-
-    fn check(&self, state: &HybridState, now: u64, cost: u64) -> Outcome<HybridState> {
-        let standing = self.standing(state, now);
+    /// The outcome of a request of `cost` on `standing`, its waits measured from the time
+    /// the state was read at.
+    fn decide(&self, standing: Standing, cost: u64) -> Outcome<HybridState> {
         if cost > self.limit {
             return self.deny(standing, None);
         }
@@ -298,6 +305,25 @@ impl Algorithm for Hybrid {
                 )
             }
         }
+    }
+}
+
+impl Algorithm for Hybrid {
+    type State = HybridState;
+
+    fn check(&self, state: &HybridState, now: u64, cost: u64) -> Outcome<HybridState> {
+        let standing = self.standing(state, now);
+        let mut outcome = self.decide(standing, cost);
+        // A reading before the state's own time (readings out of order across threads) is
+        // decided at the state's time; the waits it reports are measured from the reading, so
+        // that a client told to retry then is not early.
+        let skew = Duration::from_nanos(standing.now() - now);
+        if !skew.is_zero() {
+            let decision = &mut outcome.decision;
+            decision.reset_after = decision.reset_after.saturating_add(skew);
+            decision.retry_after = decision.retry_after.map(|r| r.saturating_add(skew));
+        }
+        outcome
     }
 
     fn is_fresh(&self, state: &HybridState, now: u64) -> bool {

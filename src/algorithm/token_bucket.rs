@@ -127,12 +127,18 @@ impl Algorithm for TokenBucket {
 
     #[inline]
     fn check(&self, state: &TokenBucketState, now: u64, cost: u64) -> Outcome<TokenBucketState> {
+        let reading = now;
         let (now, deficit) = Self::refill(state, now);
+        // A reading before the last refill (readings out of order across threads) is decided
+        // at the refill's time; the waits it reports are measured from the reading, so that a
+        // client told to retry then is not early.
+        let skew = now - reading;
+        let after = |nanos: u64| Duration::from_nanos(nanos.saturating_add(skew));
         let deny = |retry_after| {
             let decision = Decision::deny(
                 self.burst,
                 self.remaining(deficit),
-                Duration::from_nanos(deficit),
+                after(deficit),
                 retry_after,
             );
             Outcome::new(decision, None)
@@ -158,18 +164,14 @@ impl Algorithm for TokenBucket {
         // may hold more, hence the saturation.
         let short = deficit.saturating_add(take);
         if short > self.bound() {
-            return deny(Some(Duration::from_nanos(short - self.bound())));
+            return deny(Some(after(short - self.bound())));
         }
         // The receipt is when the bucket would be full again after this request: the end of
         // its slot, as GCRA's TAT.
-        let mut decision = Decision::allow(
-            self.burst,
-            self.remaining(short),
-            Duration::from_nanos(short),
-        )
-        .with_receipt(if cost > 0 { now + short } else { 0 });
+        let mut decision = Decision::allow(self.burst, self.remaining(short), after(short))
+            .with_receipt(if cost > 0 { now + short } else { 0 });
         if short > self.capacity {
-            decision = decision.delayed(Duration::from_nanos(short - self.capacity));
+            decision = decision.delayed(after(short - self.capacity));
         }
         let next = TokenBucketState {
             deficit: short,
@@ -266,9 +268,10 @@ mod tests {
                 (400, 1000, 1000, 1),
                 (true, 0, 500, None, Some((500, 1000))),
             ),
-            // a time before the last refill counts as no time elapsed
-            ((300, 1000, 900, 1), (true, 1, 400, None, Some((400, 1000)))),
-            ((500, 1000, 900, 1), (false, 0, 500, Some(100), None)),
+            // a time before the last refill counts as no time elapsed, and the waits are
+            // measured from it (GCRA's: a TAT of 1300 ms read at 900 ms)
+            ((300, 1000, 900, 1), (true, 1, 500, None, Some((400, 1000)))),
+            ((500, 1000, 900, 1), (false, 0, 600, Some(200), None)),
         ];
         for ((deficit, refilled, now, cost), (allowed, remaining, reset, retry, next)) in cases {
             let state = at(deficit, refilled);
