@@ -5,8 +5,9 @@
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
 
+use proptest::prelude::*;
 use tollgate::clock::ManualClock;
-use tollgate::store::MemoryStore;
+use tollgate::store::{MemoryAlgorithm, MemoryStore};
 use tollgate::{Key, Quota, RateLimiter};
 
 fn v6(i: u64) -> Key {
@@ -88,4 +89,93 @@ fn the_default_store_is_bounded() {
     let len = limiter.table().len();
     assert!(len <= MemoryStore::DEFAULT_MAX_KEYS, "{len} keys held");
     assert!(len >= MemoryStore::DEFAULT_MAX_KEYS / 2, "{len} keys held");
+}
+
+/// A key that used `used` of its quota at 0, then, `elapsed` ns later, a flood of `flood` new
+/// keys that each used `flood_cost`: the key must not get more than it had left before the
+/// flood (when the flood's keys had more left than it), whatever forgetting made room for them.
+fn flood_never_frees<A: MemoryAlgorithm>(
+    name: &str,
+    limiter: RateLimiter<A, MemoryStore, ManualClock>,
+    clock: &ManualClock,
+    (used, elapsed, flood, flood_cost): (u64, u64, u64, u64),
+) -> Result<(), TestCaseError> {
+    let victim = Key::from("account:alice");
+    for _ in 0..used {
+        limiter.check_now(victim.clone());
+    }
+    clock.advance(Duration::from_nanos(elapsed));
+    let left = ready(limiter.peek(victim.clone())).remaining;
+    for i in 0..flood {
+        let key = Key::from(format!("minted-{i}"));
+        for _ in 0..flood_cost {
+            limiter.check_now(key.clone());
+        }
+    }
+    let flood_left = ready(limiter.peek(Key::from(format!("minted-{}", flood - 1)))).remaining;
+    if flood_left <= left {
+        // The flood's keys cost their senders as much as the victim's use: not this property.
+        return Ok(());
+    }
+    let passed = (0..=left + 10)
+        .filter(|_| limiter.check_now(victim.clone()).allowed)
+        .count() as u64;
+    prop_assert!(
+        passed <= left,
+        "{name}: the key had {left} left before a flood of {flood} keys with {flood_left} left \
+         each, and {passed} passed after it"
+    );
+    Ok(())
+}
+
+/// The decision of a memory store's future, which is always ready.
+fn ready(
+    future: std::future::Ready<Result<tollgate::Decision, tollgate::Error>>,
+) -> tollgate::Decision {
+    future.into_inner().unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// Eviction by what forgetting gives back: after any flood of keys with more left, a key
+    /// never gets more than it had left, under every algorithm and tiers.
+    #[test]
+    fn a_flood_of_keys_with_more_left_never_frees_a_key(
+        limit in 3..8u64,
+        used_share in 2..8u64,
+        elapsed_percent in 0..95u64,
+        flood_cost in 1..3u64,
+    ) {
+        const MAX_KEYS: usize = 256;
+        let used = used_share.min(limit - 1).max(flood_cost + 1);
+        let period = Duration::from_secs(3600);
+        let elapsed = period.as_nanos() as u64 / 100 * elapsed_percent;
+        let q = Quota::new(limit, period);
+        let day = Quota::new(limit * 4, period * 24);
+        let flood = MAX_KEYS as u64 * 8;
+        let case = (used, elapsed, flood, flood_cost);
+        macro_rules! run {
+            ($name:literal, $make:expr) => {{
+                let clock = ManualClock::new();
+                let limiter = $make
+                    .with_store(MemoryStore::new().with_max_keys(MAX_KEYS))
+                    .with_clock(clock.clone());
+                flood_never_frees($name, limiter, &clock, case)?;
+            }};
+        }
+        run!("gcra", RateLimiter::gcra(q.clone()));
+        run!("token bucket", RateLimiter::token_bucket(q.clone()));
+        run!("leaky bucket", RateLimiter::leaky_bucket(q.clone()));
+        run!("fixed window", RateLimiter::fixed_window(q.clone()));
+        run!("sliding window", RateLimiter::sliding_window(q.clone()));
+        run!("sliding window, 4 sub-windows", RateLimiter::sliding_window(q.clone()).sub_windows(4));
+        run!("sliding log", RateLimiter::sliding_log(q.clone()));
+        run!("hybrid", RateLimiter::hybrid(q.clone()));
+        run!("gcra tiers", RateLimiter::gcra([q.clone(), day.clone()]));
+        run!("fixed window tiers", RateLimiter::fixed_window([q.clone(), day.clone()]));
+        run!("sliding log tiers", RateLimiter::sliding_log([q.clone(), day.clone()]));
+        run!("sliding window tiers", RateLimiter::sliding_window([q.clone(), day.clone()]));
+        run!("hybrid tiers", RateLimiter::hybrid([q.clone(), day.clone()]));
+    }
 }

@@ -89,10 +89,12 @@ impl MemoryStore {
     /// key space that clients cannot grow, such as peer IPv4 addresses behind a firewall).
     ///
     /// A new key that finds its shard full first sweeps out the fresh keys; when none are
-    /// fresh, the shard forgets the eighth of its keys that forgetting costs least: keys that
-    /// are not being limited before keys that are, and among those the closest to fresh.
-    /// A client that is being limited therefore stays limited while any other key can go, and
-    /// a flood of new keys (each with capacity left) evicts only its own kind. Forgetting a key
+    /// fresh, the shard forgets the eighth of its keys that forgetting gives least back: keys
+    /// that are not being limited before keys that are, among those the keys with the most
+    /// left first, and among equals the closest to fresh. A client that is being limited
+    /// therefore stays limited while any other key can go, and a flood of new keys that each
+    /// used less than a client did evicts only its own kind: the client never gets more than
+    /// it had left. (Keys that each used as much as it did compete with it on equal terms.) Forgetting a key
     /// gives it a fresh start, so the bound should be well above the number of clients active
     /// in one period.
     ///

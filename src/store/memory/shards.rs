@@ -6,9 +6,10 @@
 //! - **Bytes per key.** IP and integer keys live in tables of plain words beside the cell, so a
 //!   GCRA key costs some 52 bytes where governor's `DashMap<IpAddr, _>` costs 69 ("Bytes per
 //!   key"), and finding one compares integers.
-//! - **Eviction.** A shard sweeps out the keys fresh since its previous sweep as it grows, and when full
-//!   forgets the eighth of its keys that forgetting costs least (not being limited first, then
-//!   closest to fresh), judged by the algorithm through [`Forget`]. A general map knows neither
+//! - **Eviction.** A shard sweeps out the keys fresh since its previous sweep as it grows, and
+//!   when full forgets the eighth of its keys that forgetting gives least back (not being
+//!   limited first, then the most left, then the closest to fresh), judged by the algorithm
+//!   through [`Forget`]. A general map knows neither
 //!   what "fresh" means nor which key is cheap to lose, and a cache's eviction (recency or
 //!   frequency) would let a flood of new keys push out the clients being limited; the longest
 //!   single check while a shard forgets is measured in "Longest single `check` while the store
@@ -42,11 +43,21 @@ pub(crate) trait Forget<V> {
     /// elapsed), so a cell fresh at the previous sweep and now has been left alone in between.
     fn is_fresh(&self, cell: &V, at: u64) -> bool;
 
-    /// How much forgetting the cell would cost its key: `(limited, until_fresh)`, where
-    /// `limited` means no request of cost 1 would pass now and `until_fresh` is the time in
-    /// nanoseconds until it is fresh. Lower goes first.
-    fn weight(&self, cell: &V) -> (bool, u64);
+    /// How much forgetting the cell would give its key back ([`Weight`]). Lower goes first.
+    fn weight(&self, cell: &V) -> Weight;
 }
+
+/// What forgetting a key gives it back, in the order keys go: `(limited, used, until_fresh)`.
+/// `limited`: no request of cost 1 would pass now. `used`: how much of its capacity it has
+/// used, counted as `u64::MAX − remaining` (the requests of cost 1 that would pass now), so
+/// the key with the most left goes first. `until_fresh`: nanoseconds until it is fresh, which
+/// breaks ties. A key that used more is never forgotten while one that used less is held: a
+/// flood of keys that each used little makes room among its own kind.
+pub(crate) type Weight = (bool, u64, u64);
+
+/// The fewest keys a bounded shard holds: the bound of a small table is shared among fewer
+/// shards rather than cut into shards too small to choose among.
+const MIN_PER_SHARD: usize = 16;
 
 /// The fewest keys a shard holds before it looks for fresh ones to remove.
 const SWEEP_FLOOR: usize = 64;
@@ -137,10 +148,11 @@ impl<V> Tables<V> {
         if len < limit {
             return;
         }
-        // Full of keys that are not fresh: evict the ones forgetting costs least. Keys that are
-        // being limited go last, so a client under a limit keeps it while any other key can go.
+        // Full of keys that are not fresh: evict the ones forgetting gives least back. Keys that
+        // are being limited go last, so a client under a limit keeps it while any other key can
+        // go, and of the others those with the most left go first.
         let target = (limit / 8).clamp(1, len);
-        let mut weights: Vec<(bool, u64)> = self.cells().map(|c| forget.weight(c)).collect();
+        let mut weights: Vec<Weight> = self.cells().map(|c| forget.weight(c)).collect();
         let (_, &mut threshold, _) = weights.select_nth_unstable(target - 1);
         let below = weights.iter().filter(|&&w| w < threshold).count();
         // Every key below the threshold goes, and as many at it as make up the target.
@@ -199,10 +211,13 @@ impl<V: Default> Shards<V> {
         let per_shard = match max_keys {
             None => usize::MAX,
             Some(max) => {
-                // At least one key per shard, and never more than `max` in all.
+                // At least `MIN_PER_SHARD` keys per shard (or all of them in one), and never
+                // more than `max` in all: a shard chooses which key to forget among its own, so
+                // a shard of one key would forget a limited client for any newcomer.
                 let max = max.max(1);
-                if max < count {
-                    count = 1 << max.ilog2();
+                let shards = (max / MIN_PER_SHARD).max(1);
+                if shards < count {
+                    count = 1 << shards.ilog2();
                 }
                 max / count
             }
@@ -397,8 +412,8 @@ mod tests {
             false
         }
 
-        fn weight(&self, _: &AtomicU64) -> (bool, u64) {
-            (false, 0)
+        fn weight(&self, _: &AtomicU64) -> Weight {
+            (false, 0, 0)
         }
     }
 
@@ -467,8 +482,8 @@ mod tests {
             at.max(visited) >= visited + PERIOD
         }
 
-        fn weight(&self, cell: &AtomicU64) -> (bool, u64) {
-            (false, cell.load(Ordering::Relaxed))
+        fn weight(&self, cell: &AtomicU64) -> Weight {
+            (false, 0, cell.load(Ordering::Relaxed))
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::blocks::Blocks;
 use super::registry::Map;
-use super::shards::Forget;
+use super::shards::{Forget, Weight};
 use super::{MemoryAlgorithm, MemoryStore, StateCell};
 use crate::store::{Store, Update};
 use crate::{Decision, Error, Key};
@@ -346,10 +346,14 @@ impl<A: MemoryAlgorithm> Forget<A::Cell> for Forgetting<'_, A> {
         cell.is_fresh(self.algorithm, at)
     }
 
-    fn weight(&self, cell: &A::Cell) -> (bool, u64) {
+    fn weight(&self, cell: &A::Cell) -> Weight {
         let standing = cell.peek(self.algorithm, self.now);
         let until_fresh = u64::try_from(standing.reset_after.as_nanos()).unwrap_or(u64::MAX);
-        (standing.remaining == 0, until_fresh)
+        (
+            standing.remaining == 0,
+            u64::MAX - standing.remaining,
+            until_fresh,
+        )
     }
 }
 
