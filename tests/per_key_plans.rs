@@ -271,3 +271,63 @@ async fn an_empty_plan_gets_the_layers_quota() {
     );
     assert_eq!(status(&svc, "k").await.0, StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// A handle's reset and block reach every plan the layer has made, those whose limiters were
+/// dropped from its 256 to make room included: a reset frees the client on an evicted plan,
+/// and a block holds there, named plans or not.
+#[tokio::test]
+async fn reset_and_block_reach_plans_evicted_from_the_layer() {
+    for named in [true, false] {
+        let clock = ManualClock::new();
+        let layer = layer(named, &clock);
+        let handle = layer.handle();
+        let svc = layer.layer(ok());
+        for n in 0..300 {
+            let key = format!("plan-{n}-a");
+            for _ in 0..2 {
+                assert_eq!(status(&svc, &key).await.0, StatusCode::OK);
+            }
+        }
+        // Plan 0's limiter was dropped to make room for the later ones: its client, limited,
+        // is reset through the handle, as are clients of plans still held.
+        for n in [0, 1, 150, 299] {
+            let key = format!("plan-{n}-a");
+            assert_eq!(status(&svc, &key).await.0, StatusCode::TOO_MANY_REQUESTS);
+            handle.reset(key.as_str()).await.unwrap();
+            for i in 0..2 {
+                assert_eq!(
+                    status(&svc, &key).await.0,
+                    StatusCode::OK,
+                    "request {i} of plan {n}'s client after its reset (named: {named})"
+                );
+            }
+            assert_eq!(status(&svc, &key).await.0, StatusCode::TOO_MANY_REQUESTS);
+        }
+        // Evict plans 2 to 99 again, then reset every client: every one is fresh.
+        for n in 300..400 {
+            assert_eq!(status(&svc, &format!("plan-{n}-a")).await.0, StatusCode::OK);
+        }
+        for n in 0..400 {
+            handle.reset(format!("plan-{n}-a").as_str()).await.unwrap();
+        }
+        for n in 0..400 {
+            let key = format!("plan-{n}-a");
+            assert_eq!(
+                status(&svc, &key).await.0,
+                StatusCode::OK,
+                "plan {n} (named: {named})"
+            );
+        }
+        // A block through the handle holds on an evicted plan, and a reset lifts it.
+        handle
+            .block("plan-5-b", Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(
+            status(&svc, "plan-5-b").await.0,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        handle.reset("plan-5-b").await.unwrap();
+        assert_eq!(status(&svc, "plan-5-b").await.0, StatusCode::OK);
+    }
+}

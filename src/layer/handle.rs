@@ -199,7 +199,8 @@ impl Handle {
         async move { limiter.peek(key).await }
     }
 
-    /// Makes `key` fresh again under the layer's quotas and every plan's made so far, in every
+    /// Makes `key` fresh again under the layer's quotas and every plan's made so far (those
+    /// whose limiters the layer dropped to make room for newer plans included), in every
     /// tier: its state is forgotten, its block lifted, and its count of denials towards a ban
     /// ([`ban`](super::RateLimitLayer::ban)) started afresh
     /// ([`RateLimiter::reset`](crate::RateLimiter::reset)). With a shared store (Redis) the
@@ -242,7 +243,8 @@ impl Handle {
     /// (an IPv6 client is keyed by its /64, so `Key::from(ip)` would block nobody).
     ///
     /// - The block is written to the layer's store under its policy and under each plan's
-    ///   this layer has made: with a shared store (Redis) it holds on every server for those,
+    ///   this layer has made (those dropped to make room for newer plans included): with a
+    ///   shared store (Redis) it holds on every server for those,
     ///   while Redis answers (a server that decides by its failure policy meanwhile holds
     ///   only the blocks it made itself, and, with a local fallback, its bans).
     /// - The layer also holds it itself, in memory, before any limiter decides: under the

@@ -1,9 +1,9 @@
 //! Per-key quotas: one layer, a plan picked for each request (such as a customer's plan).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use foldhash::fast::RandomState;
 
@@ -20,6 +20,11 @@ use crate::{Key, Quota};
 /// one is dropped to make room; its state stays in the store, where the limiter made for it
 /// the next time finds it.
 pub(crate) const MAX_PLANS: usize = 256;
+
+/// How many plans dropped from the layer's [`MAX_PLANS`] it remembers, so that a handle's
+/// reset and block still reach them. Past this, a warning: a selector that makes quotas up
+/// from request data should be bounded.
+pub(crate) const MAX_EVICTED_PLANS: usize = 4096;
 
 /// What a [`quota_for`](super::RateLimitLayer::quota_for) selector returns: the quotas of the
 /// request's plan.
@@ -128,9 +133,13 @@ pub(crate) struct PerKey {
     select: Arc<Select>,
     maker: Maker,
     policies: RwLock<Policies>,
+    /// The plans dropped from `policies` to make room, and not made again since: their state
+    /// stays in the store, where a handle's reset and block must still reach it.
+    evicted: Mutex<HashSet<Box<[Quota]>, RandomState>>,
     /// How many policies have been made: entries used since the last one share its count.
     made: AtomicU64,
     warned_evicting: AtomicBool,
+    warned_forgetting: AtomicBool,
     warned_empty: AtomicBool,
     warned_refused: AtomicBool,
 }
@@ -147,8 +156,10 @@ impl PerKey {
             select,
             maker,
             policies: RwLock::new(HashMap::default()),
+            evicted: Mutex::new(HashSet::default()),
             made: AtomicU64::new(0),
             warned_evicting: AtomicBool::new(false),
+            warned_forgetting: AtomicBool::new(false),
             warned_empty: AtomicBool::new(false),
             warned_refused: AtomicBool::new(false),
         }
@@ -170,13 +181,66 @@ impl PerKey {
         }
     }
 
-    /// The limiters of the plans made and not evicted (for a handle's reset and block).
+    /// The limiters of every plan made (for a handle's reset and block): those held, and a
+    /// limiter made again for each plan dropped to make room, which finds the state its
+    /// clients left in the store.
     pub(crate) fn limiters(&self) -> Vec<Arc<dyn Limit>> {
-        let policies = self.policies.read().unwrap_or_else(PoisonError::into_inner);
-        policies
-            .values()
-            .map(|entry| entry.policy.limiter.clone())
-            .collect()
+        let mut limiters: Vec<Arc<dyn Limit>> = {
+            let policies = self.policies.read().unwrap_or_else(PoisonError::into_inner);
+            policies
+                .values()
+                .map(|entry| entry.policy.limiter.clone())
+                .collect()
+        };
+        let evicted: Vec<Box<[Quota]>> = self
+            .evicted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect();
+        // A plan the store refused never had a limiter, nor any state.
+        limiters.extend(evicted.iter().filter_map(|quotas| self.make(quotas).ok()));
+        limiters
+    }
+
+    /// The limiter of a plan of `quotas`, with the layer's options, bans and the handle's
+    /// blocks. Shared under the plan's name, or its text when unnamed: a limiter made again
+    /// for this plan after its eviction finds the state this one leaves.
+    fn make(&self, quotas: &[Quota]) -> Result<Arc<dyn Limit>, crate::Error> {
+        let maker = &self.maker;
+        maker
+            .store
+            .bind(&maker.recipe.for_plan(quotas), &maker.clock, true)
+            .inspect(|limiter| {
+                // Told of refunds as the layer's own limiter is.
+                if maker.settings.count_if.is_some() {
+                    limiter.expect_refunds();
+                }
+            })
+            .and_then(|limiter| match &maker.ban {
+                Some(ban) => {
+                    let counter = ban.bind(&limiter, &*maker.store, &maker.clock, true)?;
+                    Ok(ban.wrap(limiter, counter, maker.settings.dry_run))
+                }
+                None => Ok(limiter),
+            })
+            .map(|limiter| held(limiter, maker.held.clone()))
+    }
+
+    /// Remembers that the plan of `quotas` was dropped to make room.
+    fn evicted(&self, quotas: Box<[Quota]>) {
+        let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
+        if evicted.len() < MAX_EVICTED_PLANS {
+            evicted.insert(quotas);
+        } else {
+            Self::warn_once(
+                &self.warned_forgetting,
+                "quota_for picked more than 4352 distinct plans; a handle's reset and block no \
+                 longer reach every plan dropped to make room. If the selector makes quotas up \
+                 from request data, bound it",
+            );
+        }
     }
 
     /// The policy of this request's plan, made on first use with the layer's algorithm
@@ -219,27 +283,7 @@ impl PerKey {
             );
             return Ok(None);
         }
-        // Shared under the plan's name, or its text when unnamed: a limiter made again for
-        // this plan after its eviction finds the state this one leaves.
-        let maker = &self.maker;
-        let bound = maker
-            .store
-            .bind(&maker.recipe.for_plan(quotas), &maker.clock, true)
-            .inspect(|limiter| {
-                // Told of refunds as the layer's own limiter is.
-                if maker.settings.count_if.is_some() {
-                    limiter.expect_refunds();
-                }
-            })
-            .and_then(|limiter| match &maker.ban {
-                Some(ban) => {
-                    let counter = ban.bind(&limiter, &*maker.store, &maker.clock, true)?;
-                    Ok(ban.wrap(limiter, counter, maker.settings.dry_run))
-                }
-                None => Ok(limiter),
-            })
-            .map(|limiter| held(limiter, maker.held.clone()));
-        let limiter = match bound {
+        let limiter = match self.make(quotas) {
             Ok(limiter) => limiter,
             Err(refused) => {
                 // A plan the store cannot keep (a quota too large for Redis): its requests are
@@ -272,10 +316,15 @@ impl PerKey {
                 .map(|(quotas, _)| quotas.clone());
             if let Some(oldest) = oldest {
                 policies.remove(&oldest);
+                self.evicted(oldest);
             }
         }
+        self.evicted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(quotas);
         let made = self.made.fetch_add(1, Ordering::Relaxed) + 1;
-        let responder = Arc::new(Responder::for_limit(&limiter, maker.settings.clone()));
+        let responder = Arc::new(Responder::for_limit(&limiter, self.maker.settings.clone()));
         let policy = Arc::new(Policy { limiter, responder });
         let entry = Entry {
             policy: policy.clone(),
