@@ -11,7 +11,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use pin_project_lite::pin_project;
 
 use super::answer::{Answer, BoxError};
-use super::in_flight::Hold;
+use super::upgrade::Held;
 
 pin_project! {
     /// Either the inner service's body, or the body of a response the layer made itself (a
@@ -25,7 +25,7 @@ pin_project! {
         kind: Kind<B>,
         // The slots of an in-flight limit the request holds: given back when the body ends,
         // or with it when it is dropped.
-        hold: Option<Hold>,
+        hold: Option<Held>,
     }
 }
 
@@ -45,7 +45,7 @@ impl<B> ResponseBody<B> {
     }
 
     /// The inner service's body, holding `hold` until it ends or is dropped.
-    pub(crate) fn held(body: B, hold: Option<Hold>) -> Self {
+    pub(crate) fn held(body: B, hold: Option<Held>) -> Self {
         Self {
             kind: Kind::Inner { body },
             hold,

@@ -13,6 +13,7 @@ use super::in_flight::Hold;
 use super::limit::{Check, Limit};
 use super::observe::Timer;
 use super::response::{Admission, Responder};
+use super::upgrade::Held;
 use crate::clock::Sleep;
 use crate::{Decision, Error, Key};
 
@@ -55,8 +56,9 @@ pin_project! {
         // Set with `count_if`, for a request that used up capacity.
         refund: Option<Refund>,
         // The slots an in-flight limit let the request take: handed to the response body,
-        // and given back when that ends (or when this future is dropped first).
-        hold: Option<Hold>,
+        // and given back when that ends (or when this future is dropped first); or, for a
+        // response that switches protocols, left to the handler's `InFlightSlot`.
+        hold: Option<Held>,
         responder: Arc<Responder>,
     }
 }
@@ -102,7 +104,7 @@ fn next<F, S, B, R>(
     inner: &mut S,
     ticket: Ticket<B>,
     limiter: &Arc<dyn Limit>,
-) -> (State<F, S, B, R>, Option<Decision>, Option<Hold>)
+) -> (State<F, S, B, R>, Option<Decision>, Option<Held>)
 where
     S: Service<Request<B>, Future = F> + Clone,
 {
@@ -119,7 +121,10 @@ where
     match admission {
         Admission::Allowed(decision) => {
             // Taken before the inner service is called: a panic there drops it with the future.
-            let hold = hold.and_then(|key| Hold::of(limiter, key, cost, &decision));
+            // A request that may switch protocols shares it with its handler.
+            let hold = hold
+                .and_then(|key| Hold::of(limiter, key, cost, &decision))
+                .map(|hold| Held::of(hold, &mut req));
             // A request of cost 0 takes nothing, so it has no turn to wait for.
             match responder.delay(&decision).filter(|_| cost > 0) {
                 None => {
@@ -322,13 +327,18 @@ where
 }
 
 impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
-    /// The inner service's response with the rate limit headers added.
+    /// The inner service's response with the rate limit headers added; or, when it switches
+    /// protocols while no one kept the slot it holds, the layer's refusal (see `InFlightSlot`).
     fn finish(&mut self, mut response: Response<R>) -> Response<ResponseBody<R>> {
+        let hold = match self.hold.take().map(|h| h.answered(response.status())) {
+            None => None,
+            Some(Ok(hold)) => hold,
+            Some(Err(unkept)) => return unkept.answer().map(ResponseBody::full),
+        };
         if let Some(decision) = self.decision {
             self.responder
                 .add_headers_since(response.headers_mut(), decision, *self.decided_at);
         }
-        let hold = self.hold.take();
         response.map(|body| ResponseBody::held(body, hold))
     }
 }

@@ -218,6 +218,13 @@ impl Hold {
     }
 }
 
+impl Hold {
+    /// The policy name of the limit whose slots these are.
+    pub(crate) fn policy(&self) -> &str {
+        self.limiter.policy()
+    }
+}
+
 impl Drop for Hold {
     fn drop(&mut self) {
         self.limiter.release(&self.key, self.cost, self.lease);

@@ -91,6 +91,7 @@ mod response;
 mod service;
 mod shared;
 mod text;
+mod upgrade;
 
 pub use self::answer::{AnswerBody, BoxError};
 pub use self::ban::Ban;
@@ -109,3 +110,4 @@ pub(crate) use self::recipe::{Bind, Binder, LayerClock};
 pub(crate) use self::recipe::{Kind, Recipe};
 pub use self::response::problem_details;
 pub use self::service::RateLimit;
+pub use self::upgrade::InFlightSlot;
