@@ -6,14 +6,12 @@
 //! cached as uninteresting before this test's subscriber sees it.
 #![cfg(feature = "tracing")]
 
-#[path = "support/drive.rs"]
-mod drive;
-#[path = "support/logs.rs"]
-mod logs;
-#[path = "support/request.rs"]
-mod request;
-#[path = "support/services.rs"]
-mod services;
+mod support;
+
+use support::drive;
+use support::logs;
+use support::request;
+use support::services;
 
 use http::StatusCode;
 use tollgate::clock::ManualClock;

@@ -2,15 +2,13 @@
 //! `tracing` callsite first reached on another test's thread, with no subscriber there, could
 //! otherwise be cached as uninteresting before this test's subscriber sees it.
 
-#[path = "support/drive.rs"]
-mod drive;
-#[path = "support/request.rs"]
-mod request;
-#[path = "support/services.rs"]
-mod services;
+mod support;
+
+use support::drive;
 #[cfg(feature = "tracing")]
-#[path = "support/logs.rs"]
-mod support_logs;
+use support::logs as support_logs;
+use support::request;
+use support::services;
 
 use tollgate::clock::ManualClock;
 use tollgate::{Quota, RateLimitLayer};

@@ -4,8 +4,9 @@
 //! warning is once per process.)
 #![cfg(all(feature = "axum", feature = "tracing"))]
 
-#[path = "support/logs.rs"]
-mod logs;
+mod support;
+
+use support::logs;
 
 use std::net::SocketAddr;
 

@@ -3,15 +3,15 @@
 //! body (and attacks on that body), the per-plan API limit, the JSON answers, compression, and
 //! Redis when there is a `redis-server`.
 
-#[path = "support/http.rs"]
-mod web;
+mod support;
+
+use support::http as web;
 
 #[path = "../examples/production.rs"]
 #[allow(dead_code)]
 mod production;
 
-#[path = "support/redis.rs"]
-mod server;
+use support::redis as server;
 
 use production::{account_name, app, Backend, Limits, MAX_LOGIN_BODY};
 use reqwest::StatusCode;

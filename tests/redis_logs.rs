@@ -4,10 +4,10 @@
 //! test binary, for the `tracing` subscriber (see `tests/logs.rs`).
 #![cfg(all(feature = "redis", feature = "tracing"))]
 
-#[path = "support/logs.rs"]
-mod logs;
-#[path = "support/redis.rs"]
-mod server;
+mod support;
+
+use support::logs;
+use support::redis as server;
 
 use std::error::Error as _;
 use std::time::Duration;

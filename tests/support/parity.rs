@@ -52,6 +52,12 @@ thread_local! {
     static KEEPER: RefCell<Option<(redis::Connection, u64)>> = const { RefCell::new(None) };
 }
 
+/// Drops this thread's keeper: each trial starts without the one a trial before it on the same
+/// worker thread left (its server may be gone), as when every file was its own binary.
+pub fn forget() {
+    KEEPER.with(|k| *k.borrow_mut() = None);
+}
+
 /// A store on `url` with the caller's clock and no deny cache (so each check is a script run);
 /// a plain connection keeps the thread's keys from expiring meanwhile.
 pub async fn store(url: &str) -> RedisStore {

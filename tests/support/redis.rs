@@ -69,19 +69,48 @@ pub fn harness(trials: Vec<Trial>) -> std::process::ExitCode {
     libtest_mimic::run(&args, trials).exit_code()
 }
 
-/// [`harness`], running one trial at a time unless `--test-threads` says otherwise: for trials
-/// that start many servers and measure times.
-pub fn harness_one_at_a_time(trials: Vec<Trial>) -> std::process::ExitCode {
-    let mut args = libtest_mimic::Arguments::from_args();
-    args.test_threads.get_or_insert(1);
-    libtest_mimic::run(&args, trials).exit_code()
+/// The trials `make` lists, named `module::test` as libtest names the tests of a module: for
+/// a binary whose `main.rs` gathers the trials of its modules.
+pub fn module(name: &'static str, make: fn() -> Vec<Trial>) -> Vec<Trial> {
+    in_group(name, false, make)
+}
+
+/// [`module`], each trial running with no other trial of the binary beside it (what
+/// `--test-threads=1` gave when its file was a binary of its own): for trials that start many
+/// servers and measure times.
+pub fn alone(name: &'static str, make: fn() -> Vec<Trial>) -> Vec<Trial> {
+    in_group(name, true, make)
+}
+
+thread_local! {
+    /// The module whose trials are being made, and whether they run alone.
+    static GROUP: std::cell::Cell<Option<(&'static str, bool)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Trials take this shared, or, when they must run alone, exclusive.
+static TURNS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn in_group(name: &'static str, alone: bool, make: fn() -> Vec<Trial>) -> Vec<Trial> {
+    GROUP.with(|g| g.set(Some((name, alone))));
+    let trials = make();
+    GROUP.with(|g| g.set(None));
+    trials
 }
 
 pub use libtest_mimic::Trial;
 
 /// A test that needs no Redis.
 pub fn plain(name: &'static str, test: impl FnOnce() + Send + 'static) -> Trial {
+    let (name, alone) = match GROUP.with(std::cell::Cell::get) {
+        Some((module, alone)) => (format!("{module}::{name}"), alone),
+        None => (name.to_owned(), false),
+    };
     Trial::test(name, move || {
+        use std::sync::PoisonError;
+        let _shared = (!alone).then(|| TURNS.read().unwrap_or_else(PoisonError::into_inner));
+        let _alone = alone.then(|| TURNS.write().unwrap_or_else(PoisonError::into_inner));
+        #[cfg(feature = "redis")]
+        super::parity::forget();
         test();
         Ok(())
     })

@@ -1,0 +1,16 @@
+//! The algorithms against oracles written apart from the code, and their properties.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bucket_oracle;
+mod calendar_windows;
+mod clock_jitter;
+mod clock_read_late;
+mod count_if_props;
+mod gcra_oracle;
+mod reaction_time;
+mod sliding_log_refunds;
+mod state_lifetime;
+mod tiered;
+mod window_oracle;

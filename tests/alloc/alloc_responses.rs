@@ -1,0 +1,123 @@
+//! What the layer allocates per request on the memory store, for a key that exists: a denial
+//! (the 429 with its headers and body) and an allowance (the decision in the request's
+//! extensions and the rate limit headers on the inner response).
+//!
+//! The counting allocator (`support/counting_alloc.rs`) counts per thread, only while the layer
+//! is called and its future polled to the end; requests are made before.
+
+use crate::support::counting_alloc;
+use crate::support::services;
+
+use std::future::Future;
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use http::{Request, StatusCode};
+use tollgate::clock::ManualClock;
+use tollgate::key::PeerAddr;
+use tollgate::{Quota, RateLimitLayer};
+use tower::{Layer, Service};
+
+use counting_alloc::allocations_in;
+use services::ok;
+
+/// With the `metrics` feature, each decision also builds the labels of a counter and of the
+/// store latency histogram, recorder or not: two more allocations.
+const METRICS: u64 = if cfg!(feature = "metrics") { 2 } else { 0 };
+
+/// A request from 192.0.2.1, as a server records its peer.
+fn request() -> Request<String> {
+    let mut req = Request::new(String::new());
+    let peer: SocketAddr = ([192, 0, 2, 1], 4000).into();
+    req.extensions_mut().insert(PeerAddr(peer));
+    req
+}
+
+/// Calls `svc` and polls its future, which must be ready at once (a memory store and a ready
+/// inner service), to the response.
+fn respond<S>(svc: &mut S, req: Request<String>) -> S::Response
+where
+    S: Service<Request<String>>,
+    S::Error: std::fmt::Debug,
+{
+    let mut future = pin!(svc.call(req));
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(response) => response.expect("the service failed"),
+        Poll::Pending => panic!("the response was not ready at once"),
+    }
+}
+
+/// The most allocations over `rounds` requests, each counted on its own, after as many
+/// uncounted ones (the first time a code path logs, `tracing` registers its callsite).
+fn most_allocations<S>(svc: &mut S, rounds: usize) -> (u64, S::Response)
+where
+    S: Service<Request<String>>,
+    S::Error: std::fmt::Debug,
+{
+    for _ in 0..rounds {
+        black_box(respond(svc, request()));
+    }
+    let mut most = None;
+    for _ in 0..rounds {
+        let req = request();
+        let (n, response) = allocations_in(|| respond(svc, req));
+        let response = black_box(response);
+        if most.as_ref().is_none_or(|(m, _)| n > *m) {
+            most = Some((n, response));
+        }
+    }
+    most.expect("at least one round")
+}
+
+#[test]
+fn a_denial_allocates_its_header_map_and_one_block_per_formatted_text() {
+    let clock = ManualClock::new();
+    let mut svc = RateLimitLayer::gcra(Quota::per_hour(1))
+        .clock(clock.clone())
+        .layer(ok());
+    assert_eq!(respond(&mut svc, request()).status(), StatusCode::OK);
+
+    let (n, response) = most_allocations(&mut svc, 100);
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let headers = response.headers();
+    assert_eq!(headers["retry-after"], "3600");
+    assert_eq!(headers["ratelimit"], r#""1/h";r=0;t=3600"#);
+    assert_eq!(headers["ratelimit-policy"], r#""1/h";q=1;w=3600"#);
+    // The header map (its index and its entries), the body, `Retry-After` and `RateLimit`;
+    // the content type and `RateLimit-Policy` are shared, not copied.
+    assert!(
+        n <= 5 + METRICS,
+        "a denial made {n} allocations, expected at most {}",
+        5 + METRICS
+    );
+}
+
+#[test]
+fn an_allowance_allocates_the_decision_and_one_block_per_formatted_header() {
+    let clock = ManualClock::new();
+    let mut bare = ok();
+    let (bare_n, _) = most_allocations(&mut bare, 10);
+    assert_eq!(bare_n, 0, "the inner service allocates");
+
+    let mut svc = RateLimitLayer::gcra(Quota::per_second(1_000_000_000))
+        .clock(clock.clone())
+        .layer(ok());
+    assert_eq!(respond(&mut svc, request()).status(), StatusCode::OK);
+
+    let (n, response) = most_allocations(&mut svc, 100);
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.headers().contains_key("ratelimit"));
+    assert!(response.headers().contains_key("ratelimit-policy"));
+    // The decision in the request's extensions, the header map the inner response had not yet
+    // allocated (index and entries), and `RateLimit`.
+    assert!(
+        n <= 4 + METRICS,
+        "an allowance made {n} allocations, expected at most {}",
+        4 + METRICS
+    );
+}

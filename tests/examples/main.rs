@@ -1,0 +1,16 @@
+//! The examples and the README's code, run as users would run them.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+/// The simulator of `examples/simulate`, at the root as its `chart.rs` expects (`crate::sim`).
+#[allow(dead_code)]
+#[path = "../../examples/simulate/sim.rs"]
+mod sim;
+
+mod examples_admin;
+mod examples_http;
+mod readme;
+mod readme_testing;
+mod simulate;
+mod testing_limits;

@@ -1,0 +1,17 @@
+//! The layer over HTTP: plain tower, axum, hyper and tonic servers, answers, headers, stacked layers, shaping, count_if, metrics.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod answers;
+mod axum_server;
+mod count_if;
+mod header_styles;
+mod hyper_server;
+mod layer;
+mod layer_modules;
+mod layer_types;
+mod observe;
+mod shaping_readiness;
+mod stacked_layers;
+mod tonic_server;

@@ -1,0 +1,10 @@
+//! Live layers: handles, new quotas, per-key plans, configuration.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod attack_live;
+mod config;
+mod handle_ops;
+mod live_quotas;
+mod per_key_plans;

@@ -1,0 +1,174 @@
+//! Audit: the Redis store's failure policies, deny cache and refunds, combined.
+
+use crate::support::redis as server;
+
+use std::time::Duration;
+
+use tollgate::clock::ManualClock;
+use tollgate::store::{MemoryStore, OnFailure, RedisStore};
+use tollgate::{Quota, RateLimiter};
+
+/// Where the manual clock starts: a Unix time in ns, as Redis `TIME` would give.
+const EPOCH: u64 = 1_750_000_000_123_456_789;
+
+/// Checks on `limiter` until one reaches Redis (the server counts a script call), after a
+/// restart: the connection comes back by itself on a later call.
+async fn until_connected<St>(
+    redis: &server::RedisServer,
+    limiter: &RateLimiter<tollgate::algorithm::Gcra, St, ManualClock>,
+) where
+    St: tollgate::store::Store<tollgate::algorithm::Gcra>,
+{
+    for _ in 0..200 {
+        let before = redis.calls("evalsha") + redis.calls("eval");
+        let _ = limiter.check_n("probe", 0).await;
+        if redis.calls("evalsha") + redis.calls("eval") > before {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the store never reconnected");
+}
+
+/// An admission decided by the local fallback while Redis was away carries a receipt in the
+/// local table's terms. Refunded once Redis is back, it must give nothing back in Redis (which
+/// never counted it): here it gives back another request's slot, and a third request passes
+/// a burst of one.
+async fn a_local_admission_refunded_into_redis_gives_back_nothing_there() {
+    let Some(mut redis) = server::RedisServer::start() else {
+        return;
+    };
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_nanos(EPOCH));
+    let store = RedisStore::connect(&redis.url())
+        .await
+        .unwrap()
+        .with_caller_clock()
+        .deny_cache(0)
+        .timeout(Duration::from_millis(500))
+        .on_failure(OnFailure::Local(MemoryStore::new()));
+    let limiter = RateLimiter::gcra(Quota::per_minute(1).named("local-then-redis"))
+        .with_clock(clock.clone())
+        .with_store(store);
+
+    // Redis goes away: the local table admits A.
+    redis.kill();
+    let a = limiter.check("k").await.unwrap();
+    assert!(a.allowed);
+    // Redis comes back (empty, as after a failover to a fresh replica or a restart).
+    redis.restart();
+    until_connected(&redis, &limiter).await;
+    // B is counted in Redis; A's response does not count and is refunded.
+    let b = limiter.check("k").await.unwrap();
+    assert!(b.allowed, "Redis is fresh");
+    let _ = limiter.refund("k", &a, 1).await.unwrap();
+    // B counts: a burst of one is spent for a minute.
+    let c = limiter.check("k").await.unwrap();
+    assert!(
+        !c.allowed,
+        "a third request passed: B still counts, yet A's refund gave B's slot back in Redis"
+    );
+}
+
+/// Failing open admits with an empty receipt; refunded once Redis is back, it gives nothing.
+async fn an_open_admission_refunded_into_redis_gives_back_nothing() {
+    let Some(mut redis) = server::RedisServer::start() else {
+        return;
+    };
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_nanos(EPOCH));
+    let store = RedisStore::connect(&redis.url())
+        .await
+        .unwrap()
+        .with_caller_clock()
+        .deny_cache(0)
+        .timeout(Duration::from_millis(500))
+        .on_failure(OnFailure::Open);
+    for (name, fixed) in [("open-gcra", false), ("open-window", true)] {
+        let quota = Quota::per_minute(1).named(name);
+        redis.kill();
+        if fixed {
+            let limiter = RateLimiter::fixed_window(quota)
+                .with_clock(clock.clone())
+                .with_store(store.clone());
+            let a = limiter.check("k").await.unwrap();
+            assert!(a.allowed);
+            redis.restart();
+            for _ in 0..200 {
+                let before = redis.calls("evalsha") + redis.calls("eval");
+                let _ = limiter.check_n("probe", 0).await;
+                if redis.calls("evalsha") + redis.calls("eval") > before {
+                    break;
+                }
+            }
+            assert!(limiter.check("k").await.unwrap().allowed);
+            let _ = limiter.refund("k", &a, 1).await.unwrap();
+            assert!(!limiter.check("k").await.unwrap().allowed, "{name}");
+        } else {
+            let limiter = RateLimiter::gcra(quota)
+                .with_clock(clock.clone())
+                .with_store(store.clone());
+            let a = limiter.check("k").await.unwrap();
+            assert!(a.allowed);
+            redis.restart();
+            until_connected(&redis, &limiter).await;
+            assert!(limiter.check("k").await.unwrap().allowed);
+            let _ = limiter.refund("k", &a, 1).await.unwrap();
+            assert!(!limiter.check("k").await.unwrap().allowed, "{name}");
+        }
+    }
+}
+
+/// The deny cache answers a limited client locally; a refund on this server clears it, and a
+/// client that keeps knocking never gets past its quota through the cache.
+async fn the_deny_cache_never_admits_and_refunds_clear_it() {
+    let Some(redis) = server::RedisServer::start() else {
+        return;
+    };
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_nanos(EPOCH));
+    let store = server::closed_on_caller_clock(&redis.url()).await;
+    let limiter = RateLimiter::gcra([
+        Quota::per_second(2).named("dc-s"),
+        Quota::per_minute(3).named("dc-m"),
+    ])
+    .with_clock(clock.clone())
+    .with_store(store);
+    let first = limiter.check("k").await.unwrap();
+    let second = limiter.check("k").await.unwrap();
+    assert!(first.allowed && second.allowed);
+    let mut admitted = 2;
+    for step in 0..40 {
+        clock.advance(Duration::from_millis(250));
+        let d = limiter.check("k").await.unwrap();
+        if d.allowed {
+            admitted += 1;
+        }
+        // Give back the second admission once, mid-way: one more may pass, no more.
+        if step == 10 {
+            let _ = limiter.refund("k", &second, 1).await.unwrap();
+        }
+    }
+    // 10 s: the minute tier allows 3; the refund may add back at most the one refunded.
+    assert!(
+        admitted <= 4,
+        "{admitted} admitted in 10 s of a 3-a-minute tier"
+    );
+}
+
+pub(crate) fn trials() -> Vec<server::Trial> {
+    vec![
+        server::needs_redis_async(
+            "a_local_admission_refunded_into_redis_gives_back_nothing_there",
+            a_local_admission_refunded_into_redis_gives_back_nothing_there,
+        ),
+        server::needs_redis_async(
+            "an_open_admission_refunded_into_redis_gives_back_nothing",
+            an_open_admission_refunded_into_redis_gives_back_nothing,
+        ),
+        server::needs_redis_async(
+            "the_deny_cache_never_admits_and_refunds_clear_it",
+            the_deny_cache_never_admits_and_refunds_clear_it,
+        ),
+    ]
+}

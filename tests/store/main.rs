@@ -1,0 +1,11 @@
+//! The memory store: eviction, blocks, bans, concurrency, shared names.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bans;
+mod blocks;
+mod concurrency;
+mod eviction;
+mod shared_names;
+mod stress;
