@@ -103,7 +103,7 @@ pub fn json_answers(layer: RateLimitLayer) -> RateLimitLayer {
         .on_limited(|decision, _head| {
             let body = serde_json::json!({
                 "error": "rate_limited",
-                "retry_after_seconds": decision.retry_after.map(|d| d.as_secs_f64().ceil()),
+                "retry_after_seconds": decision.retry_after_secs(),
             });
             (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response()
         })
@@ -240,7 +240,7 @@ async fn json_answers_for_denials_and_missing_keys() {
     assert_eq!(header(&denied, "retry-after"), "60");
     assert_eq!(
         denied.text().await.unwrap(),
-        r#"{"error":"rate_limited","retry_after_seconds":60.0}"#
+        r#"{"error":"rate_limited","retry_after_seconds":60}"#
     );
 }
 
