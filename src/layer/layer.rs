@@ -609,27 +609,64 @@ impl RateLimitLayer {
     /// `Quota` (or of an `Arc<[Quota]>` for tiers) allocates nothing, nor does finding the
     /// plan's limiter.
     ///
+    /// The plan comes from what the server knows, never from what the client sent: a key
+    /// issued by this service, found in its own table, has the plan recorded there; any other
+    /// request (no key, a key never issued) is keyed by its IP and gets the strictest plan.
+    /// Keyed on the header's text, each invented key would start a fresh budget.
+    ///
     /// ```
-    /// use tollgate::key::Header;
+    /// use std::collections::HashMap;
+    /// use std::sync::Arc;
+    /// use http::StatusCode;
+    /// use tollgate::key::{from_fn, KeyError, KeyExtractor, PeerIp, RequestHead};
     /// use tollgate::{Key, Quota, RateLimitLayer};
+    ///
+    /// #[derive(Clone, Copy)]
+    /// enum Plan { Free, Pro }
+    ///
+    /// // The API keys this service issued, and the plan of each (in a real service, its
+    /// // database).
+    /// let issued: Arc<HashMap<&str, Plan>> =
+    ///     Arc::new(HashMap::from([("k-9Lk4", Plan::Free), ("k-7Qx2", Plan::Pro)]));
+    /// let plan_of = move |key: &[u8]| {
+    ///     std::str::from_utf8(key).ok().and_then(|key| issued.get(key).copied())
+    /// };
+    ///
+    /// // Keyed on an issued key; anything else falls back to the client IP.
+    /// let lookup = plan_of.clone();
+    /// let api_key = from_fn(move |head: RequestHead<'_>| {
+    ///     match head.headers().get("x-api-key").map(|v| v.as_bytes()) {
+    ///         Some(key) if lookup(key).is_some() => Ok(Some(Key::from(key))),
+    ///         _ => Err(KeyError::new(StatusCode::UNAUTHORIZED, "no issued API key")),
+    ///     }
+    /// });
     ///
     /// let free = Quota::per_minute(60).named("free");
     /// let pro = Quota::per_minute(600).named("pro");
     /// let layer = RateLimitLayer::gcra(free.clone())
-    ///     .key(Header::new("x-api-key"))
-    ///     .quota_for(move |key: &Key, _head| {
-    ///         let is_pro = key.as_bytes().is_some_and(|k| k.starts_with(b"pro_"));
-    ///         if is_pro { pro.clone() } else { free.clone() }
+    ///     .key(api_key.or(PeerIp))
+    ///     .quota_for(move |key: &Key, _head| match key.as_bytes().and_then(&plan_of) {
+    ///         Some(Plan::Pro) => pro.clone(),
+    ///         // Free keys, and IP keys (no bytes): the strictest plan.
+    ///         _ => free.clone(),
     ///     });
     /// # let _ = layer;
     /// ```
     ///
-    /// Plans with tiers, on a layer built with tiers:
+    /// Plans with tiers, on a layer built with tiers, keyed on the customer an authentication
+    /// layer in front found (and put in the extensions):
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use tollgate::key::Header;
+    /// use http::StatusCode;
+    /// use tollgate::key::{KeyError, RequestHead};
     /// use tollgate::{Key, Quota, RateLimitLayer};
+    ///
+    /// #[derive(Clone, Copy)]
+    /// enum Plan { Free, Pro }
+    /// /// What the authentication layer found: the customer's id and plan.
+    /// #[derive(Clone, Copy)]
+    /// struct Customer { id: u64, plan: Plan }
     ///
     /// let free: Arc<[Quota]> = Arc::new([
     ///     Quota::per_second(1).named("free-s"),
@@ -640,10 +677,18 @@ impl RateLimitLayer {
     ///     Quota::per_day(1000).named("pro-d"),
     /// ]);
     /// let layer = RateLimitLayer::gcra(free.to_vec())
-    ///     .key(Header::new("x-api-key"))
-    ///     .quota_for(move |key: &Key, _head| {
-    ///         let is_pro = key.as_bytes().is_some_and(|k| k.starts_with(b"pro_"));
-    ///         if is_pro { pro.clone() } else { free.clone() }
+    ///     .key(|head: RequestHead<'_>| match head.extensions().get::<Customer>() {
+    ///         Some(customer) => Ok(Some(Key::from(customer.id))),
+    ///         None => Err(KeyError::new(
+    ///             StatusCode::INTERNAL_SERVER_ERROR,
+    ///             "the limit needs the authentication layer outside it",
+    ///         )),
+    ///     })
+    ///     .quota_for(move |_key: &Key, head: RequestHead<'_>| {
+    ///         match head.extensions().get::<Customer>().map(|c| c.plan) {
+    ///             Some(Plan::Pro) => pro.clone(),
+    ///             _ => free.clone(),
+    ///         }
     ///     });
     /// # let _ = layer;
     /// ```
