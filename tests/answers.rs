@@ -220,9 +220,10 @@ async fn dry_run_refuses_nothing_and_reports_what_it_would_have_done() {
     );
 }
 
-/// A request from 192.0.2.1 over `version` with `content_type`.
+/// A `POST` from 192.0.2.1 over `version` with `content_type`.
 fn typed(version: Version, content_type: &str) -> Request<String> {
     let mut req = Request::builder()
+        .method(http::Method::POST)
         .uri("/orders")
         .version(version)
         .header("content-type", content_type)
@@ -246,7 +247,8 @@ async fn spent(
 
 #[tokio::test]
 async fn only_grpc_over_http2_and_grpc_web_get_grpc_answers_in_their_own_content_type() {
-    let svc = spent(RateLimitLayer::gcra(Quota::per_minute(1))).await;
+    // gRPC-Web gets gRPC answers where the layer opts in (`tests/grpc_detection.rs`: only there).
+    let svc = spent(RateLimitLayer::gcra(Quota::per_minute(1)).grpc_web(true)).await;
     let grpc_answers = [
         (Version::HTTP_2, "application/grpc", "application/grpc"),
         (
@@ -434,7 +436,11 @@ async fn over_http1_a_grpc_content_type_gets_a_429_and_grpc_web_its_own_answer()
     use axum::routing::post;
     let app = axum::Router::new()
         .route("/orders", post(|| async { "ordered" }))
-        .layer(RateLimitLayer::gcra(Quota::per_minute(1)).clock(ManualClock::new()));
+        .layer(
+            RateLimitLayer::gcra(Quota::per_minute(1))
+                .clock(ManualClock::new())
+                .grpc_web(true),
+        );
     let client = web::client();
     let url = format!("{}/orders", web::serve(app).await);
     let post = |content_type: &'static str| {
