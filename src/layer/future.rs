@@ -333,6 +333,11 @@ impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
         let hold = match self.hold.take().map(|h| h.answered(response.status())) {
             None => None,
             Some(Ok(hold)) => hold,
+            // A dry run never changes an answer: the connection goes uncounted (logged).
+            Some(Err(unkept)) if self.responder.dry_run() => {
+                unkept.let_through();
+                None
+            }
             Some(Err(unkept)) => return unkept.answer().map(ResponseBody::full),
         };
         if let Some(decision) = self.decision {

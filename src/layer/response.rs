@@ -272,11 +272,18 @@ impl Responder {
             },
             None => Self::new(limiter.quotas(), limiter.policy(), settings),
         };
+        let clock: Arc<dyn Fn() -> u64 + Send + Sync> = Arc::new(move || clock.now());
         Self {
-            clock: Some(Arc::new(move || clock.now())),
+            observer: responder.observer.clone().timed(clock.clone()),
+            clock: Some(clock),
             in_flight,
             ..responder
         }
+    }
+
+    /// Whether the layer only reports what it would deny ([`dry_run`](super::RateLimitLayer::dry_run)).
+    pub(crate) fn dry_run(&self) -> bool {
+        self.settings.dry_run
     }
 
     /// The limiter's time now, in nanoseconds (0 without a clock).

@@ -248,8 +248,7 @@ impl Held {
         if kept {
             Ok(None)
         } else {
-            log_unkept(&policy);
-            Err(Unkept)
+            Err(Unkept { policy })
         }
     }
 }
@@ -262,11 +261,20 @@ const UNKEPT: &str = "The server switched protocols without holding the in-fligh
 
 /// A response that switched protocols while no one kept the request's [`InFlightSlot`].
 #[derive(Debug)]
-pub(crate) struct Unkept;
+pub(crate) struct Unkept {
+    policy: String,
+}
 
 impl Unkept {
+    /// In a dry run, the response goes out as it is and the connection goes uncounted: only
+    /// logged, as the refusal is.
+    pub(crate) fn let_through(self) {
+        log_unkept(&self.policy, true);
+    }
+
     /// The layer's answer instead: `500`, with a body that says how to fix the server.
     pub(crate) fn answer(self) -> Response<Bytes> {
+        log_unkept(&self.policy, false);
         let mut response = Response::new(Bytes::from_static(UNKEPT.as_bytes()));
         *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
         let headers = response.headers_mut();
@@ -281,26 +289,24 @@ impl Unkept {
 
 /// Logs a refused upgrade: at error level the first time in this process (a misconfigured
 /// server refuses every upgrade alike), then at debug level.
-fn log_unkept(policy: &str) {
+fn log_unkept(policy: &str, dry_run: bool) {
+    let refused = if dry_run {
+        "dry run: an upgrade would have been refused (500)"
+    } else {
+        "upgrade refused (500)"
+    };
     static SEEN: AtomicBool = AtomicBool::new(false);
     let first = !SEEN.swap(true, Ordering::Relaxed);
     #[cfg(feature = "tracing")]
     if first {
-        tracing::error!(
-            policy,
-            "in-flight limit: upgrade refused (500). {}",
-            UNKEPT.trim_end()
-        );
+        tracing::error!(policy, "in-flight limit: {refused}. {}", UNKEPT.trim_end());
     } else {
-        tracing::debug!(
-            policy,
-            "in-flight limit: upgrade refused (500): no InFlightSlot kept"
-        );
+        tracing::debug!(policy, "in-flight limit: {refused}: no InFlightSlot kept");
     }
     #[cfg(not(feature = "tracing"))]
     if first {
         eprintln!(
-            "in-flight limit {policy:?}: upgrade refused (500). {}",
+            "in-flight limit {policy:?}: {refused}. {}",
             UNKEPT.trim_end()
         );
     }
