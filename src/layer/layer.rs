@@ -136,6 +136,10 @@ impl RateLimitLayer {
     ///   under a layer that catches it. Each slot comes back exactly once. A request's cost
     ///   ([`cost`](Self::cost)) is how many slots it takes: 0 takes none (its headers show how
     ///   many are free), and one above `limit` is never let through.
+    /// - **Upgraded connections** (a WebSocket, any `101 Switching Protocols`, a `2xx` to
+    ///   `CONNECT`) hold their slot for the connection's life through the
+    ///   [`InFlightSlot`](crate::InFlightSlot) the handler keeps; an upgrade whose slot nobody
+    ///   keeps is refused with a `500` that names the fix.
     /// - **The answer to a refused request.** `429 Too Many Requests` (or [`status`](Self::status),
     ///   or [`on_limited`](Self::on_limited)'s response) with the body `Too many requests in
     ///   progress: retry once one has finished.` and **no `Retry-After`**: no one knows when a
