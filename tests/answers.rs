@@ -173,8 +173,9 @@ async fn dry_run_refuses_nothing_and_reports_what_it_would_have_done() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let calls = Arc::new(AtomicUsize::new(0));
+    let clock = ManualClock::new();
     let svc = RateLimitLayer::gcra(Quota::per_minute(2).named("orders"))
-        .clock(ManualClock::new())
+        .clock(clock.clone())
         .dry_run(true)
         .layer(handler(&calls));
     let mut seen = Vec::new();
@@ -206,17 +207,30 @@ async fn dry_run_refuses_nothing_and_reports_what_it_would_have_done() {
             ),
         ]
     );
-    let text = log.text();
-    let would = text
-        .lines()
-        .filter(|l| l.contains("dry run: request would have been rate limited"))
-        .collect::<Vec<_>>();
-    assert_eq!(would.len(), 2, "{text}");
+    // Reported at info as denials are, at most once every 10 s: the first at once, the next
+    // with the count since (a flood of would-be denials is not a flood of log lines).
+    let would = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains("dry run: requests would have been rate limited"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let first = would(&log.text());
+    assert_eq!(first.len(), 1, "{}", log.text());
     assert!(
-        would
-            .iter()
-            .all(|l| l.contains("policy=\"orders\"") && l.contains("retry_after_ms=30000")),
-        "{text}"
+        first[0].contains("policy=\"orders\"")
+            && first[0].contains("denied=1")
+            && first[0].contains("retry_after_ms=30000"),
+        "{first:?}"
+    );
+    clock.advance(std::time::Duration::from_secs(10));
+    let (response, _) = send(&svc, request(false)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let both = would(&log.text());
+    assert_eq!(both.len(), 2, "{}", log.text());
+    assert!(
+        both[1].contains("denied=2") && both[1].contains("retry_after_ms=20000"),
+        "{both:?}"
     );
 }
 

@@ -818,11 +818,15 @@ impl RateLimitLayer {
     /// plain HTTP and gets the plain answers ([`status`](Self::status),
     /// [`on_limited`](Self::on_limited), the key errors' statuses): a `GET` or `HEAD`, a
     /// lower-case `post`, `application/grpc` over HTTP/1.1, and gRPC-Web unless
-    /// [`grpc_web`](Self::grpc_web) opted in. So a client cannot turn its 429 into a 200 by the
-    /// content type it sends.
+    /// [`grpc_web`](Self::grpc_web) opted in. So a `GET` (which a cache may keep) never gets a
+    /// 200 for its denial.
     ///
-    /// Turn it off on a service that serves no gRPC: then every request gets the plain HTTP
-    /// answers, whatever its method, version and content type (gRPC-Web included).
+    /// **Turn it off on a service that serves no gRPC** (`.grpc(false)`): a client that can
+    /// speak HTTP/2 to it chooses its content type, and a `POST` it sends as
+    /// `application/grpc` would get its denial as gRPC (a 200 with `grpc-status: 8`) instead
+    /// of the 429, [`status`](Self::status) or [`on_limited`](Self::on_limited) answer that
+    /// defences watching for 429s see. Off, every request gets the plain HTTP answers,
+    /// whatever its method, version and content type (gRPC-Web included).
     ///
     /// ```
     /// use tollgate::{Quota, RateLimitLayer};

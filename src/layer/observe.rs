@@ -29,9 +29,9 @@ const REPORT_EVERY: u64 = 10_000_000_000;
 /// A time source in nanoseconds: the layer's clock.
 pub(crate) type Now = Arc<dyn Fn() -> u64 + Send + Sync>;
 
-/// The denials of one policy since it last reported them.
+/// The denials of one layer (its own quotas and every plan's) since it last reported them.
 #[derive(Debug, Default)]
-struct Denials {
+pub(crate) struct Denials {
     /// Denied since the last report.
     count: AtomicU64,
     /// The earliest time of the next report; 0 before the first.
@@ -95,10 +95,13 @@ impl Observer {
         }
     }
 
-    /// The same instruments, reporting denials at `info` level on the time `now` reads.
-    pub(crate) fn timed(self, now: Now) -> Self {
+    /// The same instruments, reporting denials at `info` level on the time `now` reads, in
+    /// the count of the layer's `denials` (shared by its plans: plans made again after
+    /// their eviction, or many at once, do not multiply the reports).
+    pub(crate) fn timed(self, now: Now, denials: Arc<Denials>) -> Self {
         Self {
             now: Some(now),
+            denials,
             ..self
         }
     }
@@ -138,27 +141,43 @@ impl Observer {
                 remaining = decision.remaining,
                 "rate limit decision"
             );
-            if !decision.allowed && !dry_run && tracing::enabled!(tracing::Level::INFO) {
-                self.denied(key_kind);
+            if !decision.allowed && tracing::enabled!(tracing::Level::INFO) {
+                self.denied(decision, dry_run, key_kind);
             }
         }
         #[cfg(not(feature = "tracing"))]
         let _ = key_kind;
     }
 
-    /// Reports denials at `info` level: the first at once, then at most one report every
-    /// [`REPORT_EVERY`] with the count since the last. Out of line: denials only.
+    /// Reports denials (in a dry run, those that would have been) at `info` level: the first
+    /// at once, then at most one report every [`REPORT_EVERY`] for the layer, with the count
+    /// since the last and the policy, key kind and wait of the denial that reports them. Out
+    /// of line: denials only.
     #[cfg(feature = "tracing")]
     #[cold]
     #[inline(never)]
-    fn denied(&self, key_kind: &'static str) {
+    fn denied(&self, decision: &Decision, dry_run: bool, key_kind: &'static str) {
         let Some(now) = &self.now else { return };
-        if let Some(denied) = self.denials.record(now()) {
+        let Some(denied) = self.denials.record(now()) else {
+            return;
+        };
+        let retry_after_ms = decision.retry_after.map(crate::decision::ceil_millis);
+        if dry_run {
             tracing::info!(
                 policy = self.policy(),
                 denied,
                 key_kind,
-                "requests rate limited (denied since the last report; reported at most every 10 s)"
+                retry_after_ms,
+                "dry run: requests would have been rate limited (since the last report; \
+                 reported at most every 10 s)"
+            );
+        } else {
+            tracing::info!(
+                policy = self.policy(),
+                denied,
+                key_kind,
+                retry_after_ms,
+                "requests rate limited (since the last report; reported at most every 10 s)"
             );
         }
     }

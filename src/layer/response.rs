@@ -11,9 +11,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Status
 use super::answer::Answer;
 use super::headers::{HeaderWriter, Headers};
 use super::limit::Limit;
-use super::observe::Observer;
+use super::observe::{Denials, Observer};
 use super::text::{int_value, Text};
-use crate::decision::ceil_secs;
+use crate::decision::{ceil_millis, ceil_secs};
 use crate::key::{KeyError, RequestHead};
 use crate::{Decision, Error, Quota};
 
@@ -32,11 +32,6 @@ const BUSY: &str = "Too many requests in progress: retry once one has finished."
 const TOO_LARGE: &str = "Request too large: it costs more than the rate limit ever allows.";
 /// The body of the answer when the store failed to decide.
 const UNAVAILABLE: &str = "Rate limiting is unavailable; try again shortly.\n";
-
-fn ceil_millis(d: Duration) -> u64 {
-    let ms = d.as_millis() + u128::from(d.as_nanos() % 1_000_000 > 0);
-    u64::try_from(ms).unwrap_or(u64::MAX)
-}
 
 /// A request answered the gRPC way: HTTP 200, the outcome in `grpc-status`, and the content
 /// type the client speaks.
@@ -180,6 +175,8 @@ pub(crate) struct Settings {
     pub(crate) grpc: bool,
     /// Whether gRPC-Web requests get gRPC answers too (while `grpc` is on); off by default.
     pub(crate) grpc_web: bool,
+    /// The layer's denials since it last reported them at `info` level, shared by its plans.
+    pub(crate) denials: Arc<Denials>,
 }
 
 impl Default for Settings {
@@ -193,6 +190,7 @@ impl Default for Settings {
             count_if: None,
             grpc: true,
             grpc_web: false,
+            denials: Arc::default(),
         }
     }
 }
@@ -274,7 +272,8 @@ impl Responder {
         };
         let clock: Arc<dyn Fn() -> u64 + Send + Sync> = Arc::new(move || clock.now());
         Self {
-            observer: responder.observer.clone().timed(clock.clone()),
+            observer: (responder.observer.clone())
+                .timed(clock.clone(), responder.settings.denials.clone()),
             clock: Some(clock),
             in_flight,
             ..responder
@@ -316,15 +315,7 @@ impl Responder {
             Ok(decision) => {
                 self.observer.decision(&decision, dry_run, key_kind);
                 if decision.allowed || dry_run {
-                    #[cfg(feature = "tracing")]
-                    if !decision.allowed {
-                        tracing::info!(
-                            policy = self.observer.policy(),
-                            key_kind,
-                            retry_after_ms = decision.retry_after.map(ceil_millis),
-                            "dry run: request would have been rate limited"
-                        );
-                    }
+                    // A dry run's would-be denials are reported by the observer, as denials.
                     hand_on(req.extensions_mut(), &decision, self.observer.policy_name());
                     Admission::Allowed(decision)
                 } else {

@@ -199,6 +199,22 @@ fn may_upgrade<B>(req: &Request<B>) -> bool {
     req.method() == Method::CONNECT || req.headers().contains_key(UPGRADE)
 }
 
+/// Puts an [`InFlightSlot`] that holds nothing in the extensions of `req`, let through by an
+/// in-flight layer without taking a slot (an allow-listed or skipped request, a key of none,
+/// a cost of 0, a dry run over the limit), when it may switch protocols and carries no slot
+/// yet: a handler that keeps the slot finds one, as it does where the layer counts.
+pub(crate) fn pass_without_slot<B>(req: &mut Request<B>) {
+    if may_upgrade(req) && req.extensions().get::<InFlightSlot>().is_none() {
+        let slot = InFlightSlot {
+            cell: Arc::new(Cell {
+                hold: Mutex::new(None),
+                outer: None,
+            }),
+        };
+        req.extensions_mut().insert(slot);
+    }
+}
+
 impl Held {
     /// What `req`, let through with `hold`, holds: shared with its handler through an
     /// [`InFlightSlot`] in its extensions when it may switch protocols, else alone (nothing
