@@ -263,7 +263,7 @@ pub fn too_many(decision: &Decision, _head: RequestHead<'_>) -> Response {
     let body = json!({
         "error": "rate_limited",
         "policy": decision.policy(),
-        "retry_after_seconds": decision.retry_after.map(|wait| wait.as_secs_f64().ceil() as u64),
+        "retry_after_seconds": decision.retry_after_secs(),
     });
     (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response()
 }

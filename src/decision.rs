@@ -4,6 +4,18 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `d` in whole seconds, rounded up, as `Retry-After` states a wait: a nanosecond is 1 s;
+/// at most `u64::MAX`, never wrapped round to 0.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
+}
+
+/// `d` in whole milliseconds, rounded up (`grpc-retry-pushback-ms`, logs); at most `u64::MAX`.
+pub(crate) fn ceil_millis(d: Duration) -> u64 {
+    let ms = d.as_millis() + u128::from(d.as_nanos() % 1_000_000 > 0);
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
 /// The outcome of one check: whether the request may pass, and what to tell the client.
 ///
 /// Every algorithm fills the fields with the same meaning, so the response headers are right
@@ -181,6 +193,25 @@ impl Decision {
     pub fn with_tiers(mut self, tiers: impl Into<Arc<[Decision]>>) -> Self {
         self.tiers = Some(tiers.into());
         self
+    }
+
+    /// [`retry_after`](Self::retry_after) in whole seconds, rounded up exactly as the layer's
+    /// `Retry-After` header says it (never 0 for a positive wait): for answers of your own,
+    /// such as a JSON body made by [`on_limited`](crate::RateLimitLayer::on_limited). `None`
+    /// when the request is allowed, or can never pass.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Decision;
+    ///
+    /// let denied = Decision::deny(10, 0, Duration::from_secs(60), Some(Duration::from_millis(5001)));
+    /// assert_eq!(denied.retry_after_secs(), Some(6));
+    /// let soon = Decision::deny(10, 0, Duration::from_secs(60), Some(Duration::from_nanos(1)));
+    /// assert_eq!(soon.retry_after_secs(), Some(1));
+    /// assert_eq!(Decision::allow(10, 9, Duration::from_secs(6)).retry_after_secs(), None);
+    /// ```
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after.map(ceil_secs)
     }
 
     /// Whether the request was denied.

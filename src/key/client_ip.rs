@@ -88,7 +88,8 @@ use super::{Key, KeyError, KeyExtractor, PeerIp, RequestHead};
 ///
 /// The key is the client's address as an IP [`Key`]. IPv4-mapped IPv6 addresses
 /// (`::ffff:192.0.2.1`) count as IPv4, and so do addresses that carry an IPv4 client's (NAT64,
-/// 6to4, Teredo: see [`PeerIp`](super::PeerIp)). Other IPv6 addresses are cut to a prefix, `/64` by default:
+/// 6to4, Teredo: see [`PeerIp`](struct@super::PeerIp)). Other IPv6 addresses are cut to a
+/// prefix, `/64` by default:
 /// see [`ipv6_prefix`](Self::ipv6_prefix).
 #[derive(Debug, Clone)]
 pub struct ClientIp {

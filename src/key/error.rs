@@ -1,7 +1,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use http::StatusCode;
+use http::{HeaderValue, StatusCode};
 
 /// A request whose key could not be found. The layer answers it with [`status`](Self::status)
 /// and the error's message, and logs the message; the request is never let through unlimited.
@@ -9,6 +9,8 @@ use http::StatusCode;
 pub struct KeyError {
     status: StatusCode,
     message: Cow<'static, str>,
+    /// The authentication challenge of a 401, sent as `WWW-Authenticate`.
+    challenge: Option<HeaderValue>,
 }
 
 impl KeyError {
@@ -19,12 +21,40 @@ impl KeyError {
     /// kind (status and message) is seen. gRPC requests get the gRPC code of `status`
     /// (`INVALID_ARGUMENT` for 400, `UNAUTHENTICATED` for 401, `INTERNAL` for 500, ...) with the
     /// message in `grpc-message`. The message is logged: keep the request's bytes (its key) out
-    /// of it.
+    /// of it. A 401 names the authentication scheme it wants in a challenge
+    /// ([`with_challenge`](Self::with_challenge)), as HTTP requires.
     pub fn new(status: StatusCode, message: impl Into<Cow<'static, str>>) -> Self {
         Self {
             status,
             message: message.into(),
+            challenge: None,
         }
+    }
+
+    /// The same error, whose HTTP answer carries `challenge` in `WWW-Authenticate`, such as
+    /// `Bearer` or `Bearer realm="api"` (RFC 6750 §3): a 401 must name the scheme the client
+    /// should authenticate with (RFC 9110 §11.6.1). [`BearerToken`](super::BearerToken)'s 401
+    /// carries `Bearer`. A gRPC answer carries none (`UNAUTHENTICATED` is not an HTTP 401); an
+    /// [`on_key_error`](crate::RateLimitLayer::on_key_error) response that keeps the 401 gets it
+    /// unless it has its own.
+    ///
+    /// ```
+    /// use http::{HeaderValue, StatusCode};
+    /// use tollgate::key::KeyError;
+    ///
+    /// let error = KeyError::new(StatusCode::UNAUTHORIZED, "missing session token")
+    ///     .with_challenge(HeaderValue::from_static(r#"Bearer realm="api""#));
+    /// assert_eq!(error.challenge().unwrap(), r#"Bearer realm="api""#);
+    /// ```
+    #[must_use]
+    pub fn with_challenge(mut self, challenge: HeaderValue) -> Self {
+        self.challenge = Some(challenge);
+        self
+    }
+
+    /// The challenge the HTTP answer carries in `WWW-Authenticate`, if any.
+    pub fn challenge(&self) -> Option<&HeaderValue> {
+        self.challenge.as_ref()
     }
 
     /// The server did not record the peer address: a misconfiguration, answered with 500. The

@@ -81,14 +81,30 @@ where
     }
 }
 
-/// A key extractor from a closure, with the closure's argument type inferred:
+/// A key extractor from a closure, with the closure's argument type inferred. Key on what the
+/// server checked, not on what a client may write: here the tenant an authentication layer in
+/// front put in the extensions. `Ok(None)` lets a request through unlimited, so a request
+/// without one is refused instead (the authentication layer must run first).
 ///
 /// ```
-/// use tollgate::key::{from_fn, KeyExtractor, RequestHead};
+/// use http::StatusCode;
+/// use tollgate::key::{from_fn, KeyError, KeyExtractor, RequestHead};
 /// use tollgate::Key;
 ///
-/// let by_tenant = from_fn(|head| Ok(head.headers().get("x-tenant").map(|v| Key::from(v.as_bytes()))));
-/// let req = http::Request::builder().header("x-tenant", "acme").body(()).unwrap();
+/// /// The tenant the authentication layer found for the request.
+/// #[derive(Clone)]
+/// struct Tenant(String);
+///
+/// let by_tenant = from_fn(|head| match head.extensions().get::<Tenant>() {
+///     Some(tenant) => Ok(Some(Key::from(tenant.0.as_str()))),
+///     None => Err(KeyError::new(
+///         StatusCode::INTERNAL_SERVER_ERROR,
+///         "no Tenant in the request: add the authentication layer before the limit",
+///     )),
+/// });
+/// let mut req = http::Request::builder().header("x-tenant", "forged").body(()).unwrap();
+/// assert!(by_tenant.extract(RequestHead::new(&req)).is_err());
+/// req.extensions_mut().insert(Tenant("acme".into()));
 /// assert_eq!(by_tenant.extract(RequestHead::new(&req)).unwrap(), Some(Key::from("acme")));
 /// ```
 pub fn from_fn<F>(f: F) -> FromFn<F>

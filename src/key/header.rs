@@ -1,5 +1,5 @@
 use http::header::AUTHORIZATION;
-use http::{HeaderName, StatusCode};
+use http::{HeaderName, HeaderValue, StatusCode};
 
 use super::{Key, KeyError, KeyExtractor, RequestHead};
 
@@ -69,8 +69,9 @@ impl KeyExtractor for Header {
 
 /// The key is the token of an `Authorization: Bearer <token>` header.
 ///
-/// A request without a bearer token is answered `401 Unauthorized`; use
-/// [`or`](KeyExtractor::or) to fall back to another key. The same caution as for [`Header`]
+/// A request without a bearer token (no `Authorization` header, another scheme, an empty token,
+/// or the header twice) is answered `401 Unauthorized` with `WWW-Authenticate: Bearer` (RFC
+/// 6750 §3); use [`or`](KeyExtractor::or) to fall back to another key. The same caution as for [`Header`]
 /// applies: tokens are chosen by clients until something has verified them.
 ///
 /// ```
@@ -79,6 +80,11 @@ impl KeyExtractor for Header {
 ///
 /// let req = http::Request::builder().header("authorization", "Bearer abc.def").body(()).unwrap();
 /// assert_eq!(BearerToken.extract(RequestHead::new(&req)).unwrap(), Some(Key::from("abc.def")));
+///
+/// let missing = http::Request::new(());
+/// let error = BearerToken.extract(RequestHead::new(&missing)).unwrap_err();
+/// assert_eq!(error.status(), 401);
+/// assert_eq!(error.challenge().unwrap(), "Bearer");
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BearerToken;
@@ -92,10 +98,10 @@ impl KeyExtractor for BearerToken {
         };
         match token {
             Some(token) => Ok(Some(Key::from(token))),
-            None => Err(KeyError::new(
-                StatusCode::UNAUTHORIZED,
-                "missing bearer token",
-            )),
+            None => Err(
+                KeyError::new(StatusCode::UNAUTHORIZED, "missing bearer token")
+                    .with_challenge(HeaderValue::from_static("Bearer")),
+            ),
         }
     }
 }

@@ -13,7 +13,7 @@ use super::in_flight::Hold;
 use super::limit::{Check, Limit};
 use super::observe::Timer;
 use super::response::{Admission, Responder};
-use super::upgrade::Held;
+use super::upgrade::{self, Held};
 use crate::clock::Sleep;
 use crate::{Decision, Error, Key};
 
@@ -122,9 +122,13 @@ where
         Admission::Allowed(decision) => {
             // Taken before the inner service is called: a panic there drops it with the future.
             // A request that may switch protocols shares it with its handler.
+            let in_flight = hold.is_some() || limiter.in_flight().is_some();
             let hold = hold
                 .and_then(|key| Hold::of(limiter, key, cost, &decision))
                 .map(|hold| Held::of(hold, &mut req));
+            if hold.is_none() && in_flight {
+                upgrade::pass_without_slot(&mut req);
+            }
             // A request of cost 0 takes nothing, so it has no turn to wait for.
             match responder.delay(&decision).filter(|_| cost > 0) {
                 None => {
@@ -333,6 +337,11 @@ impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
         let hold = match self.hold.take().map(|h| h.answered(response.status())) {
             None => None,
             Some(Ok(hold)) => hold,
+            // A dry run never changes an answer: the connection goes uncounted (logged).
+            Some(Err(unkept)) if self.responder.dry_run() => {
+                unkept.let_through();
+                None
+            }
             Some(Err(unkept)) => return unkept.answer().map(ResponseBody::full),
         };
         if let Some(decision) = self.decision {

@@ -1,5 +1,6 @@
 //! [`Handle`]: a layer's limits, operated while it serves.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +11,7 @@ use super::limit::Limit;
 use super::recipe::{Bind, LayerClock, Recipe};
 use super::shared::Shared;
 use crate::algorithm::Quotas;
-use crate::store::Blocks;
+use crate::store::{Blocks, Update};
 use crate::{Decision, Error, Key, Quota};
 
 /// How many keys a layer's handle holds blocked at once ([`Handle::block`]); past that, the
@@ -137,26 +138,32 @@ impl Now {
     }
 
     /// Every limiter a key of the layer may be decided by, each once: the layer's own (with
-    /// its bans), and each plan's made so far by any of its services.
-    fn limiters(&self) -> Vec<Arc<dyn Limit>> {
+    /// its bans), and each plan's made so far by any of its services (those dropped to make
+    /// room included). `Err` when a service forgot some plan: a reset or block through these
+    /// may miss a client of it.
+    fn limiters(&self) -> (Vec<Arc<dyn Limit>>, Result<(), Error>) {
         let mut all: Vec<Arc<dyn Limit>> = Vec::new();
+        let mut seen = HashSet::new();
         let mut add = |limiter: Arc<dyn Limit>| {
-            if !all.iter().any(|l| same(l, &limiter)) {
+            if seen.insert(Arc::as_ptr(&limiter).cast::<()>()) {
                 all.push(limiter);
             }
         };
         let mut own = false;
+        let mut known = Ok(());
         for shared in self.services.iter().filter_map(Weak::upgrade) {
             add(shared.active.load().limiter.clone());
             own = true;
             if let Some(per_key) = &shared.per_key {
-                per_key.limiters().into_iter().for_each(&mut add);
+                let (limiters, all_known) = per_key.limiters();
+                limiters.into_iter().for_each(&mut add);
+                known = known.and(all_known);
             }
         }
         if !own {
             add(self.limiter.clone());
         }
-        all
+        (all, known)
     }
 
     /// Puts `limiter` in force for every service.
@@ -224,13 +231,14 @@ impl Handle {
     ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         let key = key.into();
         self.live.held.lift(&key);
-        let updates = self
-            .live
-            .lock()
-            .limiters()
+        let (limiters, known) = self.live.lock().limiters();
+        let mut updates: Vec<Update> = limiters
             .iter()
             .map(|limiter| limiter.reset(key.clone()))
             .collect();
+        if let Err(forgot) = known {
+            updates.push(Box::pin(std::future::ready(Err(forgot))));
+        }
         all_of(updates)
     }
 
@@ -274,10 +282,17 @@ impl Handle {
             let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
             let at = now.limiter.now();
             self.live.held.block(&key, at, at.saturating_add(nanos));
-            now.limiters()
+            let (limiters, known) = now.limiters();
+            let mut updates: Vec<Update> = limiters
                 .iter()
                 .map(|limiter| limiter.block(key.clone(), duration))
-                .collect()
+                .collect();
+            // The layer's own hold denies the key under every plan on this server, forgotten
+            // ones included; only the store's copy (for other servers) may miss one.
+            if let Err(forgot) = known {
+                updates.push(Box::pin(std::future::ready(Err(forgot))));
+            }
+            updates
         };
         all_of(updates)
     }
@@ -401,11 +416,6 @@ impl Handle {
         now.put(next.settled());
         Ok(())
     }
-}
-
-/// Whether `a` and `b` are one limiter.
-fn same(a: &Arc<dyn Limit>, b: &Arc<dyn Limit>) -> bool {
-    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
 /// Runs `updates` one after the other, all of them whatever fails; the first error, if any.

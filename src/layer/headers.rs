@@ -8,12 +8,8 @@ use http::header::Entry;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::text::{int_value, Text};
+use crate::decision::ceil_secs;
 use crate::{Decision, Quota};
-
-/// Whole seconds, rounded up: a client told to wait 0 s for a 300 ms wait would retry at once.
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
 
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");

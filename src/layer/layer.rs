@@ -136,6 +136,10 @@ impl RateLimitLayer {
     ///   under a layer that catches it. Each slot comes back exactly once. A request's cost
     ///   ([`cost`](Self::cost)) is how many slots it takes: 0 takes none (its headers show how
     ///   many are free), and one above `limit` is never let through.
+    /// - **Upgraded connections** (a WebSocket, any `101 Switching Protocols`, a `2xx` to
+    ///   `CONNECT`) hold their slot for the connection's life through the
+    ///   [`InFlightSlot`](crate::InFlightSlot) the handler keeps; an upgrade whose slot nobody
+    ///   keeps is refused with a `500` that names the fix.
     /// - **The answer to a refused request.** `429 Too Many Requests` (or [`status`](Self::status),
     ///   or [`on_limited`](Self::on_limited)'s response) with the body `Too many requests in
     ///   progress: retry once one has finished.` and **no `Retry-After`**: no one knows when a
@@ -609,27 +613,64 @@ impl RateLimitLayer {
     /// `Quota` (or of an `Arc<[Quota]>` for tiers) allocates nothing, nor does finding the
     /// plan's limiter.
     ///
+    /// The plan comes from what the server knows, never from what the client sent: a key
+    /// issued by this service, found in its own table, has the plan recorded there; any other
+    /// request (no key, a key never issued) is keyed by its IP and gets the strictest plan.
+    /// Keyed on the header's text, each invented key would start a fresh budget.
+    ///
     /// ```
-    /// use tollgate::key::Header;
+    /// use std::collections::HashMap;
+    /// use std::sync::Arc;
+    /// use http::StatusCode;
+    /// use tollgate::key::{from_fn, KeyError, KeyExtractor, PeerIp, RequestHead};
     /// use tollgate::{Key, Quota, RateLimitLayer};
+    ///
+    /// #[derive(Clone, Copy)]
+    /// enum Plan { Free, Pro }
+    ///
+    /// // The API keys this service issued, and the plan of each (in a real service, its
+    /// // database).
+    /// let issued: Arc<HashMap<&str, Plan>> =
+    ///     Arc::new(HashMap::from([("k-9Lk4", Plan::Free), ("k-7Qx2", Plan::Pro)]));
+    /// let plan_of = move |key: &[u8]| {
+    ///     std::str::from_utf8(key).ok().and_then(|key| issued.get(key).copied())
+    /// };
+    ///
+    /// // Keyed on an issued key; anything else falls back to the client IP.
+    /// let lookup = plan_of.clone();
+    /// let api_key = from_fn(move |head: RequestHead<'_>| {
+    ///     match head.headers().get("x-api-key").map(|v| v.as_bytes()) {
+    ///         Some(key) if lookup(key).is_some() => Ok(Some(Key::from(key))),
+    ///         _ => Err(KeyError::new(StatusCode::UNAUTHORIZED, "no issued API key")),
+    ///     }
+    /// });
     ///
     /// let free = Quota::per_minute(60).named("free");
     /// let pro = Quota::per_minute(600).named("pro");
     /// let layer = RateLimitLayer::gcra(free.clone())
-    ///     .key(Header::new("x-api-key"))
-    ///     .quota_for(move |key: &Key, _head| {
-    ///         let is_pro = key.as_bytes().is_some_and(|k| k.starts_with(b"pro_"));
-    ///         if is_pro { pro.clone() } else { free.clone() }
+    ///     .key(api_key.or(PeerIp))
+    ///     .quota_for(move |key: &Key, _head| match key.as_bytes().and_then(&plan_of) {
+    ///         Some(Plan::Pro) => pro.clone(),
+    ///         // Free keys, and IP keys (no bytes): the strictest plan.
+    ///         _ => free.clone(),
     ///     });
     /// # let _ = layer;
     /// ```
     ///
-    /// Plans with tiers, on a layer built with tiers:
+    /// Plans with tiers, on a layer built with tiers, keyed on the customer an authentication
+    /// layer in front found (and put in the extensions):
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use tollgate::key::Header;
+    /// use http::StatusCode;
+    /// use tollgate::key::{KeyError, RequestHead};
     /// use tollgate::{Key, Quota, RateLimitLayer};
+    ///
+    /// #[derive(Clone, Copy)]
+    /// enum Plan { Free, Pro }
+    /// /// What the authentication layer found: the customer's id and plan.
+    /// #[derive(Clone, Copy)]
+    /// struct Customer { id: u64, plan: Plan }
     ///
     /// let free: Arc<[Quota]> = Arc::new([
     ///     Quota::per_second(1).named("free-s"),
@@ -640,10 +681,18 @@ impl RateLimitLayer {
     ///     Quota::per_day(1000).named("pro-d"),
     /// ]);
     /// let layer = RateLimitLayer::gcra(free.to_vec())
-    ///     .key(Header::new("x-api-key"))
-    ///     .quota_for(move |key: &Key, _head| {
-    ///         let is_pro = key.as_bytes().is_some_and(|k| k.starts_with(b"pro_"));
-    ///         if is_pro { pro.clone() } else { free.clone() }
+    ///     .key(|head: RequestHead<'_>| match head.extensions().get::<Customer>() {
+    ///         Some(customer) => Ok(Some(Key::from(customer.id))),
+    ///         None => Err(KeyError::new(
+    ///             StatusCode::INTERNAL_SERVER_ERROR,
+    ///             "the limit needs the authentication layer outside it",
+    ///         )),
+    ///     })
+    ///     .quota_for(move |_key: &Key, head: RequestHead<'_>| {
+    ///         match head.extensions().get::<Customer>().map(|c| c.plan) {
+    ///             Some(Plan::Pro) => pro.clone(),
+    ///             _ => free.clone(),
+    ///         }
     ///     });
     /// # let _ = layer;
     /// ```
@@ -743,7 +792,8 @@ impl RateLimitLayer {
     }
 
     /// Answers denied HTTP requests with `status` instead of `429 Too Many Requests`, such as
-    /// `503 Service Unavailable` as nginx does. gRPC requests still get RESOURCE_EXHAUSTED.
+    /// `503 Service Unavailable` as nginx does. gRPC requests (see [`grpc`](Self::grpc)) still
+    /// get RESOURCE_EXHAUSTED.
     ///
     /// # Panics
     ///
@@ -762,12 +812,21 @@ impl RateLimitLayer {
     }
 
     /// Whether gRPC requests get gRPC answers (on by default): HTTP 200 with `grpc-status`
-    /// (RESOURCE_EXHAUSTED for a denial), in the request's content type. gRPC is recognised by
-    /// `application/grpc[+subtype]` over HTTP/2, and gRPC-Web by `application/grpc-web[-text]`
-    /// over any version; `application/grpc` over HTTP/1.1 is plain HTTP and gets a 429.
+    /// (RESOURCE_EXHAUSTED for a denial), in the request's content type, with
+    /// `Cache-Control: no-store`. A request is gRPC only when it is a `POST` with
+    /// `application/grpc[+subtype]` over HTTP/2, the only way gRPC is sent. Anything else is
+    /// plain HTTP and gets the plain answers ([`status`](Self::status),
+    /// [`on_limited`](Self::on_limited), the key errors' statuses): a `GET` or `HEAD`, a
+    /// lower-case `post`, `application/grpc` over HTTP/1.1, and gRPC-Web unless
+    /// [`grpc_web`](Self::grpc_web) opted in. So a `GET` (which a cache may keep) never gets a
+    /// 200 for its denial.
     ///
-    /// Turn it off on a service that serves no gRPC: then every request gets the plain HTTP
-    /// answers (429, `on_limited`, the key errors' statuses), whatever its content type.
+    /// **Turn it off on a service that serves no gRPC** (`.grpc(false)`): a client that can
+    /// speak HTTP/2 to it chooses its content type, and a `POST` it sends as
+    /// `application/grpc` would get its denial as gRPC (a 200 with `grpc-status: 8`) instead
+    /// of the 429, [`status`](Self::status) or [`on_limited`](Self::on_limited) answer that
+    /// defences watching for 429s see. Off, every request gets the plain HTTP answers,
+    /// whatever its method, version and content type (gRPC-Web included).
     ///
     /// ```
     /// use tollgate::{Quota, RateLimitLayer};
@@ -782,10 +841,63 @@ impl RateLimitLayer {
         self.with_settings(settings)
     }
 
+    /// Whether gRPC-Web requests get gRPC answers too (off by default): a `POST` with
+    /// `application/grpc-web[-text][+subtype]`, over any HTTP version, then gets HTTP 200 with
+    /// `grpc-status` in its own content type, as gRPC does ([`grpc`](Self::grpc), which must
+    /// stay on). Turn it on for a service that serves gRPC-Web clients (browsers through
+    /// `tonic-web`). Off, such a request is plain HTTP and gets the 429, `status` or
+    /// `on_limited` answer, which gRPC-Web clients read as an HTTP error.
+    ///
+    /// Any client can send the content type: with this on, a `POST` with it to any route of
+    /// the layer is answered the gRPC way (a 200 that a defence watching for 429s does not
+    /// count). Put the layer with it on around the gRPC-Web service only.
+    ///
+    /// ```
+    /// use http::{Method, Request, StatusCode};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    /// use tollgate::clock::ManualClock;
+    /// use tollgate::key::Global;
+    /// use tollgate::{Quota, RateLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let layer = RateLimitLayer::gcra(Quota::per_minute(1)).key(Global).grpc_web(true);
+    /// # let layer = layer.clock(ManualClock::new());
+    /// let svc = layer.layer(service_fn(|_req: Request<String>| async {
+    ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    /// }));
+    /// let call = |method: Method| {
+    ///     let req = Request::builder()
+    ///         .method(method)
+    ///         .header("content-type", "application/grpc-web+proto")
+    ///         .body(String::new())
+    ///         .unwrap();
+    ///     svc.clone().oneshot(req)
+    /// };
+    /// assert_eq!(call(Method::POST).await.unwrap().status(), StatusCode::OK);
+    /// let denied = call(Method::POST).await.unwrap();
+    /// assert_eq!(denied.status(), StatusCode::OK);
+    /// assert_eq!(denied.headers()["grpc-status"], "8");
+    /// assert_eq!(denied.headers()["content-type"], "application/grpc-web+proto");
+    /// // Not a gRPC-Web call: a GET gets the HTTP answer.
+    /// let get = call(Method::GET).await.unwrap();
+    /// assert_eq!(get.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert_eq!(get.headers()["cache-control"], "no-store");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn grpc_web(self, enabled: bool) -> Self {
+        let mut settings = self.settings.clone();
+        settings.grpc_web = enabled;
+        self.with_settings(settings)
+    }
+
     /// Answers denied HTTP requests with the response `f` makes from the decision and the
-    /// request, instead of the layer's plain-text one. The layer still adds `Retry-After` (unless
-    /// `f` set it) and the rate limit headers. gRPC requests keep their RESOURCE_EXHAUSTED
-    /// answer, which gRPC clients understand, whatever `f` makes.
+    /// request, instead of the layer's plain-text one. The layer still adds `Retry-After` and
+    /// `Cache-Control: no-store` (each unless `f` set it) and the rate limit headers; for a
+    /// body that names the wait, [`Decision::retry_after_secs`] is the header's value. gRPC
+    /// requests (see [`grpc`](Self::grpc)) keep their RESOURCE_EXHAUSTED answer, which gRPC
+    /// clients understand, whatever `f` makes.
     /// [`problem_details`](super::problem_details) is a ready-made `f` for RFC 9457 JSON.
     ///
     /// The response's body may be bytes (`String`, `Vec<u8>`, `Bytes`, ...), axum's `Body`, or
@@ -802,7 +914,7 @@ impl RateLimitLayer {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let layer = RateLimitLayer::gcra(Quota::per_minute(1)).on_limited(|decision, _head| {
-    ///     let wait = decision.retry_after.map_or(0, |d| d.as_secs_f64().ceil() as u64);
+    ///     let wait = decision.retry_after_secs();
     ///     let body = serde_json::json!({ "error": "rate_limited", "retry_in_seconds": wait });
     ///     (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response()
     /// });
@@ -830,7 +942,7 @@ impl RateLimitLayer {
     /// use tollgate::{Quota, RateLimitLayer};
     ///
     /// let layer = RateLimitLayer::gcra(Quota::per_minute(60)).on_limited(|decision, _head| {
-    ///     let wait = decision.retry_after.map_or(0, |d| d.as_secs());
+    ///     let wait = decision.retry_after_secs().unwrap_or(0);
     ///     http::Response::builder()
     ///         .status(429)
     ///         .header("content-type", "text/html")
@@ -858,10 +970,12 @@ impl RateLimitLayer {
     /// Answers HTTP requests whose key cannot be found (the key extractor's [`KeyError`], such
     /// as a missing API key header, or a server that records no peer address) with the
     /// response `f` makes, instead of the layer's plain-text one with the error's status and
-    /// message. `f` takes the same bodies as [`on_limited`](Self::on_limited). gRPC requests keep
-    /// their gRPC answer (the gRPC code of the error's status). The error is still logged and
-    /// counted as before; keep the request's bytes out of the response as you would out of a
-    /// log.
+    /// message. `f` takes the same bodies as [`on_limited`](Self::on_limited). The layer adds
+    /// `Cache-Control: no-store`, and to a 401 the error's challenge
+    /// ([`KeyError::challenge`]) in `WWW-Authenticate`, each unless `f` set it. gRPC requests
+    /// keep their gRPC answer (the gRPC code of the error's status). The error is still logged
+    /// and counted as before; keep the request's bytes out of the response as you would out of
+    /// a log.
     ///
     /// ```
     /// use axum::{http::StatusCode, response::IntoResponse, routing::get, Json, Router};
@@ -882,6 +996,7 @@ impl RateLimitLayer {
     /// let response = app.oneshot(axum::http::Request::new(axum::body::Body::empty())).await.unwrap();
     /// assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     /// assert_eq!(response.headers()["content-type"], "application/json");
+    /// assert_eq!(response.headers()["cache-control"], "no-store");
     /// # }
     /// ```
     #[must_use]

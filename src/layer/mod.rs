@@ -13,9 +13,11 @@
 //!   [`HeaderPlacement`] limits them to allowed or denied responses.
 //! - **Denied**: `429 Too Many Requests` with `Retry-After` in whole seconds, rounded up (never
 //!   `0` for a wait under a second), the same rate limit headers, and a short plain-text body.
-//!   A gRPC request (`content-type: application/grpc*` over HTTP/2, or gRPC-Web) gets a
-//!   trailers-only response with `grpc-status: 8` (RESOURCE_EXHAUSTED) and
-//!   `grpc-retry-pushback-ms` instead, since gRPC clients read a bare 429 as UNAVAILABLE.
+//!   A gRPC request (a `POST` with `content-type: application/grpc*` over HTTP/2; gRPC-Web
+//!   only with [`grpc_web`](RateLimitLayer::grpc_web)) gets a trailers-only response with
+//!   `grpc-status: 8` (RESOURCE_EXHAUSTED) and `grpc-retry-pushback-ms` instead, since gRPC
+//!   clients read a bare 429 as UNAVAILABLE. Every answer the layer writes itself carries
+//!   `Cache-Control: no-store`.
 //! - **No key**: with the default key, a server that does not record peer addresses gets a
 //!   500 whose body and log line say how to fix it; requests are never let through unlimited.
 //!

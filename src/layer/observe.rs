@@ -13,8 +13,46 @@
 //!
 //! Logs never show a key at `info` level or above: events name its kind (`ipv4`, `bytes`, ...);
 //! the key itself appears only at `trace` level.
+//!
+//! Denials are reported at `info` level so that an operator sees a limit at work: the first
+//! denial of a policy at once, then at most one report every 10 s (on the layer's clock) with
+//! how many requests were denied since the last one. Every decision is logged at `debug`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::{Decision, Key};
+
+/// How often, at most, a policy's denials are reported at `info` level, in nanoseconds.
+const REPORT_EVERY: u64 = 10_000_000_000;
+
+/// A time source in nanoseconds: the layer's clock.
+pub(crate) type Now = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The denials of one layer (its own quotas and every plan's) since it last reported them.
+#[derive(Debug, Default)]
+pub(crate) struct Denials {
+    /// Denied since the last report.
+    count: AtomicU64,
+    /// The earliest time of the next report; 0 before the first.
+    next: AtomicU64,
+}
+
+impl Denials {
+    /// Counts one denial at `now`: how many to report when a report is due.
+    fn record(&self, now: u64) -> Option<u64> {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let next = self.next.load(Ordering::Relaxed);
+        if now < next {
+            return None;
+        }
+        let after = now.saturating_add(REPORT_EVERY).max(1);
+        self.next
+            .compare_exchange(next, after, Ordering::Relaxed, Ordering::Relaxed)
+            .ok()?;
+        Some(self.count.swap(0, Ordering::Relaxed))
+    }
+}
 
 /// The outcome label of a decision.
 pub(crate) fn outcome(decision: &Decision, dry_run: bool) -> &'static str {
@@ -27,11 +65,22 @@ pub(crate) fn outcome(decision: &Decision, dry_run: bool) -> &'static str {
 }
 
 /// Per-policy instruments, made once per policy.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Observer {
     #[cfg(feature = "metrics")]
     policy: metrics::SharedString,
     name: std::sync::Arc<str>,
+    /// The time denials are reported by; without it, none is reported at `info` level.
+    now: Option<Now>,
+    denials: Arc<Denials>,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer")
+            .field("policy", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Observer {
@@ -41,6 +90,19 @@ impl Observer {
             #[cfg(feature = "metrics")]
             policy: metrics::SharedString::from_shared(name.clone()),
             name,
+            now: None,
+            denials: Arc::default(),
+        }
+    }
+
+    /// The same instruments, reporting denials at `info` level on the time `now` reads, in
+    /// the count of the layer's `denials` (shared by its plans: plans made again after
+    /// their eviction, or many at once, do not multiply the reports).
+    pub(crate) fn timed(self, now: Now, denials: Arc<Denials>) -> Self {
+        Self {
+            now: Some(now),
+            denials,
+            ..self
         }
     }
 
@@ -71,15 +133,53 @@ impl Observer {
         let outcome = outcome(decision, dry_run);
         self.count(outcome);
         #[cfg(feature = "tracing")]
-        tracing::debug!(
-            policy = self.policy(),
-            key_kind,
-            outcome,
-            remaining = decision.remaining,
-            "rate limit decision"
-        );
+        {
+            tracing::debug!(
+                policy = self.policy(),
+                key_kind,
+                outcome,
+                remaining = decision.remaining,
+                "rate limit decision"
+            );
+            if !decision.allowed && tracing::enabled!(tracing::Level::INFO) {
+                self.denied(decision, dry_run, key_kind);
+            }
+        }
         #[cfg(not(feature = "tracing"))]
         let _ = key_kind;
+    }
+
+    /// Reports denials (in a dry run, those that would have been) at `info` level: the first
+    /// at once, then at most one report every [`REPORT_EVERY`] for the layer, with the count
+    /// since the last and the policy, key kind and wait of the denial that reports them. Out
+    /// of line: denials only.
+    #[cfg(feature = "tracing")]
+    #[cold]
+    #[inline(never)]
+    fn denied(&self, decision: &Decision, dry_run: bool, key_kind: &'static str) {
+        let Some(now) = &self.now else { return };
+        let Some(denied) = self.denials.record(now()) else {
+            return;
+        };
+        let retry_after_ms = decision.retry_after.map(crate::decision::ceil_millis);
+        if dry_run {
+            tracing::info!(
+                policy = self.policy(),
+                denied,
+                key_kind,
+                retry_after_ms,
+                "dry run: requests would have been rate limited (since the last report; \
+                 reported at most every 10 s)"
+            );
+        } else {
+            tracing::info!(
+                policy = self.policy(),
+                denied,
+                key_kind,
+                retry_after_ms,
+                "requests rate limited (since the last report; reported at most every 10 s)"
+            );
+        }
     }
 
     /// Runs `f` (the check and what follows from it) in a debug-level `rate_limit` span with

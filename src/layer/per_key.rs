@@ -1,6 +1,6 @@
 //! Per-key quotas: one layer, a plan picked for each request (such as a customer's plan).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -21,8 +21,9 @@ use crate::{Key, Quota};
 /// the next time finds it.
 pub(crate) const MAX_PLANS: usize = 256;
 
-/// How many plans dropped from the layer's [`MAX_PLANS`] it remembers, so that a handle's
-/// reset and block still reach them. Past this, a warning: a selector that makes quotas up
+/// How many plans dropped from the layer's [`MAX_PLANS`] it keeps the limiters of (a few
+/// hundred bytes each), so that a handle's reset and block still reach them. Past this, a
+/// warning, and a handle's reset and block answer an error: a selector that makes quotas up
 /// from request data should be bounded.
 pub(crate) const MAX_EVICTED_PLANS: usize = 4096;
 
@@ -97,6 +98,9 @@ struct Entry {
 /// the store refuses the plan.
 pub(crate) type Picked = Result<Option<Arc<Policy>>, crate::Error>;
 
+/// The limiters of the plans dropped to make room, by their quotas.
+type Evicted = HashMap<Box<[Quota]>, Arc<dyn Limit>, RandomState>;
+
 /// The policies of the plans picked lately, by their quotas.
 type Policies = HashMap<Box<[Quota]>, Entry, RandomState>;
 
@@ -133,9 +137,12 @@ pub(crate) struct PerKey {
     select: Arc<Select>,
     maker: Maker,
     policies: RwLock<Policies>,
-    /// The plans dropped from `policies` to make room, and not made again since: their state
-    /// stays in the store, where a handle's reset and block must still reach it.
-    evicted: Mutex<HashSet<Box<[Quota]>, RandomState>>,
+    /// The limiters of the plans dropped from `policies` to make room, and not made again
+    /// since: their state stays in the store, where a handle's reset and block must still
+    /// reach it.
+    evicted: Mutex<Evicted>,
+    /// Whether some plan was dropped past [`MAX_EVICTED_PLANS`]: a reset or block may miss it.
+    forgot: AtomicBool,
     /// How many policies have been made: entries used since the last one share its count.
     made: AtomicU64,
     warned_evicting: AtomicBool,
@@ -156,7 +163,8 @@ impl PerKey {
             select,
             maker,
             policies: RwLock::new(HashMap::default()),
-            evicted: Mutex::new(HashSet::default()),
+            evicted: Mutex::new(HashMap::default()),
+            forgot: AtomicBool::new(false),
             made: AtomicU64::new(0),
             warned_evicting: AtomicBool::new(false),
             warned_forgetting: AtomicBool::new(false),
@@ -181,10 +189,11 @@ impl PerKey {
         }
     }
 
-    /// The limiters of every plan made (for a handle's reset and block): those held, and a
-    /// limiter made again for each plan dropped to make room, which finds the state its
-    /// clients left in the store.
-    pub(crate) fn limiters(&self) -> Vec<Arc<dyn Limit>> {
+    /// The limiters of every plan made (for a handle's reset and block): those held, and
+    /// those of the plans dropped to make room, whose clients' state stays in the store.
+    /// `Err` when some plan was dropped past [`MAX_EVICTED_PLANS`]: the limiters are those
+    /// known, and a reset or block through them may miss a client of a forgotten plan.
+    pub(crate) fn limiters(&self) -> (Vec<Arc<dyn Limit>>, Result<(), crate::Error>) {
         let mut limiters: Vec<Arc<dyn Limit>> = {
             let policies = self.policies.read().unwrap_or_else(PoisonError::into_inner);
             policies
@@ -192,16 +201,18 @@ impl PerKey {
                 .map(|entry| entry.policy.limiter.clone())
                 .collect()
         };
-        let evicted: Vec<Box<[Quota]>> = self
-            .evicted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .cloned()
-            .collect();
-        // A plan the store refused never had a limiter, nor any state.
-        limiters.extend(evicted.iter().filter_map(|quotas| self.make(quotas).ok()));
-        limiters
+        let evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
+        limiters.extend(evicted.values().cloned());
+        let known = if self.forgot.load(Ordering::Relaxed) {
+            Err(crate::Error::misconfigured(
+                "quota_for picked more than 4352 distinct plans, and the layer forgot some: a \
+                 reset or block may not reach their clients. Bound the plans the selector \
+                 makes (it should not make quotas up from request data)",
+            ))
+        } else {
+            Ok(())
+        };
+        (limiters, known)
     }
 
     /// The limiter of a plan of `quotas`, with the layer's options, bans and the handle's
@@ -228,12 +239,13 @@ impl PerKey {
             .map(|limiter| held(limiter, maker.held.clone()))
     }
 
-    /// Remembers that the plan of `quotas` was dropped to make room.
-    fn evicted(&self, quotas: Box<[Quota]>) {
+    /// Keeps the limiter of the plan of `quotas`, dropped to make room.
+    fn evicted(&self, quotas: Box<[Quota]>, limiter: Arc<dyn Limit>) {
         let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
         if evicted.len() < MAX_EVICTED_PLANS {
-            evicted.insert(quotas);
+            evicted.insert(quotas, limiter);
         } else {
+            self.forgot.store(true, Ordering::Relaxed);
             Self::warn_once(
                 &self.warned_forgetting,
                 "quota_for picked more than 4352 distinct plans; a handle's reset and block no \
@@ -314,9 +326,8 @@ impl PerKey {
                 .iter()
                 .min_by_key(|(_, entry)| entry.used.load(Ordering::Relaxed))
                 .map(|(quotas, _)| quotas.clone());
-            if let Some(oldest) = oldest {
-                policies.remove(&oldest);
-                self.evicted(oldest);
+            if let Some((oldest, entry)) = oldest.and_then(|q| policies.remove_entry(&q)) {
+                self.evicted(oldest, entry.policy.limiter.clone());
             }
         }
         self.evicted

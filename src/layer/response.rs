@@ -5,14 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Version};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Version};
 
 use super::answer::Answer;
-use super::headers::{ceil_secs, HeaderWriter, Headers};
+use super::headers::{HeaderWriter, Headers};
 use super::limit::Limit;
-use super::observe::Observer;
+use super::observe::{Denials, Observer};
 use super::text::{int_value, Text};
+use crate::decision::{ceil_millis, ceil_secs};
 use crate::key::{KeyError, RequestHead};
 use crate::{Decision, Error, Quota};
 
@@ -32,11 +33,6 @@ const TOO_LARGE: &str = "Request too large: it costs more than the rate limit ev
 /// The body of the answer when the store failed to decide.
 const UNAVAILABLE: &str = "Rate limiting is unavailable; try again shortly.\n";
 
-fn ceil_millis(d: Duration) -> u64 {
-    let ms = d.as_millis() + u128::from(d.as_nanos() % 1_000_000 > 0);
-    u64::try_from(ms).unwrap_or(u64::MAX)
-}
-
 /// A request answered the gRPC way: HTTP 200, the outcome in `grpc-status`, and the content
 /// type the client speaks.
 #[derive(Debug, Clone)]
@@ -45,23 +41,36 @@ pub(crate) struct Grpc {
 }
 
 impl Grpc {
-    /// The gRPC form of `req`, if it has one: `application/grpc[+subtype]` over HTTP/2 (gRPC runs
-    /// over nothing else), or gRPC-Web (`application/grpc-web[-text][+subtype]`) over any
-    /// version. Anything else, `application/grpc` over HTTP/1.1 included, is plain HTTP.
-    fn of<B>(req: &Request<B>) -> Option<Self> {
+    /// The gRPC form of `req`, if it has one and the layer answers it the gRPC way. gRPC is a
+    /// `POST` with `application/grpc[+subtype]` over HTTP/2 (gRPC runs over nothing else),
+    /// answered so when `grpc` is on; gRPC-Web is a `POST` with
+    /// `application/grpc-web[-text][+subtype]` over any version, answered so only when `web`
+    /// is on too. Anything else is plain HTTP: any other method (`GET`, `HEAD`, a lower-case
+    /// `post`), `application/grpc` over HTTP/1.x, look-alike types. A client chooses the
+    /// content type it sends: a gRPC answer is an HTTP 200, so one given to a request that is
+    /// not gRPC would turn its denial into a 200 that defences watching for 429s never see.
+    fn of<B>(req: &Request<B>, grpc: bool, web: bool) -> Option<Self> {
+        if !grpc || req.method() != Method::POST {
+            return None;
+        }
         let value = req.headers().get(CONTENT_TYPE)?.as_bytes();
         // The media type, without parameters (`; charset=...`).
         let end = value.iter().position(|&b| b == b';').unwrap_or(value.len());
         let media = value[..end].trim_ascii();
         let rest = strip_prefix_ignore_case(media, b"application/grpc")?;
-        let (web, rest) = match strip_prefix_ignore_case(rest, b"-web-text") {
+        let (is_web, rest) = match strip_prefix_ignore_case(rest, b"-web-text") {
             Some(rest) => (true, rest),
             None => match strip_prefix_ignore_case(rest, b"-web") {
                 Some(rest) => (true, rest),
                 None => (false, rest),
             },
         };
-        if !web && req.version() != Version::HTTP_2 {
+        let answered = if is_web {
+            web
+        } else {
+            req.version() == Version::HTTP_2
+        };
+        if !answered {
             return None;
         }
         // Nothing more, or `+` and a subtype (`proto`, `json`, ...).
@@ -161,9 +170,13 @@ pub(crate) struct Settings {
     pub(crate) dry_run: bool,
     /// Which responses count against the quota; `None`: all of them.
     pub(crate) count_if: Option<Arc<CountIf>>,
-    /// Whether gRPC and gRPC-Web requests get gRPC answers (`grpc-status`); when off, every
-    /// request gets the plain HTTP ones.
+    /// Whether gRPC requests get gRPC answers (`grpc-status`); when off, every request gets
+    /// the plain HTTP ones.
     pub(crate) grpc: bool,
+    /// Whether gRPC-Web requests get gRPC answers too (while `grpc` is on); off by default.
+    pub(crate) grpc_web: bool,
+    /// The layer's denials since it last reported them at `info` level, shared by its plans.
+    pub(crate) denials: Arc<Denials>,
 }
 
 impl Default for Settings {
@@ -176,6 +189,8 @@ impl Default for Settings {
             dry_run: false,
             count_if: None,
             grpc: true,
+            grpc_web: false,
+            denials: Arc::default(),
         }
     }
 }
@@ -190,6 +205,7 @@ impl fmt::Debug for Settings {
             .field("dry_run", &self.dry_run)
             .field("count_if", &self.count_if.is_some())
             .field("grpc", &self.grpc)
+            .field("grpc_web", &self.grpc_web)
             .finish()
     }
 }
@@ -254,11 +270,19 @@ impl Responder {
             },
             None => Self::new(limiter.quotas(), limiter.policy(), settings),
         };
+        let clock: Arc<dyn Fn() -> u64 + Send + Sync> = Arc::new(move || clock.now());
         Self {
-            clock: Some(Arc::new(move || clock.now())),
+            observer: (responder.observer.clone())
+                .timed(clock.clone(), responder.settings.denials.clone()),
+            clock: Some(clock),
             in_flight,
             ..responder
         }
+    }
+
+    /// Whether the layer only reports what it would deny ([`dry_run`](super::RateLimitLayer::dry_run)).
+    pub(crate) fn dry_run(&self) -> bool {
+        self.settings.dry_run
     }
 
     /// The limiter's time now, in nanoseconds (0 without a clock).
@@ -266,14 +290,11 @@ impl Responder {
         self.clock.as_ref().map_or(0, |now| now())
     }
 
-    /// How `req` is answered: the gRPC way, with its content type, when it is a gRPC or
-    /// gRPC-Web request and the layer answers those the gRPC way; `None` for plain HTTP.
+    /// How `req` is answered: the gRPC way, with its content type, when it is a gRPC request
+    /// (or a gRPC-Web one, where the layer opted in) and the layer answers those the gRPC way;
+    /// `None` for plain HTTP.
     pub(crate) fn grpc<B>(&self, req: &Request<B>) -> Option<Grpc> {
-        if self.settings.grpc {
-            Grpc::of(req)
-        } else {
-            None
-        }
+        Grpc::of(req, self.settings.grpc, self.settings.grpc_web)
     }
 
     /// The policy's instruments (logs and metrics).
@@ -294,15 +315,7 @@ impl Responder {
             Ok(decision) => {
                 self.observer.decision(&decision, dry_run, key_kind);
                 if decision.allowed || dry_run {
-                    #[cfg(feature = "tracing")]
-                    if !decision.allowed {
-                        tracing::info!(
-                            policy = self.observer.policy(),
-                            key_kind,
-                            retry_after_ms = decision.retry_after.map(ceil_millis),
-                            "dry run: request would have been rate limited"
-                        );
-                    }
+                    // A dry run's would-be denials are reported by the observer, as denials.
                     hand_on(req.extensions_mut(), &decision, self.observer.policy_name());
                     Admission::Allowed(decision)
                 } else {
@@ -376,13 +389,14 @@ impl Responder {
                 .clone()
                 .with_policy(self.observer.policy_name().clone());
             let mut response = on_limited(&named, RequestHead::new(req));
-            if let Some(wait) = decision.retry_after {
-                let headers = response.headers_mut();
+            let headers = response.headers_mut();
+            if let Some(secs) = decision.retry_after_secs() {
                 if !headers.contains_key(RETRY_AFTER) {
-                    headers.insert(RETRY_AFTER, int_value(ceil_secs(wait)));
+                    headers.insert(RETRY_AFTER, int_value(secs));
                 }
             }
-            self.add_headers(response.headers_mut(), decision);
+            not_to_be_stored(headers);
+            self.add_headers(headers, decision);
             return response;
         }
         let status = self
@@ -435,11 +449,23 @@ impl Responder {
 
     /// The answer to a request whose key could not be found: `on_key_error`'s response for
     /// HTTP, or else the error's status and message; for gRPC the status code of that HTTP
-    /// status.
+    /// status. `on_key_error`'s response gets `Cache-Control: no-store` and, when it keeps a
+    /// 401, the error's challenge, unless it has its own.
     pub(crate) fn key_error<B>(&self, error: &KeyError, req: &Request<B>) -> Response<Answer> {
         let grpc = self.grpc(req);
         match (&self.settings.on_key_error, grpc) {
-            (Some(on_key_error), None) => on_key_error(error, RequestHead::new(req)),
+            (Some(on_key_error), None) => {
+                let mut response = on_key_error(error, RequestHead::new(req));
+                let unauthorized = response.status() == StatusCode::UNAUTHORIZED;
+                let headers = response.headers_mut();
+                if let (true, Some(challenge)) = (unauthorized, error.challenge()) {
+                    if !headers.contains_key(WWW_AUTHENTICATE) {
+                        headers.insert(WWW_AUTHENTICATE, challenge.clone());
+                    }
+                }
+                not_to_be_stored(headers);
+                response
+            }
             (_, grpc) => key_error(error, grpc).map(Answer::Full),
         }
     }
@@ -464,9 +490,8 @@ impl Responder {
 ///  "detail":"Too many requests: retry in 3 seconds.","retry_after":3,"limit":60,"remaining":0}
 /// ```
 pub fn problem_details(decision: &Decision, _head: RequestHead<'_>) -> Response<Bytes> {
-    let (detail, retry_after) = match decision.retry_after {
-        Some(wait) => {
-            let secs = ceil_secs(wait);
+    let (detail, retry_after) = match decision.retry_after_secs() {
+        Some(secs) => {
             let unit = if secs == 1 { "second" } else { "seconds" };
             (
                 format!("Too many requests: retry in {secs} {unit}."),
@@ -493,13 +518,20 @@ pub fn problem_details(decision: &Decision, _head: RequestHead<'_>) -> Response<
 
 /// The answer to a request whose key could not be found: the error's status and message, or
 /// for gRPC the status code of that HTTP status.
+/// A gRPC answer names no HTTP authentication scheme: it is no HTTP 401.
 fn key_error(error: &KeyError, grpc: Option<Grpc>) -> Response<Bytes> {
     match grpc {
         Some(form) => grpc_response(&form, grpc_code(error.status()), error.message().as_bytes()),
-        None => plain(
-            error.status(),
-            Bytes::from(format!("{}\n", error.message())),
-        ),
+        None => {
+            let body = Bytes::from(format!("{}\n", error.message()));
+            let mut response = plain(error.status(), body);
+            if let Some(challenge) = error.challenge() {
+                response
+                    .headers_mut()
+                    .insert(WWW_AUTHENTICATE, challenge.clone());
+            }
+            response
+        }
     }
 }
 
@@ -514,26 +546,38 @@ pub(crate) fn store_error(_error: &Error, grpc: Option<Grpc>) -> Response<Bytes>
     }
 }
 
-/// A plain-text response; `body` ends with a newline.
+/// Marks an answer the layer writes as one no cache may keep: a denial, a key error or a store
+/// error is about one client at one moment, and a cache keyed by URL would hand it to others.
+/// A `Cache-Control` the answer has (from `on_limited` or `on_key_error`) is kept.
+fn not_to_be_stored(headers: &mut HeaderMap) {
+    if !headers.contains_key(CACHE_CONTROL) {
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+}
+
+/// A plain-text response, not to be stored; `body` ends with a newline.
 fn plain(status: StatusCode, body: Bytes) -> Response<Bytes> {
     let mut response = Response::new(body);
     *response.status_mut() = status;
-    // Room for the fields a denial gets (content type, `Retry-After`, the rate limit fields of
-    // any style) in one allocation.
-    *response.headers_mut() = HeaderMap::with_capacity(8);
-    response.headers_mut().insert(
+    // Room for the fields a denial gets (content type, `Cache-Control`, `Retry-After`, the
+    // rate limit fields of any style) in one allocation.
+    let mut headers = HeaderMap::with_capacity(8);
+    headers.insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    *response.headers_mut() = headers;
     response
 }
 
-/// A trailers-only gRPC response: HTTP 200 with the status in the headers and no body, in the
-/// content type the request was sent in.
+/// A trailers-only gRPC response, not to be stored: HTTP 200 with the status in the headers
+/// and no body, in the content type the request was sent in.
 fn grpc_response(form: &Grpc, code: &'static str, message: &[u8]) -> Response<Bytes> {
     let mut response = Response::new(Bytes::new());
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, form.content_type.clone());
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(GRPC_STATUS.clone(), HeaderValue::from_static(code));
     let mut encoded = Text::new();
     percent_encode(message, &mut encoded);

@@ -12,6 +12,7 @@ use super::future::{Refund, ResponseFuture, Ticket};
 use super::observe;
 use super::response;
 use super::shared::Shared;
+use super::upgrade;
 use crate::key::RequestHead;
 
 /// The rate limit middleware: made by [`RateLimitLayer`](super::RateLimitLayer).
@@ -83,7 +84,13 @@ where
         let responder = active.responder.clone();
         let key = match shared.key.extract(RequestHead::new(&req)) {
             Ok(Some(key)) => key,
-            Ok(None) => return ResponseFuture::unlimited(self.inner.call(req), responder),
+            Ok(None) => {
+                let mut req = req;
+                if shared.holds {
+                    upgrade::pass_without_slot(&mut req);
+                }
+                return ResponseFuture::unlimited(self.inner.call(req), responder);
+            }
             Err(error) => {
                 responder.observer().count("key_error");
                 log_key_error(&error);

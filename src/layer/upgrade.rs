@@ -199,6 +199,22 @@ fn may_upgrade<B>(req: &Request<B>) -> bool {
     req.method() == Method::CONNECT || req.headers().contains_key(UPGRADE)
 }
 
+/// Puts an [`InFlightSlot`] that holds nothing in the extensions of `req`, let through by an
+/// in-flight layer without taking a slot (an allow-listed or skipped request, a key of none,
+/// a cost of 0, a dry run over the limit), when it may switch protocols and carries no slot
+/// yet: a handler that keeps the slot finds one, as it does where the layer counts.
+pub(crate) fn pass_without_slot<B>(req: &mut Request<B>) {
+    if may_upgrade(req) && req.extensions().get::<InFlightSlot>().is_none() {
+        let slot = InFlightSlot {
+            cell: Arc::new(Cell {
+                hold: Mutex::new(None),
+                outer: None,
+            }),
+        };
+        req.extensions_mut().insert(slot);
+    }
+}
+
 impl Held {
     /// What `req`, let through with `hold`, holds: shared with its handler through an
     /// [`InFlightSlot`] in its extensions when it may switch protocols, else alone (nothing
@@ -248,8 +264,7 @@ impl Held {
         if kept {
             Ok(None)
         } else {
-            log_unkept(&policy);
-            Err(Unkept)
+            Err(Unkept { policy })
         }
     }
 }
@@ -262,11 +277,20 @@ const UNKEPT: &str = "The server switched protocols without holding the in-fligh
 
 /// A response that switched protocols while no one kept the request's [`InFlightSlot`].
 #[derive(Debug)]
-pub(crate) struct Unkept;
+pub(crate) struct Unkept {
+    policy: String,
+}
 
 impl Unkept {
+    /// In a dry run, the response goes out as it is and the connection goes uncounted: only
+    /// logged, as the refusal is.
+    pub(crate) fn let_through(self) {
+        log_unkept(&self.policy, true);
+    }
+
     /// The layer's answer instead: `500`, with a body that says how to fix the server.
     pub(crate) fn answer(self) -> Response<Bytes> {
+        log_unkept(&self.policy, false);
         let mut response = Response::new(Bytes::from_static(UNKEPT.as_bytes()));
         *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
         let headers = response.headers_mut();
@@ -281,26 +305,24 @@ impl Unkept {
 
 /// Logs a refused upgrade: at error level the first time in this process (a misconfigured
 /// server refuses every upgrade alike), then at debug level.
-fn log_unkept(policy: &str) {
+fn log_unkept(policy: &str, dry_run: bool) {
+    let refused = if dry_run {
+        "dry run: an upgrade would have been refused (500)"
+    } else {
+        "upgrade refused (500)"
+    };
     static SEEN: AtomicBool = AtomicBool::new(false);
     let first = !SEEN.swap(true, Ordering::Relaxed);
     #[cfg(feature = "tracing")]
     if first {
-        tracing::error!(
-            policy,
-            "in-flight limit: upgrade refused (500). {}",
-            UNKEPT.trim_end()
-        );
+        tracing::error!(policy, "in-flight limit: {refused}. {}", UNKEPT.trim_end());
     } else {
-        tracing::debug!(
-            policy,
-            "in-flight limit: upgrade refused (500): no InFlightSlot kept"
-        );
+        tracing::debug!(policy, "in-flight limit: {refused}: no InFlightSlot kept");
     }
     #[cfg(not(feature = "tracing"))]
     if first {
         eprintln!(
-            "in-flight limit {policy:?}: upgrade refused (500). {}",
+            "in-flight limit {policy:?}: {refused}. {}",
             UNKEPT.trim_end()
         );
     }

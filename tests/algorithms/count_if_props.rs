@@ -1,7 +1,7 @@
 //! `count_if` under attack: requests that do not count give their capacity back when their
 //! responses finish, in any order and at any time. Whatever that order, the requests that count
 //! never exceed the quota in any window or burst, for every algorithm that can refund, in
-//! memory (here) and in Redis (`tests/attack_costs.rs`, the same streams with costs).
+//! memory (here) and in Redis (`tests/redis/attack_costs.rs`, the same streams with costs).
 //!
 //! Each case is a random stream of requests for one key; each allowed request finishes after a
 //! random time, and those that do not count are refunded then (so refunds arrive after new
@@ -19,7 +19,7 @@ use count_if::{
     conform_to_gcra, fit_every_window, fit_fixed_windows, fit_the_sliding_estimate, on_memory, Req,
 };
 
-/// Requests of cost 1 (`tests/attack_costs.rs` runs the same with costs of 1 to 3).
+/// Requests of cost 1 (`tests/redis/attack_costs.rs` runs the same with costs of 1 to 3).
 fn requests(max_gap: u64, max_takes: u64) -> impl Strategy<Value = Vec<Req>> {
     count_if::requests(max_gap, max_takes, 1)
 }
@@ -80,7 +80,7 @@ proptest! {
     }
 }
 
-// The same streams run against the Redis scripts in `tests/attack_costs.rs`, costs included.
+// The same streams run against the Redis scripts in `tests/redis/attack_costs.rs`, costs included.
 
 /// A layer refuses `count_if` for an algorithm that cannot give capacity back, where it is
 /// built, instead of counting every request silently.

@@ -55,13 +55,20 @@ pub fn app(limits: Limits) -> Router {
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use tollgate::key::RequestHead;
+use tollgate::key::{from_fn, KeyError, RequestHead};
 use tollgate::Key;
 
 pub fn plans_limit(plans: Arc<HashMap<String, Quota>>) -> RateLimitLayer {
     let free = Quota::per_minute(10).named("free");
+    let issued = plans.clone();
+    let api_key = from_fn(move |head: RequestHead<'_>| {
+        match head.headers().get("x-api-key").map(|v| v.to_str()) {
+            Some(Ok(key)) if issued.contains_key(key) => Ok(Some(Key::from(key))),
+            _ => Err(KeyError::new(StatusCode::UNAUTHORIZED, "no issued API key")),
+        }
+    });
     RateLimitLayer::gcra(free.clone())
-        .key(Header::new("x-api-key"))
+        .key(api_key.or(PeerIp))
         .quota_for(move |key: &Key, _head: RequestHead<'_>| {
             let name = key
                 .as_bytes()
@@ -102,7 +109,7 @@ pub fn json_answers(layer: RateLimitLayer) -> RateLimitLayer {
         .on_limited(|decision, _head| {
             let body = serde_json::json!({
                 "error": "rate_limited",
-                "retry_after_seconds": decision.retry_after.map(|d| d.as_secs_f64().ceil()),
+                "retry_after_seconds": decision.retry_after_secs(),
             });
             (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response()
         })
@@ -190,6 +197,15 @@ async fn plans_come_from_a_captured_map_or_from_the_extensions() {
         };
         assert_eq!(header(&response, "ratelimit-policy"), expected);
     }
+    // A key never issued starts no budget of its own: it shares its IP's, which `k-other` used.
+    let response = client()
+        .get(&base)
+        .header("x-api-key", "k-invented")
+        .send()
+        .await
+        .unwrap();
+    let rate = header(&response, "ratelimit");
+    assert!(rate.starts_with("\"free\";r=8;"), "{rate}");
 
     async fn authenticate(
         mut req: axum::extract::Request,
@@ -239,7 +255,7 @@ async fn json_answers_for_denials_and_missing_keys() {
     assert_eq!(header(&denied, "retry-after"), "60");
     assert_eq!(
         denied.text().await.unwrap(),
-        r#"{"error":"rate_limited","retry_after_seconds":60.0}"#
+        r#"{"error":"rate_limited","retry_after_seconds":60}"#
     );
 }
 

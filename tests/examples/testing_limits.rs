@@ -186,6 +186,7 @@ async fn on_limited_takes_an_axum_json_response_and_keeps_the_headers() {
 
     // gRPC clients keep their own answer: a custom body is no gRPC status.
     let mut grpc = get_request("/");
+    *grpc.method_mut() = axum::http::Method::POST;
     *grpc.version_mut() = axum::http::Version::HTTP_2;
     grpc.headers_mut()
         .insert("content-type", HeaderValue::from_static("application/grpc"));
@@ -248,6 +249,7 @@ async fn key_errors_are_shaped_by_on_key_error_for_http_and_stay_grpc_for_grpc()
     );
 
     let mut grpc = get_request("/");
+    *grpc.method_mut() = axum::http::Method::POST;
     *grpc.version_mut() = axum::http::Version::HTTP_2;
     grpc.headers_mut().insert(
         "content-type",

@@ -183,6 +183,7 @@ async fn a_refusal_names_no_wait_over_http_and_grpc() {
         Some(3),
         &[("x-key", "k"), ("content-type", "application/grpc")],
     );
+    *grpc.method_mut() = http::Method::POST;
     *grpc.version_mut() = Version::HTTP_2;
     let (status, headers, _) = svc
         .clone()
@@ -228,6 +229,7 @@ async fn a_refusal_names_no_wait_over_http_and_grpc() {
             ("content-type", "application/grpc"),
         ],
     );
+    *grpc.method_mut() = http::Method::POST;
     *grpc.version_mut() = Version::HTTP_2;
     let (_, headers, _) = svc
         .clone()

@@ -505,3 +505,18 @@ async fn http2_websockets_hold_their_slots_until_they_close() {
         Some(StatusCode::INTERNAL_SERVER_ERROR)
     );
 }
+
+/// A dry run never changes an answer: an upgrade whose slot nobody keeps switches protocols
+/// (only logged), where the layer in earnest refuses it.
+#[tokio::test]
+async fn in_a_dry_run_an_upgrade_whose_slot_nobody_keeps_still_switches() {
+    let app = Router::new().route("/ignores", any(ignores_slot)).layer(
+        RateLimitLayer::in_flight(1)
+            .policy_name("sockets")
+            .dry_run(true),
+    );
+    let addr = serve(app).await;
+    // `open` asserts the 101.
+    let socket = open(addr, "/ignores").await;
+    assert!(socket.is_ok(), "{:?}", socket.err());
+}

@@ -170,8 +170,9 @@ async fn dry_run_refuses_nothing_and_reports_what_it_would_have_done() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let calls = Arc::new(AtomicUsize::new(0));
+    let clock = ManualClock::new();
     let svc = RateLimitLayer::gcra(Quota::per_minute(2).named("orders"))
-        .clock(ManualClock::new())
+        .clock(clock.clone())
         .dry_run(true)
         .layer(handler(&calls));
     let mut seen = Vec::new();
@@ -203,23 +204,37 @@ async fn dry_run_refuses_nothing_and_reports_what_it_would_have_done() {
             ),
         ]
     );
-    let text = log.text();
-    let would = text
-        .lines()
-        .filter(|l| l.contains("dry run: request would have been rate limited"))
-        .collect::<Vec<_>>();
-    assert_eq!(would.len(), 2, "{text}");
+    // Reported at info as denials are, at most once every 10 s: the first at once, the next
+    // with the count since (a flood of would-be denials is not a flood of log lines).
+    let would = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains("dry run: requests would have been rate limited"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let first = would(&log.text());
+    assert_eq!(first.len(), 1, "{}", log.text());
     assert!(
-        would
-            .iter()
-            .all(|l| l.contains("policy=\"orders\"") && l.contains("retry_after_ms=30000")),
-        "{text}"
+        first[0].contains("policy=\"orders\"")
+            && first[0].contains("denied=1")
+            && first[0].contains("retry_after_ms=30000"),
+        "{first:?}"
+    );
+    clock.advance(std::time::Duration::from_secs(10));
+    let (response, _) = send(&svc, request(false)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let both = would(&log.text());
+    assert_eq!(both.len(), 2, "{}", log.text());
+    assert!(
+        both[1].contains("denied=2") && both[1].contains("retry_after_ms=20000"),
+        "{both:?}"
     );
 }
 
-/// A request from 192.0.2.1 over `version` with `content_type`.
+/// A `POST` from 192.0.2.1 over `version` with `content_type`.
 fn typed(version: Version, content_type: &str) -> Request<String> {
     let mut req = Request::builder()
+        .method(http::Method::POST)
         .uri("/orders")
         .version(version)
         .header("content-type", content_type)
@@ -243,7 +258,8 @@ async fn spent(
 
 #[tokio::test]
 async fn only_grpc_over_http2_and_grpc_web_get_grpc_answers_in_their_own_content_type() {
-    let svc = spent(RateLimitLayer::gcra(Quota::per_minute(1))).await;
+    // gRPC-Web gets gRPC answers where the layer opts in (`tests/layer/grpc_detection.rs`: only there).
+    let svc = spent(RateLimitLayer::gcra(Quota::per_minute(1)).grpc_web(true)).await;
     let grpc_answers = [
         (Version::HTTP_2, "application/grpc", "application/grpc"),
         (
@@ -431,7 +447,11 @@ async fn over_http1_a_grpc_content_type_gets_a_429_and_grpc_web_its_own_answer()
     use axum::routing::post;
     let app = axum::Router::new()
         .route("/orders", post(|| async { "ordered" }))
-        .layer(RateLimitLayer::gcra(Quota::per_minute(1)).clock(ManualClock::new()));
+        .layer(
+            RateLimitLayer::gcra(Quota::per_minute(1))
+                .clock(ManualClock::new())
+                .grpc_web(true),
+        );
     let client = web::client();
     let url = format!("{}/orders", web::serve(app).await);
     let post = |content_type: &'static str| {

@@ -4,8 +4,10 @@
 mod support;
 
 mod answers;
+mod attack_32;
 mod axum_server;
 mod count_if;
+mod grpc_detection;
 mod header_styles;
 mod hyper_server;
 mod layer;

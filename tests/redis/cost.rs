@@ -425,6 +425,7 @@ async fn a_grpc_request_above_the_quota_is_told_not_to_retry() {
         .clock(ManualClock::new())
         .layer(ok_service());
     let mut req = request("/", "ok");
+    *req.method_mut() = http::Method::POST;
     *req.version_mut() = http::Version::HTTP_2;
     req.headers_mut()
         .insert("content-type", "application/grpc".parse().unwrap());

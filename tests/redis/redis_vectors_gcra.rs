@@ -172,7 +172,7 @@ fn gcra_decides_alike_at_the_edges_of_what_the_store_accepts() {
             .unwrap();
     }
     // Just past what the store accepts: refused where the limiter gets the store, never a
-    // decision (tests/redis_bounds.rs checks the message).
+    // decision (tests/redis/redis_bounds.rs checks the message).
     let too_big = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         RateLimiter::gcra(Quota::new(1, Duration::from_nanos(big + 1))).with_store(redis.clone())
     }));

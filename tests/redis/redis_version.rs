@@ -1,6 +1,9 @@
 //! The Redis version the store needs: a real `redis-server` (7.x here) is accepted; a server
 //! that says it runs Redis 4 (a stand-in speaking the protocol on loopback, since Redis 4 is
 //! not installed) is refused at connect with a message naming its version and the minimum.
+//! The servers the tests start say which they are: with `TOLLGATE_EXPECT_SERVER=valkey` (or
+//! `redis`), set by CI's run on each, a server or sentinel of another kind fails, so a PATH
+//! that still finds the other server cannot pass for it.
 
 use crate::support::redis as server;
 
@@ -80,6 +83,53 @@ async fn the_installed_redis_server_is_accepted_and_decides() {
     assert!(!limiter.check("k").await.unwrap().allowed);
 }
 
+/// `field` of an `INFO` reply, when present.
+fn field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// Which server answered `INFO server`, and its version: Valkey names itself
+/// (`server_name:valkey`, `valkey_version`); Redis does not.
+fn server_of(info: &str) -> (String, String) {
+    match field(info, "server_name") {
+        Some(name) => {
+            let version = field(info, &format!("{name}_version"));
+            (name.to_owned(), version.unwrap_or("?").to_owned())
+        }
+        None => (
+            "redis".to_owned(),
+            field(info, "redis_version").unwrap_or("?").to_owned(),
+        ),
+    }
+}
+
+fn the_servers_started_are_the_ones_expected() {
+    let Some(stale) = server::StaleSentinel::start() else {
+        return;
+    };
+    let expected = std::env::var("TOLLGATE_EXPECT_SERVER").ok();
+    for (what, port) in [
+        ("redis-server", stale.server.port),
+        ("redis-sentinel", stale.sentinel.port),
+    ] {
+        let info = server::command(port, "INFO server").unwrap_or_default();
+        let (name, version) = server_of(&info);
+        println!("{what} runs {name} {version}");
+        if let Some(expected) = &expected {
+            assert_eq!(
+                &name, expected,
+                "TOLLGATE_EXPECT_SERVER: {what} runs {name}"
+            );
+        }
+    }
+    let sentinel = server::command(stale.sentinel.port, "INFO server").unwrap_or_default();
+    // Valkey says `server_mode`, Redis `redis_mode`.
+    let mode = field(&sentinel, "server_mode").or(field(&sentinel, "redis_mode"));
+    assert_eq!(mode, Some("sentinel"), "{sentinel}");
+}
+
 pub(crate) fn trials() -> Vec<server::Trial> {
     vec![
         server::plain_async(
@@ -93,6 +143,10 @@ pub(crate) fn trials() -> Vec<server::Trial> {
         server::needs_redis_async(
             "the_installed_redis_server_is_accepted_and_decides",
             the_installed_redis_server_is_accepted_and_decides,
+        ),
+        server::needs_redis(
+            "the_servers_started_are_the_ones_expected",
+            the_servers_started_are_the_ones_expected,
         ),
     ]
 }

@@ -59,9 +59,9 @@ impl Req {
             .fold(self, |req, (name, value)| req.header(name, value))
     }
 
-    /// A gRPC request: over HTTP/2, as gRPC always is, with this `content-type`.
+    /// A gRPC request: a `POST` over HTTP/2, as gRPC always is, with this `content-type`.
     pub fn grpc(mut self, content_type: &str) -> Self {
-        self.builder = self.builder.version(Version::HTTP_2);
+        self.builder = self.builder.method(Method::POST).version(Version::HTTP_2);
         self.header("content-type", content_type)
     }
 

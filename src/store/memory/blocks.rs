@@ -37,7 +37,9 @@ impl Blocks {
     /// Room for at most `max_keys` blocks (at least one).
     pub(crate) fn new(max_keys: usize) -> Self {
         let max = max_keys.max(1);
-        let count = if max < SHARDS { 1 } else { SHARDS };
+        // At least 16 blocks a shard: a full shard forgets the block that ends soonest, so a
+        // shard of a few would forget a long block for any newcomer.
+        let count = 1 << (max / 16).clamp(1, SHARDS).ilog2();
         Self {
             horizon: AtomicU64::new(0),
             shards: (0..count).map(|_| RwLock::new(HashTable::new())).collect(),

@@ -14,8 +14,13 @@ use super::hasher::KeyHasher;
 use crate::store::in_flight::{Acquire, Slots, NO_LEASE};
 use crate::{Decision, Error, Key};
 
-/// How many shards a table has: a power of two, the shard picked by the hash's top bits.
+/// How many shards a table has at most: a power of two, the shard picked by the hash's top
+/// bits. A small bound has fewer, of at least [`MIN_PER_SHARD`] keys each: a shard of one key
+/// would refuse a new client while any other client of its shard is in flight.
 const SHARDS: usize = 64;
+
+/// The fewest keys a shard holds.
+const MIN_PER_SHARD: usize = 16;
 
 /// One shard, alone on its cache lines.
 #[repr(align(128))]
@@ -36,7 +41,9 @@ pub(crate) struct MemorySlots {
 impl MemorySlots {
     /// A table of `limit` slots per key, holding at most about `max_keys` keys at once.
     pub(crate) fn new(limit: u64, max_keys: usize) -> Self {
-        let shards = (0..SHARDS)
+        let count = (max_keys / MIN_PER_SHARD).clamp(1, SHARDS);
+        let count = 1 << count.ilog2();
+        let shards = (0..count)
             .map(|_| Shard {
                 table: Mutex::new(HashTable::new()),
             })
@@ -45,13 +52,14 @@ impl MemorySlots {
             hasher: KeyHasher::new(),
             shards,
             limit,
-            per_shard: max_keys.div_ceil(SHARDS).max(1),
+            per_shard: max_keys.div_ceil(count).max(1),
         }
     }
 
     fn shard(&self, hash: u64) -> MutexGuard<'_, HashTable<(Key, u64)>> {
         // The top bits: the table inside the shard uses the low ones.
-        let index = (hash >> (64 - SHARDS.trailing_zeros())) as usize;
+        let bits = self.shards.len().trailing_zeros();
+        let index = hash.checked_shr(64 - bits).unwrap_or(0) as usize;
         self.shards[index]
             .table
             .lock()
@@ -88,7 +96,7 @@ impl MemorySlots {
             Entry::Vacant(_) if full => Err(Error::store(format!(
                 "the in-flight table is full: about {} keys have requests in flight at once; \
                  raise MemoryStore::with_max_keys if that many clients are expected",
-                self.per_shard * SHARDS
+                self.per_shard * self.shards.len()
             ))),
             Entry::Vacant(entry) => {
                 entry.insert((key.stored(), cost));

@@ -80,8 +80,16 @@ local function smooth(now, empty_at, p)
   return allow(remaining, reset_after), { mode = 's', time = now, empty_at = empty_at }
 end
 
+local decide
+
 function ALG.check(state, now, cost, p)
   local s = standing(state, WNOW, p)
+  local d, next = decide(s, cost, p)
+  -- A reading before the state's own time: the waits run from the reading.
+  return wlater(d, wsub(s.now, WNOW)), next
+end
+
+decide = function(s, cost, p)
   local remaining, reset_after = report(s, p)
   -- Above the limit never passes; at or below it, `cost` is an exact double.
   if wlt(wide(p.limit), wcost(cost)) then

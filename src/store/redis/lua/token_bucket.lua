@@ -95,7 +95,19 @@ local function remaining(p, deficit, m)
   return idiv(math.max(p.capacity - m - deficit, 0), p.interval)
 end
 
+local decide
+
 function ALG.check(state, now, cost, p)
+  local d, next = decide(state, cost, p)
+  -- A reading before the last refill: the waits run from the reading.
+  local skew = { 0, 0 }
+  if wlt(WNOW, state.at) then
+    skew = wsub(state.at, WNOW)
+  end
+  return wlater(d, skew), next
+end
+
+decide = function(state, cost, p)
   local at, deficit = refill(state, WNOW)
   local m, lease = held(state, p)
   local bound = p.bound - m

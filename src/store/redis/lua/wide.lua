@@ -113,6 +113,33 @@ local function wreply(a)
   return wformat(a)
 end
 
+-- A decision's figures (`{ allowed, remaining, reset_after, retry_after, delay, receipt }`)
+-- measured from `skew` ns (wide, >= 0) earlier: a reading before the state's own time is
+-- decided at the state's time, and the waits it reports run from the reading (as in Rust). A
+-- retry of -1 (none) and a delay of 0 (none) stay as they are.
+local function wlater(d, skew)
+  if not wlt({ 0, 0 }, skew) then
+    return d
+  end
+  local function later(x)
+    local a
+    if type(x) == 'number' then
+      a = wide(x)
+    else
+      a = wparse(x)
+    end
+    return wreply(wadd(a, skew))
+  end
+  d[3] = later(d[3])
+  if d[4] ~= -1 then
+    d[4] = later(d[4])
+  end
+  if d[5] ~= 0 then
+    d[5] = later(d[5])
+  end
+  return d
+end
+
 -- A time until fresh for the driver, which takes ns as a number and rounds them up to whole
 -- ms: exact up to 2^53. Beyond, `ms` whole ms less 999936 ns: a multiple of 64, exact up to
 -- 2^59 ns (18 years), which the driver's `+ 999999` (rounded to a multiple of at most 64)
