@@ -149,7 +149,7 @@ impl fmt::Debug for Sleep {
 /// that is at most `⌈J / T⌉` more than a perfect clock, and none more while `J < T` (a limit
 /// below a million per second, for `J` under a microsecond); for the sliding log, at most
 /// `limit` in any window of `period − J`; for the fixed and sliding windows and the hybrid, at
-/// most `limit` per window of the key's own windows, as on a perfect clock. `tests/clock_jitter.rs`
+/// most `limit` per window of the key's own windows, as on a perfect clock. `tests/algorithms/clock_jitter.rs`
 /// checks these bounds for all seven algorithms, and tiers of them, with readings up to `J` early
 /// at random.
 ///

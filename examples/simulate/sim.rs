@@ -2,7 +2,7 @@
 //! and the same traffic, on a [`ManualClock`] that jumps from one request to the next (nothing
 //! sleeps), and each admitted request is recorded at the time it reaches the service.
 //!
-//! `tests/simulate.rs` includes this file and asserts its numbers.
+//! `tests/examples/simulate.rs` includes this file and asserts its numbers.
 
 use std::collections::HashMap;
 use std::time::Duration;
