@@ -24,6 +24,7 @@ use std::sync::Arc;
 use crate::{Decision, Key};
 
 /// How often, at most, a policy's denials are reported at `info` level, in nanoseconds.
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
 const REPORT_EVERY: u64 = 10_000_000_000;
 
 /// A time source in nanoseconds: the layer's clock.
@@ -31,6 +32,7 @@ pub(crate) type Now = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// The denials of one layer (its own quotas and every plan's) since it last reported them.
 #[derive(Debug, Default)]
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
 pub(crate) struct Denials {
     /// Denied since the last report.
     count: AtomicU64,
@@ -38,6 +40,7 @@ pub(crate) struct Denials {
     next: AtomicU64,
 }
 
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
 impl Denials {
     /// Counts one denial at `now`: how many to report when a report is due.
     fn record(&self, now: u64) -> Option<u64> {
@@ -71,7 +74,9 @@ pub(crate) struct Observer {
     policy: metrics::SharedString,
     name: std::sync::Arc<str>,
     /// The time denials are reported by; without it, none is reported at `info` level.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
     now: Option<Now>,
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
     denials: Arc<Denials>,
 }
 
