@@ -33,6 +33,9 @@ pub(crate) struct Ticket<B> {
     pub(crate) decided_at: u64,
     /// For an in-flight limit, the key whose slots the request holds once let through.
     pub(crate) hold: Option<Key>,
+    /// Whether the layer is an in-flight limit (a request of cost 0 holds nothing there, but
+    /// a handler that keeps its slot still finds one).
+    pub(crate) in_flight: bool,
 }
 
 /// A request allowed after a delay: a clone of the inner service, not readied, and the
@@ -113,6 +116,7 @@ where
         cost,
         key_kind,
         hold,
+        in_flight,
         ..
     } = ticket;
     let admission = responder
@@ -122,7 +126,6 @@ where
         Admission::Allowed(decision) => {
             // Taken before the inner service is called: a panic there drops it with the future.
             // A request that may switch protocols shares it with its handler.
-            let in_flight = hold.is_some() || limiter.in_flight().is_some();
             let hold = hold
                 .and_then(|key| Hold::of(limiter, key, cost, &decision))
                 .map(|hold| Held::of(hold, &mut req));

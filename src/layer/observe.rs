@@ -15,22 +15,24 @@
 //! the key itself appears only at `trace` level.
 //!
 //! Denials are reported at `info` level so that an operator sees a limit at work: the first
-//! denial of a policy at once, then at most one report every 10 s (on the layer's clock) with
-//! how many requests were denied since the last one. Every decision is logged at `debug`.
+//! denial of a layer (its own quotas and every plan's) at once, then at most one report every
+//! 10 s (on the layer's clock) with how many requests were denied since the last one. Every
+//! decision is logged at `debug`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use crate::{Decision, Key};
 
-/// How often, at most, a policy's denials are reported at `info` level, in nanoseconds.
+/// How often, at most, a layer's denials are reported at `info` level, in nanoseconds.
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
 const REPORT_EVERY: u64 = 10_000_000_000;
 
-/// A time source in nanoseconds: the layer's clock.
-pub(crate) type Now = Arc<dyn Fn() -> u64 + Send + Sync>;
+/// The layer's clock, in nanoseconds, as a responder holds it.
+pub(crate) type Now = dyn Fn() -> u64 + Send + Sync;
 
 /// The denials of one layer (its own quotas and every plan's) since it last reported them.
 #[derive(Debug, Default)]
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
 pub(crate) struct Denials {
     /// Denied since the last report.
     count: AtomicU64,
@@ -38,6 +40,7 @@ pub(crate) struct Denials {
     next: AtomicU64,
 }
 
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
 impl Denials {
     /// Counts one denial at `now`: how many to report when a report is due.
     fn record(&self, now: u64) -> Option<u64> {
@@ -65,22 +68,11 @@ pub(crate) fn outcome(decision: &Decision, dry_run: bool) -> &'static str {
 }
 
 /// Per-policy instruments, made once per policy.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub(crate) struct Observer {
     #[cfg(feature = "metrics")]
     policy: metrics::SharedString,
     name: std::sync::Arc<str>,
-    /// The time denials are reported by; without it, none is reported at `info` level.
-    now: Option<Now>,
-    denials: Arc<Denials>,
-}
-
-impl std::fmt::Debug for Observer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Observer")
-            .field("policy", &self.name)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Observer {
@@ -90,19 +82,6 @@ impl Observer {
             #[cfg(feature = "metrics")]
             policy: metrics::SharedString::from_shared(name.clone()),
             name,
-            now: None,
-            denials: Arc::default(),
-        }
-    }
-
-    /// The same instruments, reporting denials at `info` level on the time `now` reads, in
-    /// the count of the layer's `denials` (shared by its plans: plans made again after
-    /// their eviction, or many at once, do not multiply the reports).
-    pub(crate) fn timed(self, now: Now, denials: Arc<Denials>) -> Self {
-        Self {
-            now: Some(now),
-            denials,
-            ..self
         }
     }
 
@@ -127,9 +106,19 @@ impl Observer {
         let _ = outcome;
     }
 
-    /// Records a decision: counted, and logged at debug level with the key's kind.
+    /// Records a decision: counted, and logged at debug level with the key's kind; a denial
+    /// also counts in the layer's `denials`, reported at `info` level on the layer's clock
+    /// (`now`; none is reported without it). `denials` is shared by the layer's plans, so
+    /// that plans made again after their eviction, or many at once, do not multiply reports.
     #[inline]
-    pub(crate) fn decision(&self, decision: &Decision, dry_run: bool, key_kind: &'static str) {
+    pub(crate) fn decision(
+        &self,
+        decision: &Decision,
+        dry_run: bool,
+        key_kind: &'static str,
+        denials: &Denials,
+        now: Option<&Now>,
+    ) {
         let outcome = outcome(decision, dry_run);
         self.count(outcome);
         #[cfg(feature = "tracing")]
@@ -141,12 +130,14 @@ impl Observer {
                 remaining = decision.remaining,
                 "rate limit decision"
             );
-            if !decision.allowed && tracing::enabled!(tracing::Level::INFO) {
-                self.denied(decision, dry_run, key_kind);
+            if let (false, Some(now)) = (decision.allowed, now) {
+                if tracing::enabled!(tracing::Level::INFO) {
+                    self.denied(decision, dry_run, key_kind, denials, now);
+                }
             }
         }
         #[cfg(not(feature = "tracing"))]
-        let _ = key_kind;
+        let _ = (key_kind, denials, now);
     }
 
     /// Reports denials (in a dry run, those that would have been) at `info` level: the first
@@ -156,9 +147,15 @@ impl Observer {
     #[cfg(feature = "tracing")]
     #[cold]
     #[inline(never)]
-    fn denied(&self, decision: &Decision, dry_run: bool, key_kind: &'static str) {
-        let Some(now) = &self.now else { return };
-        let Some(denied) = self.denials.record(now()) else {
+    fn denied(
+        &self,
+        decision: &Decision,
+        dry_run: bool,
+        key_kind: &'static str,
+        denials: &Denials,
+        now: &Now,
+    ) {
+        let Some(denied) = denials.record(now()) else {
             return;
         };
         let retry_after_ms = decision.retry_after.map(crate::decision::ceil_millis);

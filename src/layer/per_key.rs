@@ -146,7 +146,6 @@ pub(crate) struct PerKey {
     /// How many policies have been made: entries used since the last one share its count.
     made: AtomicU64,
     warned_evicting: AtomicBool,
-    warned_forgetting: AtomicBool,
     warned_empty: AtomicBool,
     warned_refused: AtomicBool,
 }
@@ -167,7 +166,6 @@ impl PerKey {
             forgot: AtomicBool::new(false),
             made: AtomicU64::new(0),
             warned_evicting: AtomicBool::new(false),
-            warned_forgetting: AtomicBool::new(false),
             warned_empty: AtomicBool::new(false),
             warned_refused: AtomicBool::new(false),
         }
@@ -245,9 +243,9 @@ impl PerKey {
         if evicted.len() < MAX_EVICTED_PLANS {
             evicted.insert(quotas, limiter);
         } else {
-            self.forgot.store(true, Ordering::Relaxed);
+            // Warned once: when the layer first forgets a plan.
             Self::warn_once(
-                &self.warned_forgetting,
+                &self.forgot,
                 "quota_for picked more than 4352 distinct plans; a handle's reset and block no \
                  longer reach every plan dropped to make room. If the selector makes quotas up \
                  from request data, bound it",

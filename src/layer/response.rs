@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Status
 use super::answer::Answer;
 use super::headers::{HeaderWriter, Headers};
 use super::limit::Limit;
-use super::observe::{Denials, Observer};
+use super::observe::{Denials, Now, Observer};
 use super::text::{int_value, Text};
 use crate::decision::{ceil_millis, ceil_secs};
 use crate::key::{KeyError, RequestHead};
@@ -218,7 +218,7 @@ pub(crate) struct Responder {
     settings: Settings,
     /// The limiter's clock, read when a response leaves: its headers report what is left of
     /// the waits decided earlier.
-    clock: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
+    clock: Option<Arc<Now>>,
     /// For an in-flight limit, its slots per key: its denials name no wait.
     in_flight: Option<u64>,
 }
@@ -270,11 +270,8 @@ impl Responder {
             },
             None => Self::new(limiter.quotas(), limiter.policy(), settings),
         };
-        let clock: Arc<dyn Fn() -> u64 + Send + Sync> = Arc::new(move || clock.now());
         Self {
-            observer: (responder.observer.clone())
-                .timed(clock.clone(), responder.settings.denials.clone()),
-            clock: Some(clock),
+            clock: Some(Arc::new(move || clock.now())),
             in_flight,
             ..responder
         }
@@ -313,7 +310,9 @@ impl Responder {
         let dry_run = self.settings.dry_run;
         match result {
             Ok(decision) => {
-                self.observer.decision(&decision, dry_run, key_kind);
+                let (denials, now) = (&self.settings.denials, self.clock.as_deref());
+                self.observer
+                    .decision(&decision, dry_run, key_kind, denials, now);
                 if decision.allowed || dry_run {
                     // A dry run's would-be denials are reported by the observer, as denials.
                     hand_on(req.extensions_mut(), &decision, self.observer.policy_name());

@@ -142,6 +142,7 @@ where
             key_kind,
             decided_at: now,
             hold,
+            in_flight: shared.holds,
         };
         let inner = &mut self.inner;
         ResponseFuture::new(check, inner, ticket, limiter, timer, refund, responder)

@@ -27,6 +27,7 @@ mod table;
 pub use self::algorithms::MemoryAlgorithm;
 pub(crate) use self::blocks::Blocks;
 pub use self::cell::{AtomicCell, LockedCell, StateCell};
+#[cfg(feature = "redis")]
 pub(crate) use self::hasher::KeyHasher;
 pub(crate) use self::slots::MemorySlots;
 pub use self::table::MemoryTable;
