@@ -80,6 +80,9 @@ pub fn app() -> Router {
         RateLimitLayer::gcra(Quota::new(5, Duration::from_secs(15 * 60)).named("failed-logins"))
             .key((user, PeerIp))
             .count_if(|response| response.status == StatusCode::UNAUTHORIZED);
+    // Across servers, keep the state in Redis and fail closed: `.store(redis)` then
+    // `.on_failure(OnFailure::Closed)`. While Redis fails, logins answer 503; the store's
+    // default, a local budget on each server, would give a guesser one budget per server.
 
     Router::new()
         .route("/login/{user}", post(login))

@@ -117,9 +117,13 @@ impl Backend {
             None => Ok(Self::Memory(MemoryStore::new())),
             #[cfg(feature = "redis")]
             Some(url) => {
+                // 200 ms: Redis under load answers well within it, so a busy Redis is not
+                // taken for a failed one (the logins would answer 503, the other limits
+                // fall back to each server's own budget).
                 let store = tollgate::store::RedisStore::connect(&url)
                     .await
-                    .map_err(|e| format!("REDIS_URL: cannot use Redis: {e}"))?;
+                    .map_err(|e| format!("REDIS_URL: cannot use Redis: {e}"))?
+                    .timeout(Duration::from_millis(200));
                 Ok(Self::Redis(store))
             }
             #[cfg(not(feature = "redis"))]
@@ -133,6 +137,19 @@ impl Backend {
             Self::Memory(store) => layer.store(store.clone()),
             #[cfg(feature = "redis")]
             Self::Redis(store) => layer.store(store.clone()),
+        }
+    }
+
+    /// `layer` keeping its state here and, on Redis, answering 503 while Redis fails (fail
+    /// closed): for logins. The store's default fallback, a local budget on each server, would
+    /// give a guesser one budget per server and a fresh one at each outage.
+    pub fn apply_closed(&self, layer: RateLimitLayer) -> RateLimitLayer {
+        match self {
+            Self::Memory(store) => layer.store(store.clone()),
+            #[cfg(feature = "redis")]
+            Self::Redis(store) => layer
+                .store(store.clone())
+                .on_failure(tollgate::store::OnFailure::Closed),
         }
     }
 }
@@ -216,8 +233,8 @@ impl Limits {
 
         Self {
             global: backend.apply(global),
-            login_here: backend.apply(login_here),
-            login_anywhere: backend.apply(login_anywhere),
+            login_here: backend.apply_closed(login_here),
+            login_anywhere: backend.apply_closed(login_anywhere),
             api: backend.apply(api),
         }
     }

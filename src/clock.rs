@@ -71,6 +71,15 @@ pub trait Clock: Send + Sync + 'static {
     fn wall_nanos(&self) -> u64 {
         system_wall_nanos()
     }
+
+    /// Whether this clock reads the system's time, as [`SystemClock`] and [`OsClock`] do (the
+    /// default is `false`). A store that decides on its server's own clock (a `RedisStore`
+    /// reads Redis `TIME`) ignores the limiter's clock, so a limiter or layer refuses to be
+    /// built on such a store with a clock that does not: the store is then built to decide
+    /// on the caller's clock (`RedisStore::with_caller_clock`), or the clock is left out.
+    fn follows_system_time(&self) -> bool {
+        false
+    }
 }
 
 /// [`SystemTime::now`] as nanoseconds since the UNIX epoch, saturating.
@@ -239,6 +248,10 @@ impl Clock for SystemClock {
             Source::Os => OsClock.now_nanos(),
         }
     }
+
+    fn follows_system_time(&self) -> bool {
+        true
+    }
 }
 
 /// The operating system's monotonic clock ([`std::time::Instant`]) on every reading.
@@ -259,6 +272,10 @@ impl Clock for OsClock {
     #[inline]
     fn now(&self) -> Duration {
         Instant::now().saturating_duration_since(os_origin())
+    }
+
+    fn follows_system_time(&self) -> bool {
+        true
     }
 }
 
@@ -412,6 +429,10 @@ impl<C: Clock> Clock for Arc<C> {
     #[inline]
     fn wall_nanos(&self) -> u64 {
         (**self).wall_nanos()
+    }
+
+    fn follows_system_time(&self) -> bool {
+        (**self).follows_system_time()
     }
 }
 

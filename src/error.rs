@@ -27,6 +27,10 @@ pub enum ErrorKind {
     /// quota the store cannot hold (a figure too large for Redis's exact arithmetic), a server
     /// too old, a URL or credentials the store refuses. The message says how to fix it.
     Misconfigured,
+    /// The store is out of memory and refuses to write (Redis answered `OOM`: `maxmemory`
+    /// reached under `noeviction`). No decision can be recorded, so none is admitted, whatever
+    /// the failure policy says: a layer answers `503 Service Unavailable`.
+    Full,
     /// Any other failure of a store ([`Error::store`]).
     Other,
 }
@@ -39,6 +43,7 @@ impl ErrorKind {
             Self::Unreachable => "rate limit store unreachable",
             Self::Protocol => "rate limit store answered unexpectedly",
             Self::Misconfigured => "rate limit misconfigured",
+            Self::Full => "rate limit store out of memory",
             Self::Other => "rate limit store failed",
         }
     }

@@ -220,6 +220,7 @@ where
         shared: bool,
     ) -> Result<Self, crate::Error> {
         let policy = Self::policy_of(&quotas);
+        ignored_clock(&store, &clock, &policy)?;
         let table = store.table(&policy, shared, &algorithm)?;
         let wall = algorithm.wall_clock();
         first_reading(&clock);
@@ -284,8 +285,19 @@ where
     }
 
     /// Reads time from `clock`, such as a [`ManualClock`](crate::clock::ManualClock) in tests.
+    ///
+    /// # Panics
+    ///
+    /// When the store decides on its own clock and would ignore this one (a `RedisStore`
+    /// not built with `with_caller_clock`, and a
+    /// clock other than the system's); [`try_with_store`](Self::try_with_store) returns the
+    /// same refusal as an error when the clock is set first.
     #[must_use]
+    #[track_caller]
     pub fn with_clock<C2: Clock>(self, clock: C2) -> RateLimiter<A, St, C2> {
+        if let Err(error) = ignored_clock(&self.store, &clock, &self.policy) {
+            panic!("RateLimiter::with_clock: {error}");
+        }
         let Self {
             quotas,
             policy,
@@ -575,6 +587,25 @@ where
 /// the store ([`Clock`]).
 fn first_reading(clock: &impl Clock) {
     std::hint::black_box((clock.now_nanos(), clock.wall_nanos()));
+}
+
+/// Refuses a clock the store would ignore: a store that decides on its own clock (Redis
+/// `TIME`) with a clock that does not read the system's time, such as a `ManualClock`, whose
+/// moves would change nothing.
+fn ignored_clock<A: Algorithm, St: Store<A>>(
+    store: &St,
+    clock: &impl Clock,
+    policy: &str,
+) -> Result<(), crate::Error> {
+    if store.own_clock() && !clock.follows_system_time() {
+        return Err(crate::Error::misconfigured(format!(
+            "the limiter of policy {policy:?} has a clock of its own (such as a ManualClock), \
+             but its store decides on the store server's clock (Redis TIME) and would ignore \
+             it: build the store with RedisStore::with_caller_clock() to decide on this clock \
+             (tests, simulations), or leave the clock out"
+        )));
+    }
+    Ok(())
 }
 
 impl<A: Algorithm, St: Store<A>, C> RateLimiter<A, St, C> {

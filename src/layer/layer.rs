@@ -66,6 +66,24 @@ pub struct RateLimitLayer {
     /// What the services share, made by the first [`Layer::layer`] call and kept for the
     /// others (and for clones of this layer).
     built: Arc<OnceLock<Arc<Shared>>>,
+    /// The layer's own failure policy, in place of its store's.
+    #[cfg(feature = "redis")]
+    on_failure: Option<crate::store::OnFailure>,
+}
+
+/// `store` with the failure policy `on_failure`; a panic when it has none (it is not a
+/// `RedisStore`).
+#[cfg(feature = "redis")]
+#[track_caller]
+fn failing(store: &dyn Bind, on_failure: &crate::store::OnFailure) -> Arc<dyn Bind> {
+    match store.failing(on_failure) {
+        Some(store) => store,
+        None => panic!(
+            "RateLimitLayer::on_failure({on_failure:?}): the layer's store is not a RedisStore, \
+             and only a RedisStore can fail (a MemoryStore never does); set .store(redis) \
+             before .on_failure(..), or leave on_failure out"
+        ),
+    }
 }
 
 /// The quotas of `quotas`, and whether they are decided as tiers.
@@ -330,6 +348,8 @@ impl RateLimitLayer {
             cost: None,
             ban: None,
             built: Arc::default(),
+            #[cfg(feature = "redis")]
+            on_failure: None,
         }
     }
 
@@ -361,6 +381,8 @@ impl RateLimitLayer {
             cost: None,
             ban: None,
             built: Arc::default(),
+            #[cfg(feature = "redis")]
+            on_failure: None,
         }
     }
 
@@ -1131,7 +1153,48 @@ impl RateLimitLayer {
     pub fn store<St: LayerStore>(self, store: St) -> Self {
         let recipe = self.recipe_for("store").clone();
         let clock = self.clock.clone();
-        self.rebuilt("store", recipe, Arc::new(Binder(store)), clock)
+        let store: Arc<dyn Bind> = Arc::new(Binder(store));
+        #[cfg(feature = "redis")]
+        let store = match &self.on_failure {
+            Some(on_failure) => failing(&*store, on_failure),
+            None => store,
+        };
+        self.rebuilt("store", recipe, store, clock)
+    }
+
+    /// Answers as `on_failure` says when the layer's `RedisStore` fails or does not answer
+    /// in time, in place of the store's own policy: on one store, a login limit can fail
+    /// [`Closed`](crate::store::OnFailure::Closed) while a global limit falls back
+    /// [`Local`](crate::store::OnFailure::Local). A Redis out of memory admits nothing,
+    /// whatever the policy ([`ErrorKind::Full`](crate::ErrorKind::Full)).
+    ///
+    /// ```no_run
+    /// use tollgate::store::{OnFailure, RedisStore};
+    /// use tollgate::{Quota, RateLimitLayer};
+    ///
+    /// # async fn run() -> Result<(), tollgate::Error> {
+    /// let redis = RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// let logins = RateLimitLayer::fixed_window(Quota::per_hour(5).named("login"))
+    ///     .store(redis.clone())
+    ///     .on_failure(OnFailure::Closed);
+    /// # let _ = logins;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the store is not a `RedisStore` (the memory store never fails: set the store
+    /// first), or the layer was made by [`from_limiter`](Self::from_limiter).
+    #[cfg(feature = "redis")]
+    #[must_use]
+    #[track_caller]
+    pub fn on_failure(mut self, on_failure: crate::store::OnFailure) -> Self {
+        let recipe = self.recipe_for("on_failure").clone();
+        let (store, clock) = self.parts();
+        let store = failing(&*store, &on_failure);
+        self.on_failure = Some(on_failure);
+        self.rebuilt("on_failure", recipe, store, clock)
     }
 
     /// Reads time from `clock`, such as a [`ManualClock`](crate::clock::ManualClock) in tests.

@@ -210,6 +210,13 @@ impl Clock for LayerClock {
             LayerClock::Other(clock) => clock.wall_nanos(),
         }
     }
+
+    fn follows_system_time(&self) -> bool {
+        match self {
+            LayerClock::System => true,
+            LayerClock::Other(clock) => clock.follows_system_time(),
+        }
+    }
 }
 
 /// Makes limiters from recipes over one store.
@@ -222,6 +229,11 @@ pub(crate) trait Bind: Send + Sync + 'static {
         clock: &LayerClock,
         shared: bool,
     ) -> Result<Arc<dyn Limit>, Error>;
+
+    /// This store with `on_failure` as its failure policy; `None` for a store that has none
+    /// (only a `RedisStore` fails over).
+    #[cfg(feature = "redis")]
+    fn failing(&self, on_failure: &crate::store::OnFailure) -> Option<Arc<dyn Bind>>;
 }
 
 /// A store, as a maker of limiters.
@@ -248,6 +260,13 @@ macro_rules! limiter {
 }
 
 impl<St: LayerStore> Bind for Binder<St> {
+    #[cfg(feature = "redis")]
+    fn failing(&self, on_failure: &crate::store::OnFailure) -> Option<Arc<dyn Bind>> {
+        let redis = (&self.0 as &dyn std::any::Any).downcast_ref::<crate::store::RedisStore>()?;
+        let store = redis.clone().on_failure(on_failure.clone());
+        Some(Arc::new(Binder(store)))
+    }
+
     fn bind(
         &self,
         recipe: &Recipe,

@@ -207,4 +207,13 @@ pub trait Store<A: Algorithm>: Clone + Send + Sync + 'static {
     fn decide_exactly(table: &Self::Table) {
         let _ = table;
     }
+
+    /// Whether the store decides on a clock of its own instead of the `now` it is given (a
+    /// `RedisStore` reads Redis `TIME` unless built `with_caller_clock`). A limiter refuses
+    /// to be built on such a store with a clock that does not read the system's time
+    /// ([`Clock::follows_system_time`](crate::clock::Clock::follows_system_time)): the store
+    /// would ignore it. The default is `false`.
+    fn own_clock(&self) -> bool {
+        false
+    }
 }

@@ -7,13 +7,17 @@ use redis::{ErrorKind as RedisKind, RedisError, ServerErrorKind};
 use super::keys::redact;
 use crate::{Error, ErrorKind, Key};
 
-/// The kind of a redis-rs error: a timeout, a server that cannot be reached (refused,
-/// dropped, loading, no node for the slot), a configuration the server refuses (credentials,
+/// The kind of a redis-rs error: a timeout, a server out of memory (`OOM`), a server that
+/// cannot be reached (refused, dropped, loading, no node for the slot), a configuration the server refuses (credentials,
 /// a URL or client setting), or else an answer the store cannot use (a script error, a reply
 /// of the wrong type, a `NOSCRIPT` that loading the script again did not cure).
 pub(crate) fn kind(error: &RedisError) -> ErrorKind {
     if error.is_timeout() {
         return ErrorKind::Timeout;
+    }
+    // `maxmemory` reached under `noeviction`: the script's first write was refused.
+    if error.code() == Some("OOM") {
+        return ErrorKind::Full;
     }
     if error.is_connection_refusal() || error.is_connection_dropped() || error.is_io_error() {
         return ErrorKind::Unreachable;

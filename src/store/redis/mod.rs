@@ -583,4 +583,9 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
     fn decide_exactly(table: &RedisTable<A>) {
         table.decide_exactly();
     }
+
+    /// Redis `TIME`, unless the store was built [`with_caller_clock`](RedisStore::with_caller_clock).
+    fn own_clock(&self) -> bool {
+        !self.caller_clock
+    }
 }

@@ -679,7 +679,10 @@ impl<A: RedisAlgorithm> Inner<A> {
         cost: u64,
         refund: bool,
     ) -> Result<Decision, Error> {
-        let on_failure = self.fallback.name();
+        // Redis out of memory records nothing: an admission here (open, or on a local budget
+        // of this server's own) would go past the quota, so it is refused whatever the policy.
+        let full = error.kind() == crate::ErrorKind::Full;
+        let on_failure = if full { "closed" } else { self.fallback.name() };
         #[cfg(feature = "metrics")]
         metrics::counter!(
             "tollgate_store_failures_total",
@@ -688,6 +691,9 @@ impl<A: RedisAlgorithm> Inner<A> {
         )
         .increment(1);
         self.warnings.warn(&error, now, &self.policy, on_failure);
+        if full {
+            return Err(error);
+        }
         self.fallback
             .answer(error, &self.limits, key, now, cost, refund)
     }
