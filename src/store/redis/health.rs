@@ -3,7 +3,8 @@
 //! failure policy at once rather than after the timeout.
 //!
 //! Redis is down from the moment a call finds it unreachable (connection refused, reset or
-//! dropped; `LOADING`; no primary behind Sentinel), or when [`TIMEOUTS_DOWN`] calls in a row
+//! dropped; `LOADING`; but for behind Sentinel, whose connection answers at once by itself
+//! while it looks for a primary), or when [`TIMEOUTS_DOWN`] calls in a row
 //! outlive the timeout with no answer between them. Calls that were waiting together count
 //! once: a timeout counts only for a call sent after the last counted one fired, so a burst of
 //! calls held up by one slow command is one timeout, and Redis is down only after about
@@ -29,6 +30,11 @@ pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(200);
 /// Whether Redis answers, as a store's calls found it.
 #[derive(Debug)]
 pub(crate) struct Health {
+    /// Whether a call that finds Redis unreachable marks it down. Not behind Sentinel: the
+    /// connection drops an unreachable primary at once, answers every call at once while the
+    /// sentinels are asked, and goes on with the new primary from the call after the lookup,
+    /// sooner than a probe would.
+    unreachable_is_down: bool,
     /// The origin of the times below.
     epoch: Instant,
     /// Whether Redis is down (and a probe runs).
@@ -46,9 +52,12 @@ pub(crate) struct Health {
     reason: Mutex<Arc<str>>,
 }
 
-impl Default for Health {
-    fn default() -> Self {
+impl Health {
+    /// What a store knows of Redis, at first up; `unreachable_is_down` tells whether a call
+    /// that finds Redis unreachable marks it down (else only timeouts do).
+    pub(crate) fn new(unreachable_is_down: bool) -> Self {
         Self {
+            unreachable_is_down,
             epoch: Instant::now(),
             down: AtomicBool::new(false),
             up_since: AtomicU64::new(0),
@@ -58,9 +67,7 @@ impl Default for Health {
             reason: Mutex::new(Arc::from("")),
         }
     }
-}
 
-impl Health {
     /// Now, in ns after the epoch: when a call is sent.
     pub(crate) fn now(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
@@ -91,7 +98,7 @@ impl Health {
         timeout: Duration,
     ) {
         match result {
-            Err(error) if error.kind() == ErrorKind::Unreachable => {
+            Err(error) if error.kind() == ErrorKind::Unreachable && self.unreachable_is_down => {
                 let reason = std::error::Error::source(error)
                     .map_or_else(|| error.to_string(), ToString::to_string);
                 self.fell(sent, reason, connection, timeout);
@@ -99,6 +106,8 @@ impl Health {
             Err(error) if error.kind() == ErrorKind::Timeout => {
                 self.timed_out(sent, connection, timeout);
             }
+            // Unreachable behind Sentinel: neither an answer nor a timeout.
+            Err(error) if error.kind() == ErrorKind::Unreachable => {}
             _ => {
                 self.answered.fetch_max(self.now(), Ordering::Relaxed);
                 self.streak.store(0, Ordering::Relaxed);

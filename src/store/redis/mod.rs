@@ -77,7 +77,7 @@
 //! Once the store knows Redis is down, it does not wait the timeout: every check is answered
 //! by the failure policy at once, and a reset or block goes to the local fallback and returns
 //! its error at once. Redis is down from the first call that finds it unreachable (connection
-//! refused, reset or dropped, `LOADING`, no primary behind Sentinel), or after 3 calls in a
+//! refused, reset or dropped, `LOADING`), or after 3 calls in a
 //! row outlive the timeout with no answer between them; calls that waited together count
 //! once, so a burst held up by one slow command is one timeout, and a Redis that answers
 //! slowly, or answers errors (a script error, `OOM`), is not down. Meanwhile one task sends
@@ -85,7 +85,10 @@
 //! first answer: within 1 s of Redis answering again. The errors of those calls are of kind
 //! [`Unreachable`](crate::ErrorKind::Unreachable) and say that the store answers from the
 //! failure policy until Redis answers a probe. What the store knows is shared by all its
-//! policies and clones. On a Redis Cluster it keeps no such knowledge and each call waits as
+//! policies and clones. Behind Sentinel, a primary found unreachable is dropped and calls are
+//! answered at once while the sentinels are asked, and go on with the new primary from the
+//! lookup's end (see [`sentinel`](RedisStore::sentinel)); only a primary that stops answering
+//! (3 timeouts) is probed so. On a Redis Cluster it keeps no such knowledge and each call waits as
 //! before: one master lost must not send the keys of the others to the failure policy (see
 //! [Failover](self#failover)). A store made by
 //! [`from_connection_manager`](RedisStore::from_connection_manager) is answered at once only
@@ -404,7 +407,8 @@ impl RedisStore {
 
     fn new(connection: Connection) -> Self {
         let health = match connection {
-            Connection::Single(_) | Connection::Sentinel(_) => Some(Arc::default()),
+            Connection::Single(_) => Some(Arc::new(health::Health::new(true))),
+            Connection::Sentinel(_) => Some(Arc::new(health::Health::new(false))),
             Connection::Cluster(_) => None,
         };
         Self {
