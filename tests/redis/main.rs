@@ -23,6 +23,7 @@ mod redis_keys;
 mod redis_layer;
 mod redis_leases;
 mod redis_live_quotas;
+mod redis_outage;
 mod redis_policies;
 mod redis_sentinel;
 mod redis_store;
@@ -52,6 +53,7 @@ fn main() -> std::process::ExitCode {
             module("redis_layer", redis_layer::trials),
             module("redis_leases", redis_leases::trials),
             module("redis_live_quotas", redis_live_quotas::trials),
+            alone("redis_outage", redis_outage::trials),
             module("redis_policies", redis_policies::trials),
             module("redis_sentinel", redis_sentinel::trials),
             module("redis_store", redis_store::trials),

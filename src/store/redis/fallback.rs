@@ -90,10 +90,10 @@ impl<A: RedisAlgorithm> Fallback<A> {
     }
 
     /// The answer to a request (or, with `refund`, a refund) of `cost` for `key` at `now`
-    /// that Redis failed with `error`, for tiers reporting `limits`.
+    /// that Redis failed with `error` (made only when answered), for tiers reporting `limits`.
     pub(crate) fn answer(
         &self,
-        error: Error,
+        error: impl FnOnce() -> Error,
         limits: &[u64],
         key: Key,
         now: u64,
@@ -101,7 +101,7 @@ impl<A: RedisAlgorithm> Fallback<A> {
         refund: bool,
     ) -> Result<Decision, Error> {
         match self {
-            Self::Closed => Err(error),
+            Self::Closed => Err(error()),
             Self::Open => {
                 // Allowed, reported as if every tier were fresh.
                 let fresh = |&limit: &u64| Decision::allow(limit, limit, Duration::ZERO);
@@ -109,7 +109,7 @@ impl<A: RedisAlgorithm> Fallback<A> {
                 if A::TIERED {
                     Ok(Decision::from_tiers(tiers.into()))
                 } else {
-                    tiers.into_iter().next().ok_or(error)
+                    tiers.into_iter().next().ok_or_else(error)
                 }
             }
             // The admission's receipt is in Redis's terms, which the local table cannot read:

@@ -74,6 +74,28 @@
 //! ([`sentinel`](RedisStore::sentinel)), calls go to the replica the sentinels promote when the
 //! primary fails over, and the failure policy answers in between.
 //!
+//! Once the store knows Redis is down, it does not wait the timeout: every check is answered
+//! by the failure policy at once, and a reset or block goes to the local fallback and returns
+//! its error at once. Redis is down from the first call that finds it unreachable (connection
+//! refused, reset or dropped, `LOADING`), or after 3 calls in a
+//! row outlive the timeout with no answer between them; calls that waited together count
+//! once, so a burst held up by one slow command is one timeout, and a Redis that answers
+//! slowly, or answers errors (a script error, `OOM`), is not down. Meanwhile one task sends
+//! `PING` every 200 ms (each bounded by the timeout), and calls go to Redis again from its
+//! first answer: within 1 s of Redis answering again. The errors of those calls are of kind
+//! [`Unreachable`](crate::ErrorKind::Unreachable) and say that the store answers from the
+//! failure policy until Redis answers a probe. What the store knows is shared by all its
+//! policies and clones. Behind Sentinel, a primary found unreachable is dropped and calls are
+//! answered at once while the sentinels are asked, and go on with the new primary from the
+//! lookup's end (see [`sentinel`](RedisStore::sentinel)); only a primary that stops answering
+//! (3 timeouts) is probed so. On a Redis Cluster it keeps no such knowledge and each call waits as
+//! before: one master lost must not send the keys of the others to the failure policy (see
+//! [Failover](self#failover)). A store made by
+//! [`from_connection_manager`](RedisStore::from_connection_manager) is answered at once only
+//! once a call finds Redis unreachable or 3 calls time out: a manager that retries
+//! connecting holds calls up meanwhile ([`connect`](RedisStore::connect) makes one that does
+//! not).
+//!
 //! # Hot keys: local leases
 //!
 //! With [`local_leases`](RedisStore::local_leases), a server that sees a key often takes a
@@ -120,6 +142,7 @@ mod deny_cache;
 mod errors;
 mod fallback;
 mod future;
+mod health;
 mod keys;
 mod leases;
 mod on_failure;
@@ -174,6 +197,9 @@ pub struct RedisStore {
     leases: Option<Leases>,
     /// Whether the server is recent enough, once known.
     version: Arc<version::VersionCheck>,
+    /// Whether Redis answers, as calls found it; none on a Redis Cluster (see
+    /// [When Redis fails](self#when-redis-fails)).
+    health: Option<Arc<health::Health>>,
 }
 
 impl RedisStore {
@@ -198,12 +224,13 @@ impl RedisStore {
     /// 5.0 (the message names the version found and the minimum).
     pub async fn connect(url: &str) -> Result<Self, Error> {
         let client = redis::Client::open(url).map_err(errors::connecting)?;
-        // The store bounds each call with its own timeout, so the connection sets none.
+        // The store bounds each call with its own timeout, so the connection sets none. One
+        // attempt per reconnection: a refused connection fails the call at once, and while
+        // Redis is down the store's probe asks again every 200 ms.
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
+            .set_number_of_retries(0);
         let manager = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(errors::connecting)?;
@@ -379,7 +406,13 @@ impl RedisStore {
     }
 
     fn new(connection: Connection) -> Self {
+        let health = match connection {
+            Connection::Single(_) => Some(Arc::new(health::Health::new(true))),
+            Connection::Sentinel(_) => Some(Arc::new(health::Health::new(false))),
+            Connection::Cluster(_) => None,
+        };
         Self {
+            health,
             connection,
             prefix: "tollgate".into(),
             timeout: Self::DEFAULT_TIMEOUT,

@@ -11,6 +11,7 @@ use super::carry::{Carry, Generation};
 use super::deny_cache::DenyCache;
 use super::fallback::Fallback;
 use super::future::RedisFuture;
+use super::health::Health;
 use super::keys::KeyNames;
 use super::leases::{GiveBack, LeaseBook, Plan};
 use super::reply::{self, Figure};
@@ -81,6 +82,8 @@ struct Inner<A: RedisAlgorithm> {
     exactly: AtomicBool,
     /// Whether the server's version was found good (checked once per store).
     version: Arc<VersionCheck>,
+    /// Whether Redis answers, shared by the store's tables and clones (none on a Cluster).
+    health: Option<Arc<Health>>,
     warnings: Warnings,
 }
 
@@ -208,6 +211,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                     previous.is_some_and(|(p, _)| p.inner.exactly.load(Ordering::Relaxed)),
                 ),
                 version: Arc::clone(&store.version),
+                health: store.health.clone(),
                 warnings: Warnings::default(),
             }),
         })
@@ -283,6 +287,16 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             if let Some(denied) = inner.denials.get(&key, now) {
                 return RedisFuture::ready(Ok(denied));
             }
+        }
+        // While Redis is known to be down, the failure policy answers at once.
+        if let Some(health) = inner.health.as_deref().filter(|h| h.is_down()) {
+            return RedisFuture::ready(inner.answered_down(
+                health,
+                key,
+                now,
+                cost,
+                refund.is_some(),
+            ));
         }
         let plan = match book {
             Some(book) if refund.is_none() && cost > 0 => book.plan(&key, now, false),
@@ -419,8 +433,30 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         Ok(book.granted(key, ticket, now, deadline, decision, units, life))
     }
 
-    /// The script in `mode` for `key`, bounded by the timeout; its reply.
+    /// The script in `mode` for `key`, bounded by the timeout; its reply. While Redis is known
+    /// to be down, an error at once; otherwise what the call found is noted in the store's
+    /// health.
     async fn round_trip(&self, key: &Key, now: u64, mode: Mode<'_>) -> Result<Vec<Figure>, Error> {
+        let inner = &self.inner;
+        let Some(health) = &inner.health else {
+            return self.round_trip_once(key, now, mode).await;
+        };
+        if health.is_down() {
+            return Err(health.error());
+        }
+        let sent = health.now();
+        let result = self.round_trip_once(key, now, mode).await;
+        health.observe(&result, sent, &inner.connection, inner.timeout);
+        result
+    }
+
+    /// [`round_trip`](Self::round_trip), asking Redis whatever is known of it.
+    async fn round_trip_once(
+        &self,
+        key: &Key,
+        now: u64,
+        mode: Mode<'_>,
+    ) -> Result<Vec<Figure>, Error> {
         let inner = &self.inner;
         if !inner.version.is_done() {
             match tokio::time::timeout(inner.timeout, version::check(&inner.connection)).await {
@@ -669,6 +705,31 @@ impl<A: RedisAlgorithm> Inner<A> {
         error
     }
 
+    /// What the failure policy answers while Redis is known to be down: as
+    /// [`failed`](Self::failed), the error made only when it is logged or answered.
+    fn answered_down(
+        &self,
+        health: &Health,
+        key: Key,
+        now: u64,
+        cost: u64,
+        refund: bool,
+    ) -> Result<Decision, Error> {
+        let on_failure = self.fallback.name();
+        #[cfg(feature = "metrics")]
+        metrics::counter!(
+            "tollgate_store_failures_total",
+            "policy" => self.policy.to_string(),
+            "on_failure" => on_failure
+        )
+        .increment(1);
+        if self.warnings.due(now) {
+            self.warnings.log(&health.error(), &self.policy, on_failure);
+        }
+        self.fallback
+            .answer(|| health.error(), &self.limits, key, now, cost, refund)
+    }
+
     /// What the failure policy answers when Redis could not; counted, and logged at most
     /// every ten seconds.
     fn failed(
@@ -695,6 +756,6 @@ impl<A: RedisAlgorithm> Inner<A> {
             return Err(error);
         }
         self.fallback
-            .answer(error, &self.limits, key, now, cost, refund)
+            .answer(|| error, &self.limits, key, now, cost, refund)
     }
 }

@@ -1,0 +1,213 @@
+//! What a store knows of whether Redis answers: shared by every table and clone of a store on
+//! one server or behind Sentinel, so that while Redis is down each call is answered by the
+//! failure policy at once rather than after the timeout.
+//!
+//! Redis is down from the moment a call finds it unreachable (connection refused, reset or
+//! dropped; `LOADING`; but for behind Sentinel, whose connection answers at once by itself
+//! while it looks for a primary), or when [`TIMEOUTS_DOWN`] calls in a row
+//! outlive the timeout with no answer between them. Calls that were waiting together count
+//! once: a timeout counts only for a call sent after the last counted one fired, so a burst of
+//! calls held up by one slow command is one timeout, and Redis is down only after about
+//! [`TIMEOUTS_DOWN`] timeouts of silence, however many calls come. An answer of any kind
+//! (a decision, a script error, `OOM`) is an answer and ends the count.
+//!
+//! While Redis is down, one task sends `PING` (bounded by the timeout) every [`PROBE_EVERY`],
+//! and the first answer brings calls back to Redis; no task runs while Redis is up.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use super::{errors, Connection};
+use crate::{Error, ErrorKind};
+
+/// How many timeouts in a row, with no answer between them, mark Redis down.
+pub(crate) const TIMEOUTS_DOWN: u32 = 3;
+
+/// How often a store that knows Redis is down asks it again (`PING`).
+pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(200);
+
+/// Whether Redis answers, as a store's calls found it.
+#[derive(Debug)]
+pub(crate) struct Health {
+    /// Whether a call that finds Redis unreachable marks it down. Not behind Sentinel: the
+    /// connection drops an unreachable primary at once, answers every call at once while the
+    /// sentinels are asked, and goes on with the new primary from the call after the lookup,
+    /// sooner than a probe would.
+    unreachable_is_down: bool,
+    /// The origin of the times below.
+    epoch: Instant,
+    /// Whether Redis is down (and a probe runs).
+    down: AtomicBool,
+    /// When Redis was last found up again, in ns after `epoch`: a failure of a call sent
+    /// before it is old news.
+    up_since: AtomicU64,
+    /// When Redis last answered a call, in ns after `epoch`.
+    answered: AtomicU64,
+    /// When the last timeout that counted fired, in ns after `epoch`.
+    counted: AtomicU64,
+    /// Timeouts counted since the last answer.
+    streak: AtomicU32,
+    /// Why Redis was last found down (no client's key: errors are redacted before).
+    reason: Mutex<Arc<str>>,
+}
+
+impl Health {
+    /// What a store knows of Redis, at first up; `unreachable_is_down` tells whether a call
+    /// that finds Redis unreachable marks it down (else only timeouts do).
+    pub(crate) fn new(unreachable_is_down: bool) -> Self {
+        Self {
+            unreachable_is_down,
+            epoch: Instant::now(),
+            down: AtomicBool::new(false),
+            up_since: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+            counted: AtomicU64::new(0),
+            streak: AtomicU32::new(0),
+            reason: Mutex::new(Arc::from("")),
+        }
+    }
+
+    /// Now, in ns after the epoch: when a call is sent.
+    pub(crate) fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether the store knows Redis is down.
+    pub(crate) fn is_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+
+    /// The error of a call answered while Redis is down.
+    pub(crate) fn error(&self) -> Error {
+        let reason = Arc::clone(&self.reason.lock().unwrap_or_else(PoisonError::into_inner));
+        Error::unreachable(format!(
+            "Redis is down ({reason}); answering from the failure policy until Redis answers a \
+             probe (PING every {PROBE_EVERY:?})"
+        ))
+    }
+
+    /// Takes note of how a call sent at `sent` (from [`now`](Self::now)) ended: an answer, a
+    /// timeout, or Redis unreachable. A store found down starts probing Redis over
+    /// `connection`, each probe bounded by `timeout`.
+    pub(crate) fn observe<T>(
+        self: &Arc<Self>,
+        result: &Result<T, Error>,
+        sent: u64,
+        connection: &Connection,
+        timeout: Duration,
+    ) {
+        match result {
+            Err(error) if error.kind() == ErrorKind::Unreachable && self.unreachable_is_down => {
+                let reason = std::error::Error::source(error)
+                    .map_or_else(|| error.to_string(), ToString::to_string);
+                self.fell(sent, reason, connection, timeout);
+            }
+            Err(error) if error.kind() == ErrorKind::Timeout => {
+                self.timed_out(sent, connection, timeout);
+            }
+            // Unreachable behind Sentinel: neither an answer nor a timeout.
+            Err(error) if error.kind() == ErrorKind::Unreachable => {}
+            _ => {
+                self.answered.fetch_max(self.now(), Ordering::Relaxed);
+                self.streak.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A call sent at `sent` outlived the timeout: counted unless it was waiting beside one
+    /// counted already, or Redis answered since it was sent.
+    fn timed_out(self: &Arc<Self>, sent: u64, connection: &Connection, timeout: Duration) {
+        let counted = self.counted.load(Ordering::Relaxed);
+        if sent < counted
+            || sent < self.answered.load(Ordering::Relaxed)
+            || sent < self.up_since.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        let now = self.now();
+        if self
+            .counted
+            .compare_exchange(counted, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+            && self.streak.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_DOWN
+        {
+            let reason = format!("{TIMEOUTS_DOWN} calls in a row got no answer within {timeout:?}");
+            self.fell(sent, reason, connection, timeout);
+        }
+    }
+
+    /// Redis is down, as a call sent at `sent` found: calls are answered at once from now on,
+    /// and one task probes Redis until it answers.
+    fn fell(
+        self: &Arc<Self>,
+        sent: u64,
+        reason: String,
+        connection: &Connection,
+        timeout: Duration,
+    ) {
+        if sent < self.up_since.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to probe on: each call goes on asking Redis.
+            return;
+        };
+        *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = reason.into();
+        if !self.down.swap(true, Ordering::AcqRel) {
+            runtime.spawn(probe(Arc::downgrade(self), connection.clone(), timeout));
+        }
+    }
+
+    /// Redis answered a probe sent at `sent`: calls go to it again.
+    fn rose(&self, sent: u64) {
+        self.up_since.store(sent, Ordering::Relaxed);
+        self.answered.fetch_max(sent, Ordering::Relaxed);
+        self.streak.store(0, Ordering::Relaxed);
+        self.down.store(false, Ordering::Release);
+    }
+}
+
+/// Sends `PING` every [`PROBE_EVERY`] until Redis answers (or the store is gone).
+async fn probe(health: Weak<Health>, connection: Connection, timeout: Duration) {
+    loop {
+        tokio::time::sleep(PROBE_EVERY).await;
+        let Some(health) = health.upgrade() else {
+            return;
+        };
+        let sent = health.now();
+        // A connection found broken is made again by the call that finds it: the second
+        // `PING` goes over the new one, so a Redis back is found by the first probe after it.
+        let twice = async {
+            match ping(connection.clone()).await {
+                Err(error) if errors::kind(&error) == ErrorKind::Unreachable => {
+                    ping(connection.clone()).await
+                }
+                answer => answer,
+            }
+        };
+        let answered = match tokio::time::timeout(timeout, twice).await {
+            Ok(Ok(())) => true,
+            // An error Redis answers (no permission to `PING`, say) is an answer; `LOADING`
+            // and the like are not.
+            Ok(Err(error)) => !matches!(
+                errors::kind(&error),
+                ErrorKind::Unreachable | ErrorKind::Timeout
+            ),
+            Err(_) => false,
+        };
+        if answered {
+            health.rose(sent);
+            return;
+        }
+    }
+}
+
+async fn ping(connection: Connection) -> redis::RedisResult<()> {
+    let cmd = redis::cmd("PING");
+    match connection {
+        Connection::Single(mut c) => cmd.query_async(&mut c).await,
+        Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+        Connection::Sentinel(mut c) => cmd.query_async(&mut c).await,
+    }
+}
