@@ -119,6 +119,7 @@ mod cluster;
 mod deny_cache;
 mod errors;
 mod fallback;
+mod family;
 mod future;
 mod keys;
 mod leases;
@@ -148,7 +149,7 @@ use redis::sentinel::SentinelNodeConnectionInfo;
 
 use self::cluster::Cluster;
 
-use super::{Store, Update};
+use super::{Store, Tie, Update};
 use crate::{Decision, Error, Key};
 
 #[derive(Clone)]
@@ -172,6 +173,8 @@ pub struct RedisStore {
     deny_cache: usize,
     caller_clock: bool,
     leases: Option<Leases>,
+    /// The layer whose tables this store makes, and which of them.
+    tie: Option<Tie>,
     /// Whether the server is recent enough, once known.
     version: Arc<version::VersionCheck>,
 }
@@ -183,10 +186,15 @@ impl RedisStore {
     /// How many denials a table remembers locally by default.
     pub const DEFAULT_DENY_CACHE: usize = 10_000;
 
-    /// The longest a server answers a blocked key from its [`deny_cache`](Self::deny_cache)
-    /// before asking Redis again: a reset on another server reaches this one within it, and a
-    /// blocked client that keeps knocking costs each server one round trip per this long.
-    pub const BLOCK_CACHE_HOLD: Duration = Duration::from_secs(1);
+    /// The longest a server answers a denial from its [`deny_cache`](Self::deny_cache)
+    /// before asking Redis again: a reset through another server frees the client on this
+    /// one within it, and a denied client that keeps knocking costs each server one round
+    /// trip per key and per this long.
+    pub const DENY_CACHE_HOLD: Duration = Duration::from_secs(1);
+
+    /// The longest a server answers a blocked key from its deny cache: as any denial,
+    /// [`DENY_CACHE_HOLD`](Self::DENY_CACHE_HOLD).
+    pub const BLOCK_CACHE_HOLD: Duration = Self::DENY_CACHE_HOLD;
 
     /// Connects to one Redis server (`redis://host:port/db`, `rediss://` for TLS when
     /// redis-rs is built with it). The connection is multiplexed and comes back by itself
@@ -387,6 +395,7 @@ impl RedisStore {
             deny_cache: Self::DEFAULT_DENY_CACHE,
             caller_clock: false,
             leases: None,
+            tie: None,
             version: Arc::default(),
         }
     }
@@ -460,6 +469,11 @@ impl RedisStore {
     pub fn local_leases(mut self, leases: Leases) -> Self {
         self.leases = Some(leases);
         self
+    }
+
+    /// Makes the tables of `tie`'s layer (see [`family`]).
+    pub(crate) fn tie(&mut self, tie: Tie) {
+        self.tie = Some(tie);
     }
 
     /// The full Lua script that decides for algorithm `A`, as sent to Redis.
