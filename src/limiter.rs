@@ -234,7 +234,6 @@ where
         })
     }
 
-
     /// Keeps state in `store` (a shared [`MemoryStore`], or a store shared between servers).
     ///
     /// # Panics

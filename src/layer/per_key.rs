@@ -221,7 +221,7 @@ impl PerKey {
         maker
             .store
             .bind(
-                &maker.recipe.for_plan(quotas).as_role(Role::Plan),
+                &maker.recipe.for_plan(quotas).in_role(Role::Plan),
                 &maker.clock,
                 true,
             )

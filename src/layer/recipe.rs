@@ -135,7 +135,7 @@ impl Recipe {
     }
 
     /// The same recipe in `role` for the same layer.
-    pub(crate) fn as_role(mut self, role: Role) -> Self {
+    pub(crate) fn in_role(mut self, role: Role) -> Self {
         if let Some(tie) = &mut self.tie {
             tie.role = role;
         }

@@ -126,10 +126,7 @@ async fn a_block_reaches_a_plan_the_blocking_server_never_made() {
     let clock = clock();
     let (a, b) = Fleet::default().two(&redis.url(), &clock).await;
     assert_eq!(b.status("other", Some("pro")).await, 200, "B made pro");
-    a.handle
-        .block("k", Duration::from_secs(600))
-        .await
-        .unwrap();
+    a.handle.block("k", Duration::from_secs(600)).await.unwrap();
     assert_eq!(b.send("k", Some("pro")).await, (429, Some(600)), "B, pro");
     assert_eq!(b.send("k", None).await, (429, Some(600)), "B, base");
     assert_eq!(a.send("k", Some("pro")).await, (429, Some(600)), "A, pro");
@@ -143,10 +140,7 @@ async fn a_plan_made_after_the_block_is_blocked_too() {
     let clock = clock();
     let fleet = Fleet::default();
     let (a, b) = fleet.two(&redis.url(), &clock).await;
-    a.handle
-        .block("k", Duration::from_secs(600))
-        .await
-        .unwrap();
+    a.handle.block("k", Duration::from_secs(600)).await.unwrap();
     clock.advance(Duration::from_secs(100));
     let c = fleet.server(&redis.url(), &clock).await;
     // A plan of its own on each server (2 an hour each): each made after the block.
@@ -222,7 +216,11 @@ async fn a_reset_reaches_a_plan_only_another_server_made() {
     a.handle.reset("k").await.unwrap();
     clock.advance(HOLD);
     assert_eq!(b.status("k", Some("pro")).await, 200, "the state is gone");
-    assert_eq!(b.status("k", Some("pro")).await, 200, "a whole fresh budget");
+    assert_eq!(
+        b.status("k", Some("pro")).await,
+        200,
+        "a whole fresh budget"
+    );
     assert_eq!(b.status("k", Some("pro")).await, 429);
 }
 
@@ -259,10 +257,17 @@ async fn a_plan_dropped_from_the_lru_is_reached_by_block_and_reset() {
     assert_eq!(b.status("k", Some("p0")).await, 200);
     assert_eq!(b.status("k", Some("p0")).await, 429, "denied on B, cached");
     a.handle.block("k", Duration::from_secs(600)).await.unwrap();
-    a.handle.block("k2", Duration::from_secs(600)).await.unwrap();
+    a.handle
+        .block("k2", Duration::from_secs(600))
+        .await
+        .unwrap();
     assert_eq!(b.send("k2", Some("p0")).await, (429, Some(600)));
     clock.advance(HOLD);
-    assert_eq!(b.send("k", Some("p0")).await, (429, Some(599)), "blocked on B");
+    assert_eq!(
+        b.send("k", Some("p0")).await,
+        (429, Some(599)),
+        "blocked on B"
+    );
     for key in ["k", "k2"] {
         a.handle.reset(key).await.unwrap();
     }
@@ -278,7 +283,11 @@ async fn a_reset_lifts_a_ban_and_its_count_on_every_server() {
     let redis = server::RedisServer::start().expect("redis-server");
     let clock = clock();
     let fleet = Fleet {
-        ban: Some(Ban::new(1, Duration::from_secs(60), Duration::from_secs(600))),
+        ban: Some(Ban::new(
+            1,
+            Duration::from_secs(60),
+            Duration::from_secs(600),
+        )),
         ..Fleet::default()
     };
     let (a, b) = fleet.two(&redis.url(), &clock).await;

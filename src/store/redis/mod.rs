@@ -105,12 +105,23 @@
 //! replication lag before the failure (none in 15 failovers on loopback, measured in
 //! BENCHMARKS.md).
 //!
-//! # Denials cost no round trip
+//! # Denials cost one round trip a second
 //!
-//! A denial is remembered locally until its `retry_after`
-//! ([`deny_cache`](RedisStore::deny_cache)), so a client that keeps knocking while it is
-//! limited is answered without asking Redis. This is exact across servers: no request on
-//! another server can make a denial end sooner.
+//! A denial is remembered locally until its `retry_after` and for at most
+//! [`DENY_CACHE_HOLD`](RedisStore::DENY_CACHE_HOLD) (1 s) ([`deny_cache`](RedisStore::deny_cache)),
+//! so a client that keeps knocking while it is limited costs each server one round trip per
+//! key and per second. No request on another server can make a denial end sooner; a reset
+//! or a refund through another server frees the client here within that second.
+//!
+//! # A layer's blocks and resets
+//!
+//! The tables of one layer ([`RateLimitLayer`](crate::RateLimitLayer), its per-key plans and
+//! its bans) share one block per client, `<prefix>:{<key>}:<layer>:block` (the layer named by
+//! the quotas it was built with), which every plan's script reads besides its own. Each
+//! server lists the key names of the layer's tables it makes in `<prefix>:plans:<layer>` (a
+//! set of at most 65 536 names, one call per table per server), and a reset through a
+//! layer's [`Handle`](crate::layer::Handle) deletes the client's keys under each name listed,
+//! in the client's slot: one `SMEMBERS` and one `DEL` per 512 keys on top of the reset.
 
 mod algorithms;
 mod bounds;
@@ -437,7 +448,8 @@ impl RedisStore {
     }
 
     /// Remembers at most `capacity` denials per policy locally, each until its
-    /// `retry_after` (10 000 by default; 0 turns it off). Only requests of cost 1 are
+    /// `retry_after` and for at most [`DENY_CACHE_HOLD`](Self::DENY_CACHE_HOLD) (10 000 by
+    /// default; 0 turns it off). Only requests of cost 1 are
     /// answered from it. The cache is sharded by key (a seeded hash), and a full shard evicts
     /// in constant time: an ended denial, else the one that ends first among a few; an evicted
     /// denial only costs its next check a round trip.
@@ -575,9 +587,8 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
 
     /// Deletes the key's state in every tier and its block in one script call, and forgets
     /// its denial on this server. Other servers may still answer a denial they remember
-    /// ([`deny_cache`](RedisStore::deny_cache)) until it ends: for at most the
-    /// `retry_after` it was decided with, and for a blocked key at most
-    /// [`BLOCK_CACHE_HOLD`](RedisStore::BLOCK_CACHE_HOLD).
+    /// ([`deny_cache`](RedisStore::deny_cache)) for at most
+    /// [`DENY_CACHE_HOLD`](RedisStore::DENY_CACHE_HOLD).
     fn reset(table: &RedisTable<A>, key: Key, now: u64) -> Update {
         table.reset(key, now)
     }
