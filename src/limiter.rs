@@ -219,7 +219,7 @@ where
         clock: C,
         shared: bool,
     ) -> Result<Self, crate::Error> {
-        let policy = Self::policy_of(&quotas);
+        let policy = policy_of(&quotas);
         ignored_clock(&store, &clock, &policy)?;
         let table = store.table(&policy, shared, &algorithm)?;
         let wall = algorithm.wall_clock();
@@ -233,19 +233,6 @@ where
             clock,
             wall,
         })
-    }
-
-    /// The policy name of `quotas`: the quota's name, or the tiers' names joined by `+`.
-    fn policy_of(quotas: &[Quota]) -> Arc<str> {
-        match quotas {
-            [quota] => quota.name().into(),
-            tiers => tiers
-                .iter()
-                .map(Quota::name)
-                .collect::<Vec<_>>()
-                .join("+")
-                .into(),
-        }
     }
 
     /// Keeps state in `store` (a shared [`MemoryStore`], or a store shared between servers).
@@ -675,5 +662,18 @@ where
             .field("quotas", &self.quotas)
             .field("algorithm", &self.algorithm)
             .finish_non_exhaustive()
+    }
+}
+
+/// The policy name of `quotas`: the quota's name, or the tiers' names joined by `+`.
+pub(crate) fn policy_of(quotas: &[Quota]) -> Arc<str> {
+    match quotas {
+        [quota] => quota.name().into(),
+        tiers => tiers
+            .iter()
+            .map(Quota::name)
+            .collect::<Vec<_>>()
+            .join("+")
+            .into(),
     }
 }

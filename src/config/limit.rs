@@ -304,7 +304,7 @@ impl LimitConfig {
             None => Kind::Gcra,
         };
         let (quotas, tiered) = self.quotas()?;
-        let mut recipe = Recipe::new(kind, quotas, tiered);
+        let mut recipe = Recipe::new(kind, quotas, tiered).own();
         if let Some(text) = &self.max_delay {
             if !kind.shapes() {
                 return Err(ConfigError::text(

@@ -13,7 +13,7 @@ use super::limit::{Check, Limit, Waiting};
 use super::observe::Observer;
 use super::recipe::{Bind, Kind, LayerClock, Recipe};
 use crate::clock::Sleep;
-use crate::store::Update;
+use crate::store::{Role, Tie, Update};
 use crate::{Decision, Error, Key, Quota};
 
 /// When a layer bans a key: more than [`denials`](Self::denials) denials within
@@ -96,20 +96,29 @@ impl Ban {
 
     /// The recipe of the limiter that counts the denials of the policy named `policy`: a
     /// fixed window of `denials` per `within`, under its own name beside the policy's.
-    fn counter(&self, policy: &str) -> Recipe {
+    /// Counted for the layer of `tie`, when the limiter is one of a layer's.
+    fn counter(&self, policy: &str, tie: Option<&Tie>) -> Recipe {
         let quota = Quota::new(self.denials, self.within).named(counter_name(policy));
-        Recipe::new(Kind::FixedWindow, vec![quota], false)
+        Recipe {
+            tie: tie.map(|tie| Tie {
+                layer: tie.layer.clone(),
+                role: Role::Counter,
+            }),
+            ..Recipe::new(Kind::FixedWindow, vec![quota], false)
+        }
     }
 
-    /// The limiter that counts the denials of `limiter`, bound to `store` on `clock`.
+    /// The limiter that counts the denials of `limiter` (of the layer of `tie`), bound to
+    /// `store` on `clock`.
     pub(crate) fn bind(
         &self,
         limiter: &Arc<dyn Limit>,
         store: &dyn Bind,
         clock: &LayerClock,
         shared: bool,
+        tie: Option<&Tie>,
     ) -> Result<Arc<dyn Limit>, Error> {
-        let counter = store.bind(&self.counter(limiter.policy()), clock, shared)?;
+        let counter = store.bind(&self.counter(limiter.policy(), tie), clock, shared)?;
         // Counted exactly: a ban comes after the stated number of denials on every server.
         counter.decide_exactly();
         Ok(counter)

@@ -211,9 +211,11 @@ impl Handle {
     /// tier: its state is forgotten, its block lifted, and its count of denials towards a ban
     /// ([`ban`](super::RateLimitLayer::ban)) started afresh
     /// ([`RateLimiter::reset`](crate::RateLimiter::reset)). With a shared store (Redis) the
-    /// key is fresh for every server, under the policies this server has made; a server that
-    /// denied the blocked key a moment before may go on denying it for at most
-    /// `RedisStore::BLOCK_CACHE_HOLD` (one second), the time its deny cache remembers a block.
+    /// key is fresh for every server sharing it, under every plan of the layer, those this
+    /// server never made included (each server lists the plans it makes in Redis, and the
+    /// reset deletes the key's state under each); a server that denied the key a moment
+    /// before may go on denying it for at most `RedisStore::DENY_CACHE_HOLD` (one second),
+    /// the longest its deny cache remembers a denial. Local leases never deny.
     /// While servers disagree on unnamed quotas ([`set_quotas`](Self::set_quotas)), reset
     /// through a server that has changed: it deletes the key's blocks under every name, one
     /// not yet changed only under the names it knows.
@@ -250,10 +252,10 @@ impl Handle {
     /// [`peek`](Self::peek): for a client IP, [`PeerIp::key_for`](crate::key::PeerIp::key_for)
     /// (an IPv6 client is keyed by its /64, so `Key::from(ip)` would block nobody).
     ///
-    /// - The block is written to the layer's store under its policy and under each plan's
-    ///   this layer has made (those dropped to make room for newer plans included): with a
-    ///   shared store (Redis) it holds on every server for those,
-    ///   while Redis answers (a server that decides by its failure policy meanwhile holds
+    /// - The block is written to the layer's store once for the whole layer (and under each
+    ///   plan's this layer has made, for servers of earlier versions): with a shared store
+    ///   (Redis) every plan reads it, so it holds on every server under every plan, those
+    ///   this server never made and those made later included, while Redis answers (a server that decides by its failure policy meanwhile holds
     ///   only the blocks it made itself, and, with a local fallback, its bans).
     /// - The layer also holds it itself, in memory, before any limiter decides: under the
     ///   plans it makes later or picks for the key for the first time (a key cannot step out

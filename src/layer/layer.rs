@@ -321,7 +321,7 @@ impl RateLimitLayer {
     #[track_caller]
     fn of<Q: Quotas>(kind: Kind, quotas: Q) -> Self {
         let (quotas, tiered) = quota_list(quotas);
-        Self::from_recipe(Recipe::new(kind, quotas, tiered))
+        Self::from_recipe(Recipe::new(kind, quotas, tiered).own())
     }
 
     /// A layer over `recipe`'s limiter, in a new memory store, on the system clock.
@@ -1306,7 +1306,7 @@ fn ban_counter(
     recipe: &Recipe,
     clock: &LayerClock,
 ) -> Arc<dyn Limit> {
-    match ban.bind(limiter, store, clock, recipe.named()) {
+    match ban.bind(limiter, store, clock, recipe.named(), recipe.tie.as_ref()) {
         Ok(counter) => counter,
         Err(error) => panic!("RateLimitLayer::ban: {error}"),
     }

@@ -13,7 +13,7 @@ use super::limit::Limit;
 use super::recipe::{Bind, LayerClock, Recipe};
 use super::response::{Responder, Settings};
 use crate::key::RequestHead;
-use crate::store::Blocks;
+use crate::store::{Blocks, Role};
 use crate::{Key, Quota};
 
 /// How many plans one layer keeps limiters for at once. Past this, the least recently used
@@ -220,7 +220,11 @@ impl PerKey {
         let maker = &self.maker;
         maker
             .store
-            .bind(&maker.recipe.for_plan(quotas), &maker.clock, true)
+            .bind(
+                &maker.recipe.for_plan(quotas).in_role(Role::Plan),
+                &maker.clock,
+                true,
+            )
             .inspect(|limiter| {
                 // Told of refunds as the layer's own limiter is.
                 if maker.settings.count_if.is_some() {
@@ -229,7 +233,8 @@ impl PerKey {
             })
             .and_then(|limiter| match &maker.ban {
                 Some(ban) => {
-                    let counter = ban.bind(&limiter, &*maker.store, &maker.clock, true)?;
+                    let tie = maker.recipe.tie.as_ref();
+                    let counter = ban.bind(&limiter, &*maker.store, &maker.clock, true, tie)?;
                     Ok(ban.wrap(limiter, counter, maker.settings.dry_run))
                 }
                 None => Ok(limiter),

@@ -11,7 +11,7 @@ use crate::algorithm::{
     FixedWindow, Gcra, Hybrid, LeakyBucket, SlidingLog, SlidingWindow, Tiered, TokenBucket,
 };
 use crate::clock::{Clock, Sleep, SystemClock};
-use crate::store::Store;
+use crate::store::{Role, Store, Tie};
 use crate::{Error, Quota, RateLimiter};
 
 /// The crate's algorithms, by name.
@@ -83,6 +83,9 @@ pub(crate) struct Recipe {
     pub(crate) lease_ttl: Duration,
     /// The policy name of an in-flight limit, when given one.
     pub(crate) policy: Option<Box<str>>,
+    /// Which of a layer's limiters this is, for a store shared by servers; `None` for a
+    /// limiter outside a layer's family (an in-flight limit).
+    pub(crate) tie: Option<Tie>,
 }
 
 impl Recipe {
@@ -97,6 +100,7 @@ impl Recipe {
             slots: 0,
             lease_ttl: super::in_flight::DEFAULT_LEASE_TTL,
             policy: None,
+            tie: None,
         }
     }
 
@@ -116,6 +120,26 @@ impl Recipe {
             quotas: quotas.into(),
             ..self.clone()
         }
+    }
+
+    /// This recipe as a layer's own limiter: the layer is named by its quotas' policy.
+    pub(crate) fn own(self) -> Self {
+        let layer = crate::limiter::policy_of(&self.quotas);
+        Self {
+            tie: Some(Tie {
+                layer,
+                role: Role::Own,
+            }),
+            ..self
+        }
+    }
+
+    /// The same recipe in `role` for the same layer.
+    pub(crate) fn in_role(mut self, role: Role) -> Self {
+        if let Some(tie) = &mut self.tie {
+            tie.role = role;
+        }
+        self
     }
 
     /// The policy is shared under its name when every quota was named.
@@ -236,6 +260,23 @@ pub(crate) trait Bind: Send + Sync + 'static {
     fn failing(&self, on_failure: &crate::store::OnFailure) -> Option<Arc<dyn Bind>>;
 }
 
+/// A copy of `store` whose tables serve `tie` (a `RedisStore`; other stores keep nothing of
+/// it: a memory store is one server's, whose layer holds its blocks itself).
+fn tied<St: Clone + 'static>(store: &St, tie: Option<&Tie>) -> St {
+    #[allow(unused_mut)]
+    let mut store = store.clone();
+    #[cfg(feature = "redis")]
+    if let (Some(tie), Some(redis)) = (
+        tie,
+        (&mut store as &mut dyn std::any::Any).downcast_mut::<crate::store::RedisStore>(),
+    ) {
+        redis.tie(tie.clone());
+    }
+    #[cfg(not(feature = "redis"))]
+    let _ = tie;
+    store
+}
+
 /// A store, as a maker of limiters.
 pub(crate) struct Binder<St>(pub(crate) St);
 
@@ -273,7 +314,7 @@ impl<St: LayerStore> Bind for Binder<St> {
         clock: &LayerClock,
         shared: bool,
     ) -> Result<Arc<dyn Limit>, Error> {
-        let (store, clock) = (self.0.clone(), clock.clone());
+        let (store, clock) = (tied(&self.0, recipe.tie.as_ref()), clock.clone());
         let max_delay = recipe.max_delay;
         let sub_windows = recipe.sub_windows;
         let aligned = recipe.aligned;

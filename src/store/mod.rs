@@ -55,6 +55,7 @@ pub use self::redis::{Leases, OnFailure, RedisStore};
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::Algorithm;
@@ -70,6 +71,27 @@ fn unsupported(what: &str) -> Update {
          this crate (MemoryStore, RedisStore)"
     ));
     Box::pin(std::future::ready(Err(error)))
+}
+
+/// Which of a layer's limiters a store's table serves: for a store shared by servers, which
+/// keeps one block per client for the whole layer and a list of the layer's plans, so that a
+/// handle's block and reset reach every plan on every server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tie {
+    /// The layer's name: the policy of the quotas it was built with.
+    pub(crate) layer: Arc<str>,
+    pub(crate) role: Role,
+}
+
+/// What a table of a layer is for ([`Tie`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The layer's own quotas (those it was built with, or set live).
+    Own,
+    /// A per-key plan's.
+    Plan,
+    /// A ban's count of denials.
+    Counter,
 }
 
 /// Keeps per-key state and applies an [`Algorithm`] to it atomically.

@@ -18,6 +18,7 @@ mod redis_cluster_failover;
 mod redis_deny_cache;
 mod redis_error_kinds;
 mod redis_failure_policy;
+mod redis_fleet_ops;
 mod redis_in_flight;
 mod redis_keys;
 mod redis_layer;
@@ -48,6 +49,7 @@ fn main() -> std::process::ExitCode {
             module("redis_deny_cache", redis_deny_cache::trials),
             module("redis_error_kinds", redis_error_kinds::trials),
             module("redis_failure_policy", redis_failure_policy::trials),
+            module("redis_fleet_ops", redis_fleet_ops::trials),
             module("redis_in_flight", redis_in_flight::trials),
             module("redis_keys", redis_keys::trials),
             module("redis_layer", redis_layer::trials),

@@ -1,5 +1,5 @@
-//! Denials remembered locally until they end, so a client that keeps knocking costs no round
-//! trip to Redis until it may pass again.
+//! Denials remembered locally for up to a second, so a client that keeps knocking costs one
+//! round trip to Redis a second rather than one per request.
 //!
 //! The cache is sharded by the key's hash (the memory store's keyed hasher: keys are chosen by
 //! clients), so checks of different keys rarely wait on one lock. Each shard keeps its denials
@@ -114,15 +114,14 @@ impl Shard {
     }
 }
 
-/// At most `capacity` denials of cost 1, each until its `retry_after`.
+/// At most `capacity` denials of cost 1, each until its `retry_after` and for at most
+/// [`DENY_CACHE_HOLD`](super::RedisStore::DENY_CACHE_HOLD).
 ///
 /// Serving them from here is correct on every server: a denial says the key may not pass
 /// before `retry_after`, and no other server's requests can make that time come sooner (they
 /// only ever push it further out). Only a refund or a reset gives capacity back early: through
-/// this store, either forgets the key's denial here; another server keeps answering the denial
-/// it remembers until it ends, at most its `retry_after`. A blocked key's denial is remembered
-/// for at most [`BLOCK_CACHE_HOLD`](super::RedisStore::BLOCK_CACHE_HOLD), so that a reset
-/// elsewhere lifts the block here within that. Evicting a denial early only costs a round
+/// this store, either forgets the key's denial here; through another server, it reaches this
+/// one when the denial here ends, within the hold. Evicting a denial early only costs a round
 /// trip: Redis answers for it again.
 pub(crate) struct DenyCache {
     shards: Box<[Mutex<Shard>]>,
@@ -185,12 +184,8 @@ impl DenyCache {
         if self.shards.is_empty() || decision.allowed {
             return;
         }
-        // A block is remembered briefly, so that a reset elsewhere soon reaches this server.
-        let retry_after = if decision.is_blocked() {
-            retry_after.min(super::RedisStore::BLOCK_CACHE_HOLD)
-        } else {
-            retry_after
-        };
+        // Remembered briefly, so that a reset elsewhere soon reaches this server.
+        let retry_after = retry_after.min(super::RedisStore::DENY_CACHE_HOLD);
         let wait = u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX);
         let until = now.saturating_add(wait);
         if until <= now {

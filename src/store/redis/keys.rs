@@ -87,6 +87,32 @@ impl KeyNames {
         self
     }
 
+    /// These names, reading and writing too the block of the layer named `layer` (a plan's
+    /// table: a block through the layer's handle, under any plan, reaches every plan).
+    pub(crate) fn reading_block_of(mut self, layer: &str) -> Self {
+        let tail = format!("}}:{layer}:block").into_bytes();
+        if tail != self.block_tail && !self.earlier_blocks.contains(&tail) {
+            self.earlier_blocks.insert(0, tail);
+        }
+        self
+    }
+
+    /// The ends of this policy's keys for a client (each tier's and the block's), for a
+    /// layer's list of its tables ([`family`](super::family)).
+    pub(crate) fn ends(&self) -> Vec<Vec<u8>> {
+        self.tails
+            .iter()
+            .chain([&self.block_tail])
+            .cloned()
+            .collect()
+    }
+
+    /// `key`'s Redis key under each of `ends` (from [`ends`](Self::ends)).
+    pub(crate) fn under(&self, key: &Key, ends: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let client = client(key);
+        ends.iter().map(|end| self.join(&client, end)).collect()
+    }
+
     /// How many blocks under earlier names a call names before the policy's own.
     pub(crate) fn earlier_blocks(&self) -> usize {
         self.earlier_blocks.len()

@@ -112,12 +112,13 @@ use crate::{Decision, Key};
 /// - A [block](crate::layer::Handle::block) or reset made through this server ends the key's
 ///   slice here, at once and again when Redis has it. One made through another server reaches
 ///   this server when the slice ends: within `max_life` (1 s by default, as a denial of a
-///   blocked key remembered by [`deny_cache`](super::RedisStore::deny_cache)).
+///   denial remembered by [`deny_cache`](super::RedisStore::deny_cache)).
 /// - A refund whose receipts are those of the key's live slice goes back into the slice, up to
 ///   what the slice has spent; otherwise to Redis, as for any request.
 /// - Peeks ask Redis, which counts the slices as spent.
 /// - A denial this server remembers ([`deny_cache`](super::RedisStore::deny_cache)) may
-///   outlast what units another server gives back: it only denies longer than Redis would.
+///   outlast what units another server gives back, by at most a second: it only denies longer
+///   than Redis would.
 /// - While a live layer carries usage over after
 ///   [`Handle::set_quotas`](crate::layer::Handle::set_quotas), its keys are decided exactly.
 /// - When Redis fails, a slice already taken is still spent (its units are counted in Redis);

@@ -127,12 +127,23 @@
 //! replication lag before the failure (none in 15 failovers on loopback, measured in
 //! BENCHMARKS.md).
 //!
-//! # Denials cost no round trip
+//! # Denials cost one round trip a second
 //!
-//! A denial is remembered locally until its `retry_after`
-//! ([`deny_cache`](RedisStore::deny_cache)), so a client that keeps knocking while it is
-//! limited is answered without asking Redis. This is exact across servers: no request on
-//! another server can make a denial end sooner.
+//! A denial is remembered locally until its `retry_after` and for at most
+//! [`DENY_CACHE_HOLD`](RedisStore::DENY_CACHE_HOLD) (1 s) ([`deny_cache`](RedisStore::deny_cache)),
+//! so a client that keeps knocking while it is limited costs each server one round trip per
+//! key and per second. No request on another server can make a denial end sooner; a reset
+//! or a refund through another server frees the client here within that second.
+//!
+//! # A layer's blocks and resets
+//!
+//! The tables of one layer ([`RateLimitLayer`](crate::RateLimitLayer), its per-key plans and
+//! its bans) share one block per client, `<prefix>:{<key>}:<layer>:block` (the layer named by
+//! the quotas it was built with), which every plan's script reads besides its own. Each
+//! server lists the key names of the layer's tables it makes in `<prefix>:plans:<layer>` (a
+//! set of at most 65 536 names, one call per table per server), and a reset through a
+//! layer's [`Handle`](crate::layer::Handle) deletes the client's keys under each name listed,
+//! in the client's slot: one `SMEMBERS` and one `DEL` per 512 keys on top of the reset.
 
 mod algorithms;
 mod bounds;
@@ -141,6 +152,7 @@ mod cluster;
 mod deny_cache;
 mod errors;
 mod fallback;
+mod family;
 mod future;
 mod health;
 mod keys;
@@ -171,7 +183,7 @@ use redis::sentinel::SentinelNodeConnectionInfo;
 
 use self::cluster::Cluster;
 
-use super::{Store, Update};
+use super::{Store, Tie, Update};
 use crate::{Decision, Error, Key};
 
 #[derive(Clone)]
@@ -195,6 +207,8 @@ pub struct RedisStore {
     deny_cache: usize,
     caller_clock: bool,
     leases: Option<Leases>,
+    /// The layer whose tables this store makes, and which of them.
+    tie: Option<Tie>,
     /// Whether the server is recent enough, once known.
     version: Arc<version::VersionCheck>,
     /// Whether Redis answers, as calls found it; none on a Redis Cluster (see
@@ -209,10 +223,15 @@ impl RedisStore {
     /// How many denials a table remembers locally by default.
     pub const DEFAULT_DENY_CACHE: usize = 10_000;
 
-    /// The longest a server answers a blocked key from its [`deny_cache`](Self::deny_cache)
-    /// before asking Redis again: a reset on another server reaches this one within it, and a
-    /// blocked client that keeps knocking costs each server one round trip per this long.
-    pub const BLOCK_CACHE_HOLD: Duration = Duration::from_secs(1);
+    /// The longest a server answers a denial from its [`deny_cache`](Self::deny_cache)
+    /// before asking Redis again: a reset through another server frees the client on this
+    /// one within it, and a denied client that keeps knocking costs each server one round
+    /// trip per key and per this long.
+    pub const DENY_CACHE_HOLD: Duration = Duration::from_secs(1);
+
+    /// The longest a server answers a blocked key from its deny cache: as any denial,
+    /// [`DENY_CACHE_HOLD`](Self::DENY_CACHE_HOLD).
+    pub const BLOCK_CACHE_HOLD: Duration = Self::DENY_CACHE_HOLD;
 
     /// Connects to one Redis server (`redis://host:port/db`, `rediss://` for TLS when
     /// redis-rs is built with it). The connection is multiplexed and comes back by itself
@@ -420,6 +439,7 @@ impl RedisStore {
             deny_cache: Self::DEFAULT_DENY_CACHE,
             caller_clock: false,
             leases: None,
+            tie: None,
             version: Arc::default(),
         }
     }
@@ -461,7 +481,8 @@ impl RedisStore {
     }
 
     /// Remembers at most `capacity` denials per policy locally, each until its
-    /// `retry_after` (10 000 by default; 0 turns it off). Only requests of cost 1 are
+    /// `retry_after` and for at most [`DENY_CACHE_HOLD`](Self::DENY_CACHE_HOLD) (10 000 by
+    /// default; 0 turns it off). Only requests of cost 1 are
     /// answered from it. The cache is sharded by key (a seeded hash), and a full shard evicts
     /// in constant time: an ended denial, else the one that ends first among a few; an evicted
     /// denial only costs its next check a round trip.
@@ -493,6 +514,11 @@ impl RedisStore {
     pub fn local_leases(mut self, leases: Leases) -> Self {
         self.leases = Some(leases);
         self
+    }
+
+    /// Makes the tables of `tie`'s layer (see [`family`]).
+    pub(crate) fn tie(&mut self, tie: Tie) {
+        self.tie = Some(tie);
     }
 
     /// The full Lua script that decides for algorithm `A`, as sent to Redis.
@@ -594,9 +620,8 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
 
     /// Deletes the key's state in every tier and its block in one script call, and forgets
     /// its denial on this server. Other servers may still answer a denial they remember
-    /// ([`deny_cache`](RedisStore::deny_cache)) until it ends: for at most the
-    /// `retry_after` it was decided with, and for a blocked key at most
-    /// [`BLOCK_CACHE_HOLD`](RedisStore::BLOCK_CACHE_HOLD).
+    /// ([`deny_cache`](RedisStore::deny_cache)) for at most
+    /// [`DENY_CACHE_HOLD`](RedisStore::DENY_CACHE_HOLD).
     fn reset(table: &RedisTable<A>, key: Key, now: u64) -> Update {
         table.reset(key, now)
     }

@@ -10,6 +10,7 @@ use super::algorithms::{RedisAlgorithm, RedisTier};
 use super::carry::{Carry, Generation};
 use super::deny_cache::DenyCache;
 use super::fallback::Fallback;
+use super::family::{self, Family};
 use super::future::RedisFuture;
 use super::health::Health;
 use super::keys::KeyNames;
@@ -18,7 +19,7 @@ use super::reply::{self, Figure};
 use super::version::{self, VersionCheck};
 use super::warn::Warnings;
 use super::{bounds, errors, script, Connection, RedisStore};
-use crate::store::Update;
+use crate::store::{Role, Update};
 use crate::{Decision, Error, Key};
 
 /// Whether Redis answered that it does not have the script.
@@ -85,6 +86,8 @@ struct Inner<A: RedisAlgorithm> {
     /// Whether Redis answers, shared by the store's tables and clones (none on a Cluster).
     health: Option<Arc<Health>>,
     warnings: Warnings,
+    /// The table's part in its layer's family, for a table of a layer's.
+    family: Option<Family>,
 }
 
 impl<A: RedisAlgorithm> RedisTable<A> {
@@ -151,6 +154,13 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         if let Some((previous, _)) = previous {
             names = names.after(&previous.inner.names);
         }
+        if let Some(tie) = store.tie.as_ref().filter(|tie| tie.role == Role::Plan) {
+            names = names.reading_block_of(&tie.layer);
+        }
+        let family = store
+            .tie
+            .as_ref()
+            .map(|tie| Family::new(&store.prefix, tie, names.ends()));
         let (fallback, carry) = match previous {
             None => (
                 Fallback::new(&store.on_failure, policy, shared, algorithm)?,
@@ -213,6 +223,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 version: Arc::clone(&store.version),
                 health: store.health.clone(),
                 warnings: Warnings::default(),
+                family,
             }),
         })
     }
@@ -465,6 +476,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 Err(_) => return Err(errors::timed_out(inner.timeout)),
             }
         }
+        inner.list().await;
         // While the table carries over, a check and a refund name the old tables' keys too (a
         // reset deletes them), before the blocks.
         let carry = inner
@@ -534,8 +546,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         self.run(key, now, 0, None)
     }
 
-    /// Deletes `key`'s state in every tier and its block, and forgets its denial here and in
-    /// the local fallback.
+    /// Deletes `key`'s state in every tier and its block (for a layer's own table, under
+    /// every table of the layer too: [`family`]), and forgets its denial here and in the
+    /// local fallback.
     pub(crate) fn reset(&self, key: Key, now: u64) -> Update {
         let table = self.clone();
         Box::pin(async move {
@@ -545,17 +558,33 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 book.forget(&key);
             }
             inner.fallback.reset(&key, now);
-            let result = table.round_trip(&key, now, Mode::Reset).await;
+            let mut result = table.round_trip(&key, now, Mode::Reset).await.map(drop);
+            if result.is_ok() {
+                result = table.reset_family(&key).await;
+            }
             // A denial remembered, or a slice taken, while the reset was on its way is
             // forgotten too.
             inner.denials.remove(&key);
             if let Some(book) = &inner.leases {
                 book.forget(&key);
             }
-            result
-                .map(drop)
-                .map_err(|error| inner.update_failed(error, now))
+            result.map_err(|error| inner.update_failed(error, now))
         })
+    }
+
+    /// For the layer's own table: deletes `key`'s keys under every table of the layer any
+    /// server has listed ([`family`]), each bounded by the timeout.
+    async fn reset_family(&self, key: &Key) -> Result<(), Error> {
+        let inner = &self.inner;
+        let Some(reading) = inner.family.as_ref().and_then(Family::reading) else {
+            return Ok(());
+        };
+        let ends: Vec<Vec<u8>> = inner.bounded(&reading, key).await?;
+        let keys = inner.names.under(key, &ends);
+        for deletion in family::deletions(&keys) {
+            inner.bounded::<redis::Value>(&deletion, key).await?;
+        }
+        Ok(())
     }
 
     /// Blocks `key` for `duration` from `now` (Redis `TIME`, or `now` with the caller's
@@ -673,7 +702,32 @@ impl<A: RedisAlgorithm> Inner<A> {
         }
     }
 
-    async fn query(&self, cmd: &redis::Cmd) -> redis::RedisResult<Vec<Figure>> {
+    /// Lists the table's key ends in its layer's family, once: before its first call, and
+    /// again before the next ones until it succeeds (within the timeout; a call that fails
+    /// here fails in the script's call too, which the failure policy answers).
+    async fn list(&self) {
+        let Some(listing) = self.family.as_ref().and_then(Family::listing) else {
+            return;
+        };
+        let listed = tokio::time::timeout(self.timeout, self.query::<redis::Value>(&listing));
+        if let (Ok(Ok(_)), Some(family)) = (listed.await, &self.family) {
+            family.listed();
+        }
+    }
+
+    /// `cmd` for `key`, bounded by the timeout.
+    async fn bounded<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        key: &Key,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(self.timeout, self.query(cmd)).await {
+            Ok(reply) => reply.map_err(|e| errors::deciding(&e, key)),
+            Err(_) => Err(errors::timed_out(self.timeout)),
+        }
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
         match self.connection.clone() {
             Connection::Single(mut c) => cmd.query_async(&mut c).await,
             Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
