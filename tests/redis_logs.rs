@@ -73,6 +73,7 @@ fn store_failures_never_show_a_key_above_trace() {
                         .unwrap()
                         .on_failure(policy)
                         .deny_cache(0)
+                        .with_caller_clock()
                 }
             };
             let q = Quota::per_minute(5).named("p");

@@ -306,17 +306,17 @@ mod tests {
         let cache = DenyCache::new(2);
         let ms = 1_000_000;
         cache.insert(Key::from(1u64), 0, &denied(10));
-        cache.insert(Key::from(2u64), 0, &denied(1000));
+        cache.insert(Key::from(2u64), 0, &denied(500));
         // Full, nothing has ended: the denial that ends first makes room.
-        cache.insert(Key::from(3u64), 5 * ms, &denied(2000));
+        cache.insert(Key::from(3u64), 5 * ms, &denied(900));
         assert_eq!(cache.len(), 2);
         assert!(cache.get(&Key::from(1u64), 5 * ms).is_none());
         assert!(cache.get(&Key::from(2u64), 5 * ms).is_some());
         assert!(cache.get(&Key::from(3u64), 5 * ms).is_some());
-        // 2 ends at 1000 ms: past it, it is the one evicted, whatever the hand.
-        cache.insert(Key::from(4u64), 1500 * ms, &denied(10));
-        assert!(cache.get(&Key::from(3u64), 1500 * ms).is_some());
-        assert!(cache.get(&Key::from(4u64), 1500 * ms).is_some());
+        // 2 ends at 500 ms: past it, it is the one evicted, whatever the hand.
+        cache.insert(Key::from(4u64), 600 * ms, &denied(10));
+        assert!(cache.get(&Key::from(3u64), 600 * ms).is_some());
+        assert!(cache.get(&Key::from(4u64), 600 * ms).is_some());
         assert_eq!(cache.len(), 2);
     }
 
