@@ -13,6 +13,7 @@ mod hyper_server;
 mod layer;
 mod layer_modules;
 mod layer_types;
+#[cfg(feature = "metrics")]
 mod observe;
 mod shaping_readiness;
 mod stacked_layers;
