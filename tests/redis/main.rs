@@ -23,6 +23,7 @@ mod redis_layer;
 mod redis_leases;
 mod redis_live_quotas;
 mod redis_policies;
+mod redis_readiness;
 mod redis_sentinel;
 mod redis_store;
 mod redis_vectors_buckets;
@@ -51,6 +52,7 @@ fn main() -> std::process::ExitCode {
             module("redis_leases", redis_leases::trials),
             module("redis_live_quotas", redis_live_quotas::trials),
             module("redis_policies", redis_policies::trials),
+            module("redis_readiness", redis_readiness::trials),
             module("redis_sentinel", redis_sentinel::trials),
             module("redis_store", redis_store::trials),
             module("redis_vectors_buckets", redis_vectors_buckets::trials),
