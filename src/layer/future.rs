@@ -38,8 +38,8 @@ pub(crate) struct Ticket<B> {
     pub(crate) in_flight: bool,
 }
 
-/// A request allowed after a delay: a clone of the inner service, not readied, and the
-/// request. The service is readied once the delay is over.
+/// A request allowed after a delay, or after a wait for the store: a clone of the inner
+/// service, not readied, and the request. The service is readied once the request may go on.
 pub(crate) struct Delayed<S, B> {
     inner: S,
     req: Request<B>,
@@ -69,20 +69,22 @@ pin_project! {
 pin_project! {
     #[project = StateProj]
     enum State<F, S, B, R> {
-        // Waiting for the store, holding the readied inner service.
+        // Waiting for the store, holding nothing of the inner service's readiness.
         Checking {
             #[pin]
             check: Check,
-            // The readied inner service, the request, the timer of the check, and the limiter,
-            // whose clock times a delay. Boxed, as are the delayed states' contents: only
-            // requests that wait pay for them, and the future every request moves stays small.
+            // A clone of the inner service, not readied, the request, the timer of the check,
+            // and the limiter, whose clock times a delay. Boxed, as are the delayed states'
+            // contents: only requests that wait pay for them, and the future every request
+            // moves stays small.
             pending: Option<Box<(S, Ticket<B>, Timer, Arc<dyn Limit>)>>,
         },
         // Allowed after a delay (shaping): waiting for the request's turn, holding nothing of
         // the inner service's readiness. Dropping the future here drops the request before the
         // inner service sees it.
         Delaying { #[pin] sleep: Sleep, delayed: Option<Box<Delayed<S, B>>> },
-        // The delay is over: readying the inner service, as for a new request.
+        // The delay or the wait for the store is over: readying the inner service, as for a
+        // new request.
         Readying { delayed: Option<Box<Delayed<S, B>>> },
         // The inner service is answering.
         Inner { #[pin] future: F },
@@ -93,18 +95,19 @@ pin_project! {
     }
 }
 
-/// Where a request goes once its check has answered `result`: on to the inner service (readied
-/// by `poll_ready`) at once, after a delay, or nowhere (the layer answers). The one path every
-/// request takes, whether its store answered at once or later.
+/// Where a request goes once its check has answered `result`: on to the inner service at once,
+/// after readying it, after a delay, or nowhere (the layer answers). The one path every request
+/// takes, whether its store answered at once or later.
 ///
-/// A request that does not call the inner service now releases the readiness it holds (a
-/// `ConcurrencyLimit` permit, a `Buffer` slot) by putting a clone in its place: a delayed or
-/// refused request never keeps others from the inner service. A delayed request readies its
-/// own clone once its delay is over.
+/// `inner` is `readied` when the store answered at once: `poll_ready` readied it for this
+/// request. A request that does not call it now releases that readiness (a `ConcurrencyLimit`
+/// permit, a `Buffer` slot) by putting a clone in its place: a delayed or refused request never
+/// keeps others from the inner service. A request that waited for the store holds a clone, not
+/// readied; like a delayed one, it readies its own clone before calling it.
 fn next<F, S, B, R>(
     responder: &Responder,
     result: Result<Decision, Error>,
-    inner: &mut S,
+    (inner, readied): (&mut S, bool),
     ticket: Ticket<B>,
     limiter: &Arc<dyn Limit>,
 ) -> (State<F, S, B, R>, Option<Decision>, Option<Held>)
@@ -133,27 +136,32 @@ where
                 upgrade::pass_without_slot(&mut req);
             }
             // A request of cost 0 takes nothing, so it has no turn to wait for.
-            match responder.delay(&decision).filter(|_| cost > 0) {
-                None => {
-                    let future = inner.call(req);
-                    (State::Inner { future }, Some(decision), hold)
-                }
-                Some(delay) => {
-                    let waiting = inner.clone();
-                    *inner = waiting.clone();
-                    let state = State::Delaying {
-                        sleep: limiter.sleep(delay),
-                        delayed: Some(Box::new(Delayed {
-                            inner: waiting,
-                            req,
-                        })),
-                    };
-                    (state, Some(decision), hold)
-                }
+            let delay = responder.delay(&decision).filter(|_| cost > 0);
+            if delay.is_none() && readied {
+                let future = inner.call(req);
+                return (State::Inner { future }, Some(decision), hold);
             }
+            let waiting = inner.clone();
+            if readied {
+                *inner = waiting.clone();
+            }
+            let delayed = Some(Box::new(Delayed {
+                inner: waiting,
+                req,
+            }));
+            let state = match delay {
+                Some(delay) => State::Delaying {
+                    sleep: limiter.sleep(delay),
+                    delayed,
+                },
+                None => State::Readying { delayed },
+            };
+            (state, Some(decision), hold)
         }
         Admission::Answered(response) => {
-            *inner = inner.clone();
+            if readied {
+                *inner = inner.clone();
+            }
             let state = State::Answered {
                 response: Some(response),
             };
@@ -171,7 +179,8 @@ fn refund_for(refund: Option<Refund>, decision: Option<&Decision>) -> Option<Ref
 impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     /// The future of a request whose check is `check`; `inner` is the readied inner service.
     /// When the check has answered already (a local store), the request goes on at once (see
-    /// [`next`]); else the readied service waits with it, and a clone stays in `inner`.
+    /// [`next`]). Else its readiness is released while the check waits (a clone takes its
+    /// place), and the request waits with a clone of its own, readied once it is admitted.
     pub(crate) fn new(
         check: Check,
         inner: &mut S,
@@ -188,7 +197,8 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         match check {
             Check::Ready(Some(result)) => {
                 responder.observer().finish(timer);
-                let (state, decision, hold) = next(&responder, result, inner, ticket, limiter);
+                let (state, decision, hold) =
+                    next(&responder, result, (inner, true), ticket, limiter);
                 Self {
                     refund: refund_for(refund, decision.as_ref()),
                     state,
@@ -199,13 +209,14 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
                 }
             }
             check => {
-                // The readied service goes with the request; a clone stays for the next one.
-                let clone = inner.clone();
-                let readied = std::mem::replace(inner, clone);
+                // The readied service is dropped: what it holds (a permit) is free for others
+                // while the store decides.
+                let waiting = inner.clone();
+                *inner = waiting.clone();
                 Self {
                     state: State::Checking {
                         check,
-                        pending: Some(Box::new((readied, ticket, timer, limiter.clone()))),
+                        pending: Some(Box::new((waiting, ticket, timer, limiter.clone()))),
                     },
                     decision: None,
                     decided_at,
@@ -261,12 +272,16 @@ where
                     };
                     let (mut inner, ticket, timer, limiter) = *pending;
                     this.responder.observer().finish(timer);
-                    let (state, decision, hold) =
-                        next(this.responder, result, &mut inner, ticket, &limiter);
+                    let (state, decision, hold) = next(
+                        this.responder,
+                        result,
+                        (&mut inner, false),
+                        ticket,
+                        &limiter,
+                    );
                     *this.refund = refund_for(this.refund.take(), decision.as_ref());
                     *this.decision = decision;
                     *this.hold = hold;
-                    // Drops the readied service if it was not called.
                     this.state.set(state);
                 }
                 StateProj::Delaying { sleep, delayed } => {
@@ -278,7 +293,13 @@ where
                     let Some(waiting) = delayed else {
                         unreachable!("ResponseFuture polled after completion");
                     };
-                    ready!(waiting.inner.poll_ready(cx))?;
+                    if let Err(error) = ready!(waiting.inner.poll_ready(cx)) {
+                        // Fails as the call would have: the request counts (no refund), and
+                        // the in-flight slots it took are given back now.
+                        *delayed = None;
+                        *this.hold = None;
+                        return Poll::Ready(Err(error));
+                    }
                     let Some(delayed) = delayed.take() else {
                         unreachable!("ResponseFuture polled after completion");
                     };

@@ -1067,6 +1067,8 @@ impl RateLimitLayer {
     /// A request that does not count gives back only what its own admission took, and only
     /// while that still counts (see [`RateLimiter::refund`]): the requests that count never
     /// exceed the quota in any window or burst, whatever the order in which responses finish.
+    /// A request the inner service fails (an error, from its `poll_ready` or its call, instead
+    /// of a response) counts.
     ///
     /// # Panics
     ///

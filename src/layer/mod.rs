@@ -67,9 +67,13 @@
 //! shaping (the leaky bucket, [`max_delay`](RateLimitLayer::max_delay)) gives back the
 //! readiness `poll_ready` took as soon as it is put to wait, and readies the inner service
 //! again once its turn comes, waiting there like a new request: one client's queue of
-//! delayed requests never keeps other clients from a concurrency limit. A request waiting for
-//! a remote store's answer holds the readiness it was given until the answer comes (bounded by
-//! the store's timeout), then calls the inner service, or gives the readiness back.
+//! delayed requests never keeps other clients from a concurrency limit. So does a request
+//! waiting for a remote store's answer (a round trip to Redis): a stalled Redis never keeps
+//! the inner service from other requests. Once admitted, the request readies the inner service
+//! again, waiting there like a new request, then calls it; an error from that `poll_ready`
+//! comes out of its response future, and the request counts as one whose call failed. A
+//! request the store decides at once (the memory store, a denial in Redis's deny cache, a
+//! local lease) goes on with the readiness `poll_ready` took, as described above.
 //!
 //! Layers of this crate work with any tower service whose responses are `http::Response`:
 //! axum's `Router::layer` and `route_layer`, tonic's `Server::builder().layer`, and

@@ -19,6 +19,13 @@ use crate::key::RequestHead;
 ///
 /// Denied requests are answered by the middleware and never reach the inner service; its
 /// error type passes through unchanged, so axum needs no `HandleErrorLayer`.
+///
+/// `poll_ready` is the inner service's: callers wait while it is busy, whatever their key, as
+/// with any tower middleware (the key is only known in `call`). A request the store decides at
+/// once goes on with that readiness, or gives it back if refused or delayed. A request whose
+/// check waits for the store gives it back while it waits and readies the inner service again
+/// once admitted, so an admitted request may wait there a second time, behind later ones;
+/// waiting for Redis, it holds nothing others need.
 pub struct RateLimit<S> {
     inner: S,
     shared: Arc<Shared>,

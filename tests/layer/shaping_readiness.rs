@@ -5,6 +5,7 @@
 //! sleeping.
 
 use crate::support::drive;
+use crate::support::stores::SlowStore;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,8 +19,8 @@ use http::{Request, Response, StatusCode};
 use tollgate::clock::ManualClock;
 use tollgate::key::{Header, KeyError, RequestHead};
 use tollgate::{Key, Quota, RateLimitLayer};
-use tower::limit::{ConcurrencyLimitLayer, GlobalConcurrencyLimitLayer};
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::limit::{ConcurrencyLimit, ConcurrencyLimitLayer, GlobalConcurrencyLimitLayer};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use drive::poll_once;
 
@@ -276,6 +277,40 @@ async fn a_key_error_gives_back_its_readiness() {
         "the permit was kept"
     );
     let resp = sibling.call(from("b")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// A request waiting for a store that answers later (as Redis does) leaves the permit free
+/// while it waits; once admitted, it waits for the permit like a new request, then calls the
+/// inner service once.
+#[tokio::test]
+async fn a_request_waiting_for_its_store_holds_no_permit() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let limited = ConcurrencyLimit::new(ok(&calls), 1);
+    let mut svc = RateLimitLayer::gcra(Quota::per_second(10))
+        .key(Header::new("x-client"))
+        .store(SlowStore::default())
+        .clock(ManualClock::new())
+        .layer(limited.clone());
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(svc.poll_ready(&mut cx).is_ready());
+    // The store's answer is pending: the request waits for it.
+    let mut waiting = Box::pin(svc.call(from("a")));
+    let mut bypass = limited.clone();
+    assert!(
+        bypass.poll_ready(&mut cx).is_ready(),
+        "the request waiting for its store holds the permit"
+    );
+    assert!(
+        poll_once(&mut waiting).is_pending(),
+        "admitted, waits for the permit"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    drop(bypass);
+    let Poll::Ready(Ok(resp)) = poll_once(&mut waiting) else {
+        panic!("goes on once the permit is free");
+    };
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }

@@ -26,6 +26,7 @@ mod redis_leases;
 mod redis_live_quotas;
 mod redis_outage;
 mod redis_policies;
+mod redis_readiness;
 mod redis_sentinel;
 mod redis_store;
 mod redis_vectors_buckets;
@@ -57,6 +58,7 @@ fn main() -> std::process::ExitCode {
             module("redis_live_quotas", redis_live_quotas::trials),
             alone("redis_outage", redis_outage::trials),
             module("redis_policies", redis_policies::trials),
+            module("redis_readiness", redis_readiness::trials),
             module("redis_sentinel", redis_sentinel::trials),
             module("redis_store", redis_store::trials),
             module("redis_vectors_buckets", redis_vectors_buckets::trials),
