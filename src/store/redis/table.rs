@@ -744,16 +744,23 @@ impl<A: RedisAlgorithm> Inner<A> {
         }
     }
 
-    /// A reset or block that Redis failed: counted and logged as a check's failure would be,
-    /// and handed back (the local fallback has it already).
-    fn update_failed(&self, error: Error, now: u64) -> Error {
+    /// Counts a failure answered by `on_failure` in `tollgate_store_failures_total`.
+    fn counted(&self, on_failure: &'static str) {
         #[cfg(feature = "metrics")]
         metrics::counter!(
             "tollgate_store_failures_total",
             "policy" => self.policy.to_string(),
-            "on_failure" => self.fallback.name()
+            "on_failure" => on_failure
         )
         .increment(1);
+        #[cfg(not(feature = "metrics"))]
+        let _ = on_failure;
+    }
+
+    /// A reset or block that Redis failed: counted and logged as a check's failure would be,
+    /// and handed back (the local fallback has it already).
+    fn update_failed(&self, error: Error, now: u64) -> Error {
+        self.counted(self.fallback.name());
         self.warnings
             .warn(&error, now, &self.policy, self.fallback.name());
         error
@@ -770,13 +777,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         refund: bool,
     ) -> Result<Decision, Error> {
         let on_failure = self.fallback.name();
-        #[cfg(feature = "metrics")]
-        metrics::counter!(
-            "tollgate_store_failures_total",
-            "policy" => self.policy.to_string(),
-            "on_failure" => on_failure
-        )
-        .increment(1);
+        self.counted(on_failure);
         if self.warnings.due(now) {
             self.warnings.log(&health.error(), &self.policy, on_failure);
         }
@@ -798,13 +799,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         // of this server's own) would go past the quota, so it is refused whatever the policy.
         let full = error.kind() == crate::ErrorKind::Full;
         let on_failure = if full { "closed" } else { self.fallback.name() };
-        #[cfg(feature = "metrics")]
-        metrics::counter!(
-            "tollgate_store_failures_total",
-            "policy" => self.policy.to_string(),
-            "on_failure" => on_failure
-        )
-        .increment(1);
+        self.counted(on_failure);
         self.warnings.warn(&error, now, &self.policy, on_failure);
         if full {
             return Err(error);
