@@ -221,6 +221,58 @@ impl Key {
         }
     }
 
+    /// A tuple's parts read back from its encoding ([`encode_part`](Key::encode_part)), each
+    /// the key it was made from (a long one as its digest); `None` for a key that is not a
+    /// tuple, a tuple stored by its digest, or bytes that are no tuple's encoding.
+    pub(crate) fn parts(&self) -> Option<Vec<Key>> {
+        if !self.is_tuple() || self.as_digest().is_some() {
+            return None;
+        }
+        let mut rest = self.as_bytes()?;
+        let mut parts = Vec::new();
+        while let Some((&tag, after)) = rest.split_first() {
+            let (part, next) = match tag {
+                1 => {
+                    let (w, next) = after.split_first_chunk::<4>()?;
+                    (Self(Repr::V4(u32::from_ne_bytes(*w))), next)
+                }
+                2 => {
+                    let (hi, next) = after.split_first_chunk::<8>()?;
+                    let (lo, next) = next.split_first_chunk::<8>()?;
+                    let halves = [u64::from_ne_bytes(*hi), u64::from_ne_bytes(*lo)];
+                    (Self(Repr::V6(halves)), next)
+                }
+                3 => {
+                    let (n, next) = after.split_first_chunk::<8>()?;
+                    (Self(Repr::U64(u64::from_be_bytes(*n))), next)
+                }
+                4 | 6 => {
+                    let (&len, after) = after.split_first()?;
+                    let (bytes, next) = after.split_at_checked(usize::from(len))?;
+                    let domain = if tag == 6 {
+                        Domain::Tuple
+                    } else {
+                        Domain::Bytes
+                    };
+                    (Self::from_bytes_in(domain, bytes), next)
+                }
+                5 | 7 => {
+                    let (digest, next) = after.split_first_chunk::<DIGEST>()?;
+                    let domain = if tag == 7 {
+                        Domain::Tuple
+                    } else {
+                        Domain::Bytes
+                    };
+                    (Self(Repr::Digest(domain, Arc::new(*digest))), next)
+                }
+                _ => return None,
+            };
+            parts.push(part);
+            rest = next;
+        }
+        Some(parts)
+    }
+
     #[inline]
     fn domain(&self) -> Option<Domain> {
         match &self.0 {

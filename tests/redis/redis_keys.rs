@@ -1,23 +1,40 @@
 //! The Redis keys the store writes: distinct client keys never share a Redis key, and the Redis
 //! Cluster hash tag (the bytes between the first `{` and the first `}` after it) is exactly the
-//! encoded client key, whatever bytes the client sends. The oracle below encodes keys as the
-//! store documents it, written apart from the store.
+//! encoded client key, whatever bytes the client sends, in printable ASCII. The oracle below
+//! encodes keys as the store documents it, and reads every name back, written apart from the
+//! store: a name that reads back to one key only is never shared by two.
 
 use crate::support::redis as server;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 
+use http::Request;
 use proptest::prelude::*;
+use tollgate::key::{KeyError, KeyExtractor, RequestHead};
 use tollgate::store::RedisStore;
 use tollgate::{Key, Quota, RateLimiter};
 
-/// A key as the client gave it.
+/// A key as the client gave it; a pair is the key of a tuple of two extractors (a pair inside
+/// a pair: a nested tuple).
 #[derive(Debug, Clone)]
 enum Input {
     Ip(IpAddr),
     Int(u64),
     Bytes(Vec<u8>),
+    Pair(Box<Input>, Box<Input>),
+}
+
+/// What a Redis name stands for, as read back by [`parse`]: two inputs read back alike are
+/// one key.
+#[derive(Debug, Clone, PartialEq)]
+enum Parsed {
+    Ip(IpAddr),
+    Int(u64),
+    Bytes(Vec<u8>),
+    Digest([u8; 32]),
+    Tuple(Vec<Parsed>),
+    TupleDigest([u8; 32]),
 }
 
 impl Input {
@@ -26,48 +43,149 @@ impl Input {
             Input::Ip(ip) => Key::from(*ip),
             Input::Int(n) => Key::from(*n),
             Input::Bytes(b) => Key::from(&b[..]),
+            Input::Pair(a, b) => {
+                let (a, b) = (a.key(), b.key());
+                let fa = move |_: RequestHead<'_>| Ok::<_, KeyError>(Some(a.clone()));
+                let fb = move |_: RequestHead<'_>| Ok::<_, KeyError>(Some(b.clone()));
+                (fa, fb)
+                    .extract(RequestHead::new(&Request::new(())))
+                    .expect("a pair of keys")
+                    .expect("a pair of keys")
+            }
         }
     }
 
-    /// The documented encoding: `ip:`, `n:`, `s:` with `%`, `{`, `}` escaped, or `h:` and the
-    /// hex SHA-256 of a byte string longer than `Key::MAX_LEN`.
-    fn encoded(&self) -> Vec<u8> {
+    /// The key as the oracle reads it: a long byte string or tuple by its digest.
+    fn parsed(&self) -> Parsed {
+        let digest = || self.key().as_digest().copied();
         match self {
-            Input::Ip(ip) => format!("ip:{ip}").into_bytes(),
-            Input::Int(n) => format!("n:{n}").into_bytes(),
-            Input::Bytes(b) if b.len() > Key::MAX_LEN => {
-                let digest = Key::from(&b[..]).as_digest().copied().expect("a digest");
-                let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-                format!("h:{hex}").into_bytes()
-            }
-            Input::Bytes(b) => {
+            Input::Ip(ip) => Parsed::Ip(*ip),
+            Input::Int(n) => Parsed::Int(*n),
+            Input::Bytes(_) | Input::Pair(..) if digest().is_some() => match self {
+                Input::Pair(..) => Parsed::TupleDigest(digest().expect("a digest")),
+                _ => Parsed::Digest(digest().expect("a digest")),
+            },
+            Input::Bytes(b) => Parsed::Bytes(b.clone()),
+            Input::Pair(a, b) => Parsed::Tuple(vec![a.parsed(), b.parsed()]),
+        }
+    }
+
+    /// The documented encoding: `ip:`, `n:`, `s:` with every byte but printable ASCII, the
+    /// space and `%{}(),` written `%XX`, `h:` and the hex SHA-256 of a byte string longer than
+    /// `Key::MAX_LEN`, a tuple `t(<a>,<b>)`, or `th:` and its digest when its encoding is long.
+    fn encoded(&self) -> Vec<u8> {
+        let hex = |digest: [u8; 32]| {
+            digest
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        };
+        match (self, self.parsed()) {
+            (_, Parsed::Digest(d)) => format!("h:{}", hex(d)).into_bytes(),
+            (_, Parsed::TupleDigest(d)) => format!("th:{}", hex(d)).into_bytes(),
+            (Input::Ip(ip), _) => format!("ip:{ip}").into_bytes(),
+            (Input::Int(n), _) => format!("n:{n}").into_bytes(),
+            (Input::Bytes(b), _) => {
                 let mut out = b"s:".to_vec();
                 for &c in b {
-                    match c {
-                        b'%' => out.extend_from_slice(b"%25"),
-                        b'{' => out.extend_from_slice(b"%7B"),
-                        b'}' => out.extend_from_slice(b"%7D"),
-                        c => out.push(c),
+                    if (0x21..0x7f).contains(&c) && !b"%{}(),".contains(&c) {
+                        out.push(c);
+                    } else {
+                        out.extend_from_slice(format!("%{c:02X}").as_bytes());
                     }
                 }
+                out
+            }
+            (Input::Pair(a, b), _) => {
+                let mut out = b"t(".to_vec();
+                out.extend(a.encoded());
+                out.push(b',');
+                out.extend(b.encoded());
+                out.push(b')');
                 out
             }
         }
     }
 }
 
+/// Reads a client key's name back, written apart from the store: a name that reads back
+/// stands for one key only, so distinct keys never share a name.
+fn parse(name: &[u8]) -> Option<Parsed> {
+    let (parsed, rest) = parse_part(name)?;
+    rest.is_empty().then_some(parsed)
+}
+
+fn parse_part(name: &[u8]) -> Option<(Parsed, &[u8])> {
+    // A part ends at the first `,` or `)` (never inside a part's text but a tuple's).
+    let end = |s: &[u8]| {
+        s.iter()
+            .position(|&b| b == b',' || b == b')')
+            .unwrap_or(s.len())
+    };
+    let digest = |s: &[u8]| -> Option<[u8; 32]> {
+        let text = std::str::from_utf8(s).ok()?;
+        let bytes: Option<Vec<u8>> = (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+            .collect();
+        bytes?.try_into().ok()
+    };
+    if let Some(mut rest) = name.strip_prefix(b"t(") {
+        let mut parts = Vec::new();
+        loop {
+            let (part, after) = parse_part(rest)?;
+            parts.push(part);
+            match after.split_first()? {
+                (b',', after) => rest = after,
+                (b')', after) => return Some((Parsed::Tuple(parts), after)),
+                _ => return None,
+            }
+        }
+    }
+    let (text, rest) = name.split_at(end(name));
+    let parsed = if let Some(hex) = text.strip_prefix(b"th:") {
+        Parsed::TupleDigest(digest(hex)?)
+    } else if let Some(hex) = text.strip_prefix(b"h:") {
+        Parsed::Digest(digest(hex)?)
+    } else if let Some(ip) = text.strip_prefix(b"ip:") {
+        Parsed::Ip(std::str::from_utf8(ip).ok()?.parse().ok()?)
+    } else if let Some(n) = text.strip_prefix(b"n:") {
+        Parsed::Int(std::str::from_utf8(n).ok()?.parse().ok()?)
+    } else if let Some(escaped) = text.strip_prefix(b"s:") {
+        let mut bytes = Vec::new();
+        let mut i = 0;
+        while i < escaped.len() {
+            if escaped[i] == b'%' {
+                let hex = std::str::from_utf8(escaped.get(i + 1..i + 3)?).ok()?;
+                bytes.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            } else {
+                bytes.push(escaped[i]);
+                i += 1;
+            }
+        }
+        Parsed::Bytes(bytes)
+    } else {
+        return None;
+    };
+    Some((parsed, rest))
+}
+
 fn input() -> impl Strategy<Value = Input> {
-    // Bytes rich in braces and percent signs, the bytes that could end or fake a tag.
+    // Bytes rich in the bytes that could end or fake a tag, an escape or a tuple's part.
     let byte = prop_oneof![
-        3 => prop::sample::select(vec![b'{', b'}', b'%', b'7', b'B', b'D', b'2', b'5', b':']),
+        3 => prop::sample::select(b"{}%7BD25:(),ts ".to_vec()),
         1 => any::<u8>(),
     ];
-    prop_oneof![
+    let leaf = prop_oneof![
         any::<IpAddr>().prop_map(Input::Ip),
         any::<u64>().prop_map(Input::Int),
         prop::collection::vec(byte.clone(), 0..=Key::MAX_LEN).prop_map(Input::Bytes),
         prop::collection::vec(byte, Key::MAX_LEN + 1..200).prop_map(Input::Bytes),
-    ]
+    ];
+    leaf.prop_recursive(3, 12, 2, |inner| {
+        (inner.clone(), inner).prop_map(|(a, b)| Input::Pair(Box::new(a), Box::new(b)))
+    })
 }
 
 /// Redis Cluster's hash tag: between the first `{` and the first `}` after it, when not empty.
@@ -92,7 +210,10 @@ fn every_client_key_is_its_own_and_fills_the_hash_tag_exactly() {
             let key = input.key();
             for keys in [single.table().redis_keys(&key), tiered.table().redis_keys(&key)] {
                 for redis_key in keys {
-                    prop_assert_eq!(hash_tag(&redis_key), Some(&input.encoded()[..]));
+                    let tag = hash_tag(&redis_key);
+                    prop_assert_eq!(tag, Some(&input.encoded()[..]));
+                    prop_assert!(redis_key.iter().all(u8::is_ascii_graphic), "{:?}", redis_key);
+                    prop_assert_eq!(tag.and_then(parse), Some(input.parsed()));
                     if let Some(other) = seen.insert(redis_key, key.clone()) {
                         prop_assert_eq!(&other, &key, "two client keys share one Redis key");
                     }
@@ -155,6 +276,61 @@ fn a_prefix_with_a_brace_is_refused() {
     assert!(names[0].starts_with(b"app:v2:{n:1}:p:gcra."));
 }
 
+/// Through a real layer keyed on a route and a header of any bytes: `redis-cli --scan` lists
+/// every name in printable ASCII, a tuple by its parts.
+fn an_operator_reads_the_names_redis_cli_lists() {
+    use tollgate::key::{Header, Route};
+    use tollgate::RateLimitLayer;
+    use tower::{Layer, ServiceExt};
+
+    let Some(server) = server::RedisServer::start() else {
+        return;
+    };
+    let rt = server::runtime();
+    rt.block_on(async {
+        let store = server::closed(&server.url()).await;
+        let layer = RateLimitLayer::gcra(Quota::per_minute(10).named("api"))
+            .key((Route, Header::new("x-key")))
+            .store(store);
+        let svc = layer.layer(crate::support::services::ok());
+        for value in [&b"alice"[..], b"b\xffo b,(x)", b"%7B"] {
+            let request = Request::builder()
+                .uri("/login")
+                .header(
+                    "x-key",
+                    http::HeaderValue::from_bytes(value).expect("a header value"),
+                )
+                .body(String::new())
+                .expect("a request");
+            let response = svc.clone().oneshot(request).await.expect("an answer");
+            assert_eq!(response.status(), http::StatusCode::OK);
+        }
+    });
+    let listed = server::cli(server.port, &["--scan", "--pattern", "tollgate:*"]);
+    let mut names: Vec<&str> = listed.lines().filter(|n| n.contains(":api:")).collect();
+    names.sort_unstable();
+    assert_eq!(names.len(), 3, "{listed}");
+    assert!(
+        names
+            .iter()
+            .all(|n| n.bytes().all(|b| b.is_ascii_graphic())),
+        "{names:?}"
+    );
+    let tags: Vec<&str> = names
+        .iter()
+        .filter_map(|n| hash_tag(n.as_bytes()))
+        .map(|t| std::str::from_utf8(t).expect("ASCII"))
+        .collect();
+    assert_eq!(
+        tags,
+        [
+            "t(s:/login,s:%257B)",
+            "t(s:/login,s:alice)",
+            "t(s:/login,s:b%FFo%20b%2C%28x%29)",
+        ]
+    );
+}
+
 pub(crate) fn trials() -> Vec<server::Trial> {
     vec![
         server::needs_redis(
@@ -164,6 +340,10 @@ pub(crate) fn trials() -> Vec<server::Trial> {
         server::needs_redis(
             "a_long_key_is_stored_by_its_digest_never_its_bytes",
             a_long_key_is_stored_by_its_digest_never_its_bytes,
+        ),
+        server::needs_redis(
+            "an_operator_reads_the_names_redis_cli_lists",
+            an_operator_reads_the_names_redis_cli_lists,
         ),
         server::needs_redis(
             "a_prefix_with_a_brace_is_refused",

@@ -215,16 +215,36 @@ fn identity<A: RedisAlgorithm>(tiers: &[RedisTier]) -> String {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// Writes `key` so that keys of different kinds never meet and no byte can end a hash tag:
-/// `ip:` + the address, `n:` + the integer, `h:` + the hex SHA-256 that stands for a long key,
-/// `s:` + the bytes with `%`, `{` and `}` written `%25`, `%7B` and `%7D` (injective, and
-/// never a brace).
+/// Writes `key` so that keys of different kinds never meet, no byte can end a hash tag, and
+/// `redis-cli --scan` shows it legibly (printable ASCII only): `ip:` + the address, `n:` + the
+/// integer, `h:` + the hex SHA-256 that stands for a long key, `s:` + the bytes with every byte
+/// outside printable ASCII, the space and `%{}(),` written `%XX` (upper-case hex), and a tuple
+/// as `t(` + its parts so written, joined by `,`, + `)` (`th:` + the digest for a long one).
+/// Injective: the text reads back in one way only.
 pub(crate) fn encode_key(key: &Key, out: &mut Vec<u8>) {
+    if let Some(parts) = key.parts() {
+        out.extend_from_slice(b"t(");
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            encode_key(part, out);
+        }
+        out.push(b')');
+        return;
+    }
     // A tuple is a kind of its own (`t`), so that it never meets a plain key whose bytes are
-    // its encoding; then the digest (a long key may also keep its bytes, and those must not
-    // reach Redis).
+    // its encoding; a long one is named by its digest (its bytes must not reach Redis).
     if key.is_tuple() {
-        out.extend_from_slice(b"t");
+        out.push(b't');
+        if key.as_digest().is_none() {
+            // Bytes that are no tuple's encoding (never made by the crate): written as bytes,
+            // apart from every other name (`ts:`).
+            out.push(b's');
+            out.push(b':');
+            escape(key.as_bytes().unwrap_or_default(), out);
+            return;
+        }
     }
     if let Some(digest) = key.as_digest() {
         out.extend_from_slice(b"h:");
@@ -239,18 +259,25 @@ pub(crate) fn encode_key(key: &Key, out: &mut Vec<u8>) {
         let _ = write!(out, "n:{n}");
     } else if let Some(bytes) = key.as_bytes() {
         out.extend_from_slice(b"s:");
-        for &b in bytes {
-            match b {
-                b'%' => out.extend_from_slice(b"%25"),
-                b'{' => out.extend_from_slice(b"%7B"),
-                b'}' => out.extend_from_slice(b"%7D"),
-                _ => out.push(b),
-            }
-        }
+        escape(bytes, out);
     } else {
         // Every kind of key is handled above. A kind added later and not taught here would be
         // named by its kind alone: such clients would share one budget (stricter, never looser).
         let _ = write!(out, "?:{}", key.kind());
+    }
+}
+
+/// Appends `bytes` with every byte that is not printable ASCII, the space and `%{}(),`
+/// written `%XX`: printable, never a brace, never a tuple's `(`, `,` or `)`, and injective
+/// (a `%` is always the start of an escape).
+fn escape(bytes: &[u8], out: &mut Vec<u8>) {
+    const UPPER: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in bytes {
+        if b.is_ascii_graphic() && !b"%{}(),".contains(&b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', UPPER[usize::from(b >> 4)], UPPER[usize::from(b & 15)]]);
+        }
     }
 }
 
@@ -320,8 +347,8 @@ mod tests {
         assert_eq!(encoded(Key::from(7u64)), b"n:7");
         assert_eq!(encoded(Key::from("7")), b"s:7");
         assert_eq!(
-            encoded(Key::from(&b"\xff{}%\x00"[..])),
-            b"s:\xff%7B%7D%25\x00"
+            encoded(Key::from(&b"\xff{}%\x00 (a,b)~"[..])),
+            b"s:%FF%7B%7D%25%00%20%28a%2Cb%29~"
         );
         let long = "x".repeat(100);
         let digest = encoded(Key::from(long.as_str()));
@@ -342,7 +369,12 @@ mod tests {
         };
         let short = pair("a", "b");
         let long = pair("a", "y".repeat(100).leak());
-        for tuple in [short, long] {
+        let wide = pair("x".repeat(60).leak(), "y".repeat(60).leak());
+        assert_eq!(encoded(short.clone()), b"t(s:a,s:b)");
+        // A long part by its digest; a tuple whose encoding is long by its own.
+        assert!(encoded(long.clone()).starts_with(b"t(s:a,h:"));
+        assert!(encoded(wide.clone()).starts_with(b"th:"));
+        for tuple in [short, long, wide] {
             assert!(tuple.is_tuple());
             let enc = encoded(tuple.clone());
             assert_eq!(enc[0], b't', "{enc:?}");

@@ -15,9 +15,11 @@
 //! Keys are `tollgate:{<key>}:<policy>:<algorithm>.<fingerprint>` (tiers add `:<n>`): the
 //! braces are a hash tag, so a key's tiers live in one Redis Cluster slot and one script
 //! updates them together. The client's key is written as `ip:<address>`, `n:<integer>`,
-//! `s:<bytes>` (binary-safe, with `%`, `{` and `}` escaped as `%25`, `%7B`, `%7D`, so no client
-//! byte can end the hash tag) or `h:<hex SHA-256>` for keys longer than
-//! [`Key::MAX_LEN`](crate::Key::MAX_LEN). [`RedisTable::redis_keys`] tells a key's names.
+//! `s:<bytes>` (every byte outside printable ASCII, the space and `%{}(),` escaped as `%XX`, so
+//! no client byte can end the hash tag and `redis-cli --scan` shows names legibly),
+//! `h:<hex SHA-256>` for keys longer than [`Key::MAX_LEN`](crate::Key::MAX_LEN), and a tuple's
+//! parts so written as `t(<part>,<part>)`, e.g. `t(s:/login,ip:192.0.2.1)`. Distinct keys
+//! always get distinct names. [`RedisTable::redis_keys`] tells a key's names.
 //!
 //! A limit on requests in flight ([`RateLimitLayer::in_flight`](crate::RateLimitLayer::in_flight))
 //! keeps each key's slots as leases with an expiry, under
