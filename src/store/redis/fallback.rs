@@ -105,11 +105,11 @@ impl<A: RedisAlgorithm> Fallback<A> {
             Self::Open => {
                 // Allowed, reported as if every tier were fresh.
                 let fresh = |&limit: &u64| Decision::allow(limit, limit, Duration::ZERO);
-                let tiers: Vec<Decision> = limits.iter().map(fresh).collect();
                 if A::TIERED {
+                    let tiers: Vec<Decision> = limits.iter().map(fresh).collect();
                     Ok(Decision::from_tiers(tiers.into()))
                 } else {
-                    tiers.into_iter().next().ok_or_else(error)
+                    limits.first().map(fresh).ok_or_else(error)
                 }
             }
             // The admission's receipt is in Redis's terms, which the local table cannot read:

@@ -56,7 +56,8 @@ struct Inner<A: RedisAlgorithm> {
     /// together they load it once per `NOSCRIPT` episode rather than once per caller.
     script_loads: AtomicU64,
     script_loading: tokio::sync::Mutex<()>,
-    policy: Box<str>,
+    /// Shared with the failure counter's label, which takes it without a copy.
+    policy: Arc<str>,
     /// The Redis keys of each tier, but for the client's part.
     names: KeyNames,
     params: Vec<u64>,
@@ -749,7 +750,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         #[cfg(feature = "metrics")]
         metrics::counter!(
             "tollgate_store_failures_total",
-            "policy" => self.policy.to_string(),
+            "policy" => metrics::SharedString::from_shared(self.policy.clone()),
             "on_failure" => on_failure
         )
         .increment(1);
