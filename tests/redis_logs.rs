@@ -168,9 +168,85 @@ fn store_failures_never_show_a_key_above_trace() {
     }
 }
 
+/// The warnings a store logs when it connects to a server started with `options`.
+fn connect_warnings(options: &[&str]) -> Vec<String> {
+    let Some(server) = server::RedisServer::start_with(options) else {
+        return Vec::new();
+    };
+    let log = Captured::default();
+    let subscriber = log.subscriber(tracing::Level::TRACE);
+    tracing::subscriber::with_default(subscriber, || {
+        server::runtime().block_on(async {
+            let store = RedisStore::connect(&server.url()).await.unwrap();
+            // Decisions go on whatever the policy.
+            let limiter = RateLimiter::gcra(Quota::per_minute(5).named("evict")).with_store(store);
+            assert!(limiter.check("tenant-7f3a").await.unwrap().allowed);
+        });
+    });
+    log.take()
+        .into_iter()
+        .filter(|l| l.contains("WARN"))
+        .collect()
+}
+
+/// A Redis with `maxmemory` under a policy that can evict a client at its limit is named once
+/// at connect, with the fix; `volatile-ttl`, `noeviction`, no `maxmemory`, and a Redis that
+/// refuses `CONFIG` (as managed services often do) give no warning.
+fn an_evicting_policy_is_warned_of_once_at_connect() {
+    for policy in [
+        "allkeys-lru",
+        "allkeys-lfu",
+        "allkeys-random",
+        "volatile-lru",
+        "volatile-lfu",
+        "volatile-random",
+    ] {
+        let warnings = connect_warnings(&["--maxmemory", "64mb", "--maxmemory-policy", policy]);
+        assert_eq!(warnings.len(), 1, "{policy}: {warnings:?}");
+        let line = &warnings[0];
+        assert!(
+            line.contains(&format!("maxmemory-policy {policy}")),
+            "{line}"
+        );
+        assert!(line.contains("67108864 bytes"), "{line}");
+        assert!(
+            line.contains("CONFIG SET maxmemory-policy volatile-ttl")
+                && line.contains("noeviction"),
+            "{line}"
+        );
+        assert!(
+            !line.contains("tenant-7f3a"),
+            "no key in the warning: {line}"
+        );
+    }
+    for quiet in [
+        &["--maxmemory", "64mb", "--maxmemory-policy", "volatile-ttl"][..],
+        &["--maxmemory", "64mb", "--maxmemory-policy", "noeviction"],
+        &["--maxmemory-policy", "allkeys-lru"],
+        &[
+            "--maxmemory",
+            "64mb",
+            "--maxmemory-policy",
+            "allkeys-lru",
+            "--rename-command",
+            "CONFIG",
+            "",
+        ],
+    ] {
+        let warnings = connect_warnings(quiet);
+        assert!(warnings.is_empty(), "{quiet:?}: {warnings:?}");
+    }
+}
+
 fn main() -> std::process::ExitCode {
-    server::harness(vec![server::needs_redis(
-        "store_failures_never_show_a_key_above_trace",
-        store_failures_never_show_a_key_above_trace,
-    )])
+    server::harness(vec![
+        server::needs_redis(
+            "store_failures_never_show_a_key_above_trace",
+            store_failures_never_show_a_key_above_trace,
+        ),
+        server::needs_redis(
+            "an_evicting_policy_is_warned_of_once_at_connect",
+            an_evicting_policy_is_warned_of_once_at_connect,
+        ),
+    ])
 }

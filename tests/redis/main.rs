@@ -17,6 +17,7 @@ mod redis_cluster;
 mod redis_cluster_failover;
 mod redis_deny_cache;
 mod redis_error_kinds;
+mod redis_eviction;
 mod redis_failure_policy;
 mod redis_fleet_ops;
 mod redis_in_flight;
@@ -49,6 +50,7 @@ fn main() -> std::process::ExitCode {
             alone("redis_cluster_failover", redis_cluster_failover::trials),
             module("redis_deny_cache", redis_deny_cache::trials),
             module("redis_error_kinds", redis_error_kinds::trials),
+            alone("redis_eviction", redis_eviction::trials),
             module("redis_failure_policy", redis_failure_policy::trials),
             module("redis_fleet_ops", redis_fleet_ops::trials),
             module("redis_in_flight", redis_in_flight::trials),

@@ -121,15 +121,19 @@ fn keys_live_as_long_as_their_state_matters() {
         let key = limiter.table().redis_keys(&Key::from("alice")).remove(0);
         assert!(key.starts_with(b"tollgate:{s:alice}:ttl:gcra."));
         let key = &key[..];
+        // A key is kept until its state is fresh, and past that by the share of its burst
+        // used of the time a full burst takes to be fresh (60 s here): 18 s + 3/10 x 60 s.
         let first = limiter.check_n("alice", 3).await.unwrap();
         assert_eq!(first.reset_after, Duration::from_secs(18));
         let ttl: i64 = conn.pttl(key).await.unwrap();
-        assert!((17_900..=18_000).contains(&ttl), "PTTL {ttl}");
+        assert!((35_900..=36_000).contains(&ttl), "PTTL {ttl}");
         clock.advance(Duration::from_millis(2500));
         let d = limiter.check("alice").await.unwrap();
         assert_eq!(d.reset_after, Duration::from_millis(21_500));
+        assert_eq!(d.remaining, 6);
+        // 21.5 s + 4/10 x 60 s.
         let ttl: i64 = conn.pttl(key).await.unwrap();
-        assert!((21_400..=21_500).contains(&ttl), "PTTL {ttl}");
+        assert!((45_400..=45_500).contains(&ttl), "PTTL {ttl}");
         // Giving everything back makes the key fresh: it is deleted, not kept.
         clock.advance(Duration::from_secs(1));
         let _ = limiter.refund("alice", &d, 1).await.unwrap();
@@ -151,10 +155,12 @@ fn keys_live_as_long_as_their_state_matters() {
         let keys = tiered.table().redis_keys(&Key::from(7u64));
         assert!(keys[0].starts_with(b"app:{n:7}:1/s+10/h:gcra.") && keys[0].ends_with(b":0"));
         assert!(keys[1].starts_with(b"app:{n:7}:1/s+10/h:gcra.") && keys[1].ends_with(b":1"));
+        // The first tier is at its limit (1 of 1): a whole span more, 1 s + 1 s + 1 s; the
+        // second used 1 of 10: 360 s + 1/10 x 3600 s.
         let ttl0: i64 = conn.pttl(&keys[0]).await.unwrap();
         let ttl1: i64 = conn.pttl(&keys[1]).await.unwrap();
-        assert!((900..=1000).contains(&ttl0), "PTTL {ttl0}");
-        assert!((359_900..=360_000).contains(&ttl1), "PTTL {ttl1}");
+        assert!((2_900..=3_000).contains(&ttl0), "PTTL {ttl0}");
+        assert!((719_900..=720_000).contains(&ttl1), "PTTL {ttl1}");
     });
 }
 

@@ -15,7 +15,7 @@ use proptest::prelude::*;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncCommands, AsyncConnectionConfig};
 use tollgate::algorithm::{
-    Algorithm, Hybrid, HybridState, Tiered, TieredState, TokenBucket, TokenBucketState,
+    Hybrid, HybridState, Tiered, TieredState, TokenBucket, TokenBucketState,
 };
 use tollgate::clock::{Clock, ManualClock};
 use tollgate::store::redis::RedisAlgorithm;
@@ -93,18 +93,18 @@ fn cases(cases: u32) -> ProptestConfig {
 
 /// What the test knows of an algorithm's keys in Redis.
 trait Stored: RedisAlgorithm {
-    /// For each tier of `state` at `now`: the text the script stores, and the time until the
-    /// tier is fresh (zero: fresh).
-    fn stored(&self, state: &Self::State, now: u64) -> Vec<(String, Duration)>;
+    /// For each tier of `state` at `now`: the text the script stores, and how long its key is
+    /// kept, in whole ms (zero: fresh, deleted; see `kept_ms`).
+    fn stored(&self, state: &Self::State, now: u64) -> Vec<(String, u64)>;
 
     /// The admission a refund of `state` gives back: the one that wrote it last.
     fn last_admission(&self, state: &Self::State) -> Decision;
 }
 
 impl Stored for TokenBucket {
-    fn stored(&self, s: &TokenBucketState, now: u64) -> Vec<(String, Duration)> {
+    fn stored(&self, s: &TokenBucketState, now: u64) -> Vec<(String, u64)> {
         let text = format!("token_bucket:{}:{}", s.refilled_at, s.deficit);
-        vec![(text, self.check(s, now, 0).decision.reset_after)]
+        vec![(text, kept(self, s, now, self.bound_nanos()))]
     }
 
     fn last_admission(&self, s: &TokenBucketState) -> Decision {
@@ -114,13 +114,13 @@ impl Stored for TokenBucket {
 }
 
 impl Stored for Hybrid {
-    fn stored(&self, s: &HybridState, now: u64) -> Vec<(String, Duration)> {
+    fn stored(&self, s: &HybridState, now: u64) -> Vec<(String, u64)> {
         let text = match *s {
             HybridState::Fresh => "hybrid:fresh".into(),
             HybridState::Bursty { start, tokens } => format!("hybrid:b:{start}:{tokens}"),
             HybridState::Smooth { time, empty_at } => format!("hybrid:s:{time}:{empty_at}"),
         };
-        vec![(text, self.check(s, now, 0).decision.reset_after)]
+        vec![(text, kept(self, s, now, hybrid_span(self)))]
     }
 
     fn last_admission(&self, _: &HybridState) -> Decision {
@@ -132,7 +132,7 @@ impl<A: Stored> Stored for Tiered<A>
 where
     A: MemoryAlgorithm,
 {
-    fn stored(&self, state: &TieredState<A::State>, now: u64) -> Vec<(String, Duration)> {
+    fn stored(&self, state: &TieredState<A::State>, now: u64) -> Vec<(String, u64)> {
         let fresh = A::State::default();
         let states = state.states();
         let tiers = self.tiers().iter().enumerate();
@@ -149,6 +149,22 @@ where
             .collect();
         Decision::allow(0, 0, Duration::ZERO).with_tiers(tiers)
     }
+}
+
+/// How long the key of `algorithm`'s `state` at `now` is kept, in whole ms, for a span of
+/// `span` ns (`kept_ms`).
+fn kept<A: MemoryAlgorithm>(algorithm: &A, state: &A::State, now: u64, span: u64) -> u64 {
+    let standing = algorithm.check(state, now, 0).decision;
+    let capacity = algorithm
+        .check(&A::State::default(), now, 0)
+        .decision
+        .remaining;
+    server::kept_ms(standing.reset_after, standing.remaining, capacity, span)
+}
+
+/// The hybrid's span: a window, then a whole quota of smooth tokens.
+fn hybrid_span(hybrid: &Hybrid) -> u64 {
+    hybrid.period_nanos() + hybrid.limit() * hybrid.interval_nanos()
 }
 
 /// How many ms of Redis's clock may have passed since `since`: a TTL read then is at most this
@@ -223,13 +239,13 @@ where
             };
             state = next.unwrap_or(state);
             let tiers = algorithm.stored(&state, now);
-            for (t, (text, fresh_in)) in tiers.iter().enumerate() {
+            for (t, (text, want)) in tiers.iter().enumerate() {
                 let name = if A::TIERED {
                     format!("{name}:{t}")
                 } else {
                     name.clone()
                 };
-                let want = u64::try_from(fresh_in.as_nanos().div_ceil(1_000_000)).unwrap();
+                let want = *want;
                 let (stored, ttl): (Option<String>, i64) = redis::pipe()
                     .atomic()
                     .get(&name)
@@ -456,7 +472,7 @@ where
     prop_assert_eq!(got, decision, "{:?} cost {} refund {}", state, cost, refund);
     let stored: Option<String> = conn.get(&name).await.expect("GET");
     // A key with a TTL of a few ms may be gone by the time it is read (see `Pair::run`).
-    let slack = Duration::from_millis(waited(since));
+    let slack = waited(since);
     let short = |s: &A::State| algorithm.stored(s, EPOCH)[0].1 <= slack;
     match next {
         None => prop_assert_eq!(stored, Some(text(state))),
@@ -526,20 +542,13 @@ fn hybrid_states_written_by_hand_decide_as_the_algorithm() {
     });
 }
 
-/// `name` lives as long as `reset_after` says, rounded up to a whole ms, less the time since
-/// the write (made after `since`).
-async fn assert_ttl(
-    conn: &mut MultiplexedConnection,
-    name: &str,
-    reset_after: Duration,
-    since: Instant,
-) {
+/// `name` lives `want` ms (`kept_ms`), less the time since the write (made after `since`).
+async fn assert_ttl(conn: &mut MultiplexedConnection, name: &str, want: u64, since: Instant) {
     let ttl: i64 = conn.pttl(name).await.expect("PTTL");
     let ttl = u64::try_from(ttl).unwrap_or(0);
-    let want = u64::try_from(reset_after.as_nanos().div_ceil(1_000_000)).unwrap();
     assert!(
         ttl <= want && ttl + waited(since) >= want,
-        "PTTL {ttl}, reset_after {reset_after:?}"
+        "PTTL {ttl}, want {want} ms"
     );
 }
 
@@ -556,19 +565,29 @@ fn keys_live_until_their_state_is_fresh() {
             .with_clock(clock.clone())
             .with_store(bench.store.clone());
         let (key, name) = fresh_key(&bucket);
+        // Kept until full, and past that by the share of the burst used of the span (the
+        // capacity and the longest wait, 70 s), a whole span more when nothing passes.
+        let span = 70_000_000_000;
         let since = Instant::now();
         let first = bucket.check_n(key.clone(), 3).await.unwrap();
         assert_eq!(first.reset_after, Duration::from_secs(18));
-        assert_ttl(conn, &name, first.reset_after, since).await;
+        assert_eq!(
+            server::kept_ms(first.reset_after, first.remaining, 10, span),
+            18_000 + 21_000
+        );
+        assert_ttl(conn, &name, 39_000, since).await;
         clock.advance(Duration::from_nanos(2_500_000_001));
         let since = Instant::now();
         let d = bucket.check_n(key.clone(), 9).await.unwrap();
         assert_eq!(d.delay, Duration::from_nanos(9_499_999_999));
-        assert_ttl(conn, &name, d.reset_after, since).await;
+        assert_eq!(d.remaining, 0);
+        let limited = server::kept_ms(d.reset_after, 0, 10, span);
+        assert_eq!(limited, 69_500 + 70_000 + 70_000);
+        assert_ttl(conn, &name, limited, since).await;
         // A peek or a denial writes nothing; giving everything back deletes the key.
         let _ = bucket.check_n(key.clone(), 0).await.unwrap();
         assert!(!bucket.check_n(key.clone(), 5).await.unwrap().allowed);
-        assert_ttl(conn, &name, d.reset_after, since).await;
+        assert_ttl(conn, &name, limited, since).await;
         // The first admission is not the last one: nothing comes back for it yet.
         let kept = bucket.refund(key.clone(), &first, 3).await.unwrap();
         assert_eq!(kept.remaining, 0);
@@ -585,16 +604,22 @@ fn keys_live_until_their_state_is_fresh() {
             .with_clock(clock.clone())
             .with_store(bench.store.clone());
         let (key, name) = fresh_key(&hybrid);
+        // A span of 2 s: a window, then a whole quota.
+        let span = 2_000_000_000;
         let since = Instant::now();
         let d = hybrid.check(key.clone()).await.unwrap();
-        assert_ttl(conn, &name, d.reset_after, since).await;
+        assert_ttl(conn, &name, 1_000 + 500, since).await;
         assert_eq!(d.reset_after, Duration::from_secs(1));
         clock.advance(Duration::from_millis(300));
         // The window's last tokens: smooth, 700 ms of penalty, a whole quota 1.45 s away.
         let since = Instant::now();
         let d = hybrid.check_n(key.clone(), 3).await.unwrap();
         assert_eq!(d.reset_after, Duration::from_millis(1450));
-        assert_ttl(conn, &name, d.reset_after, since).await;
+        assert_eq!(
+            server::kept_ms(d.reset_after, d.remaining, 4, span),
+            1_450 + 2_000 + 2_000
+        );
+        assert_ttl(conn, &name, 5_450, since).await;
         // Then the key is fresh, when its TTL runs out: expiring it changes no decision.
         clock.advance(d.reset_after);
         let kept = hybrid.check_n(key.clone(), 0).await.unwrap();
@@ -616,7 +641,14 @@ fn keys_live_until_their_state_is_fresh() {
             let since = Instant::now();
             let d = hybrid.check(key.clone()).await.unwrap();
             assert!(d.reset_after.as_nanos() > u128::from(MAX53), "{d:?}");
-            assert_ttl(conn, &name, d.reset_after, since).await;
+            let span = hybrid_span(hybrid.algorithm());
+            assert_ttl(
+                conn,
+                &name,
+                server::kept_ms(d.reset_after, d.remaining, 3, span),
+                since,
+            )
+            .await;
         }
     });
 }

@@ -254,12 +254,15 @@ impl Rig {
         Ok(())
     }
 
-    /// `ops` on a Redis limiter of `make` (one quota, named `ttl`) and on `algorithm` itself:
-    /// after every write, the key's TTL is the time until the state is fresh, in ms rounded
-    /// up, and a state written fresh is not in Redis.
+    /// `ops` on a Redis limiter of `make` (one quota, named `ttl`, whose states take at most
+    /// `span` ns to be fresh) and on `algorithm` itself: after every write, the key's TTL is
+    /// the time until the state is fresh, in ms rounded up, and past it as much as the share of
+    /// the quota used and whether the key is limited say (`kept_ms`); a state written fresh is
+    /// not in Redis.
     fn ttls<A>(
         &self,
         algorithm: A,
+        span: u64,
         make: impl Fn() -> RateLimiter<A>,
         ops: &[Op],
     ) -> Result<(), TestCaseError>
@@ -307,12 +310,18 @@ impl Rig {
             let expires = self.integer(&format!("PEXPIRETIME {redis_key}"));
             let after = self.integer("TIME");
             let fresh_in = fresh_in(&algorithm, &state, now);
+            let remaining = algorithm.check(&state, now, 0).decision.remaining;
+            let capacity = algorithm
+                .check(&A::State::default(), now, 0)
+                .decision
+                .remaining;
+            let kept = server::kept_ms(Duration::from_nanos(fresh_in), remaining, capacity, span);
             if fresh_in == 0 {
                 prop_assert_eq!(expires, -2, "a fresh state is deleted, {:?}", op);
             } else {
                 // The script set its TTL at a server time from `before` to `after` (ms): when
                 // both are the same millisecond, that is exactly the TTL.
-                let ms = i64::try_from(fresh_in.div_ceil(1_000_000)).unwrap_or(i64::MAX);
+                let ms = i64::try_from(kept).unwrap_or(i64::MAX);
                 let expired = expires == -2 && ms <= after - before + 1;
                 prop_assert!(
                     (expires - after..=expires - before).contains(&ms) || expired,
@@ -440,10 +449,12 @@ fn each_write_lives_until_the_state_is_fresh() {
     let Some(rig) = rig() else { return };
     proptest!(config(), |(q in quota(), k in sub_windows(), ops in steps())| {
         let q = q.named("ttl");
-        rig.ttls(FixedWindow::new(&q), || RateLimiter::fixed_window(q.clone()), &ops)?;
+        let period = u64::try_from(q.period().as_nanos()).unwrap();
+        let horizon = period + period.div_ceil(k as u64);
+        rig.ttls(FixedWindow::new(&q), period, || RateLimiter::fixed_window(q.clone()), &ops)?;
         let sliding = SlidingWindow::new(&q).sub_windows(k);
-        rig.ttls(sliding, || RateLimiter::sliding_window(q.clone()).sub_windows(k), &ops)?;
-        rig.ttls(SlidingLog::new(&q), || RateLimiter::sliding_log(q.clone()), &ops)?;
+        rig.ttls(sliding, horizon, || RateLimiter::sliding_window(q.clone()).sub_windows(k), &ops)?;
+        rig.ttls(SlidingLog::new(&q), period, || RateLimiter::sliding_log(q.clone()), &ops)?;
     });
 }
 

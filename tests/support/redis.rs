@@ -34,6 +34,27 @@ pub async fn closed_on_caller_clock(url: &str) -> tollgate::store::RedisStore {
     closed(url).await.with_caller_clock()
 }
 
+/// How long the Redis store keeps the key of a state fresh again in `fresh_in`, with
+/// `remaining` of the `capacity` a fresh key has, for a quota whose states take at most `span`
+/// ns to be fresh again after a request: in whole ms, 0 for a key deleted. As the scripts keep
+/// it (`lifetime` in driver.lua): until fresh, rounded up, plus the share of the capacity used
+/// of the span (in whole ms, rounded down), plus a whole span while no request passes.
+pub fn kept_ms(fresh_in: Duration, remaining: u64, capacity: u64, span: u64) -> u64 {
+    if fresh_in.is_zero() {
+        return 0;
+    }
+    let ms = u64::try_from(fresh_in.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+    if capacity == 0 {
+        return ms;
+    }
+    let span = span.div_ceil(1_000_000);
+    let used = capacity - remaining.min(capacity);
+    let share = u64::try_from(u128::from(span) * u128::from(used) / u128::from(capacity))
+        .unwrap_or(u64::MAX);
+    let limited = if remaining == 0 { span } else { 0 };
+    ms.saturating_add(share).saturating_add(limited)
+}
+
 /// Whether `redis-server` is on PATH and runs.
 fn found() -> bool {
     Command::new("redis-server")

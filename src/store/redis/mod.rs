@@ -4,8 +4,13 @@
 //! Each check is one round trip: a Lua script (run by `EVALSHA`, loaded again after a
 //! `NOSCRIPT`) reads the key's state, decides with the same integer math as the in-memory
 //! algorithms, and writes the new state back, atomically. Time comes from Redis (`TIME`), so
-//! every server decides on one clock. Every write sets a TTL equal to the time until the key's
-//! state is fresh again, so no idle key stays in Redis.
+//! every server decides on one clock. Every write sets a TTL: the time until the key's state
+//! is fresh again, and past it at most two of the quota's spans (its period, or a burst's
+//! time), more the more of its quota the key used and a whole span while it is at its limit.
+//! No idle key stays in Redis, and under `maxmemory-policy volatile-ttl` a full Redis evicts
+//! a flood of keys that each used little before a client at its limit. Connecting warns once
+//! of a `maxmemory` under a policy that can evict a limited client (`allkeys-*`,
+//! `volatile-lru`, `volatile-lfu`, `volatile-random`); set `volatile-ttl` or `noeviction`.
 //!
 //! Redis 5.0 or newer is required (the scripts read `TIME` before they write, which older
 //! servers refuse); [`connect`](RedisStore::connect), [`sentinel`](RedisStore::sentinel) and
@@ -153,6 +158,7 @@ mod carry;
 mod cluster;
 mod deny_cache;
 mod errors;
+mod eviction;
 mod fallback;
 mod family;
 mod future;
@@ -410,7 +416,8 @@ impl RedisStore {
         Self::new(Connection::Cluster(Cluster::unwatched(connection)))
     }
 
-    /// Reads the server's version once (`INFO server`), and refuses a Redis older than 5.0.
+    /// Reads the server's version once (`INFO server`), and refuses a Redis older than 5.0;
+    /// warns when its eviction policy can free a limited client (`CONFIG GET`, when allowed).
     async fn verified(self) -> Result<Self, Error> {
         // As long as the connection itself may take to come up, and then some.
         let bound = Duration::from_secs(5);
@@ -423,6 +430,7 @@ impl RedisStore {
             }
         }
         self.version.done();
+        eviction::check(&self.connection).await;
         Ok(self)
     }
 

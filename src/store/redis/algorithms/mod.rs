@@ -91,8 +91,10 @@ pub trait RedisAlgorithm: MemoryAlgorithm + sealed::Sealed {
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>);
 
     /// The longest a key's state takes to become fresh again after the request that last
-    /// changed it, in ns: an upper bound on the TTL of every state the script writes, and so
-    /// on how long a table taken over by new quotas still holds what keys used there.
+    /// changed it, in ns: an upper bound on how long what a key used there matters, and so on
+    /// how long a table taken over by new quotas still holds it. (A key is kept longer, by up
+    /// to two spans, so that Redis's `volatile-ttl` evicts the least limited first; what it
+    /// holds past this bound is fresh.)
     #[doc(hidden)]
     fn lifetime(&self) -> u64;
 

@@ -11,6 +11,8 @@
 --                               with that receipt (decimal text, as ALG.check returned it) took,
 --                               or nil when unchanged
 -- ALG.fresh_in(state, now, p)   nanoseconds until the state is fresh again (<= 0: fresh now)
+-- ALG.span(p)                   the longest a state takes to be fresh again after a request
+--                               (leases aside), in ns: how long keys are kept past that
 -- ALG.lease_life(state, now, p)  (leased modules) how long a slice counted at `now` may be
 --                               spent later without changing any decision, in ns
 -- ALG.lease_begin(state, now, p) (optional) the state a lease at `now` is decided with, and
@@ -70,6 +72,13 @@ if MODE == 'b' then
   if un >= E9 then
     us, un = us + 1, un - E9
   end
+  -- Kept two spans of the policy's longest tier past its end: under `volatile-ttl` a block
+  -- outlives every state written while it lasts that is not limited (see `lifetime`).
+  local span = 0
+  for i = 1, tiers do
+    span = math.max(span, ALG.span(ALG.params(ARGV, 5 + (i - 1) * ALG.NPARAMS)))
+  end
+  span = idiv(span + 999999, 1000000)
   -- Past the end of the clock (2^64 - 1 ns) the block ends there.
   if us > 18446744073 or (us == 18446744073 and un > 709551615) then
     us, un = 18446744073, 709551615
@@ -85,7 +94,7 @@ if MODE == 'b' then
   for k = BLOCKS, #KEYS do
     local ks, kn = bsplit(redis.call('GET', KEYS[k]))
     if not ks or ks < us or (ks == us and kn < un) then
-      redis.call('SET', KEYS[k], string.format('%d%09d', us, un), 'PX', string.format('%d', ms))
+      redis.call('SET', KEYS[k], string.format('%d%09d', us, un), 'PX', string.format('%d', ms + 2 * span))
     end
   end
   return {}
@@ -164,12 +173,60 @@ for i = 1, tiers do
 end
 mine = mine and any
 
-local function save(i, state, stamped)
-  local ttl = ALG.fresh_in(state, NOW, params[i])
-  local ms, head = 0, TAG
-  if ttl > 0 then
-    ms = idiv(ttl + 999999, 1000000)
+-- `state` without its lease margin (a bucket's, see ALG.lease_begin): what slices out hold
+-- back is not what the key used.
+local function bare(state)
+  if state.lease == nil then
+    return state
   end
+  local copy = {}
+  for k, v in pairs(state) do
+    copy[k] = v
+  end
+  copy.lease = nil
+  return copy
+end
+
+-- How long the key of `state` is kept, in whole ms; 0 when the state is fresh (the key is
+-- deleted). Until the state is fresh again, rounded up; past that by the share of its
+-- capacity the key has used of the quota's span (ALG.span, in whole ms, rounded down), and by
+-- a whole span more while it is limited (no request of cost 1 passes). Under Redis's
+-- `volatile-ttl`, which evicts the keys that expire first, a key at its limit outlives every
+-- key written since that is not limited (which expires within two spans of its write), and
+-- among the others a key that used more outlives a key that used less, much as the memory
+-- store forgets keys. A key is kept at most two spans longer than its state matters.
+-- `can`, when known, is what the key can take at once (what a check of cost 0 answers as
+-- remaining; counted with a lease margin it is smaller, which only keeps the key longer).
+local function lifetime(state, p, can)
+  local fresh = ALG.fresh_in(state, NOW, p)
+  if fresh <= 0 then
+    return 0
+  end
+  local ms = idiv(fresh + 999999, 1000000)
+  -- What a fresh key could take at once, found once per tier and call.
+  if p.could == nil then
+    p.could = tonumber(ALG.check(ALG.fresh(p), NOW, 0, p)[2]) or 0
+  end
+  local could = p.could
+  if could <= 0 then
+    return ms
+  end
+  can = math.max(tonumber(can or ALG.check(bare(state), NOW, 0, p)[2]) or 0, 0)
+  local span = idiv(ALG.span(p) + 999999, 1000000)
+  local share = math.max(could - math.min(can, could), 0)
+  if span * share < 9007199254740992 then
+    ms = ms + idiv(span * share, could)
+  else
+    ms = ms + math.floor(span / could * share)
+  end
+  if can == 0 then
+    ms = ms + span
+  end
+  return ms
+end
+
+local function save(i, state, stamped, can)
+  local ms, head = lifetime(state, params[i], can), TAG
   -- A state fresh again is deleted, stamped or not (some fresh states have no text: a
   -- sliding log's or window's); its next check carries over again, which only charges more.
   if stamped and ms > 0 then
@@ -192,20 +249,6 @@ local function at(t, f)
   local a, b = f()
   WNOW = now
   return a, b
-end
-
--- `state` without its lease margin (a bucket's, see ALG.lease_begin): what slices out hold
--- back is not what the key used.
-local function bare(state)
-  if state.lease == nil then
-    return state
-  end
-  local copy = {}
-  for k, v in pairs(state) do
-    copy[k] = v
-  end
-  copy.lease = nil
-  return copy
 end
 
 -- What a key in `state` has used at `t`, in requests: what a fresh key could take at once,
@@ -394,7 +437,7 @@ for i = 1, tiers do
 end
 for i = 1, tiers do
   if all and nexts[i] then
-    save(i, nexts[i], carrying)
+    save(i, nexts[i], carrying, decisions[i][2])
   elseif restamp[i] and cost > 0 then
     -- What was carried over (or stamped afresh) stays, whatever this request gets; a peek
     -- writes nothing.

@@ -92,6 +92,11 @@ function ALG.refund(state, now, cost, p, receipt)
   return { start = state.start, count = count }
 end
 
+-- The longest a state takes to be fresh after a request: a period.
+function ALG.span(p)
+  return p.period
+end
+
 function ALG.fresh_in(state, now, p)
   return window_left(state, now, p) or 0
 end

@@ -129,6 +129,11 @@ function ALG.refund(state, now, cost, p, receipt)
   return { tat = math.max(slot_end - cost * p.interval, now), lease = state.lease }
 end
 
+-- The longest a state takes to be fresh after a request, leases aside: the bound.
+function ALG.span(p)
+  return p.bound
+end
+
 -- Fresh when the TAT has passed and no lease margin holds.
 function ALG.fresh_in(state, now, p)
   if state.lease then

@@ -128,6 +128,12 @@ function ALG.refund(state, now, cost, p)
   return nil
 end
 
+-- The longest a state takes to be fresh after a request: a window, then a whole quota of
+-- smooth tokens.
+function ALG.span(p)
+  return wnum(wadd(p.period, p.quota))
+end
+
 -- Until the window ends, or until the bucket holds a whole quota.
 function ALG.fresh_in(state, now, p)
   if state.mode == 'b' then

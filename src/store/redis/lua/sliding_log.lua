@@ -263,6 +263,11 @@ function ALG.refund(state, now, cost, p, receipt)
   return live
 end
 
+-- The longest a state takes to be fresh after a request: a period.
+function ALG.span(p)
+  return p.period
+end
+
 function ALG.fresh_in(state, now, p)
   if state.n == 0 then
     return 0

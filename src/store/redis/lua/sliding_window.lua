@@ -342,6 +342,11 @@ function ALG.refund(state, now, cost, p, receipt)
   return { last = state.last, span = state.span, counts = counts }
 end
 
+-- The longest a state takes to be fresh after a request: the horizon.
+function ALG.span(p)
+  return p.horizon
+end
+
 function ALG.fresh_in(state, now, p)
   local f = frame(state, now, p)
   return f and reset_after(p, state.counts, f, 0, now) or 0

@@ -155,6 +155,11 @@ function ALG.refund(state, now, cost, p, receipt)
   return { at = at, deficit = math.max(deficit - cost * p.interval, 0), lease = state.lease }
 end
 
+-- The longest a state takes to be fresh after a request, leases aside: the bound.
+function ALG.span(p)
+  return p.bound
+end
+
 -- Full at the last refill plus the deficit, and no lease margin holding.
 function ALG.fresh_in(state, now, p)
   local ends = lifts(state, p)
