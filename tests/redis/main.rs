@@ -25,6 +25,7 @@ mod redis_keys;
 mod redis_layer;
 mod redis_leases;
 mod redis_live_quotas;
+mod redis_live_races;
 mod redis_outage;
 mod redis_policies;
 mod redis_readiness;
@@ -58,6 +59,7 @@ fn main() -> std::process::ExitCode {
             module("redis_layer", redis_layer::trials),
             module("redis_leases", redis_leases::trials),
             module("redis_live_quotas", redis_live_quotas::trials),
+            module("redis_live_races", redis_live_races::trials),
             alone("redis_outage", redis_outage::trials),
             module("redis_policies", redis_policies::trials),
             module("redis_readiness", redis_readiness::trials),

@@ -160,8 +160,12 @@ impl Rig {
     /// Takes the TTL off every tier's key of `name`, and tells how many keys Redis has expired
     /// so far.
     fn persist(&self, name: &str) -> u64 {
-        let script = "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('PERSIST', k) \
-                      end return string.match(redis.call('INFO', 'stats'), 'expired_keys:(%d+)')";
+        // SCAN, not KEYS: it reclaims (and so counts) a key whose TTL ran out, which KEYS
+        // skips unnoticed.
+        let script = "local c = '0' repeat local page = redis.call('SCAN', c, 'MATCH', ARGV[1], \
+                      'COUNT', 1000) c = page[1] for _, k in ipairs(page[2]) do \
+                      redis.call('PERSIST', k) end until c == '0' \
+                      return string.match(redis.call('INFO', 'stats'), 'expired_keys:(%d+)')";
         let reply = server::command(
             self.server.port,
             &format!("EVAL \"{script}\" 0 tollgate:{{s:{name}}}:*"),

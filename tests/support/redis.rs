@@ -55,6 +55,32 @@ pub fn kept_ms(fresh_in: Duration, remaining: u64, capacity: u64, span: u64) -> 
     ms.saturating_add(share).saturating_add(limited)
 }
 
+/// Takes the TTL off every key that matches `pattern` (`*`: all of them), so that Redis,
+/// whose clock runs while a `ManualClock` stands still, keeps them; and returns how many keys
+/// Redis has expired since it started. A parity case that sees this count grow compares no
+/// more: some state is gone that the memory store still has.
+///
+/// A key whose TTL ran out but which Redis has not reclaimed yet is counted too: `SCAN`
+/// reclaims each expired key it meets, as any read does. (`KEYS` skips such a key without
+/// reclaiming or counting it, so the next step's script would find it gone unnoticed.)
+#[cfg(feature = "redis")]
+pub async fn persist_all(conn: &mut redis::aio::MultiplexedConnection, pattern: &str) -> u64 {
+    let script = redis::Script::new(
+        "local cursor = '0' \
+         repeat \
+           local page = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000) \
+           cursor = page[1] \
+           for _, k in ipairs(page[2]) do redis.call('PERSIST', k) end \
+         until cursor == '0' \
+         return tonumber(string.match(redis.call('INFO', 'stats'), 'expired_keys:(%d+)'))",
+    );
+    script
+        .arg(pattern)
+        .invoke_async(conn)
+        .await
+        .expect("PERSIST and INFO")
+}
+
 /// Whether `redis-server` is on PATH and runs.
 fn found() -> bool {
     Command::new("redis-server")
