@@ -263,6 +263,18 @@ async fn a_clock_the_store_would_ignore_is_refused_where_built() {
                 .with_store(store.clone())
                 .with_clock(ManualClock::new())
         }),
+        // An in-flight limit's leases expire on Redis's clock: renewals timed by a manual
+        // clock would let them lapse while their requests run.
+        refusal(|| {
+            RateLimitLayer::in_flight(2)
+                .store(store.clone())
+                .clock(ManualClock::new())
+        }),
+        refusal(|| {
+            RateLimitLayer::in_flight(2)
+                .clock(ManualClock::new())
+                .store(store.clone())
+        }),
     ];
     for message in refusals {
         assert!(message.contains(fix), "{message}");
@@ -285,6 +297,12 @@ async fn a_clock_the_store_would_ignore_is_refused_where_built() {
     let _ = RateLimiter::gcra(quota())
         .with_store(store.clone())
         .with_clock(OsClock);
+    let _ = RateLimitLayer::in_flight(2)
+        .store(store.clone())
+        .clock(SystemClock);
+    let _ = RateLimitLayer::in_flight(2)
+        .store(store.clone().with_caller_clock())
+        .clock(ManualClock::new());
 
     // With the caller's clock, the clock decides.
     let clock = ManualClock::new();

@@ -113,6 +113,16 @@ impl RedisStore {
                  key; choose a smaller limit"
             )));
         }
+        // Leases expire on Redis's clock: renewals timed by a clock that does not follow it
+        // (a ManualClock) would let them lapse while their requests run.
+        if !self.caller_clock && !clock.follows_system_time() {
+            return Err(Error::misconfigured(format!(
+                "the in-flight limit of policy {policy:?} has a clock of its own (such as a \
+                 ManualClock), but its store decides on the store server's clock (Redis TIME) \
+                 and would ignore it: build the store with RedisStore::with_caller_clock() to \
+                 decide on this clock (tests, simulations), or leave the clock out"
+            )));
+        }
         let fallback = match &self.on_failure {
             OnFailure::Open => Fallback::Open,
             OnFailure::Closed => Fallback::Closed,
