@@ -7,6 +7,7 @@
 //! are each O(1). A full shard evicts with a clock hand: of the next few denials under the hand,
 //! one that has ended, else the one that ends first.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -44,6 +45,18 @@ struct Shard {
 }
 
 impl Shard {
+    /// Forgets every denial ended at `now`.
+    fn forget_ended(&mut self, now: u64) {
+        let mut at = 0;
+        while at < self.denials.len() {
+            if self.denials[at].until <= now {
+                self.remove_at(at);
+            } else {
+                at += 1;
+            }
+        }
+    }
+
     fn new(capacity: usize) -> Self {
         Self {
             denials: Vec::new(),
@@ -127,6 +140,12 @@ pub(crate) struct DenyCache {
     shards: Box<[Mutex<Shard>]>,
     /// Keyed: the keys are the clients'.
     hasher: KeyHasher,
+    /// The latest end of any denial put here: from then on every denial here has ended, and
+    /// a lookup hashes nothing (a store with no recent denial, or one answered by its
+    /// failure policy while Redis is down, pays one load).
+    last_until: AtomicU64,
+    /// Whether denials were put here since the ended ones were last forgotten all at once.
+    holding: AtomicBool,
 }
 
 impl DenyCache {
@@ -148,6 +167,8 @@ impl DenyCache {
         Self {
             shards,
             hasher: KeyHasher::new(),
+            last_until: AtomicU64::new(0),
+            holding: AtomicBool::new(false),
         }
     }
 
@@ -162,6 +183,16 @@ impl DenyCache {
     /// The denial of `key` that still holds at `now`, aged to `now`.
     pub(crate) fn get(&self, key: &Key, now: u64) -> Option<Decision> {
         if self.shards.is_empty() {
+            return None;
+        }
+        if now >= self.last_until.load(Ordering::Relaxed) {
+            // Every denial here has ended: forgotten once, then no lookup until the next.
+            if self.holding.swap(false, Ordering::Relaxed) {
+                for shard in &self.shards {
+                    let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                    shard.forget_ended(now);
+                }
+            }
             return None;
         }
         let hash = self.hasher.hash(key);
@@ -191,6 +222,8 @@ impl DenyCache {
         if until <= now {
             return;
         }
+        self.last_until.fetch_max(until, Ordering::Relaxed);
+        self.holding.store(true, Ordering::Relaxed);
         let hash = self.hasher.hash(&key);
         let denial = Denial {
             // Without a long key's bytes: the cache holds digests, as the stores do.
@@ -283,6 +316,27 @@ mod tests {
         assert!(cache.get(&Key::from("a"), 1300 * ms).is_none());
         assert_eq!(cache.len(), 0, "an ended denial is forgotten");
         assert!(cache.get(&Key::from("b"), 1000 * ms).is_none());
+    }
+
+    #[test]
+    fn once_every_denial_has_ended_lookups_find_nothing_and_the_ended_are_forgotten() {
+        let cache = DenyCache::new(64);
+        let ms = 1_000_000;
+        cache.insert(Key::from("a"), 0, &denied(300));
+        cache.insert(Key::from("b"), 0, &denied(100));
+        // Before the last end, each denial holds until its own.
+        assert!(cache.get(&Key::from("b"), 99 * ms).is_some());
+        assert!(cache.get(&Key::from("b"), 100 * ms).is_none());
+        assert!(cache.get(&Key::from("a"), 299 * ms).is_some());
+        assert_eq!(cache.len(), 1);
+        // At the last end, any lookup forgets them all.
+        assert!(cache.get(&Key::from("c"), 300 * ms).is_none());
+        assert_eq!(cache.len(), 0);
+        // A later denial holds again.
+        cache.insert(Key::from("a"), 400 * ms, &denied(50));
+        assert!(cache.get(&Key::from("a"), 420 * ms).is_some());
+        assert!(cache.get(&Key::from("a"), 450 * ms).is_none());
+        assert_eq!(cache.len(), 0);
     }
 
     #[test]
