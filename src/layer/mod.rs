@@ -82,6 +82,8 @@
 mod answer;
 mod ban;
 mod body;
+#[cfg(feature = "redis")]
+mod fleet;
 mod future;
 mod handle;
 mod headers;
@@ -90,6 +92,7 @@ mod in_flight;
 #[allow(clippy::module_inception)]
 mod layer;
 mod limit;
+mod live;
 mod observe;
 mod per_key;
 mod recipe;

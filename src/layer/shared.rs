@@ -7,6 +7,7 @@ use arc_swap::ArcSwap;
 
 use super::ban::Ban;
 use super::limit::Limit;
+use super::live::Live;
 use super::per_key::PerKey;
 use super::response::{Responder, Settings};
 use crate::key::{KeyExtractor, RequestHead};
@@ -32,7 +33,7 @@ pub(crate) struct Shared {
     pub(crate) holds: bool,
     pub(crate) key: Arc<dyn KeyExtractor>,
     /// Per-key quotas, when the layer has a `quota_for` selector.
-    pub(crate) per_key: Option<PerKey>,
+    pub(crate) per_key: Option<Arc<PerKey>>,
     /// The cost of each request; `None`: 1.
     pub(crate) cost: Option<Arc<Cost>>,
     /// Bans of repeat offenders, put around every limiter the services are handed.
@@ -40,6 +41,9 @@ pub(crate) struct Shared {
     /// The keys blocked through the layer's handle, which every limiter the services are
     /// handed denies first.
     held: Arc<Blocks>,
+    /// The layer's live part, kept while a service is: it hears of quotas changed through
+    /// other servers.
+    _live: Arc<Live>,
 }
 
 /// A limiter and the answers made for its quotas and policy.
@@ -60,11 +64,12 @@ impl Shared {
         limiter: Arc<dyn Limit>,
         settings: Settings,
         key: Arc<dyn KeyExtractor>,
-        per_key: Option<PerKey>,
+        per_key: Option<Arc<PerKey>>,
         cost: Option<Arc<Cost>>,
         bans: Option<Bans>,
-        held: Arc<Blocks>,
+        live: Arc<Live>,
     ) -> Self {
+        let held = live.held();
         let holds = limiter.in_flight().is_some();
         let limiter = wrapped(&bans, &held, limiter);
         Self {
@@ -76,6 +81,7 @@ impl Shared {
             cost,
             bans,
             held,
+            _live: live,
         }
     }
 

@@ -23,6 +23,7 @@ mod redis_in_flight;
 mod redis_keys;
 mod redis_layer;
 mod redis_leases;
+mod redis_live_fleet;
 mod redis_live_quotas;
 mod redis_outage;
 mod redis_policies;
@@ -55,6 +56,7 @@ fn main() -> std::process::ExitCode {
             module("redis_keys", redis_keys::trials),
             module("redis_layer", redis_layer::trials),
             module("redis_leases", redis_leases::trials),
+            module("redis_live_fleet", redis_live_fleet::trials),
             module("redis_live_quotas", redis_live_quotas::trials),
             alone("redis_outage", redis_outage::trials),
             module("redis_policies", redis_policies::trials),

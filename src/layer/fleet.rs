@@ -1,0 +1,401 @@
+//! The servers of a layer sharing one Redis ([`Fleet`]): a change of quotas made through any
+//! server's handle is written to the layer's record in Redis
+//! ([`LiveRecord`]), and each server reads the record on a
+//! schedule and applies what changed through the same carry-over as
+//! [`Handle::set_quotas`](super::Handle::set_quotas).
+//!
+//! One task per layer and server, started on first use inside a tokio runtime: it writes the
+//! changes made here (again, until Redis takes them), reads the record's version every
+//! [`POLL_EVERY`], and the whole record when the version moved. It holds the layer weakly and
+//! ends once the layer, its handles and its services are gone. Until its first read (or the
+//! first failure to read), each request of the layer waits for it ([`Gate`]).
+
+use std::any::Any;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::limit::{Check, Limit};
+use super::live::Live;
+use super::recipe::{Bind, Kind, Recipe};
+use crate::clock::Sleep;
+use crate::store::{LiveRecord, Update, POLL_EVERY};
+use crate::{Decision, Error, Key, Quota};
+
+/// A field of the record and its value: what to write.
+type Field = (Vec<u8>, Vec<u8>);
+
+/// A layer's part in its fleet, on this server.
+pub(crate) struct Fleet {
+    record: LiveRecord,
+    live: Weak<Live>,
+    /// The field of the layer's own quotas: `own` and the quotas it was built with, so that
+    /// servers built with other quotas (another release) keep theirs.
+    own: Vec<u8>,
+    /// Whether the record was read once, or found unreadable: requests no longer wait.
+    ready: AtomicBool,
+    started: AtomicBool,
+    read_once: Notify,
+    /// Wakes the task for a change made here.
+    wake: Arc<Notify>,
+    /// The changes made here that Redis has not taken yet, the latest of each field.
+    pending: Mutex<Vec<Field>>,
+    /// Held while quotas change here, by a handle or from the record: one at a time.
+    changes: Mutex<()>,
+}
+
+impl Fleet {
+    /// The fleet of the layer `live` that `recipe` builds over `store`: `None` but for a rate
+    /// limit over a `RedisStore`.
+    pub(crate) fn of(
+        live: &Weak<Live>,
+        recipe: Option<&Recipe>,
+        store: Option<&dyn Bind>,
+    ) -> Option<Arc<Self>> {
+        let recipe = recipe.filter(|r| r.kind != Kind::InFlight)?;
+        let record = store?.record(&recipe.tie.as_ref()?.layer)?;
+        Some(Arc::new(Self {
+            record,
+            live: live.clone(),
+            own: field("own", &recipe.quotas),
+            ready: AtomicBool::new(false),
+            started: AtomicBool::new(false),
+            read_once: Notify::new(),
+            wake: Arc::new(Notify::new()),
+            pending: Mutex::new(Vec::new()),
+            changes: Mutex::new(()),
+        }))
+    }
+
+    /// Whether the record was read (or found unreadable) once.
+    #[inline]
+    pub(crate) fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Starts the task if it has not started, in the runtime of the caller; whether it runs.
+    pub(crate) fn start(self: &Arc<Self>) -> bool {
+        if self.started.load(Ordering::Relaxed) {
+            return true;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        if !self.started.swap(true, Ordering::AcqRel) {
+            runtime.spawn(run(Arc::downgrade(self), self.wake.clone()));
+        }
+        true
+    }
+
+    /// Waits until the record was read once.
+    async fn first_read(&self) {
+        let mut notified = std::pin::pin!(self.read_once.notified());
+        notified.as_mut().enable();
+        if !self.ready() {
+            notified.await;
+        }
+    }
+
+    fn mark_ready(&self) {
+        if !self.ready.swap(true, Ordering::AcqRel) {
+            self.read_once.notify_waiters();
+        }
+    }
+
+    /// The layer's own limiter, which first waits for the record (until read once) then
+    /// decides by the layer's limiter in force.
+    pub(crate) fn gate(self: &Arc<Self>, limiter: Arc<dyn Limit>) -> Arc<dyn Limit> {
+        let live = self.live.clone();
+        let then = move || live.upgrade().map(|live| live.lock().limiter.clone());
+        // Put in the services' place, and replaced there when the quotas change: `limiter`
+        // is the one in force.
+        self.gated(limiter, then, true)
+    }
+
+    /// A plan's limiter, which first waits for the record (until read once) then decides by
+    /// what `then` gives (`limiter` when nothing).
+    pub(crate) fn gate_plan(
+        self: &Arc<Self>,
+        limiter: Arc<dyn Limit>,
+        then: impl Fn() -> Option<Arc<dyn Limit>> + Send + Sync + 'static,
+    ) -> Arc<dyn Limit> {
+        self.gated(limiter, then, false)
+    }
+
+    fn gated(
+        self: &Arc<Self>,
+        inner: Arc<dyn Limit>,
+        then: impl Fn() -> Option<Arc<dyn Limit>> + Send + Sync + 'static,
+        in_force: bool,
+    ) -> Arc<dyn Limit> {
+        if self.ready() {
+            return inner;
+        }
+        Arc::new(Gate {
+            inner,
+            fleet: self.clone(),
+            then: Arc::new(then),
+            in_force,
+        })
+    }
+
+    /// Held while quotas change through a handle, so that the record is not applied
+    /// meanwhile.
+    pub(crate) fn changing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.changes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The layer's own quotas changed here, for the other servers.
+    pub(crate) fn publish_own(self: &Arc<Self>, quotas: &[Quota]) {
+        self.publish(self.own.clone(), encode(quotas));
+    }
+
+    /// `plan`'s quotas changed here, for the other servers.
+    pub(crate) fn publish_plan(self: &Arc<Self>, plan: &[Quota], quotas: &[Quota]) {
+        self.publish(field("plan", plan), encode(quotas));
+    }
+
+    fn publish(self: &Arc<Self>, field: Vec<u8>, value: Vec<u8>) {
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            pending.retain(|(f, _)| *f != field);
+            pending.push((field, value));
+        }
+        self.start();
+        self.wake.notify_one();
+    }
+
+    /// Writes the changes made here, then reads the record if its version moved from
+    /// `known`, and applies what differs.
+    async fn tick(&self, known: &mut Option<u64>) -> Result<(), Error> {
+        loop {
+            let next = self
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .first()
+                .cloned();
+            let Some((field, value)) = next else { break };
+            self.record.write(&field, &value).await?;
+            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            pending.retain(|written| *written != (field.clone(), value.clone()));
+        }
+        if known.is_some() && Some(self.record.version().await?) == *known {
+            return Ok(());
+        }
+        let (version, fields) = self.record.read().await?;
+        if self.apply(&fields) {
+            *known = Some(version);
+        }
+        Ok(())
+    }
+
+    /// Puts the record's `fields` in force here; `false` when a change made here meanwhile
+    /// is still to be written (the record is read again after it).
+    fn apply(&self, fields: &[Field]) -> bool {
+        let Some(live) = self.live.upgrade() else {
+            return true;
+        };
+        let _changing = self.changing();
+        if !self
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+        {
+            return false;
+        }
+        for (field, value) in fields {
+            let Some(quotas) = decode(value) else {
+                continue;
+            };
+            let applied = if *field == self.own {
+                live.set_own(&quotas)
+            } else if let Some(plan) = field.strip_prefix(b"plan\t".as_slice()).and_then(decode) {
+                if live.check_plan(&plan, &quotas).is_err() {
+                    continue;
+                }
+                live.set_plan(&plan, &quotas)
+            } else {
+                continue;
+            };
+            if let Err(_error) = applied {
+                #[cfg(feature = "tracing")]
+                tracing::warn!(
+                    "tollgate: quotas changed through another server not applied here: {_error}"
+                );
+            }
+        }
+        true
+    }
+}
+
+/// Reads the record on a schedule until the fleet is gone.
+async fn run(fleet: Weak<Fleet>, wake: Arc<Notify>) {
+    let mut known = None;
+    loop {
+        let Some(now) = fleet.upgrade() else { return };
+        if let Err(_error) = now.tick(&mut known).await {
+            #[cfg(feature = "tracing")]
+            tracing::debug!(
+                "tollgate: the live quotas' record could not be read or written: {_error}"
+            );
+        }
+        now.mark_ready();
+        drop(now);
+        // A change made here wakes the task at once.
+        let _ = tokio::time::timeout(POLL_EVERY, wake.notified()).await;
+    }
+}
+
+/// `<kind>\t<quotas>`: the field of a plan or of the layer's own quotas, as built.
+fn field(kind: &str, quotas: &[Quota]) -> Vec<u8> {
+    let mut field = format!("{kind}\t").into_bytes();
+    field.extend(encode(quotas));
+    field
+}
+
+/// Each quota on a line: its figures (`10/min;burst=20`), then a space and its name if named.
+fn encode(quotas: &[Quota]) -> Vec<u8> {
+    let lines: Vec<String> = quotas
+        .iter()
+        .map(|q| match q.explicit_name() {
+            Some(name) => format!("{q} {name}"),
+            None => q.to_string(),
+        })
+        .collect();
+    lines.join("\n").into_bytes()
+}
+
+/// The quotas [`encode`] wrote; `None` for anything else.
+fn decode(bytes: &[u8]) -> Option<Vec<Quota>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    text.split('\n')
+        .map(|line| {
+            let (figures, name) = match line.split_once(' ') {
+                Some((figures, name)) => (figures, Some(name)),
+                None => (line, None),
+            };
+            let quota: Quota = figures.parse().ok()?;
+            let valid = |n: &str| {
+                !n.is_empty() && n.len() <= 64 && n.bytes().all(|b| (0x20..0x7f).contains(&b))
+            };
+            match name {
+                Some(name) if valid(name) => Some(quota.named(name)),
+                Some(_) => None,
+                None => Some(quota),
+            }
+        })
+        .collect::<Option<Vec<Quota>>>()
+        .filter(|quotas| !quotas.is_empty())
+}
+
+/// A limiter whose requests wait for the fleet's record to be read once, then are decided
+/// by what `then` gives.
+struct Gate {
+    inner: Arc<dyn Limit>,
+    fleet: Arc<Fleet>,
+    then: Arc<dyn Fn() -> Option<Arc<dyn Limit>> + Send + Sync>,
+    /// Whether `inner` stays the limiter in force once the record is read (the services'
+    /// own, replaced there on a change), so that a check then takes no lock.
+    in_force: bool,
+}
+
+impl Gate {
+    /// The limiter in force now. The services' own is `inner` (replaced there on a change):
+    /// asked without a lock, as a handle may hold the layer's while it resets or blocks.
+    fn now_in_force(&self) -> Arc<dyn Limit> {
+        if self.in_force {
+            return self.inner.clone();
+        }
+        (self.then)().unwrap_or_else(|| self.inner.clone())
+    }
+
+    /// `ask` of the limiter in force, once the record was read; at once when it was, or
+    /// when no runtime can read it.
+    fn waiting(&self, ask: impl FnOnce(Arc<dyn Limit>) -> Check + Send + 'static) -> Check {
+        if self.fleet.ready() {
+            return ask(self.now_in_force());
+        }
+        if !self.fleet.start() {
+            return ask(self.inner.clone());
+        }
+        let (fleet, then, inner) = (self.fleet.clone(), self.then.clone(), self.inner.clone());
+        Check::Waiting(Box::pin(async move {
+            fleet.first_read().await;
+            ask(then().unwrap_or(inner)).await
+        }))
+    }
+}
+
+impl Limit for Gate {
+    fn check(&self, key: Key, now: u64, cost: u64) -> Check {
+        if self.in_force && self.fleet.ready() {
+            return self.inner.check(key, now, cost);
+        }
+        self.waiting(move |limiter| limiter.check(key, now, cost))
+    }
+
+    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> Check {
+        self.now_in_force().refund(key, admission, cost)
+    }
+
+    fn peek(&self, key: Key) -> Check {
+        self.waiting(move |limiter| limiter.peek(key))
+    }
+
+    fn reset(&self, key: Key) -> Update {
+        self.now_in_force().reset(key)
+    }
+
+    fn block(&self, key: Key, duration: Duration) -> Update {
+        self.now_in_force().block(key, duration)
+    }
+
+    fn now(&self) -> u64 {
+        self.inner.now()
+    }
+
+    fn sleep(&self, delay: Duration) -> Sleep {
+        self.inner.sleep(delay)
+    }
+
+    fn quotas(&self) -> &[Quota] {
+        self.inner.quotas()
+    }
+
+    fn policy(&self) -> &str {
+        self.inner.policy()
+    }
+
+    fn refunds(&self) -> bool {
+        self.inner.refunds()
+    }
+
+    fn expect_refunds(&self) {
+        self.inner.expect_refunds();
+    }
+
+    fn decide_exactly(&self) {
+        self.inner.decide_exactly();
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.describe(f)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self.inner.as_any()
+    }
+
+    fn inherit(&self, previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error> {
+        self.inner.inherit(previous)
+    }
+
+    fn settled(&self) -> Arc<dyn Limit> {
+        self.inner.settled()
+    }
+}
