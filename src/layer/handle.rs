@@ -208,21 +208,20 @@ impl Handle {
     /// one quota; a layer built with a list of quotas (tiers, even a list of one) takes any
     /// number.
     ///
-    /// **With Redis**, the change reaches every server of the layer (one prefix, the layer
-    /// built with the same quotas): it is written to the layer's record in Redis, which every
-    /// server reads and applies by this same carry-over, within 250 ms and two calls' timeouts
-    /// (see [Live quotas](crate::store::RedisStore#live-quotas)); a server started later
-    /// reads it before it decides its first request. Of two changes racing through two
-    /// servers, the one Redis records last holds on every server; one made while Redis is down
-    /// holds here, and is written once Redis answers. For as long as the old states may live
-    /// (twice the longest an old state lives, and a second), each key's next check charges
-    /// what the key used under the old quotas as of the change (a key whose old state expired
-    /// first is charged nothing; it never gets more than the old quotas allowed before the
-    /// change and the new ones after). A server started later carries over from the quotas it
-    /// was built with, not from those between. Blocks and bans hold across the change, under
-    /// the policy's new name and those it had before (the one it was built with and the latest
-    /// 7 others). A policy carries over from at most 8 earlier quotas at once: a ninth change
-    /// within that time is refused (see Errors).
+    /// **With Redis**, the change reaches every server of the layer (one prefix, the layer built
+    /// with the same quotas): it is written to the layer's record in Redis, which every server
+    /// reads and applies by this same carry-over, within 250 ms and three calls (400 ms with the
+    /// default timeout; see [Live quotas](crate::store::redis#live-quotas)); a server started later
+    /// reads it before it decides its first request. Of two changes racing through two servers, the
+    /// one Redis records last holds on every server; one made while Redis is down holds here, and
+    /// is written once Redis answers. For as long as the old states may live (twice the longest an
+    /// old state lives, and a second), each key's next check charges what the key used under the
+    /// old quotas as of the change (a key whose old state expired first is charged nothing; it
+    /// never gets more than the old quotas allowed before the change and the new ones after). A
+    /// server started later carries over from the quotas it was built with, not from those between.
+    /// Blocks and bans hold across the change, under the policy's new name and those it had before
+    /// (the one it was built with and the latest 7 others). A policy carries over from at most 8
+    /// earlier quotas at once: a ninth change within that time is refused (see Errors).
     ///
     /// In Redis, limiters of equal unnamed quotas and one algorithm share state (see
     /// [`RedisStore`](crate::store::RedisStore)): a change to unnamed quotas equal to another

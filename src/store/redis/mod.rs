@@ -153,8 +153,8 @@
 //! and every server reads the version every 250 ms (one `HGET` per layer and server, 4 calls
 //! a second), the whole hash only when it moved, and applies what changed with the carry-over
 //! of [`set_quotas`](crate::layer::Handle::set_quotas). A change is in force on every server
-//! within 250 ms and two calls (each bounded by the [`timeout`](RedisStore::timeout): 350 ms
-//! with the default). A server started later reads the record before it decides its first
+//! within 250 ms and three calls (its write, then each server's reads of the version and the
+//! hash, each bounded by the [`timeout`](RedisStore::timeout): 400 ms with the default). A server started later reads the record before it decides its first
 //! request (that request waits one call). The last change Redis records holds everywhere.
 //! While Redis is down, each server keeps the quotas in force, and a change made meanwhile is
 //! written once Redis answers. Servers whose layer was built with other quotas (another
