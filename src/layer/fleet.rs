@@ -19,11 +19,25 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::limit::{Check, Limit};
-use super::live::Live;
 use super::recipe::{Bind, Kind, Recipe};
 use crate::clock::Sleep;
 use crate::store::{LiveRecord, Update, POLL_EVERY};
 use crate::{Decision, Error, Key, Quota};
+
+/// What the fleet changes on its server: the layer's live part.
+pub(crate) trait Apply: Send + Sync {
+    /// Puts `quotas` in force for the layer's own limiter, each key keeping what it used.
+    fn set_own(&self, quotas: &[Quota]) -> Result<(), Error>;
+
+    /// Checks that `plan` may be given `quotas`.
+    fn check_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error>;
+
+    /// Puts `quotas` in force for `plan`, each key keeping what it used.
+    fn set_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error>;
+
+    /// The layer's own limiter in force.
+    fn own(&self) -> Arc<dyn Limit>;
+}
 
 /// A field of the record and its value: what to write.
 type Field = (Vec<u8>, Vec<u8>);
@@ -31,7 +45,7 @@ type Field = (Vec<u8>, Vec<u8>);
 /// A layer's part in its fleet, on this server.
 pub(crate) struct Fleet {
     record: LiveRecord,
-    live: Weak<Live>,
+    live: Weak<dyn Apply>,
     /// The field of the layer's own quotas: `own` and the quotas it was built with, so that
     /// servers built with other quotas (another release) keep theirs.
     own: Vec<u8>,
@@ -51,7 +65,7 @@ impl Fleet {
     /// The fleet of the layer `live` that `recipe` builds over `store`: `None` but for a rate
     /// limit over a `RedisStore`.
     pub(crate) fn of(
-        live: &Weak<Live>,
+        live: Weak<dyn Apply>,
         recipe: Option<&Recipe>,
         store: Option<&dyn Bind>,
     ) -> Option<Arc<Self>> {
@@ -59,7 +73,7 @@ impl Fleet {
         let record = store?.record(&recipe.tie.as_ref()?.layer)?;
         Some(Arc::new(Self {
             record,
-            live: live.clone(),
+            live,
             own: field("own", &recipe.quotas),
             ready: AtomicBool::new(false),
             started: AtomicBool::new(false),
@@ -109,7 +123,7 @@ impl Fleet {
     /// decides by the layer's limiter in force.
     pub(crate) fn gate(self: &Arc<Self>, limiter: Arc<dyn Limit>) -> Arc<dyn Limit> {
         let live = self.live.clone();
-        let then = move || live.upgrade().map(|live| live.lock().limiter.clone());
+        let then = move || live.upgrade().map(|live| live.own());
         // Put in the services' place, and replaced there when the quotas change: `limiter`
         // is the one in force.
         self.gated(limiter, then, true)

@@ -1281,15 +1281,18 @@ impl RateLimitLayer {
                         }
                         _ => None,
                     };
-                    Arc::new(Shared::new(
-                        limiter,
-                        self.settings.clone(),
-                        self.key.clone(),
-                        per_key,
-                        self.cost.clone(),
-                        ban,
-                        self.live.clone(),
-                    ))
+                    Arc::new(
+                        Shared::new(
+                            limiter,
+                            self.settings.clone(),
+                            self.key.clone(),
+                            per_key,
+                            self.cost.clone(),
+                            ban,
+                            self.live.held(),
+                        )
+                        .keeping(self.live.clone()),
+                    )
                 })
             })
             .clone()

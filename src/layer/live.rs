@@ -2,28 +2,24 @@
 //! of now, the quotas of the plans changed live, and, with Redis, the fleet that hears of
 //! changes made through other servers.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use super::limit::Limit;
-use super::per_key::PerKey;
+use super::per_key::{PerKey, PlanBook};
 use super::recipe::{Bind, LayerClock, Recipe};
 use super::shared::Shared;
 use crate::store::{Blocks, Role};
 use crate::{Error, Quota};
 
 #[cfg(feature = "redis")]
-use super::fleet::Fleet;
+use super::fleet::{Apply, Fleet};
 
 /// How many keys a layer's handle holds blocked at once ([`Handle::block`](super::Handle::block));
 /// past that, the blocks that have ended go first, then those that end soonest (the blocks
 /// written to the stores stay).
 const MAX_HELD: usize = 100_000;
-
-/// The plans whose quotas were changed live: each plan, as the layer's `quota_for` selector
-/// returns it, and the quotas in force for it.
-pub(crate) type PlanBook = Mutex<HashMap<Box<[Quota]>, Arc<[Quota]>>>;
 
 /// What a layer's handle and services share: how to make the limiter, the limiter of now, and
 /// the services to hand a new one to.
@@ -62,7 +58,7 @@ impl Live {
     ) -> Arc<Self> {
         Arc::new_cyclic(|_live: &Weak<Live>| Self {
             #[cfg(feature = "redis")]
-            fleet: Fleet::of(_live, recipe.as_ref(), store.as_deref()),
+            fleet: Fleet::of(_live.clone(), recipe.as_ref(), store.as_deref()),
             recipe,
             store,
             clock,
@@ -327,5 +323,24 @@ impl Now {
             add(self.limiter.clone());
         }
         (all, known)
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Apply for Live {
+    fn set_own(&self, quotas: &[Quota]) -> Result<(), Error> {
+        Live::set_own(self, quotas)
+    }
+
+    fn check_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
+        Live::check_plan(self, plan, quotas)
+    }
+
+    fn set_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
+        Live::set_plan(self, plan, quotas)
+    }
+
+    fn own(&self) -> Arc<dyn Limit> {
+        self.lock().limiter.clone()
     }
 }

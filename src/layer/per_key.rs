@@ -10,7 +10,6 @@ use foldhash::fast::RandomState;
 use super::ban::Ban;
 use super::held::held;
 use super::limit::Limit;
-use super::live::PlanBook;
 use super::recipe::{Bind, LayerClock, Recipe};
 use super::response::{Responder, Settings};
 use crate::key::RequestHead;
@@ -82,6 +81,10 @@ tiered_plan! {
     [] Arc<[Quota]>;
     [const N: usize] [Quota; N];
 }
+
+/// The plans whose quotas were changed live: each plan, as the layer's `quota_for` selector
+/// returns it, and the quotas in force for it.
+pub(crate) type PlanBook = Mutex<HashMap<Box<[Quota]>, Arc<[Quota]>>>;
 
 /// A limiter and the header writer for one plan.
 pub(crate) struct Policy {

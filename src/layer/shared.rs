@@ -7,7 +7,6 @@ use arc_swap::ArcSwap;
 
 use super::ban::Ban;
 use super::limit::Limit;
-use super::live::Live;
 use super::per_key::PerKey;
 use super::response::{Responder, Settings};
 use crate::key::{KeyExtractor, RequestHead};
@@ -43,7 +42,7 @@ pub(crate) struct Shared {
     held: Arc<Blocks>,
     /// The layer's live part, kept while a service is: it hears of quotas changed through
     /// other servers.
-    _live: Arc<Live>,
+    kept: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// A limiter and the answers made for its quotas and policy.
@@ -67,9 +66,8 @@ impl Shared {
         per_key: Option<Arc<PerKey>>,
         cost: Option<Arc<Cost>>,
         bans: Option<Bans>,
-        live: Arc<Live>,
+        held: Arc<Blocks>,
     ) -> Self {
-        let held = live.held();
         let holds = limiter.in_flight().is_some();
         let limiter = wrapped(&bans, &held, limiter);
         Self {
@@ -81,8 +79,14 @@ impl Shared {
             cost,
             bans,
             held,
-            _live: live,
+            kept: None,
         }
+    }
+
+    /// The same, keeping `live` (the layer's live part) for as long as it is kept.
+    pub(crate) fn keeping(mut self, live: Arc<dyn std::any::Any + Send + Sync>) -> Self {
+        self.kept = Some(live);
+        self
     }
 
     /// Puts `limiter` in force for the requests that come next (with the bans and the
