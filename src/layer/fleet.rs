@@ -8,21 +8,17 @@
 //! changes made here (again, until Redis takes them), reads the record's version every
 //! [`POLL_EVERY`], and the whole record when the version moved. It holds the layer weakly and
 //! ends once the layer, its handles and its services are gone. Until its first read (or the
-//! first failure to read), each request of the layer waits for it ([`Gate`]).
+//! first failure to read), each request of the layer waits for it (`gate`).
 
-use std::any::Any;
-use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::limit::{Check, Limit};
+use super::limit::Limit;
 use super::recipe::{Bind, Kind, Recipe};
-use crate::clock::Sleep;
-use crate::store::{LiveRecord, Update, POLL_EVERY};
-use crate::{Decision, Error, Key, Quota};
+use crate::store::{LiveRecord, POLL_EVERY};
+use crate::{Error, Quota};
 
 /// What the fleet changes on its server: the layer's live part.
 pub(crate) trait Apply: Send + Sync {
@@ -105,7 +101,7 @@ impl Fleet {
     }
 
     /// Waits until the record was read once.
-    async fn first_read(&self) {
+    pub(crate) async fn first_read(&self) {
         let mut notified = std::pin::pin!(self.read_once.notified());
         notified.as_mut().enable();
         if !self.ready() {
@@ -119,41 +115,9 @@ impl Fleet {
         }
     }
 
-    /// The layer's own limiter, which first waits for the record (until read once) then
-    /// decides by the layer's limiter in force.
-    pub(crate) fn gate(self: &Arc<Self>, limiter: Arc<dyn Limit>) -> Arc<dyn Limit> {
-        let live = self.live.clone();
-        let then = move || live.upgrade().map(|live| live.own());
-        // Put in the services' place, and replaced there when the quotas change: `limiter`
-        // is the one in force.
-        self.gated(limiter, then, true)
-    }
-
-    /// A plan's limiter, which first waits for the record (until read once) then decides by
-    /// what `then` gives (`limiter` when nothing).
-    pub(crate) fn gate_plan(
-        self: &Arc<Self>,
-        limiter: Arc<dyn Limit>,
-        then: impl Fn() -> Option<Arc<dyn Limit>> + Send + Sync + 'static,
-    ) -> Arc<dyn Limit> {
-        self.gated(limiter, then, false)
-    }
-
-    fn gated(
-        self: &Arc<Self>,
-        inner: Arc<dyn Limit>,
-        then: impl Fn() -> Option<Arc<dyn Limit>> + Send + Sync + 'static,
-        in_force: bool,
-    ) -> Arc<dyn Limit> {
-        if self.ready() {
-            return inner;
-        }
-        Arc::new(Gate {
-            inner,
-            fleet: self.clone(),
-            then: Arc::new(then),
-            in_force,
-        })
+    /// The layer's live part, which the fleet's changes are applied to.
+    pub(crate) fn applier(&self) -> Weak<dyn Apply> {
+        self.live.clone()
     }
 
     /// Held while quotas change through a handle, so that the record is not applied
@@ -305,111 +269,4 @@ fn decode(bytes: &[u8]) -> Option<Vec<Quota>> {
         })
         .collect::<Option<Vec<Quota>>>()
         .filter(|quotas| !quotas.is_empty())
-}
-
-/// A limiter whose requests wait for the fleet's record to be read once, then are decided
-/// by what `then` gives.
-struct Gate {
-    inner: Arc<dyn Limit>,
-    fleet: Arc<Fleet>,
-    then: Arc<dyn Fn() -> Option<Arc<dyn Limit>> + Send + Sync>,
-    /// Whether `inner` stays the limiter in force once the record is read (the services'
-    /// own, replaced there on a change), so that a check then takes no lock.
-    in_force: bool,
-}
-
-impl Gate {
-    /// The limiter in force now. The services' own is `inner` (replaced there on a change):
-    /// asked without a lock, as a handle may hold the layer's while it resets or blocks.
-    fn now_in_force(&self) -> Arc<dyn Limit> {
-        if self.in_force {
-            return self.inner.clone();
-        }
-        (self.then)().unwrap_or_else(|| self.inner.clone())
-    }
-
-    /// `ask` of the limiter in force, once the record was read; at once when it was, or
-    /// when no runtime can read it.
-    fn waiting(&self, ask: impl FnOnce(Arc<dyn Limit>) -> Check + Send + 'static) -> Check {
-        if self.fleet.ready() {
-            return ask(self.now_in_force());
-        }
-        if !self.fleet.start() {
-            return ask(self.inner.clone());
-        }
-        let (fleet, then, inner) = (self.fleet.clone(), self.then.clone(), self.inner.clone());
-        Check::Waiting(Box::pin(async move {
-            fleet.first_read().await;
-            ask(then().unwrap_or(inner)).await
-        }))
-    }
-}
-
-impl Limit for Gate {
-    fn check(&self, key: Key, now: u64, cost: u64) -> Check {
-        if self.in_force && self.fleet.ready() {
-            return self.inner.check(key, now, cost);
-        }
-        self.waiting(move |limiter| limiter.check(key, now, cost))
-    }
-
-    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> Check {
-        self.now_in_force().refund(key, admission, cost)
-    }
-
-    fn peek(&self, key: Key) -> Check {
-        self.waiting(move |limiter| limiter.peek(key))
-    }
-
-    fn reset(&self, key: Key) -> Update {
-        self.now_in_force().reset(key)
-    }
-
-    fn block(&self, key: Key, duration: Duration) -> Update {
-        self.now_in_force().block(key, duration)
-    }
-
-    fn now(&self) -> u64 {
-        self.inner.now()
-    }
-
-    fn sleep(&self, delay: Duration) -> Sleep {
-        self.inner.sleep(delay)
-    }
-
-    fn quotas(&self) -> &[Quota] {
-        self.inner.quotas()
-    }
-
-    fn policy(&self) -> &str {
-        self.inner.policy()
-    }
-
-    fn refunds(&self) -> bool {
-        self.inner.refunds()
-    }
-
-    fn expect_refunds(&self) {
-        self.inner.expect_refunds();
-    }
-
-    fn decide_exactly(&self) {
-        self.inner.decide_exactly();
-    }
-
-    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.inner.describe(f)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self.inner.as_any()
-    }
-
-    fn inherit(&self, previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error> {
-        self.inner.inherit(previous)
-    }
-
-    fn settled(&self) -> Arc<dyn Limit> {
-        self.inner.settled()
-    }
 }

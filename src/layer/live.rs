@@ -118,7 +118,7 @@ impl Live {
     fn serving(&self, limiter: Arc<dyn Limit>) -> Arc<dyn Limit> {
         #[cfg(feature = "redis")]
         if let Some(fleet) = &self.fleet {
-            return fleet.gate(limiter);
+            return super::gate::gate(fleet, limiter);
         }
         limiter
     }

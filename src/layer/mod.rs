@@ -85,6 +85,8 @@ mod body;
 #[cfg(feature = "redis")]
 mod fleet;
 mod future;
+#[cfg(feature = "redis")]
+mod gate;
 mod handle;
 mod headers;
 mod held;
@@ -95,6 +97,7 @@ mod limit;
 mod live;
 mod observe;
 mod per_key;
+mod plan_change;
 mod recipe;
 mod response;
 mod service;

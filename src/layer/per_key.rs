@@ -91,14 +91,14 @@ pub(crate) struct Policy {
     pub(crate) limiter: Arc<dyn Limit>,
     pub(crate) responder: Arc<Responder>,
     /// The limiter without the bans and blocks around it, which new quotas take over from.
-    bare: Arc<dyn Limit>,
+    pub(super) bare: Arc<dyn Limit>,
     /// The ban's count of denials, kept across a change of the plan's quotas.
-    counter: Option<Arc<dyn Limit>>,
+    pub(super) counter: Option<Arc<dyn Limit>>,
 }
 
 /// A plan's policy, and when it was last used (the count of plans made by then).
-struct Entry {
-    policy: Arc<Policy>,
+pub(super) struct Entry {
+    pub(super) policy: Arc<Policy>,
     used: AtomicU64,
 }
 
@@ -107,10 +107,10 @@ struct Entry {
 pub(crate) type Picked = Result<Option<Arc<Policy>>, crate::Error>;
 
 /// The policies of the plans dropped to make room, by their quotas.
-type Evicted = HashMap<Box<[Quota]>, Arc<Policy>, RandomState>;
+pub(super) type Evicted = HashMap<Box<[Quota]>, Arc<Policy>, RandomState>;
 
 /// The policies of the plans picked lately, by their quotas.
-type Policies = HashMap<Box<[Quota]>, Entry, RandomState>;
+pub(super) type Policies = HashMap<Box<[Quota]>, Entry, RandomState>;
 
 /// The selector, with its plan handed to `found` as quotas.
 pub(crate) type Select = dyn Fn(&Key, RequestHead<'_>, &mut dyn FnMut(&[Quota])) + Send + Sync;
@@ -149,11 +149,11 @@ pub(crate) struct Maker {
 pub(crate) struct PerKey {
     select: Arc<Select>,
     maker: Maker,
-    policies: RwLock<Policies>,
+    pub(super) policies: RwLock<Policies>,
     /// The limiters of the plans dropped from `policies` to make room, and not made again
     /// since: their state stays in the store, where a handle's reset and block must still
     /// reach it.
-    evicted: Mutex<Evicted>,
+    pub(super) evicted: Mutex<Evicted>,
     /// Whether some plan was dropped past [`MAX_EVICTED_PLANS`]: a reset or block may miss it.
     forgot: AtomicBool,
     /// How many policies have been made: entries used since the last one share its count.
@@ -229,7 +229,11 @@ impl PerKey {
     /// The bare limiter of `quotas` for a plan: shared under its name, or its text when
     /// unnamed, when `shared` (a limiter made again for the plan after its eviction finds the
     /// state this one leaves).
-    fn bind(&self, quotas: &[Quota], shared: bool) -> Result<Arc<dyn Limit>, crate::Error> {
+    pub(super) fn bind(
+        &self,
+        quotas: &[Quota],
+        shared: bool,
+    ) -> Result<Arc<dyn Limit>, crate::Error> {
         let maker = &self.maker;
         let recipe = maker.recipe.for_plan(quotas).in_role(Role::Plan);
         let limiter = maker.store.bind(&recipe, &maker.clock, shared)?;
@@ -261,7 +265,11 @@ impl PerKey {
 
     /// The policy of `bare` with the layer's bans (counted by `counter`) and the handle's
     /// blocks around it, and its answers.
-    fn policy_of(&self, bare: Arc<dyn Limit>, counter: Option<Arc<dyn Limit>>) -> Policy {
+    pub(super) fn policy_of(
+        &self,
+        bare: Arc<dyn Limit>,
+        counter: Option<Arc<dyn Limit>>,
+    ) -> Policy {
         let maker = &self.maker;
         let limiter = match (&maker.ban, &counter) {
             (Some(ban), Some(counter)) => {
@@ -287,61 +295,6 @@ impl PerKey {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         book.get(plan).cloned()
-    }
-
-    /// Puts `quotas` in force for `plan`, if a limiter was made for it: each key keeps what
-    /// it used ([`Handle::set_plan_quotas`](super::Handle::set_plan_quotas)).
-    pub(crate) fn change(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), crate::Error> {
-        let Some(current) = self.made(plan) else {
-            return Ok(());
-        };
-        let next = self.bind(quotas, false)?.inherit(&*current.bare)?;
-        // In force at once: a key's first request carries its usage over; then every other
-        // key's, and the old states go.
-        let counter = current.counter.clone();
-        self.replace(
-            plan,
-            &current,
-            Arc::new(self.policy_of(next.clone(), counter.clone())),
-        );
-        if let Some(now) = self.made(plan) {
-            self.replace(
-                plan,
-                &now,
-                Arc::new(self.policy_of(next.settled(), counter)),
-            );
-        }
-        Ok(())
-    }
-
-    /// The policy made for `plan`, held or dropped to make room.
-    fn made(&self, plan: &[Quota]) -> Option<Arc<Policy>> {
-        let policies = self.policies.read().unwrap_or_else(PoisonError::into_inner);
-        if let Some(entry) = policies.get(plan) {
-            return Some(entry.policy.clone());
-        }
-        let evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
-        evicted.get(plan).cloned()
-    }
-
-    /// Puts `next` in `current`'s place for `plan`, unless another took it meanwhile.
-    fn replace(&self, plan: &[Quota], current: &Arc<Policy>, next: Arc<Policy>) {
-        let mut policies = self
-            .policies
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(entry) = policies.get_mut(plan) {
-            if Arc::ptr_eq(&entry.policy, current) {
-                entry.policy = next;
-            }
-            return;
-        }
-        let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(policy) = evicted.get_mut(plan) {
-            if Arc::ptr_eq(policy, current) {
-                *policy = next;
-            }
-        }
     }
 
     /// Keeps the policy of the plan of `quotas`, dropped to make room.
@@ -375,13 +328,14 @@ impl PerKey {
                 if !fleet.ready() {
                     let per_key = self.clone();
                     let plan: Box<[Quota]> = quotas.into();
-                    let limiter = fleet.gate_plan(picked.limiter.clone(), move || {
-                        per_key
-                            .lookup(&plan)
-                            .ok()
-                            .flatten()
-                            .map(|p| p.limiter.clone())
-                    });
+                    let limiter =
+                        super::gate::gate_plan(fleet, picked.limiter.clone(), move || {
+                            per_key
+                                .lookup(&plan)
+                                .ok()
+                                .flatten()
+                                .map(|p| p.limiter.clone())
+                        });
                     let responder = picked.responder.clone();
                     policy = Ok(Some(Arc::new(Policy {
                         limiter,
