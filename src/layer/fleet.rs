@@ -33,6 +33,32 @@ pub(crate) trait Apply: Send + Sync {
 
     /// The layer's own limiter in force.
     fn own(&self) -> Arc<dyn Limit>;
+
+    /// The quotas in force for `plan`.
+    fn plan_quotas(&self, plan: &[Quota]) -> Arc<[Quota]>;
+}
+
+/// Puts in force, one after the other, the quotas of `history` (the latest last) that came
+/// after `now` (all of them when `now` is not among them), so that each key is charged what
+/// it used under every quotas the fleet went through; when one is refused, the latest alone.
+fn steps(
+    history: &[Vec<Quota>],
+    now: &[Quota],
+    set: impl Fn(&[Quota]) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let from = history
+        .iter()
+        .rposition(|q| q == now)
+        .map_or(0, |at| at + 1);
+    for quotas in &history[from..] {
+        if let Err(error) = set(quotas) {
+            return match history.last() {
+                Some(latest) => set(latest).and(Err(error)),
+                None => Err(error),
+            };
+        }
+    }
+    Ok(())
 }
 
 /// A field of the record and its value: what to write.
@@ -187,16 +213,18 @@ impl Fleet {
             return false;
         }
         for (field, value) in fields {
-            let Some(quotas) = decode(value) else {
+            let Some(history) = history(value) else {
                 continue;
             };
             let applied = if *field == self.own {
-                live.set_own(&quotas)
+                let now = live.own().quotas().to_vec();
+                steps(&history, &now, |quotas| live.set_own(quotas))
             } else if let Some(plan) = field.strip_prefix(b"plan\t".as_slice()).and_then(decode) {
-                if live.check_plan(&plan, &quotas).is_err() {
+                if history.iter().any(|q| live.check_plan(&plan, q).is_err()) {
                     continue;
                 }
-                live.set_plan(&plan, &quotas)
+                let now = live.plan_quotas(&plan).to_vec();
+                steps(&history, &now, |quotas| live.set_plan(&plan, quotas))
             } else {
                 continue;
             };
@@ -246,6 +274,16 @@ fn encode(quotas: &[Quota]) -> Vec<u8> {
         })
         .collect();
     lines.join("\n").into_bytes()
+}
+
+/// The quotas a field held, the latest last (the record keeps the latest few, each as
+/// [`encode`] wrote it, separated by an empty line); `None` for anything else.
+fn history(bytes: &[u8]) -> Option<Vec<Vec<Quota>>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    text.split("\n\n")
+        .map(|entry| decode(entry.as_bytes()))
+        .collect::<Option<Vec<_>>>()
+        .filter(|history| !history.is_empty())
 }
 
 /// The quotas [`encode`] wrote; `None` for anything else.

@@ -343,4 +343,8 @@ impl Apply for Live {
     fn own(&self) -> Arc<dyn Limit> {
         self.lock().limiter.clone()
     }
+
+    fn plan_quotas(&self, plan: &[Quota]) -> Arc<[Quota]> {
+        Live::plan_quotas(self, plan)
+    }
 }

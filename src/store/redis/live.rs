@@ -2,7 +2,8 @@
 //! follows a change made through any of them: `<prefix>:live:<layer>`, a hash with no TTL
 //! (the layer named by the quotas it was built with) holding `v`, a version that each write
 //! increments, and one field per quotas changed (the layer's own, each plan's), whose value
-//! is the quotas in force. A write sets its field and increments the version in one script
+//! is the latest quotas put in force, the last one in force now: a server that missed some
+//! puts each in force in turn, so that every key is charged what it used under each. A write sets its field and increments the version in one script
 //! call, so of two changes racing, the one Redis runs last is the record's.
 //!
 //! Each server reads `v` every [`POLL_EVERY`] (one `HGET`), and the whole hash (`HGETALL`)
@@ -19,15 +20,28 @@ use crate::Error;
 /// How often each server reads the version of each layer's record.
 pub(crate) const POLL_EVERY: Duration = Duration::from_millis(250);
 
-/// Sets a field (ARGV[1]) to a value (ARGV[2]) and increments the version; the new version.
-/// A new record's version starts at Redis's time in microseconds, so that a record made again
-/// (a Redis restarted empty) never goes back to a version a server has read.
+/// Adds a value (ARGV[2]) to a field's history (ARGV[1]: its values, the latest last, each
+/// after an empty line; the latest [`HISTORY`] kept) and increments the version; the new
+/// version. A new record's version starts at Redis's time in microseconds, so that a record
+/// made again (a Redis restarted empty) never goes back to a version a server has read.
 const WRITE: &str = "if redis.call('EXISTS', KEYS[1]) == 0 then \
                        local t = redis.call('TIME') \
                        redis.call('HSET', KEYS[1], 'v', t[1] .. string.sub('00000' .. t[2], -6)) \
                      end \
-                     redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) \
+                     local old = redis.call('HGET', KEYS[1], ARGV[1]) \
+                     local parts = {} \
+                     if old then \
+                       for part in string.gmatch(old .. '\\n\\n', '(.-)\\n\\n') do \
+                         parts[#parts + 1] = part \
+                       end \
+                     end \
+                     parts[#parts + 1] = ARGV[2] \
+                     while #parts > tonumber(ARGV[3]) do table.remove(parts, 1) end \
+                     redis.call('HSET', KEYS[1], ARGV[1], table.concat(parts, '\\n\\n')) \
                      return redis.call('HINCRBY', KEYS[1], 'v', 1)";
+
+/// How many values a field's history keeps: as many quotas as a policy carries over from.
+const HISTORY: usize = 8;
 
 /// A layer's record in Redis.
 #[derive(Clone)]
@@ -80,10 +94,15 @@ impl LiveRecord {
         Ok((version, fields))
     }
 
-    /// Sets `field` to `value`; the record's new version.
+    /// Adds `value` to `field`'s history; the record's new version.
     pub(crate) async fn write(&self, field: &[u8], value: &[u8]) -> Result<u64, Error> {
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(WRITE).arg(1).arg(&self.key).arg(field).arg(value);
+        cmd.arg(WRITE)
+            .arg(1)
+            .arg(&self.key)
+            .arg(field)
+            .arg(value)
+            .arg(HISTORY);
         self.query(&cmd).await
     }
 
