@@ -1,23 +1,16 @@
 //! [`Handle`]: a layer's limits, operated while it serves.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::limit::Limit;
-use super::recipe::{Bind, LayerClock, Recipe};
-use super::shared::Shared;
+pub(crate) use super::live::Live;
+use super::per_key::{sealed, Plan};
 use crate::algorithm::Quotas;
-use crate::store::{Blocks, Update};
+use crate::store::Update;
 use crate::{Decision, Error, Key, Quota};
-
-/// How many keys a layer's handle holds blocked at once ([`Handle::block`]); past that, the
-/// blocks that have ended go first, then those that end soonest (the blocks written to the
-/// stores stay).
-const MAX_HELD: usize = 100_000;
 
 /// Operates a layer's limits while it serves: new quotas at once, without a restart and
 /// without giving anyone a fresh budget.
@@ -55,130 +48,6 @@ impl fmt::Debug for Handle {
     }
 }
 
-/// What a layer's handle and services share: how to make the limiter, the limiter of now, and
-/// the services to hand a new one to.
-pub(crate) struct Live {
-    /// `None` for a layer made from a limiter built by hand.
-    recipe: Option<Recipe>,
-    store: Option<Arc<dyn Bind>>,
-    clock: LayerClock,
-    /// The keys blocked through a handle, which every limiter of the layer checks first
-    /// ([`Handle::block`]): the layer's own, and every plan's, made after the block or not.
-    held: Arc<Blocks>,
-    now: Mutex<Now>,
-    /// Whether a handle was taken: the layer may then no longer make itself a new limiter
-    /// (a new store, clock or algorithm option), which the handle would not reach.
-    handed_out: AtomicBool,
-}
-
-struct Now {
-    limiter: Arc<dyn Limit>,
-    /// The services made so far (their shared part), to be handed the next limiter.
-    services: Vec<Weak<Shared>>,
-}
-
-impl Live {
-    pub(crate) fn new(
-        limiter: Arc<dyn Limit>,
-        recipe: Option<Recipe>,
-        store: Option<Arc<dyn Bind>>,
-        clock: LayerClock,
-    ) -> Self {
-        Self {
-            recipe,
-            store,
-            clock,
-            held: Arc::new(Blocks::new(MAX_HELD)),
-            now: Mutex::new(Now {
-                limiter,
-                services: Vec::new(),
-            }),
-            handed_out: AtomicBool::new(false),
-        }
-    }
-
-    /// Marks that a handle was taken.
-    pub(crate) fn hand_out(&self) {
-        self.handed_out.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether a handle was taken.
-    pub(crate) fn handed_out(&self) -> bool {
-        self.handed_out.load(Ordering::Relaxed)
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Now> {
-        self.now.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The keys blocked through the layer's handles, for its plans' limiters.
-    pub(crate) fn held(&self) -> Arc<Blocks> {
-        self.held.clone()
-    }
-
-    /// Makes the services' shared part with the limiter of now (`make`), and keeps it to hand
-    /// it the next limiter.
-    pub(crate) fn serve(&self, make: impl FnOnce(Arc<dyn Limit>) -> Arc<Shared>) -> Arc<Shared> {
-        let mut now = self.lock();
-        let shared = make(now.limiter.clone());
-        now.services.retain(|s| s.strong_count() > 0);
-        now.services.push(Arc::downgrade(&shared));
-        shared
-    }
-}
-
-impl Now {
-    /// The limiter the layer's own quotas are decided by: a service's (with its bans and the
-    /// handle's blocks), or the bare one while no service is made.
-    fn own(&self) -> Arc<dyn Limit> {
-        self.services
-            .iter()
-            .find_map(Weak::upgrade)
-            .map_or_else(|| self.limiter.clone(), |s| s.active.load().limiter.clone())
-    }
-
-    /// Every limiter a key of the layer may be decided by, each once: the layer's own (with
-    /// its bans), and each plan's made so far by any of its services (those dropped to make
-    /// room included). `Err` when a service forgot some plan: a reset or block through these
-    /// may miss a client of it.
-    fn limiters(&self) -> (Vec<Arc<dyn Limit>>, Result<(), Error>) {
-        let mut all: Vec<Arc<dyn Limit>> = Vec::new();
-        let mut seen = HashSet::new();
-        let mut add = |limiter: Arc<dyn Limit>| {
-            if seen.insert(Arc::as_ptr(&limiter).cast::<()>()) {
-                all.push(limiter);
-            }
-        };
-        let mut own = false;
-        let mut known = Ok(());
-        for shared in self.services.iter().filter_map(Weak::upgrade) {
-            add(shared.active.load().limiter.clone());
-            own = true;
-            if let Some(per_key) = &shared.per_key {
-                let (limiters, all_known) = per_key.limiters();
-                limiters.into_iter().for_each(&mut add);
-                known = known.and(all_known);
-            }
-        }
-        if !own {
-            add(self.limiter.clone());
-        }
-        (all, known)
-    }
-
-    /// Puts `limiter` in force for every service.
-    fn put(&mut self, limiter: Arc<dyn Limit>) {
-        self.services.retain(|service| match service.upgrade() {
-            Some(shared) => {
-                shared.put(limiter.clone());
-                true
-            }
-            None => false,
-        });
-        self.limiter = limiter;
-    }
-}
-
 impl Handle {
     /// `key`'s standing under the layer's quotas in force, consuming nothing: the decision a
     /// request of cost 0 would get ([`RateLimiter::peek`](crate::RateLimiter::peek)); a
@@ -189,7 +58,7 @@ impl Handle {
     /// `Key::from(("/login", PeerIp.key_for(ip)))`.
     ///
     /// A key on a per-key plan ([`quota_for`](super::RateLimitLayer::quota_for)) is decided
-    /// by its plan, which depends on the request: its standing there is not what this reports.
+    /// by its plan: [`peek_plan`](Self::peek_plan) reports its standing there.
     ///
     /// The future owns what it needs (`'static`): spawn it or await it where you like.
     ///
@@ -339,32 +208,20 @@ impl Handle {
     /// one quota; a layer built with a list of quotas (tiers, even a list of one) takes any
     /// number.
     ///
-    /// **With Redis**, each server calls `set_quotas` itself (sending the new configuration to
-    /// every server is the application's job). New quotas have new Redis keys; the old states
-    /// stay where they are, and for as long as they may live (twice the longest an old state
-    /// lives, and a second) each key's next check on this server first charges what the key
-    /// used under the old quotas as of the change, by the rule above, in the same script call.
-    /// So a server that changed decides every key as one server in memory would, but for a
-    /// key whose old state became fresh again under the old quotas (its Redis key expired)
-    /// before its next check: it is charged nothing, where memory charges what it used as of
-    /// the change; it still never gets more than the old quotas allowed before the change and
-    /// the new ones after. Its keys
-    /// are named as those of a server started with the new quotas (unnamed quotas are named
-    /// by their figures, so the name changes with them), which therefore reads the states the
-    /// changed servers wrote; but such a server carries nothing over from the old quotas
-    /// itself: a key it sees first starts fresh there, so a rolling restart with new quotas
-    /// can give a key one fresh budget. While servers disagree (some changed, some not yet),
-    /// each decides on its own quotas' states: a key gets at most what the old quotas leave
-    /// it on the servers that have not changed and what the new ones leave it on those that
-    /// have; once all have changed, what it used on any of them is charged, whichever server
-    /// changed first. A policy carries over from at most 8 earlier quotas at once: a ninth
-    /// change within that time is refused (see Errors) and changes nothing. Blocks and bans
-    /// hold across the change, here and on servers that have not changed yet: a server that
-    /// changed reads and writes them under the policy's new name and under the names it had
-    /// before (unnamed quotas are named by their figures): the one it was built with, and
-    /// the latest 7 others. Bans count a key's denials under the name the layer was built
-    /// with; a server started with other quotas counts its own, so while servers disagree a
-    /// key may be denied up to the ban's count on each before it is banned.
+    /// **With Redis**, the change reaches every server of the layer (one prefix, the layer built
+    /// with the same quotas): it is written to the layer's record in Redis, which every server
+    /// reads and applies by this same carry-over, within 250 ms and three calls (400 ms with the
+    /// default timeout; see [Live quotas](crate::store::redis#live-quotas)); a server started later
+    /// reads it before it decides its first request. Of two changes racing through two servers, the
+    /// one Redis records last holds on every server; one made while Redis is down holds here, and
+    /// is written once Redis answers. For as long as the old states may live (twice the longest an
+    /// old state lives, and a second), each key's next check charges what the key used under the
+    /// old quotas as of the change (a key whose old state expired first is charged nothing; it
+    /// never gets more than the old quotas allowed before the change and the new ones after). A
+    /// server started later carries over from the quotas it was built with, not from those between.
+    /// Blocks and bans hold across the change, under the policy's new name and those it had before
+    /// (the one it was built with and the latest 7 others). A policy carries over from at most 8
+    /// earlier quotas at once: a ninth change within that time is refused (see Errors).
     ///
     /// In Redis, limiters of equal unnamed quotas and one algorithm share state (see
     /// [`RedisStore`](crate::store::RedisStore)): a change to unnamed quotas equal to another
@@ -373,8 +230,8 @@ impl Handle {
     /// name it keeps reading and writing them under.
     /// Name the quotas ([`Quota::named`](crate::Quota::named)) to keep them apart.
     ///
-    /// Per-key plans ([`quota_for`](super::RateLimitLayer::quota_for)) are not
-    /// changed: a plan is the quotas its selector returns. A plan equal to the quotas the layer
+    /// Per-key plans ([`quota_for`](super::RateLimitLayer::quota_for)) are changed by
+    /// [`set_plan_quotas`](Self::set_plan_quotas). A plan equal to the quotas the layer
     /// was built with is the layer's own and follows the change; a plan equal to the new
     /// quotas keeps its own limiter, and its keys what they used there.
     ///
@@ -394,29 +251,71 @@ impl Handle {
                 "Handle::set_quotas: no quota given; give at least one",
             ));
         }
-        let live = &*self.live;
-        let (Some(recipe), Some(store)) = (&live.recipe, &live.store) else {
-            return Err(Error::misconfigured(
-                "Handle::set_quotas: this layer was made by RateLimitLayer::from_limiter, which \
-                 keeps its limiter as it was built; build the layer with an algorithm \
-                 constructor such as RateLimitLayer::gcra to change its quotas live",
-            ));
-        };
-        if live.lock().limiter.quotas() == quotas.as_slice() {
-            // The quotas in force (a configuration applied again): every key keeps its state
-            // as it is, not converted to whole requests.
-            return Ok(());
-        }
-        let recipe = recipe.for_plan(&quotas);
-        // Bound privately: the next limiter reads the old one's keys, never another layer's.
-        let next = store.bind(&recipe, &live.clock, false)?;
-        let mut now = live.lock();
-        let next = next.inherit(&*now.limiter)?;
-        // In force at once: a key's first request carries its usage over.
-        now.put(next.clone());
-        // Then every other key's, and the old states go.
-        now.put(next.settled());
-        Ok(())
+        self.live.change_own(&quotas)
+    }
+
+    /// Puts `quotas` in force for the per-key plan `plan` ([`quota_for`](super::RateLimitLayer::quota_for)):
+    /// `plan` is what the selector returns for the plan (its quotas, as built), and from now
+    /// on its keys are decided by `quotas`, as [`set_quotas`](Self::set_quotas) does for the
+    /// layer's own quotas: **clients keep what they used** under the plan, and the call takes
+    /// no `.await`. With Redis, the change reaches every server of the layer, as
+    /// [`set_quotas`](Self::set_quotas)'s does. `plan` given as `quotas` puts the plan back as
+    /// built.
+    ///
+    /// ```
+    /// use tollgate::key::RequestHead;
+    /// use tollgate::{Key, Quota, RateLimitLayer};
+    ///
+    /// let pro = Quota::per_minute(600).named("pro");
+    /// let layer = RateLimitLayer::gcra(Quota::per_minute(60).named("free"))
+    ///     .quota_for({
+    ///         let pro = pro.clone();
+    ///         move |key: &Key, _: RequestHead<'_>| pro.clone() // pick by key in practice
+    ///     });
+    /// let handle = layer.handle();
+    /// handle.set_plan_quotas(pro.clone(), Quota::per_minute(1200).named("pro"))?;
+    /// assert_eq!(handle.plan_quotas(pro), [Quota::per_minute(1200).named("pro")]);
+    /// # Ok::<(), tollgate::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// An error of kind [`Misconfigured`](crate::ErrorKind::Misconfigured), and nothing
+    /// changes, when the layer picks no plans (no `quota_for`: an unknown plan), when `plan`
+    /// is empty or the layer's own quotas (change those with `set_quotas`), when `quotas` is
+    /// empty, when a layer built with one quota would move a plan between one quota and
+    /// tiers, and for the reasons `set_quotas` gives.
+    pub fn set_plan_quotas<P: Plan, Q: Quotas>(&self, plan: P, quotas: Q) -> Result<(), Error> {
+        let plan = sealed::Sealed::quotas(&plan);
+        let quotas = quotas.into_quotas();
+        self.live.change_plan(plan, &quotas)
+    }
+
+    /// The quotas in force for the per-key plan `plan` (as the selector returns it): those
+    /// [`set_plan_quotas`](Self::set_plan_quotas) gave it, or its own.
+    pub fn plan_quotas<P: Plan>(&self, plan: P) -> Vec<Quota> {
+        self.live
+            .plan_quotas(sealed::Sealed::quotas(&plan))
+            .to_vec()
+    }
+
+    /// `key`'s standing under the per-key plan `plan` (as the selector returns it), consuming
+    /// nothing, as [`peek`](Self::peek) reports it under the layer's own quotas: by the
+    /// plan's quotas in force, its blocks and bans included.
+    ///
+    /// # Errors
+    ///
+    /// When the store fails, or cannot keep the plan's quotas; an error of kind
+    /// [`Misconfigured`](crate::ErrorKind::Misconfigured) for a layer made by
+    /// [`from_limiter`](super::RateLimitLayer::from_limiter).
+    pub fn peek_plan<P: Plan>(
+        &self,
+        plan: P,
+        key: impl Into<Key>,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'static {
+        let limiter = self.live.plan_limiter(sealed::Sealed::quotas(&plan));
+        let key = key.into();
+        async move { limiter?.peek(key).await }
     }
 }
 

@@ -330,12 +330,12 @@ impl RateLimitLayer {
         let store: Arc<dyn Bind> = Arc::new(Binder(MemoryStore::new()));
         let clock = LayerClock::System;
         let limiter = bound(&*store, &recipe, &clock);
-        let live = Arc::new(Live::new(
+        let live = Live::new(
             limiter.clone(),
             Some(recipe.clone()),
             Some(store.clone()),
             clock.clone(),
-        ));
+        );
         Self {
             recipe: Some(recipe),
             limiter,
@@ -371,7 +371,7 @@ impl RateLimitLayer {
         let limiter: Arc<dyn Limit> = Arc::new(limiter);
         Self {
             recipe: None,
-            live: Arc::new(Live::new(limiter.clone(), None, None, LayerClock::System)),
+            live: Live::new(limiter.clone(), None, None, LayerClock::System),
             limiter,
             store: None,
             clock: LayerClock::System,
@@ -419,12 +419,15 @@ impl RateLimitLayer {
         if self.settings.count_if.is_some() {
             self.limiter.expect_refunds();
         }
-        self.live = Arc::new(Live::new(
+        self.live = Live::new(
             self.limiter.clone(),
             Some(recipe.clone()),
             Some(store.clone()),
             clock.clone(),
-        ));
+        );
+        if self.select.is_some() {
+            self.live.picks_plans();
+        }
         if let Some((ban, _)) = self.ban.take() {
             let counter = ban_counter(&ban, &self.limiter, &*store, &recipe, &clock);
             self.ban = Some((ban, counter));
@@ -738,6 +741,7 @@ impl RateLimitLayer {
              tells plans apart"
         );
         self.select = Some(per_key::select(select));
+        self.live.picks_plans();
         self.changed()
     }
 
@@ -1269,20 +1273,26 @@ impl RateLimitLayer {
                                 settings: self.settings.clone(),
                                 ban: self.ban.as_ref().map(|(ban, _)| *ban),
                                 held: self.live.held(),
+                                book: self.live.plans.clone(),
+                                #[cfg(feature = "redis")]
+                                fleet: self.live.fleet.clone(),
                             };
-                            Some(PerKey::new(select.clone(), maker))
+                            Some(Arc::new(PerKey::new(select.clone(), maker)))
                         }
                         _ => None,
                     };
-                    Arc::new(Shared::new(
-                        limiter,
-                        self.settings.clone(),
-                        self.key.clone(),
-                        per_key,
-                        self.cost.clone(),
-                        ban,
-                        self.live.held(),
-                    ))
+                    Arc::new(
+                        Shared::new(
+                            limiter,
+                            self.settings.clone(),
+                            self.key.clone(),
+                            per_key,
+                            self.cost.clone(),
+                            ban,
+                            self.live.held(),
+                        )
+                        .keeping(self.live.clone()),
+                    )
                 })
             })
             .clone()

@@ -82,7 +82,11 @@
 mod answer;
 mod ban;
 mod body;
+#[cfg(feature = "redis")]
+mod fleet;
 mod future;
+#[cfg(feature = "redis")]
+mod gate;
 mod handle;
 mod headers;
 mod held;
@@ -90,8 +94,10 @@ mod in_flight;
 #[allow(clippy::module_inception)]
 mod layer;
 mod limit;
+mod live;
 mod observe;
 mod per_key;
+mod plan_change;
 mod recipe;
 mod response;
 mod service;

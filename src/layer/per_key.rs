@@ -82,15 +82,23 @@ tiered_plan! {
     [const N: usize] [Quota; N];
 }
 
+/// The plans whose quotas were changed live: each plan, as the layer's `quota_for` selector
+/// returns it, and the quotas in force for it.
+pub(crate) type PlanBook = Mutex<HashMap<Box<[Quota]>, Arc<[Quota]>>>;
+
 /// A limiter and the header writer for one plan.
 pub(crate) struct Policy {
     pub(crate) limiter: Arc<dyn Limit>,
     pub(crate) responder: Arc<Responder>,
+    /// The limiter without the bans and blocks around it, which new quotas take over from.
+    pub(super) bare: Arc<dyn Limit>,
+    /// The ban's count of denials, kept across a change of the plan's quotas.
+    pub(super) counter: Option<Arc<dyn Limit>>,
 }
 
 /// A plan's policy, and when it was last used (the count of plans made by then).
-struct Entry {
-    policy: Arc<Policy>,
+pub(super) struct Entry {
+    pub(super) policy: Arc<Policy>,
     used: AtomicU64,
 }
 
@@ -98,11 +106,11 @@ struct Entry {
 /// the store refuses the plan.
 pub(crate) type Picked = Result<Option<Arc<Policy>>, crate::Error>;
 
-/// The limiters of the plans dropped to make room, by their quotas.
-type Evicted = HashMap<Box<[Quota]>, Arc<dyn Limit>, RandomState>;
+/// The policies of the plans dropped to make room, by their quotas.
+pub(super) type Evicted = HashMap<Box<[Quota]>, Arc<Policy>, RandomState>;
 
 /// The policies of the plans picked lately, by their quotas.
-type Policies = HashMap<Box<[Quota]>, Entry, RandomState>;
+pub(super) type Policies = HashMap<Box<[Quota]>, Entry, RandomState>;
 
 /// The selector, with its plan handed to `found` as quotas.
 pub(crate) type Select = dyn Fn(&Key, RequestHead<'_>, &mut dyn FnMut(&[Quota])) + Send + Sync;
@@ -130,17 +138,22 @@ pub(crate) struct Maker {
     pub(crate) ban: Option<Ban>,
     /// The keys blocked through the layer's handle, which every plan denies.
     pub(crate) held: Arc<Blocks>,
+    /// The quotas in force for the plans changed live.
+    pub(crate) book: Arc<PlanBook>,
+    /// The servers sharing the layer's Redis, whose record a plan's first requests wait for.
+    #[cfg(feature = "redis")]
+    pub(crate) fleet: Option<Arc<super::fleet::Fleet>>,
 }
 
 /// The plan selector and the limiters made for the plans it picked lately.
 pub(crate) struct PerKey {
     select: Arc<Select>,
     maker: Maker,
-    policies: RwLock<Policies>,
+    pub(super) policies: RwLock<Policies>,
     /// The limiters of the plans dropped from `policies` to make room, and not made again
     /// since: their state stays in the store, where a handle's reset and block must still
     /// reach it.
-    evicted: Mutex<Evicted>,
+    pub(super) evicted: Mutex<Evicted>,
     /// Whether some plan was dropped past [`MAX_EVICTED_PLANS`]: a reset or block may miss it.
     forgot: AtomicBool,
     /// How many policies have been made: entries used since the last one share its count.
@@ -200,7 +213,7 @@ impl PerKey {
                 .collect()
         };
         let evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
-        limiters.extend(evicted.values().cloned());
+        limiters.extend(evicted.values().map(|policy| policy.limiter.clone()));
         let known = if self.forgot.load(Ordering::Relaxed) {
             Err(crate::Error::misconfigured(
                 "quota_for picked more than 4352 distinct plans, and the layer forgot some: a \
@@ -213,40 +226,82 @@ impl PerKey {
         (limiters, known)
     }
 
-    /// The limiter of a plan of `quotas`, with the layer's options, bans and the handle's
-    /// blocks. Shared under the plan's name, or its text when unnamed: a limiter made again
-    /// for this plan after its eviction finds the state this one leaves.
-    fn make(&self, quotas: &[Quota]) -> Result<Arc<dyn Limit>, crate::Error> {
+    /// The bare limiter of `quotas` for a plan: shared under its name, or its text when
+    /// unnamed, when `shared` (a limiter made again for the plan after its eviction finds the
+    /// state this one leaves).
+    pub(super) fn bind(
+        &self,
+        quotas: &[Quota],
+        shared: bool,
+    ) -> Result<Arc<dyn Limit>, crate::Error> {
         let maker = &self.maker;
-        maker
-            .store
-            .bind(
-                &maker.recipe.for_plan(quotas).in_role(Role::Plan),
-                &maker.clock,
-                true,
-            )
-            .inspect(|limiter| {
-                // Told of refunds as the layer's own limiter is.
-                if maker.settings.count_if.is_some() {
-                    limiter.expect_refunds();
-                }
-            })
-            .and_then(|limiter| match &maker.ban {
-                Some(ban) => {
-                    let tie = maker.recipe.tie.as_ref();
-                    let counter = ban.bind(&limiter, &*maker.store, &maker.clock, true, tie)?;
-                    Ok(ban.wrap(limiter, counter, maker.settings.dry_run))
-                }
-                None => Ok(limiter),
-            })
-            .map(|limiter| held(limiter, maker.held.clone()))
+        let recipe = maker.recipe.for_plan(quotas).in_role(Role::Plan);
+        let limiter = maker.store.bind(&recipe, &maker.clock, shared)?;
+        // Told of refunds as the layer's own limiter is.
+        if maker.settings.count_if.is_some() {
+            limiter.expect_refunds();
+        }
+        Ok(limiter)
     }
 
-    /// Keeps the limiter of the plan of `quotas`, dropped to make room.
-    fn evicted(&self, quotas: Box<[Quota]>, limiter: Arc<dyn Limit>) {
+    /// The policy of the plan `plan` decided by `quotas` (those in force for it): its
+    /// limiter, with the layer's options, bans and the handle's blocks, carrying over what
+    /// each key used under the plan as built when the two differ.
+    fn make(&self, plan: &[Quota], quotas: &[Quota]) -> Result<Policy, crate::Error> {
+        let maker = &self.maker;
+        let mut bare = self.bind(plan, true)?;
+        let counter = match &maker.ban {
+            Some(ban) => {
+                let tie = maker.recipe.tie.as_ref();
+                Some(ban.bind(&bare, &*maker.store, &maker.clock, true, tie)?)
+            }
+            None => None,
+        };
+        if plan != quotas {
+            bare = self.bind(quotas, false)?.inherit(&*bare)?.settled();
+        }
+        Ok(self.policy_of(bare, counter))
+    }
+
+    /// The policy of `bare` with the layer's bans (counted by `counter`) and the handle's
+    /// blocks around it, and its answers.
+    pub(super) fn policy_of(
+        &self,
+        bare: Arc<dyn Limit>,
+        counter: Option<Arc<dyn Limit>>,
+    ) -> Policy {
+        let maker = &self.maker;
+        let limiter = match (&maker.ban, &counter) {
+            (Some(ban), Some(counter)) => {
+                ban.wrap(bare.clone(), counter.clone(), maker.settings.dry_run)
+            }
+            _ => bare.clone(),
+        };
+        let limiter = held(limiter, maker.held.clone());
+        let responder = Arc::new(Responder::for_limit(&limiter, maker.settings.clone()));
+        Policy {
+            limiter,
+            responder,
+            bare,
+            counter,
+        }
+    }
+
+    /// The quotas in force for `plan`.
+    fn in_force(&self, plan: &[Quota]) -> Option<Arc<[Quota]>> {
+        let book = self
+            .maker
+            .book
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        book.get(plan).cloned()
+    }
+
+    /// Keeps the policy of the plan of `quotas`, dropped to make room.
+    fn evicted(&self, quotas: Box<[Quota]>, policy: Arc<Policy>) {
         let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
         if evicted.len() < MAX_EVICTED_PLANS {
-            evicted.insert(quotas, limiter);
+            evicted.insert(quotas, policy);
         } else {
             // Warned once: when the layer first forgets a plan.
             Self::warn_once(
@@ -262,10 +317,34 @@ impl PerKey {
     /// options, store, clock and answers; `None`: the layer's own quotas apply. An error when
     /// the store refuses the plan (a quota too large for it): the request is refused, never
     /// given the layer's own quotas, which may be looser than the plan's.
-    pub(crate) fn policy(&self, key: &Key, head: RequestHead<'_>) -> Picked {
+    pub(crate) fn policy(self: &Arc<Self>, key: &Key, head: RequestHead<'_>) -> Picked {
         let mut policy = Ok(None);
         (self.select)(key, head, &mut |quotas| {
             policy = self.lookup(quotas);
+            // Until the fleet's record was read, the plan's quotas may be about to change:
+            // the request waits for it.
+            #[cfg(feature = "redis")]
+            if let (Ok(Some(picked)), Some(fleet)) = (&policy, &self.maker.fleet) {
+                if !fleet.ready() {
+                    let per_key = self.clone();
+                    let plan: Box<[Quota]> = quotas.into();
+                    let limiter =
+                        super::gate::gate_plan(fleet, picked.limiter.clone(), move || {
+                            per_key
+                                .lookup(&plan)
+                                .ok()
+                                .flatten()
+                                .map(|p| p.limiter.clone())
+                        });
+                    let responder = picked.responder.clone();
+                    policy = Ok(Some(Arc::new(Policy {
+                        limiter,
+                        responder,
+                        bare: picked.bare.clone(),
+                        counter: None,
+                    })));
+                }
+            }
         });
         policy
     }
@@ -274,7 +353,7 @@ impl PerKey {
     /// [`Handle::set_quotas`](super::Handle::set_quotas)). A plan equal to quotas set live is
     /// not: its keys keep their plan's limiter and what they used there, rather than moving to
     /// the layer's, which never saw them.
-    fn lookup(&self, quotas: &[Quota]) -> Picked {
+    pub(crate) fn lookup(&self, quotas: &[Quota]) -> Picked {
         if *quotas == *self.maker.recipe.quotas {
             return Ok(None);
         }
@@ -298,8 +377,22 @@ impl PerKey {
             );
             return Ok(None);
         }
-        let limiter = match self.make(quotas) {
-            Ok(limiter) => limiter,
+        // A plan dropped to make room comes back with its limiter (and what its keys used).
+        let evicted = self
+            .evicted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(quotas)
+            .cloned();
+        let in_force = self.in_force(quotas);
+        let policy = match evicted {
+            Some(policy) => Ok(policy),
+            None => self
+                .make(quotas, in_force.as_deref().unwrap_or(quotas))
+                .map(Arc::new),
+        };
+        let policy = match policy {
+            Ok(policy) => policy,
             Err(refused) => {
                 // A plan the store cannot keep (a quota too large for Redis): its requests are
                 // refused as by a store that fails closed, never given the layer's own quotas,
@@ -318,6 +411,11 @@ impl PerKey {
         if let Some(entry) = policies.get(quotas) {
             return Ok(Some(entry.policy.clone()));
         }
+        if self.in_force(quotas) != in_force {
+            // The plan's quotas changed meanwhile: made again with them.
+            drop(policies);
+            return self.lookup(quotas);
+        }
         if policies.len() >= MAX_PLANS {
             Self::warn_once(
                 &self.warned_evicting,
@@ -330,7 +428,7 @@ impl PerKey {
                 .min_by_key(|(_, entry)| entry.used.load(Ordering::Relaxed))
                 .map(|(quotas, _)| quotas.clone());
             if let Some((oldest, entry)) = oldest.and_then(|q| policies.remove_entry(&q)) {
-                self.evicted(oldest, entry.policy.limiter.clone());
+                self.evicted(oldest, entry.policy);
             }
         }
         self.evicted
@@ -338,8 +436,6 @@ impl PerKey {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(quotas);
         let made = self.made.fetch_add(1, Ordering::Relaxed) + 1;
-        let responder = Arc::new(Responder::for_limit(&limiter, self.maker.settings.clone()));
-        let policy = Arc::new(Policy { limiter, responder });
         let entry = Entry {
             policy: policy.clone(),
             used: AtomicU64::new(made),

@@ -258,6 +258,12 @@ pub(crate) trait Bind: Send + Sync + 'static {
     /// (only a `RedisStore` fails over).
     #[cfg(feature = "redis")]
     fn failing(&self, on_failure: &crate::store::OnFailure) -> Option<Arc<dyn Bind>>;
+
+    /// The record of the layer named `layer`'s quotas changed live, which every server
+    /// sharing the store follows; `None` for a store of one server (only a `RedisStore` is
+    /// shared).
+    #[cfg(feature = "redis")]
+    fn record(&self, layer: &str) -> Option<crate::store::LiveRecord>;
 }
 
 /// A copy of `store` whose tables serve `tie` (a `RedisStore`; other stores keep nothing of
@@ -306,6 +312,12 @@ impl<St: LayerStore> Bind for Binder<St> {
         let redis = (&self.0 as &dyn std::any::Any).downcast_ref::<crate::store::RedisStore>()?;
         let store = redis.clone().on_failure(on_failure.clone());
         Some(Arc::new(Binder(store)))
+    }
+
+    #[cfg(feature = "redis")]
+    fn record(&self, layer: &str) -> Option<crate::store::LiveRecord> {
+        let redis = (&self.0 as &dyn std::any::Any).downcast_ref::<crate::store::RedisStore>()?;
+        Some(crate::store::LiveRecord::of(redis, layer))
     }
 
     fn bind(

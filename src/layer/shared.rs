@@ -32,7 +32,7 @@ pub(crate) struct Shared {
     pub(crate) holds: bool,
     pub(crate) key: Arc<dyn KeyExtractor>,
     /// Per-key quotas, when the layer has a `quota_for` selector.
-    pub(crate) per_key: Option<PerKey>,
+    pub(crate) per_key: Option<Arc<PerKey>>,
     /// The cost of each request; `None`: 1.
     pub(crate) cost: Option<Arc<Cost>>,
     /// Bans of repeat offenders, put around every limiter the services are handed.
@@ -40,6 +40,9 @@ pub(crate) struct Shared {
     /// The keys blocked through the layer's handle, which every limiter the services are
     /// handed denies first.
     held: Arc<Blocks>,
+    /// The layer's live part, kept while a service is: it hears of quotas changed through
+    /// other servers.
+    kept: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// A limiter and the answers made for its quotas and policy.
@@ -60,7 +63,7 @@ impl Shared {
         limiter: Arc<dyn Limit>,
         settings: Settings,
         key: Arc<dyn KeyExtractor>,
-        per_key: Option<PerKey>,
+        per_key: Option<Arc<PerKey>>,
         cost: Option<Arc<Cost>>,
         bans: Option<Bans>,
         held: Arc<Blocks>,
@@ -76,7 +79,14 @@ impl Shared {
             cost,
             bans,
             held,
+            kept: None,
         }
+    }
+
+    /// The same, keeping `live` (the layer's live part) for as long as it is kept.
+    pub(crate) fn keeping(mut self, live: Arc<dyn std::any::Any + Send + Sync>) -> Self {
+        self.kept = Some(live);
+        self
     }
 
     /// Puts `limiter` in force for the requests that come next (with the bans and the

@@ -52,6 +52,8 @@ pub use self::memory::{
 };
 #[cfg(feature = "redis")]
 pub use self::redis::{Leases, OnFailure, RedisStore};
+#[cfg(feature = "redis")]
+pub(crate) use self::redis::{LiveRecord, POLL_EVERY};
 
 use std::future::Future;
 use std::pin::Pin;

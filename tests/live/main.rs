@@ -8,3 +8,4 @@ mod config;
 mod handle_ops;
 mod live_quotas;
 mod per_key_plans;
+mod plan_quotas;

@@ -24,6 +24,7 @@ mod redis_in_flight;
 mod redis_keys;
 mod redis_layer;
 mod redis_leases;
+mod redis_live_fleet;
 mod redis_live_quotas;
 mod redis_live_races;
 mod redis_outage;
@@ -58,6 +59,7 @@ fn main() -> std::process::ExitCode {
             module("redis_keys", redis_keys::trials),
             module("redis_layer", redis_layer::trials),
             module("redis_leases", redis_leases::trials),
+            module("redis_live_fleet", redis_live_fleet::trials),
             module("redis_live_quotas", redis_live_quotas::trials),
             module("redis_live_races", redis_live_races::trials),
             alone("redis_outage", redis_outage::trials),

@@ -151,6 +151,22 @@
 //! set of at most 65 536 names, one call per table per server), and a reset through a
 //! layer's [`Handle`](crate::layer::Handle) deletes the client's keys under each name listed,
 //! in the client's slot: one `SMEMBERS` and one `DEL` per 512 keys on top of the reset.
+//!
+//! # Live quotas
+//!
+//! Quotas changed through a layer's [`Handle`](crate::layer::Handle) (the layer's own, or a
+//! plan's) reach every server of the layer: each change is written to
+//! `<prefix>:live:<layer>`, a small hash with no TTL holding the quotas in force and a version,
+//! and every server reads the version every 250 ms (one `HGET` per layer and server, 4 calls
+//! a second), the whole hash only when it moved, and applies what changed with the carry-over
+//! of [`set_quotas`](crate::layer::Handle::set_quotas). A change is in force on every server
+//! within 250 ms and three calls (its write, then each server's reads of the version and the
+//! hash, each bounded by the [`timeout`](RedisStore::timeout): 400 ms with the default). A server started later reads the record before it decides its first
+//! request (that request waits one call). The last change Redis records holds everywhere.
+//! While Redis is down, each server keeps the quotas in force, and a change made meanwhile is
+//! written once Redis answers. Servers whose layer was built with other quotas (another
+//! release) keep theirs. The reading runs as one task per layer on the tokio runtime of its
+//! first request (or handle call), and ends with the layer and its services.
 
 mod algorithms;
 mod bounds;
@@ -165,6 +181,7 @@ mod future;
 mod health;
 mod keys;
 mod leases;
+mod live;
 mod on_failure;
 mod reply;
 mod script;
@@ -177,6 +194,7 @@ mod warn;
 pub use self::algorithms::{RedisAlgorithm, RedisTier};
 pub use self::future::RedisFuture;
 pub use self::leases::Leases;
+pub(crate) use self::live::{LiveRecord, POLL_EVERY};
 pub use self::on_failure::OnFailure;
 pub use self::table::RedisTable;
 

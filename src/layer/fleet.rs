@@ -1,0 +1,310 @@
+//! The servers of a layer sharing one Redis ([`Fleet`]): a change of quotas made through any
+//! server's handle is written to the layer's record in Redis
+//! ([`LiveRecord`]), and each server reads the record on a
+//! schedule and applies what changed through the same carry-over as
+//! [`Handle::set_quotas`](super::Handle::set_quotas).
+//!
+//! One task per layer and server, started on first use inside a tokio runtime: it writes the
+//! changes made here (again, until Redis takes them), reads the record's version every
+//! [`POLL_EVERY`], and the whole record when the version moved. It holds the layer weakly and
+//! ends once the layer, its handles and its services are gone. Until its first read (or the
+//! first failure to read), each request of the layer waits for it (`gate`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use tokio::sync::Notify;
+
+use super::limit::Limit;
+use super::recipe::{Bind, Kind, Recipe};
+use crate::store::{LiveRecord, POLL_EVERY};
+use crate::{Error, Quota};
+
+/// What the fleet changes on its server: the layer's live part.
+pub(crate) trait Apply: Send + Sync {
+    /// Puts `quotas` in force for the layer's own limiter, each key keeping what it used.
+    fn set_own(&self, quotas: &[Quota]) -> Result<(), Error>;
+
+    /// Checks that `plan` may be given `quotas`.
+    fn check_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error>;
+
+    /// Puts `quotas` in force for `plan`, each key keeping what it used.
+    fn set_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error>;
+
+    /// The layer's own limiter in force.
+    fn own(&self) -> Arc<dyn Limit>;
+
+    /// The quotas in force for `plan`.
+    fn plan_quotas(&self, plan: &[Quota]) -> Arc<[Quota]>;
+}
+
+/// Puts in force, one after the other, the quotas of `history` (the latest last) that came
+/// after `now` (all of them when `now` is not among them), so that each key is charged what
+/// it used under every quotas the fleet went through; when one is refused, the latest alone.
+fn steps(
+    history: &[Vec<Quota>],
+    now: &[Quota],
+    set: impl Fn(&[Quota]) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let from = history
+        .iter()
+        .rposition(|q| q == now)
+        .map_or(0, |at| at + 1);
+    for quotas in &history[from..] {
+        if let Err(error) = set(quotas) {
+            return match history.last() {
+                Some(latest) => set(latest).and(Err(error)),
+                None => Err(error),
+            };
+        }
+    }
+    Ok(())
+}
+
+/// A field of the record and its value: what to write.
+type Field = (Vec<u8>, Vec<u8>);
+
+/// A layer's part in its fleet, on this server.
+pub(crate) struct Fleet {
+    record: LiveRecord,
+    live: Weak<dyn Apply>,
+    /// The field of the layer's own quotas: `own` and the quotas it was built with, so that
+    /// servers built with other quotas (another release) keep theirs.
+    own: Vec<u8>,
+    /// Whether the record was read once, or found unreadable: requests no longer wait.
+    ready: AtomicBool,
+    started: AtomicBool,
+    read_once: Notify,
+    /// Wakes the task for a change made here.
+    wake: Arc<Notify>,
+    /// The changes made here that Redis has not taken yet, the latest of each field.
+    pending: Mutex<Vec<Field>>,
+    /// Held while quotas change here, by a handle or from the record: one at a time.
+    changes: Mutex<()>,
+}
+
+impl Fleet {
+    /// The fleet of the layer `live` that `recipe` builds over `store`: `None` but for a rate
+    /// limit over a `RedisStore`.
+    pub(crate) fn of(
+        live: Weak<dyn Apply>,
+        recipe: Option<&Recipe>,
+        store: Option<&dyn Bind>,
+    ) -> Option<Arc<Self>> {
+        let recipe = recipe.filter(|r| r.kind != Kind::InFlight)?;
+        let record = store?.record(&recipe.tie.as_ref()?.layer)?;
+        Some(Arc::new(Self {
+            record,
+            live,
+            own: field("own", &recipe.quotas),
+            ready: AtomicBool::new(false),
+            started: AtomicBool::new(false),
+            read_once: Notify::new(),
+            wake: Arc::new(Notify::new()),
+            pending: Mutex::new(Vec::new()),
+            changes: Mutex::new(()),
+        }))
+    }
+
+    /// Whether the record was read (or found unreadable) once.
+    #[inline]
+    pub(crate) fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Starts the task if it has not started, in the runtime of the caller; whether it runs.
+    pub(crate) fn start(self: &Arc<Self>) -> bool {
+        if self.started.load(Ordering::Relaxed) {
+            return true;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        if !self.started.swap(true, Ordering::AcqRel) {
+            runtime.spawn(run(Arc::downgrade(self), self.wake.clone()));
+        }
+        true
+    }
+
+    /// Waits until the record was read once.
+    pub(crate) async fn first_read(&self) {
+        let mut notified = std::pin::pin!(self.read_once.notified());
+        notified.as_mut().enable();
+        if !self.ready() {
+            notified.await;
+        }
+    }
+
+    fn mark_ready(&self) {
+        if !self.ready.swap(true, Ordering::AcqRel) {
+            self.read_once.notify_waiters();
+        }
+    }
+
+    /// The layer's live part, which the fleet's changes are applied to.
+    pub(crate) fn applier(&self) -> Weak<dyn Apply> {
+        self.live.clone()
+    }
+
+    /// Held while quotas change through a handle, so that the record is not applied
+    /// meanwhile.
+    pub(crate) fn changing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.changes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The layer's own quotas changed here, for the other servers.
+    pub(crate) fn publish_own(self: &Arc<Self>, quotas: &[Quota]) {
+        self.publish(self.own.clone(), encode(quotas));
+    }
+
+    /// `plan`'s quotas changed here, for the other servers.
+    pub(crate) fn publish_plan(self: &Arc<Self>, plan: &[Quota], quotas: &[Quota]) {
+        self.publish(field("plan", plan), encode(quotas));
+    }
+
+    fn publish(self: &Arc<Self>, field: Vec<u8>, value: Vec<u8>) {
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            pending.retain(|(f, _)| *f != field);
+            pending.push((field, value));
+        }
+        self.start();
+        self.wake.notify_one();
+    }
+
+    /// Writes the changes made here, then reads the record if its version moved from
+    /// `known`, and applies what differs.
+    async fn tick(&self, known: &mut Option<u64>) -> Result<(), Error> {
+        loop {
+            let next = self
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .first()
+                .cloned();
+            let Some((field, value)) = next else { break };
+            self.record.write(&field, &value).await?;
+            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            pending.retain(|written| *written != (field.clone(), value.clone()));
+        }
+        if known.is_some() && Some(self.record.version().await?) == *known {
+            return Ok(());
+        }
+        let (version, fields) = self.record.read().await?;
+        if self.apply(&fields) {
+            *known = Some(version);
+        }
+        Ok(())
+    }
+
+    /// Puts the record's `fields` in force here; `false` when a change made here meanwhile
+    /// is still to be written (the record is read again after it).
+    fn apply(&self, fields: &[Field]) -> bool {
+        let Some(live) = self.live.upgrade() else {
+            return true;
+        };
+        let _changing = self.changing();
+        if !self
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+        {
+            return false;
+        }
+        for (field, value) in fields {
+            let Some(history) = history(value) else {
+                continue;
+            };
+            let applied = if *field == self.own {
+                let now = live.own().quotas().to_vec();
+                steps(&history, &now, |quotas| live.set_own(quotas))
+            } else if let Some(plan) = field.strip_prefix(b"plan\t".as_slice()).and_then(decode) {
+                if history.iter().any(|q| live.check_plan(&plan, q).is_err()) {
+                    continue;
+                }
+                let now = live.plan_quotas(&plan).to_vec();
+                steps(&history, &now, |quotas| live.set_plan(&plan, quotas))
+            } else {
+                continue;
+            };
+            if let Err(_error) = applied {
+                #[cfg(feature = "tracing")]
+                tracing::warn!(
+                    "tollgate: quotas changed through another server not applied here: {_error}"
+                );
+            }
+        }
+        true
+    }
+}
+
+/// Reads the record on a schedule until the fleet is gone.
+async fn run(fleet: Weak<Fleet>, wake: Arc<Notify>) {
+    let mut known = None;
+    loop {
+        let Some(now) = fleet.upgrade() else { return };
+        if let Err(_error) = now.tick(&mut known).await {
+            #[cfg(feature = "tracing")]
+            tracing::debug!(
+                "tollgate: the live quotas' record could not be read or written: {_error}"
+            );
+        }
+        now.mark_ready();
+        drop(now);
+        // A change made here wakes the task at once.
+        let _ = tokio::time::timeout(POLL_EVERY, wake.notified()).await;
+    }
+}
+
+/// `<kind>\t<quotas>`: the field of a plan or of the layer's own quotas, as built.
+fn field(kind: &str, quotas: &[Quota]) -> Vec<u8> {
+    let mut field = format!("{kind}\t").into_bytes();
+    field.extend(encode(quotas));
+    field
+}
+
+/// Each quota on a line: its figures (`10/min;burst=20`), then a space and its name if named.
+fn encode(quotas: &[Quota]) -> Vec<u8> {
+    let lines: Vec<String> = quotas
+        .iter()
+        .map(|q| match q.explicit_name() {
+            Some(name) => format!("{q} {name}"),
+            None => q.to_string(),
+        })
+        .collect();
+    lines.join("\n").into_bytes()
+}
+
+/// The quotas a field held, the latest last (the record keeps the latest few, each as
+/// [`encode`] wrote it, separated by an empty line); `None` for anything else.
+fn history(bytes: &[u8]) -> Option<Vec<Vec<Quota>>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    text.split("\n\n")
+        .map(|entry| decode(entry.as_bytes()))
+        .collect::<Option<Vec<_>>>()
+        .filter(|history| !history.is_empty())
+}
+
+/// The quotas [`encode`] wrote; `None` for anything else.
+fn decode(bytes: &[u8]) -> Option<Vec<Quota>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    text.split('\n')
+        .map(|line| {
+            let (figures, name) = match line.split_once(' ') {
+                Some((figures, name)) => (figures, Some(name)),
+                None => (line, None),
+            };
+            let quota: Quota = figures.parse().ok()?;
+            let valid = |n: &str| {
+                !n.is_empty() && n.len() <= 64 && n.bytes().all(|b| (0x20..0x7f).contains(&b))
+            };
+            match name {
+                Some(name) if valid(name) => Some(quota.named(name)),
+                Some(_) => None,
+                None => Some(quota),
+            }
+        })
+        .collect::<Option<Vec<Quota>>>()
+        .filter(|quotas| !quotas.is_empty())
+}

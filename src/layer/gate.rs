@@ -1,0 +1,157 @@
+//! A layer's limiter until its fleet's record is read once ([`Fleet`]): each request waits
+//! for the read, then is decided by the limiter in force, so that a server started after a
+//! change never decides on the figures it was built with.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::fleet::Fleet;
+use super::limit::{Check, Limit};
+use crate::clock::Sleep;
+use crate::store::Update;
+use crate::{Decision, Error, Key, Quota};
+
+/// The layer's own limiter, which first waits for the record (until read once) then decides
+/// by the layer's limiter in force. The services hold it in their limiter's place, and are
+/// handed another when the quotas change: `limiter` is the one in force.
+pub(crate) fn gate(fleet: &Arc<Fleet>, limiter: Arc<dyn Limit>) -> Arc<dyn Limit> {
+    let live = fleet.applier();
+    let then = move || live.upgrade().map(|live| live.own());
+    gated(fleet, limiter, then, true)
+}
+
+/// A plan's limiter, which first waits for the record (until read once) then decides by what
+/// `then` gives (`limiter` when nothing).
+pub(crate) fn gate_plan(
+    fleet: &Arc<Fleet>,
+    limiter: Arc<dyn Limit>,
+    then: impl Fn() -> Option<Arc<dyn Limit>> + Send + Sync + 'static,
+) -> Arc<dyn Limit> {
+    gated(fleet, limiter, then, false)
+}
+
+fn gated(
+    fleet: &Arc<Fleet>,
+    inner: Arc<dyn Limit>,
+    then: impl Fn() -> Option<Arc<dyn Limit>> + Send + Sync + 'static,
+    in_force: bool,
+) -> Arc<dyn Limit> {
+    if fleet.ready() {
+        return inner;
+    }
+    Arc::new(Gate {
+        inner,
+        fleet: fleet.clone(),
+        then: Arc::new(then),
+        in_force,
+    })
+}
+
+/// A limiter whose requests wait for the fleet's record to be read once, then are decided
+/// by what `then` gives.
+struct Gate {
+    inner: Arc<dyn Limit>,
+    fleet: Arc<Fleet>,
+    then: Arc<dyn Fn() -> Option<Arc<dyn Limit>> + Send + Sync>,
+    /// Whether `inner` stays the limiter in force once the record is read (the services'
+    /// own, replaced there on a change), so that a check then takes no lock.
+    in_force: bool,
+}
+
+impl Gate {
+    /// The limiter in force now. The services' own is `inner` (replaced there on a change):
+    /// asked without a lock, as a handle may hold the layer's while it resets or blocks.
+    fn now_in_force(&self) -> Arc<dyn Limit> {
+        if self.in_force {
+            return self.inner.clone();
+        }
+        (self.then)().unwrap_or_else(|| self.inner.clone())
+    }
+
+    /// `ask` of the limiter in force, once the record was read; at once when it was, or
+    /// when no runtime can read it.
+    fn waiting(&self, ask: impl FnOnce(Arc<dyn Limit>) -> Check + Send + 'static) -> Check {
+        if self.fleet.ready() {
+            return ask(self.now_in_force());
+        }
+        if !self.fleet.start() {
+            return ask(self.inner.clone());
+        }
+        let (fleet, then, inner) = (self.fleet.clone(), self.then.clone(), self.inner.clone());
+        Check::Waiting(Box::pin(async move {
+            fleet.first_read().await;
+            ask(then().unwrap_or(inner)).await
+        }))
+    }
+}
+
+impl Limit for Gate {
+    fn check(&self, key: Key, now: u64, cost: u64) -> Check {
+        if self.in_force && self.fleet.ready() {
+            return self.inner.check(key, now, cost);
+        }
+        self.waiting(move |limiter| limiter.check(key, now, cost))
+    }
+
+    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> Check {
+        self.now_in_force().refund(key, admission, cost)
+    }
+
+    fn peek(&self, key: Key) -> Check {
+        self.waiting(move |limiter| limiter.peek(key))
+    }
+
+    fn reset(&self, key: Key) -> Update {
+        self.now_in_force().reset(key)
+    }
+
+    fn block(&self, key: Key, duration: Duration) -> Update {
+        self.now_in_force().block(key, duration)
+    }
+
+    fn now(&self) -> u64 {
+        self.inner.now()
+    }
+
+    fn sleep(&self, delay: Duration) -> Sleep {
+        self.inner.sleep(delay)
+    }
+
+    fn quotas(&self) -> &[Quota] {
+        self.inner.quotas()
+    }
+
+    fn policy(&self) -> &str {
+        self.inner.policy()
+    }
+
+    fn refunds(&self) -> bool {
+        self.inner.refunds()
+    }
+
+    fn expect_refunds(&self) {
+        self.inner.expect_refunds();
+    }
+
+    fn decide_exactly(&self) {
+        self.inner.decide_exactly();
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.describe(f)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self.inner.as_any()
+    }
+
+    fn inherit(&self, previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error> {
+        self.inner.inherit(previous)
+    }
+
+    fn settled(&self) -> Arc<dyn Limit> {
+        self.inner.settled()
+    }
+}

@@ -1,0 +1,350 @@
+//! What a layer's handles and services share ([`Live`]): how to make its limiters, the limiter
+//! of now, the quotas of the plans changed live, and, with Redis, the fleet that hears of
+//! changes made through other servers.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use super::limit::Limit;
+use super::per_key::{PerKey, PlanBook};
+use super::recipe::{Bind, LayerClock, Recipe};
+use super::shared::Shared;
+use crate::store::{Blocks, Role};
+use crate::{Error, Quota};
+
+#[cfg(feature = "redis")]
+use super::fleet::{Apply, Fleet};
+
+/// How many keys a layer's handle holds blocked at once ([`Handle::block`](super::Handle::block));
+/// past that, the blocks that have ended go first, then those that end soonest (the blocks
+/// written to the stores stay).
+const MAX_HELD: usize = 100_000;
+
+/// What a layer's handle and services share: how to make the limiter, the limiter of now, and
+/// the services to hand a new one to.
+pub(crate) struct Live {
+    /// `None` for a layer made from a limiter built by hand.
+    pub(super) recipe: Option<Recipe>,
+    pub(super) store: Option<Arc<dyn Bind>>,
+    pub(super) clock: LayerClock,
+    /// The keys blocked through a handle, which every limiter of the layer checks first
+    /// ([`Handle::block`](super::Handle::block)): the layer's own, and every plan's.
+    pub(super) held: Arc<Blocks>,
+    now: Mutex<Now>,
+    /// Whether a handle was taken: the layer may then no longer make itself a new limiter
+    /// (a new store, clock or algorithm option), which the handle would not reach.
+    handed_out: AtomicBool,
+    /// Whether the layer picks plans (`quota_for`).
+    picks_plans: AtomicBool,
+    pub(super) plans: Arc<PlanBook>,
+    /// The servers sharing the layer's Redis, `None` for other stores.
+    #[cfg(feature = "redis")]
+    pub(super) fleet: Option<Arc<Fleet>>,
+}
+
+pub(super) struct Now {
+    pub(super) limiter: Arc<dyn Limit>,
+    /// The services made so far (their shared part), to be handed the next limiter.
+    services: Vec<Weak<Shared>>,
+}
+
+impl Live {
+    pub(crate) fn new(
+        limiter: Arc<dyn Limit>,
+        recipe: Option<Recipe>,
+        store: Option<Arc<dyn Bind>>,
+        clock: LayerClock,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|_live: &Weak<Live>| Self {
+            #[cfg(feature = "redis")]
+            fleet: Fleet::of(_live.clone(), recipe.as_ref(), store.as_deref()),
+            recipe,
+            store,
+            clock,
+            held: Arc::new(Blocks::new(MAX_HELD)),
+            now: Mutex::new(Now {
+                limiter,
+                services: Vec::new(),
+            }),
+            handed_out: AtomicBool::new(false),
+            picks_plans: AtomicBool::new(false),
+            plans: Arc::default(),
+        })
+    }
+
+    /// Marks that a handle was taken.
+    pub(crate) fn hand_out(&self) {
+        self.handed_out.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a handle was taken.
+    pub(crate) fn handed_out(&self) -> bool {
+        self.handed_out.load(Ordering::Relaxed)
+    }
+
+    /// Marks that the layer picks plans.
+    pub(crate) fn picks_plans(&self) {
+        self.picks_plans.store(true, Ordering::Relaxed);
+    }
+
+    /// The limiter of now and the services; with Redis, the fleet's record is read from
+    /// then on (once inside a runtime).
+    pub(super) fn lock(&self) -> MutexGuard<'_, Now> {
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &self.fleet {
+            fleet.start();
+        }
+        self.now.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The keys blocked through the layer's handles, for its plans' limiters.
+    pub(crate) fn held(&self) -> Arc<Blocks> {
+        self.held.clone()
+    }
+
+    /// Makes the services' shared part with the limiter of now (`make`, given it as the
+    /// services decide by it), and keeps it to hand it the next limiter.
+    pub(crate) fn serve(&self, make: impl FnOnce(Arc<dyn Limit>) -> Arc<Shared>) -> Arc<Shared> {
+        let mut now = self.lock();
+        let shared = make(self.serving(now.limiter.clone()));
+        now.services.retain(|s| s.strong_count() > 0);
+        now.services.push(Arc::downgrade(&shared));
+        shared
+    }
+
+    /// `limiter` as the services decide by it: until the fleet's record was read, each
+    /// request waits for it first.
+    fn serving(&self, limiter: Arc<dyn Limit>) -> Arc<dyn Limit> {
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &self.fleet {
+            return super::gate::gate(fleet, limiter);
+        }
+        limiter
+    }
+
+    /// Puts `limiter` in force for every service.
+    fn put(&self, now: &mut Now, limiter: Arc<dyn Limit>) {
+        let serving = self.serving(limiter.clone());
+        now.services.retain(|service| match service.upgrade() {
+            Some(shared) => {
+                shared.put(serving.clone());
+                true
+            }
+            None => false,
+        });
+        now.limiter = limiter;
+    }
+
+    /// Puts `quotas` in force for the layer's own limiter (as [`set_own`](Self::set_own))
+    /// and, with Redis, for every server of the layer.
+    pub(crate) fn change_own(&self, quotas: &[Quota]) -> Result<(), Error> {
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &self.fleet {
+            let _changing = fleet.changing();
+            self.set_own(quotas)?;
+            fleet.publish_own(quotas);
+            return Ok(());
+        }
+        self.set_own(quotas)
+    }
+
+    /// Puts `quotas` in force for `plan` (as [`set_plan`](Self::set_plan)) and, with Redis,
+    /// for every server of the layer.
+    pub(crate) fn change_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &self.fleet {
+            let _changing = fleet.changing();
+            self.set_plan(plan, quotas)?;
+            fleet.publish_plan(plan, quotas);
+            return Ok(());
+        }
+        self.set_plan(plan, quotas)
+    }
+
+    /// Puts `quotas` in force for the layer's own limiter, each key keeping what it used;
+    /// nothing to do when they are in force already.
+    pub(crate) fn set_own(&self, quotas: &[Quota]) -> Result<(), Error> {
+        let (Some(recipe), Some(store)) = (&self.recipe, &self.store) else {
+            return Err(Error::misconfigured(
+                "Handle::set_quotas: this layer was made by RateLimitLayer::from_limiter, which \
+                 keeps its limiter as it was built; build the layer with an algorithm \
+                 constructor such as RateLimitLayer::gcra to change its quotas live",
+            ));
+        };
+        if self.lock().limiter.quotas() == quotas {
+            // The quotas in force (a configuration applied again): every key keeps its state
+            // as it is, not converted to whole requests.
+            return Ok(());
+        }
+        let recipe = recipe.for_plan(quotas);
+        // Bound privately: the next limiter reads the old one's keys, never another layer's.
+        let next = store.bind(&recipe, &self.clock, false)?;
+        let mut now = self.lock();
+        let next = next.inherit(&*now.limiter)?;
+        // In force at once: a key's first request carries its usage over.
+        self.put(&mut now, next.clone());
+        // Then every other key's, and the old states go.
+        self.put(&mut now, next.settled());
+        Ok(())
+    }
+
+    /// Checks that `plan` may be given `quotas` ([`Handle::set_plan_quotas`](super::Handle::set_plan_quotas)).
+    pub(crate) fn check_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
+        let fail = |why: &str| {
+            Err(Error::misconfigured(format!(
+                "Handle::set_plan_quotas: {why}"
+            )))
+        };
+        let Some(recipe) = &self.recipe else {
+            return fail("this layer was made by RateLimitLayer::from_limiter and picks no plans; build it with an algorithm constructor and quota_for");
+        };
+        if !self.picks_plans.load(Ordering::Relaxed) {
+            return fail("unknown plan: this layer picks no plans; give it a selector with RateLimitLayer::quota_for, or change its own quotas with set_quotas");
+        }
+        if plan.is_empty() {
+            return fail("unknown plan: a plan with no quota gets the layer's own quotas; change those with set_quotas");
+        }
+        if quotas.is_empty() {
+            return fail("no quota given; give at least one");
+        }
+        if plan == &*recipe.quotas {
+            return fail("this plan is the layer's own quotas (those it was built with); change them with set_quotas");
+        }
+        if !recipe.tiered && (plan.len() > 1) != (quotas.len() > 1) {
+            return fail("a plan of one quota takes one quota, and a plan of tiers takes tiers (several quotas), on a layer built with one quota");
+        }
+        Ok(())
+    }
+
+    /// Puts `quotas` in force for `plan` on every service, each key keeping what it used
+    /// there; the plans made later take them too.
+    pub(crate) fn set_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
+        self.check_plan(plan, quotas)?;
+        let (Some(recipe), Some(store)) = (&self.recipe, &self.store) else {
+            return Ok(());
+        };
+        // Refused here when the store cannot keep them, before anything changes.
+        let probe = recipe.for_plan(quotas).in_role(Role::Plan);
+        store.bind(&probe, &self.clock, false)?;
+        let quotas: Arc<[Quota]> = quotas.into();
+        {
+            let mut book = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
+            let before = book.get(plan).cloned().unwrap_or_else(|| plan.into());
+            if before == quotas {
+                return Ok(());
+            }
+            if *plan == *quotas {
+                book.remove(plan);
+            } else {
+                book.insert(plan.into(), quotas.clone());
+            }
+        }
+        let mut outcome = Ok(());
+        for per_key in self.plan_pickers() {
+            outcome = outcome.and(per_key.change(plan, &quotas));
+        }
+        outcome
+    }
+
+    /// The plan pickers of the services made so far, taken out of the lock.
+    fn plan_pickers(&self) -> Vec<Arc<PerKey>> {
+        let now = self.lock();
+        let services = now.services.iter().filter_map(Weak::upgrade);
+        services.filter_map(|s| s.per_key.clone()).collect()
+    }
+
+    /// The quotas in force for `plan`.
+    pub(crate) fn plan_quotas(&self, plan: &[Quota]) -> Arc<[Quota]> {
+        let book = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
+        book.get(plan).cloned().unwrap_or_else(|| plan.into())
+    }
+
+    /// The limiter `plan`'s keys are decided by: a service's, or, before any service is
+    /// made, one made for the purpose (it reads the store the plan's limiter will).
+    pub(crate) fn plan_limiter(&self, plan: &[Quota]) -> Result<Arc<dyn Limit>, Error> {
+        let (Some(recipe), Some(store)) = (&self.recipe, &self.store) else {
+            return Err(Error::misconfigured(
+                "Handle::peek_plan: this layer was made by RateLimitLayer::from_limiter and picks no plans",
+            ));
+        };
+        if plan.is_empty() || *plan == *recipe.quotas {
+            return Ok(self.lock().own());
+        }
+        if let Some(per_key) = self.plan_pickers().first() {
+            return match per_key.lookup(plan)? {
+                Some(policy) => Ok(policy.limiter.clone()),
+                None => Ok(self.lock().own()),
+            };
+        }
+        let quotas = self.plan_quotas(plan);
+        store.bind(
+            &recipe.for_plan(&quotas).in_role(Role::Plan),
+            &self.clock,
+            true,
+        )
+    }
+}
+
+impl Now {
+    /// The limiter the layer's own quotas are decided by: a service's (with its bans and the
+    /// handle's blocks), or the bare one while no service is made.
+    pub(super) fn own(&self) -> Arc<dyn Limit> {
+        self.services
+            .iter()
+            .find_map(Weak::upgrade)
+            .map_or_else(|| self.limiter.clone(), |s| s.active.load().limiter.clone())
+    }
+
+    /// Every limiter a key of the layer may be decided by, each once: the layer's own (with
+    /// its bans), and each plan's made so far by any of its services (those dropped to make
+    /// room included). `Err` when a service forgot some plan: a reset or block through these
+    /// may miss a client of it.
+    pub(super) fn limiters(&self) -> (Vec<Arc<dyn Limit>>, Result<(), Error>) {
+        let mut all: Vec<Arc<dyn Limit>> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut add = |limiter: Arc<dyn Limit>| {
+            if seen.insert(Arc::as_ptr(&limiter).cast::<()>()) {
+                all.push(limiter);
+            }
+        };
+        let mut own = false;
+        let mut known = Ok(());
+        for shared in self.services.iter().filter_map(Weak::upgrade) {
+            add(shared.active.load().limiter.clone());
+            own = true;
+            if let Some(per_key) = &shared.per_key {
+                let (limiters, all_known) = per_key.limiters();
+                limiters.into_iter().for_each(&mut add);
+                known = known.and(all_known);
+            }
+        }
+        if !own {
+            add(self.limiter.clone());
+        }
+        (all, known)
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Apply for Live {
+    fn set_own(&self, quotas: &[Quota]) -> Result<(), Error> {
+        Live::set_own(self, quotas)
+    }
+
+    fn check_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
+        Live::check_plan(self, plan, quotas)
+    }
+
+    fn set_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
+        Live::set_plan(self, plan, quotas)
+    }
+
+    fn own(&self) -> Arc<dyn Limit> {
+        self.lock().limiter.clone()
+    }
+
+    fn plan_quotas(&self, plan: &[Quota]) -> Arc<[Quota]> {
+        Live::plan_quotas(self, plan)
+    }
+}

@@ -1,0 +1,65 @@
+//! A per-key plan's quotas changed live ([`Handle::set_plan_quotas`](super::Handle::set_plan_quotas)):
+//! the plan's limiter is replaced by one of the new quotas that takes over from it, each key
+//! keeping what it used, wherever the layer keeps it (held, or dropped to make room).
+
+use std::sync::{Arc, PoisonError};
+
+use super::per_key::{PerKey, Policy};
+use crate::Quota;
+
+impl PerKey {
+    /// Puts `quotas` in force for `plan`, if a limiter was made for it: each key keeps what
+    /// it used ([`Handle::set_plan_quotas`](super::Handle::set_plan_quotas)).
+    pub(crate) fn change(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), crate::Error> {
+        let Some(current) = self.made(plan) else {
+            return Ok(());
+        };
+        let next = self.bind(quotas, false)?.inherit(&*current.bare)?;
+        // In force at once: a key's first request carries its usage over; then every other
+        // key's, and the old states go.
+        let counter = current.counter.clone();
+        self.replace(
+            plan,
+            &current,
+            Arc::new(self.policy_of(next.clone(), counter.clone())),
+        );
+        if let Some(now) = self.made(plan) {
+            self.replace(
+                plan,
+                &now,
+                Arc::new(self.policy_of(next.settled(), counter)),
+            );
+        }
+        Ok(())
+    }
+
+    /// The policy made for `plan`, held or dropped to make room.
+    fn made(&self, plan: &[Quota]) -> Option<Arc<Policy>> {
+        let policies = self.policies.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = policies.get(plan) {
+            return Some(entry.policy.clone());
+        }
+        let evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
+        evicted.get(plan).cloned()
+    }
+
+    /// Puts `next` in `current`'s place for `plan`, unless another took it meanwhile.
+    fn replace(&self, plan: &[Quota], current: &Arc<Policy>, next: Arc<Policy>) {
+        let mut policies = self
+            .policies
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = policies.get_mut(plan) {
+            if Arc::ptr_eq(&entry.policy, current) {
+                entry.policy = next;
+            }
+            return;
+        }
+        let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(policy) = evicted.get_mut(plan) {
+            if Arc::ptr_eq(policy, current) {
+                *policy = next;
+            }
+        }
+    }
+}

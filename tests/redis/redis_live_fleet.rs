@@ -1,0 +1,376 @@
+//! A fleet acts as one server for live quotas: servers (each its own `RedisStore`) on one
+//! real Redis, deciding on one `ManualClock`.
+//!
+//! - A change through one server's handle (the layer's quotas, or a plan's) is in force on
+//!   another within the stated time, measured with the test process's clock, and its clients
+//!   keep what they used there (every small case).
+//! - A server started after the change decides its first request by it.
+//! - A change made while Redis is down holds on its server, and reaches the others once
+//!   Redis answers; two changes racing through two servers end as one on both.
+//! - With local leases, a change through another server never lets the fleet admit more
+//!   than the quotas allow, across resets.
+
+use crate::support::redis as server;
+use crate::support::services;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, StatusCode};
+use tollgate::clock::ManualClock;
+use tollgate::key::{Header, RequestHead};
+use tollgate::layer::Handle;
+use tollgate::store::{Leases, OnFailure, RedisStore};
+use tollgate::{Key, Quota, RateLimitLayer};
+use tower::{Layer, ServiceExt};
+
+use server::{needs_redis_async, RedisServer};
+
+/// The bound the crate states for a change to reach every server (Redis's `Live quotas`):
+/// 250 ms and three calls; the test allows the contract's 1 s.
+const BOUND: Duration = Duration::from_secs(1);
+
+type Svc = tower::util::BoxCloneService<
+    Request<String>,
+    Response<tollgate::layer::ResponseBody<String>>,
+    std::convert::Infallible,
+>;
+
+/// A fresh prefix for one test's servers.
+fn prefix() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("fleet{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A server's store on `url` under `prefix`: its own connection, on the caller's clock.
+async fn store(url: &str, prefix: &str) -> RedisStore {
+    RedisStore::connect(url)
+        .await
+        .expect("redis connects")
+        .with_caller_clock()
+        .deny_cache(0)
+        .on_failure(OnFailure::Closed)
+        .timeout(Duration::from_millis(200))
+        .prefix(prefix)
+}
+
+fn pro() -> Quota {
+    Quota::per_minute(5).named("pro")
+}
+
+/// A server: `make` over 4 a minute named "api" (keys `pro-*` on the plan [`pro`]) on
+/// `store`, keyed on `x-key`.
+fn serve(
+    make: fn(Quota) -> RateLimitLayer,
+    store: RedisStore,
+    clock: &ManualClock,
+) -> (Handle, Svc) {
+    let layer = make(Quota::per_minute(4).named("api"))
+        .store(store)
+        .key(Header::new("x-key"))
+        .clock(clock.clone())
+        .quota_for(|key: &Key, _: RequestHead<'_>| {
+            if key.as_bytes().is_some_and(|k| k.starts_with(b"pro-")) {
+                pro()
+            } else {
+                Quota::per_minute(4).named("api")
+            }
+        });
+    let handle = layer.handle();
+    (handle, Svc::new(layer.layer(services::ok())))
+}
+
+async fn admitted(svc: &Svc, key: &str, n: usize) -> usize {
+    let mut passed = 0;
+    for _ in 0..n {
+        let req = Request::builder()
+            .header("x-key", key)
+            .body(String::new())
+            .unwrap();
+        passed += usize::from(svc.clone().oneshot(req).await.unwrap().status() == StatusCode::OK);
+    }
+    passed
+}
+
+/// A server of `make` with a store of its own on `redis` under `prefix`.
+async fn server(
+    make: fn(Quota) -> RateLimitLayer,
+    redis: &RedisServer,
+    prefix: &str,
+    clock: &ManualClock,
+) -> (Handle, Svc) {
+    serve(make, store(&redis.url(), prefix).await, clock)
+}
+
+/// How long until `handle`'s quotas are `quota` (at most 2 s, else a panic saying `what`).
+async fn sees(handle: &Handle, quota: Quota, what: &str) -> Duration {
+    within(|| std::future::ready(handle.quotas() == std::slice::from_ref(&quota)))
+        .await
+        .expect(what)
+}
+
+/// Waits until `done` holds, asking every 10 ms for at most 2 s; how long it took, or `None`.
+async fn within<F: Future<Output = bool>>(mut done: impl FnMut() -> F) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        if done().await {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// A change through A is in force on B within the bound; the key keeps on B what it used on
+/// A and B.
+async fn a_change_through_one_server_reaches_another_in_time() {
+    let redis = RedisServer::start().expect("redis-server");
+    let (clock, prefix) = (ManualClock::new(), prefix());
+    let (a, on_a) = server(RateLimitLayer::gcra, &redis, &prefix, &clock).await;
+    let (b, on_b) = server(RateLimitLayer::gcra, &redis, &prefix, &clock).await;
+    assert_eq!(admitted(&on_a, "k", 2).await, 2);
+    assert_eq!(admitted(&on_b, "k", 1).await, 1);
+    a.set_quotas(Quota::per_minute(10).named("api")).unwrap();
+    let took = sees(
+        &b,
+        Quota::per_minute(10).named("api"),
+        "B never saw the change",
+    )
+    .await;
+    assert!(took <= BOUND, "B saw the change after {took:?}");
+    assert_eq!(admitted(&on_b, "k", 10).await, 7, "3 used of 10");
+    assert_eq!(admitted(&on_a, "k", 1).await, 0);
+}
+
+/// A server started after a change decides its very first request by it, and the key keeps
+/// what it used before the change.
+async fn a_server_started_later_starts_with_the_change() {
+    let redis = RedisServer::start().expect("redis-server");
+    let (clock, prefix) = (ManualClock::new(), prefix());
+    let (a, on_a) = server(RateLimitLayer::gcra, &redis, &prefix, &clock).await;
+    assert_eq!(admitted(&on_a, "k", 4).await, 4);
+    a.set_quotas(Quota::per_minute(10).named("api")).unwrap();
+    // Written by A's task: the first request of a server started now reads it.
+    let written = within(|| {
+        let url = redis.url();
+        let prefix = prefix.clone();
+        async move { raw_version(&url, &prefix).await > 0 }
+    })
+    .await;
+    assert!(written.is_some(), "A never wrote the change");
+    let (c, on_c) = server(RateLimitLayer::gcra, &redis, &prefix, &clock).await;
+    assert_eq!(admitted(&on_c, "k", 10).await, 6, "4 used of 10");
+    assert_eq!(c.quotas(), [Quota::per_minute(10).named("api")]);
+}
+
+/// The version of the record of the layer "api" under `prefix`.
+async fn raw_version(url: &str, prefix: &str) -> u64 {
+    let mut raw = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let version: Option<u64> = redis::cmd("HGET")
+        .arg(format!("{prefix}:live:api"))
+        .arg("v")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    version.unwrap_or(0)
+}
+
+/// A plan's change through A reaches B in time; its clients keep what they used, and B's
+/// `peek_plan` reports the plan's standing; a server started later has it too.
+async fn a_plans_change_reaches_another_server() {
+    let redis = RedisServer::start().expect("redis-server");
+    let (clock, prefix) = (ManualClock::new(), prefix());
+    let (a, on_a) = server(RateLimitLayer::fixed_window, &redis, &prefix, &clock).await;
+    let (b, on_b) = server(RateLimitLayer::fixed_window, &redis, &prefix, &clock).await;
+    assert_eq!(admitted(&on_b, "pro-1", 3).await, 3);
+    assert_eq!(admitted(&on_a, "pro-1", 1).await, 1);
+    let eight = Quota::per_minute(8).named("pro");
+    a.set_plan_quotas(pro(), eight.clone()).unwrap();
+    let took = within(|| std::future::ready(b.plan_quotas(pro()) == [eight.clone()]))
+        .await
+        .expect("B never saw the plan's change");
+    assert!(took <= BOUND, "B saw the change after {took:?}");
+    let seen = b.peek_plan(pro(), Key::from("pro-1")).await.unwrap();
+    assert_eq!((seen.limit, seen.remaining), (8, 4));
+    assert_eq!(admitted(&on_b, "pro-1", 10).await, 4);
+    let (_, on_c) = server(RateLimitLayer::fixed_window, &redis, &prefix, &clock).await;
+    assert_eq!(
+        admitted(&on_c, "pro-2", 10).await,
+        8,
+        "a new client of the plan on C"
+    );
+    assert_eq!(
+        admitted(&on_c, "k", 10).await,
+        4,
+        "the layer's own quotas stay"
+    );
+}
+
+/// Every small case: a key that used `used` of 4 a minute on B, moved through A to `to` a
+/// minute, has on B what `to` leaves after `used`, never a fresh budget (GCRA, the fixed and
+/// sliding windows).
+async fn clients_keep_what_they_used_across_a_remote_change() {
+    let redis = RedisServer::start().expect("redis-server");
+    let makers: [fn(Quota) -> RateLimitLayer; 3] = [
+        RateLimitLayer::gcra,
+        RateLimitLayer::fixed_window,
+        RateLimitLayer::sliding_window,
+    ];
+    for (m, make) in makers.into_iter().enumerate() {
+        for used in 0..=4usize {
+            for to in [2usize, 6] {
+                let (clock, prefix) = (ManualClock::new(), prefix());
+                let (a, _on_a) = server(make, &redis, &prefix, &clock).await;
+                let (b, on_b) = server(make, &redis, &prefix, &clock).await;
+                assert_eq!(admitted(&on_b, "k", used).await, used);
+                let new = Quota::per_minute(to as u64).named("api");
+                a.set_quotas(new.clone()).unwrap();
+                sees(&b, new.clone(), "B never saw the change").await;
+                let left = to.saturating_sub(used);
+                assert_eq!(
+                    admitted(&on_b, "k", 8).await,
+                    left,
+                    "algorithm {m}, used {used}, to {to}"
+                );
+            }
+        }
+    }
+}
+
+/// Redis down while A changes: A decides by the change, B keeps its quotas; once Redis
+/// answers again, B has it.
+async fn a_change_while_redis_is_down_reaches_the_fleet_once_it_answers() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let (clock, prefix) = (ManualClock::new(), prefix());
+    let (a, on_a) = server(RateLimitLayer::gcra, &redis, &prefix, &clock).await;
+    let (b, on_b) = server(RateLimitLayer::gcra, &redis, &prefix, &clock).await;
+    assert_eq!(admitted(&on_a, "k", 1).await, 1);
+    assert_eq!(admitted(&on_b, "k", 1).await, 1);
+    redis.kill();
+    let ten = Quota::per_minute(10).named("api");
+    a.set_quotas(ten.clone()).unwrap();
+    assert_eq!(a.quotas(), std::slice::from_ref(&ten));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        b.quotas(),
+        [Quota::per_minute(4).named("api")],
+        "B keeps its quotas"
+    );
+    redis.restart();
+    let took = within(|| std::future::ready(b.quotas() == [ten.clone()])).await;
+    assert!(
+        took.is_some(),
+        "B never saw the change made while Redis was down"
+    );
+}
+
+/// Two changes racing through A and B end as one figure on both: the one Redis took last.
+async fn two_racing_changes_converge() {
+    let redis = RedisServer::start().expect("redis-server");
+    for round in 0..5u64 {
+        let (clock, prefix) = (ManualClock::new(), prefix());
+        let (a, on_a) = server(RateLimitLayer::gcra, &redis, &prefix, &clock).await;
+        let (b, on_b) = server(RateLimitLayer::gcra, &redis, &prefix, &clock).await;
+        assert_eq!(
+            admitted(&on_a, "k", 1).await + admitted(&on_b, "k", 1).await,
+            2
+        );
+        a.set_quotas(Quota::per_minute(7 + round).named("api"))
+            .unwrap();
+        b.set_quotas(Quota::per_minute(20 + round).named("api"))
+            .unwrap();
+        let took = within(|| std::future::ready(a.quotas() == b.quotas()))
+            .await
+            .expect("A and B never agreed");
+        assert!(took <= BOUND, "agreed after {took:?}");
+        // They stay agreed, on one of the two.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(a.quotas(), b.quotas(), "round {round}");
+        let figure = a.quotas()[0].limit();
+        assert!(
+            [7 + round, 20 + round].contains(&figure),
+            "round {round}: {figure}"
+        );
+    }
+}
+
+/// With local leases on both servers, a fixed window of 60 a minute: slices taken on both,
+/// then a change to 30 a minute through B, then a reset through A: the fleet admits, in the
+/// window, at most what the quotas allow (30 once changed, 30 again after the reset).
+async fn leases_never_over_admit_across_a_remote_change() {
+    let redis = RedisServer::start().expect("redis-server");
+    let (clock, prefix) = (ManualClock::new(), prefix());
+    let leasing = |store: RedisStore| store.local_leases(Leases::default());
+    let (a, on_a) = serve(
+        RateLimitLayer::fixed_window,
+        leasing(store(&redis.url(), &prefix).await),
+        &clock,
+    );
+    let (b, on_b) = serve(
+        RateLimitLayer::fixed_window,
+        leasing(store(&redis.url(), &prefix).await),
+        &clock,
+    );
+    a.set_quotas(Quota::per_minute(60).named("api")).unwrap();
+    sees(
+        &b,
+        Quota::per_minute(60).named("api"),
+        "B never saw 60 a minute",
+    )
+    .await;
+    let mut used = 0;
+    for _ in 0..10 {
+        used += admitted(&on_a, "k", 1).await + admitted(&on_b, "k", 1).await;
+    }
+    assert_eq!(used, 20);
+    let thirty = Quota::per_minute(30).named("api");
+    b.set_quotas(thirty.clone()).unwrap();
+    sees(&a, thirty.clone(), "A never saw 30 a minute").await;
+    let mut more = 0;
+    for _ in 0..40 {
+        more += admitted(&on_a, "k", 1).await + admitted(&on_b, "k", 1).await;
+    }
+    assert!(more <= 10, "admitted {more} after 20 of 30 were used");
+    a.reset(Key::from("k")).await.unwrap();
+    clock.advance(Duration::from_secs(2));
+    let mut fresh = 0;
+    for _ in 0..40 {
+        fresh += admitted(&on_a, "k", 1).await + admitted(&on_b, "k", 1).await;
+    }
+    assert!(fresh <= 30, "admitted {fresh} of 30 after the reset");
+}
+
+pub(crate) fn trials() -> Vec<server::Trial> {
+    vec![
+        needs_redis_async(
+            "a_change_through_one_server_reaches_another_in_time",
+            a_change_through_one_server_reaches_another_in_time,
+        ),
+        needs_redis_async(
+            "a_server_started_later_starts_with_the_change",
+            a_server_started_later_starts_with_the_change,
+        ),
+        needs_redis_async(
+            "a_plans_change_reaches_another_server",
+            a_plans_change_reaches_another_server,
+        ),
+        needs_redis_async(
+            "clients_keep_what_they_used_across_a_remote_change",
+            clients_keep_what_they_used_across_a_remote_change,
+        ),
+        needs_redis_async(
+            "a_change_while_redis_is_down_reaches_the_fleet_once_it_answers",
+            a_change_while_redis_is_down_reaches_the_fleet_once_it_answers,
+        ),
+        needs_redis_async("two_racing_changes_converge", two_racing_changes_converge),
+        needs_redis_async(
+            "leases_never_over_admit_across_a_remote_change",
+            leases_never_over_admit_across_a_remote_change,
+        ),
+    ]
+}
