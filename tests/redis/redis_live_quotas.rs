@@ -29,7 +29,7 @@ use tollgate::{ErrorKind, Key, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
 use live::{layer_of, pool, KINDS};
-use server::{needs_redis, needs_redis_async, runtime, RedisServer, Trial};
+use server::{needs_redis, needs_redis_async, persist_all, runtime, RedisServer, Trial};
 
 /// Where the clock starts: about the Unix time of 2025, so the scripts split times into whole
 /// seconds and nanoseconds as with Redis `TIME`.
@@ -164,13 +164,13 @@ async fn same_answers(
         .get_multiplexed_async_connection()
         .await
         .expect("a raw connection");
-    let expired = persist_all(&mut raw).await;
+    let expired = persist_all(&mut raw, "*").await;
     for (n, step) in steps.into_iter().enumerate() {
         // Redis expires keys on its own clock, which runs while the manual clock stands still;
         // the script decides from the states alone. Keys keep no TTL here, so that only the
         // manual clock moves time; a key Redis expired before that (a TTL of a few ms) ends
         // the case, as nothing then compares like with like.
-        if persist_all(&mut raw).await > expired {
+        if persist_all(&mut raw, "*").await > expired {
             return Ok(());
         }
         match step {
@@ -222,16 +222,6 @@ async fn same_answers(
         }
     }
     Ok(())
-}
-
-/// Takes the TTL off every key; how many keys Redis has expired since it started (keys
-/// of earlier cases included).
-async fn persist_all(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let script = redis::Script::new(
-        "for _, k in ipairs(redis.call('KEYS', '*')) do redis.call('PERSIST', k) end \
-         return tonumber(string.match(redis.call('INFO', 'stats'), 'expired_keys:(%d+)'))",
-    );
-    script.invoke_async(raw).await.expect("PERSIST and INFO")
 }
 
 /// The parity of one algorithm, one quota and tiers.
