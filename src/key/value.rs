@@ -224,6 +224,7 @@ impl Key {
     /// A tuple's parts read back from its encoding ([`encode_part`](Key::encode_part)), each
     /// the key it was made from (a long one as its digest); `None` for a key that is not a
     /// tuple, a tuple stored by its digest, or bytes that are no tuple's encoding.
+    #[cfg(feature = "redis")]
     pub(crate) fn parts(&self) -> Option<Vec<Key>> {
         if !self.is_tuple() || self.as_digest().is_some() {
             return None;
