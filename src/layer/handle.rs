@@ -215,9 +215,10 @@ impl Handle {
     /// reads it before it decides its first request. Of two changes racing through two servers, the
     /// one Redis records last holds on every server; one made while Redis is down holds here, and
     /// is written once Redis answers. For as long as the old states may live (twice the longest an
-    /// old state lives, and a second), each key's next check charges what the key used under the
-    /// old quotas as of the change (a key whose old state expired first is charged nothing; it
-    /// never gets more than the old quotas allowed before the change and the new ones after). A
+    /// old state lives, and a second), each key's checks charge what the key used under the
+    /// old quotas, what servers not yet changed admit there meanwhile included (a key whose old
+    /// state expired first is charged nothing; it never gets more than the old quotas allowed
+    /// before the change and the new ones after). A
     /// server started later carries over from the quotas it was built with, not from those between.
     /// Blocks and bans hold across the change, under the policy's new name and those it had before
     /// (the one it was built with and the latest 7 others). A policy carries over from at most 8

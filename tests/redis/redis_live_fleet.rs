@@ -9,6 +9,9 @@
 //!   Redis answers; two changes racing through two servers end as one on both.
 //! - With local leases, a change through another server never lets the fleet admit more
 //!   than the quotas allow, across resets.
+//! - What a server not yet changed admits under the old quotas, after a key was carried over
+//!   on a server already changed, counts against the new quotas (through the fleet or by
+//!   hand, one change or two in a row; and a property over random fleets and raises).
 
 use crate::support::redis as server;
 use crate::support::services;
@@ -345,8 +348,165 @@ async fn leases_never_over_admit_across_a_remote_change() {
     assert!(fresh <= 30, "admitted {fresh} of 30 after the reset");
 }
 
+/// A property over random fleets, with local leases or without (2 or 3 servers, a fixed
+/// window of one minute, time standing still): requests on any server, quota raises and
+/// blocks through any server (each change made once the previous one reached every server,
+/// with requests on every server while it is on its way). Whatever the order, the fleet
+/// admits in the window at most the latest quota; once every server has it, at most that
+/// quota or what was used before it. (A lower quota caps what a key carries over at what it
+/// allows at once, so a raise after it may let a key use more than any one quota.)
+async fn a_fleet_never_over_admits_across_remote_raises() {
+    let redis = RedisServer::start().expect("redis-server");
+    let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut below = |n: u64| {
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        seed.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    };
+    for case in 0..8 {
+        let (clock, prefix) = (ManualClock::new(), prefix());
+        let (servers, leasing) = (2 + below(2) as usize, case % 2 == 1);
+        let mut fleet = Vec::new();
+        for _ in 0..servers {
+            let store = store(&redis.url(), &prefix).await;
+            let store = if leasing {
+                store.local_leases(Leases::default())
+            } else {
+                store
+            };
+            fleet.push(serve(RateLimitLayer::fixed_window, store, &clock));
+        }
+        let limit = |n: u64| Quota::per_minute(n).named("api");
+        let (mut total, mut latest) = (0u64, 4u64);
+        let mut steps = Vec::new();
+        for _ in 0..60 {
+            let at = below(servers as u64) as usize;
+            match below(10) {
+                0 => {
+                    let n = latest.max([3, 8, 12, 20][below(4) as usize]);
+                    fleet[at].0.set_quotas(limit(n)).unwrap();
+                    latest = n;
+                    steps.push(format!("change to {n} through {at}"));
+                    // Requests on the others meanwhile (the change on its way to them).
+                    for (_, other) in &fleet {
+                        total += admitted(other, "k", 1).await as u64;
+                    }
+                    // The next change is made once this one reached every server (changes
+                    // racing through two servers are `two_racing_changes_converge`).
+                    for (handle, _) in &fleet {
+                        sees(handle, limit(n), "a server never saw the change").await;
+                    }
+                }
+                1 => {
+                    let key = ["k", "other"][below(2) as usize];
+                    fleet[at]
+                        .0
+                        .block(Key::from(key), Duration::from_millis(1))
+                        .await
+                        .unwrap();
+                    steps.push(format!("block {key} through {at}"));
+                }
+                2 => {
+                    for (handle, _) in &fleet {
+                        sees(
+                            handle,
+                            limit(latest),
+                            "a server never saw the latest change",
+                        )
+                        .await;
+                    }
+                    let used = total;
+                    let mut more = 0;
+                    for round in 0..30 {
+                        more += admitted(&fleet[round % servers].1, "k", 1).await as u64;
+                    }
+                    total += more;
+                    assert!(
+                        used + more <= latest.max(used),
+                        "case {case}: {more} more after {used} under {latest}: {steps:?}"
+                    );
+                    steps.push(format!("settled at {latest}: {more} more"));
+                }
+                _ => {
+                    total += admitted(&fleet[at].1, "k", 1).await as u64;
+                    steps.push(format!("request on {at}"));
+                }
+            }
+            assert!(
+                total <= latest,
+                "case {case}: {total} admitted, the latest quota {latest}: {steps:?}"
+            );
+        }
+    }
+}
+
+/// `handle`'s quotas are still 4 a minute: a request just made there was decided by them.
+fn unchanged(handle: &Handle, what: &str) {
+    assert_eq!(
+        handle.quotas(),
+        [Quota::per_minute(4).named("api")],
+        "{what}"
+    );
+}
+
+/// A key carried over on A (changed) while B (not yet changed) keeps admitting under the old
+/// quotas: once B changes, the fleet has admitted in the window at most the new quota
+/// (4 -> 12 a minute, a fixed window; B's admissions after A's carry-over count too).
+async fn admissions_under_the_old_quotas_after_a_carry_over_count() {
+    let redis = RedisServer::start().expect("redis-server");
+    let (clock, prefix) = (ManualClock::new(), prefix());
+    let (a, on_a) = server(RateLimitLayer::fixed_window, &redis, &prefix, &clock).await;
+    let (b, on_b) = server(RateLimitLayer::fixed_window, &redis, &prefix, &clock).await;
+    assert_eq!(admitted(&on_b, "k", 2).await, 2);
+    let twelve = Quota::per_minute(12).named("api");
+    a.set_quotas(twelve.clone()).unwrap();
+    assert_eq!(admitted(&on_a, "k", 1).await, 1, "carried 2 of 12 on A");
+    assert_eq!(admitted(&on_b, "k", 1).await, 1, "3 of 4 on B");
+    unchanged(&b, "B changed too soon");
+    sees(&b, twelve, "B never saw 12 a minute").await;
+    let more = admitted(&on_b, "k", 10).await + admitted(&on_a, "k", 10).await;
+    assert_eq!(more, 8, "4 used of 12 (2 + 1 on B, 1 on A)");
+}
+
+/// The same with quotas changed by hand on each server (each its own `set_quotas`), and a
+/// second change: 4 -> 12 -> 20 a minute, B a change behind A each time.
+async fn admissions_behind_two_changes_made_by_hand_count() {
+    let redis = RedisServer::start().expect("redis-server");
+    let (clock, prefix) = (ManualClock::new(), prefix());
+    let (a, on_a) = server(RateLimitLayer::fixed_window, &redis, &prefix, &clock).await;
+    let (b, on_b) = server(RateLimitLayer::fixed_window, &redis, &prefix, &clock).await;
+    let mut total = admitted(&on_a, "k", 4).await;
+    assert_eq!(total, 4);
+    for to in [12, 20] {
+        let quotas = Quota::per_minute(to).named("api");
+        a.set_quotas(quotas.clone()).unwrap();
+        total += admitted(&on_a, "k", 1).await;
+        let behind = b.quotas().to_vec();
+        total += admitted(&on_b, "k", 1).await;
+        assert_eq!(b.quotas(), behind, "B changed too soon");
+        b.set_quotas(quotas.clone()).unwrap();
+        sees(&a, quotas.clone(), "A lost the change").await;
+    }
+    assert_eq!(total, 7, "A 4 + 1 + 1, B 1 (under 12)");
+    total += admitted(&on_a, "k", 10).await + admitted(&on_b, "k", 10).await;
+    assert_eq!(total, 20, "the fleet admitted {total} of 20");
+}
+
 pub(crate) fn trials() -> Vec<server::Trial> {
     vec![
+        needs_redis_async(
+            "admissions_under_the_old_quotas_after_a_carry_over_count",
+            admissions_under_the_old_quotas_after_a_carry_over_count,
+        ),
+        needs_redis_async(
+            "admissions_behind_two_changes_made_by_hand_count",
+            admissions_behind_two_changes_made_by_hand_count,
+        ),
+        needs_redis_async(
+            "a_fleet_never_over_admits_across_remote_raises",
+            a_fleet_never_over_admits_across_remote_raises,
+        ),
         needs_redis_async(
             "a_change_through_one_server_reaches_another_in_time",
             a_change_through_one_server_reaches_another_in_time,

@@ -7,9 +7,11 @@
 //! as an old table's states may live, each check names the old keys too (every one in the
 //! client key's slot), and the script charges each tier what the key used there, counted in
 //! requests, before it decides (the driver, `lua/driver.lua`, says how). The new table stamps
-//! the states it writes with an id of its own, so that it carries over once per key: a state
-//! it finds unstamped by it (none stored, written before the change, or by a server that
-//! changed at another moment) is checked against the old tables again, and charged the most.
+//! the states it writes with an id of its own and what it carried over into them: a server not
+//! yet changed goes on admitting under the old quotas, and each check charges a stamped state
+//! what the old tables show used past that count (every server's table of the new quotas
+//! alike), so that those admissions count too; a state unstamped (none stored, or written
+//! before the change) is charged the most the old tables show.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;

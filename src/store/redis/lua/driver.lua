@@ -29,14 +29,17 @@
 -- then the table's tiers, each generation's tiers, and the blocks; ARGV ends with each
 -- generation's parameters, each generation's age (ns since it was taken over), the table's id,
 -- HOLD (whole ms) and the counts 'n,m1,m2,...' (the table's tiers, then each generation's).
--- The table stamps the states it writes with its id ('<tag>@<id>:<state>') and keeps them at
--- least HOLD ms. A check of a key whose states are not all stamped by the table (none stored,
--- or written by another server or before the change) first carries over what the key used:
--- through the generations, the oldest first, as if it had been carried over at each change
--- (what it used when the change came, in requests, charged on a fresh state of the next
--- quotas at that moment, up to what a fresh key may take at once), each generation's own
--- state counting too where it shows more; then each tier takes the carried state where that
--- shows more used than the tier's own.
+-- The table stamps the states it writes with its id and what it carried over into them
+-- ('<tag>@<id>+<count>:<state>') and keeps them at least HOLD ms. Each check first works out
+-- what the key used: through the generations, the oldest first, as if it had been carried
+-- over at each change (what it used when the change came, in requests, charged on a fresh
+-- state of the next quotas at that moment, up to what a fresh key may take at once), each
+-- generation's own state counting too where it shows more (a stamped one, plus what was used
+-- before it since it carried over). A tier whose state is stamped (by any server's table of
+-- these quotas) is charged what that adds to the count it records: servers not yet changed
+-- admit under the earlier quotas meanwhile, and each of those admissions counts. Any other
+-- tier (none stored, or written before the change) takes the carried state where that shows
+-- more used than its own.
 -- The mode's letter may be followed by how many blocks kept under earlier policy names (a
 -- live layer's unnamed quotas are named by their figures) come before the policy's own: a
 -- check reads them all, a reset deletes them, a block is written to each.
@@ -126,22 +129,26 @@ if carrying then
 end
 local mode = string.lower(MODE)
 
--- The state stored under `key` for parameters `p`, and the id of the carrying table that wrote
--- it (nil for none); nil when none is stored; false and an error message when the key holds no
--- state of this algorithm.
+-- The state stored under `key` for parameters `p`, the id of the carrying table that wrote it
+-- (nil for none) and what it had carried over into it (nil when not recorded); nil when none is
+-- stored; false and an error message when the key holds no state of this algorithm.
 local TAG, STAMP = ALG.TAG .. ':', ALG.TAG .. '@'
 local function read(key, p, i)
   local stored = redis.call('GET', key)
   if not stored then
     return nil
   end
-  local text, owner
+  local text, owner, carried
   if string.sub(stored, 1, #TAG) == TAG then
     text = string.sub(stored, #TAG + 1)
   elseif string.sub(stored, 1, #STAMP) == STAMP then
     local colon = string.find(stored, ':', #STAMP + 1, true)
     if colon then
       text, owner = string.sub(stored, colon + 1), string.sub(stored, #STAMP + 1, colon - 1)
+    end
+    local id, count = string.match(owner or '', '^(%x+)%+(%d+)$')
+    if id and #count <= 15 then
+      owner, carried = id, tonumber(count)
     end
   end
   if not text then
@@ -151,28 +158,25 @@ local function read(key, p, i)
   if not state then
     return false, 'ERR tollgate: the key of tier ' .. i .. ' holds a corrupt ' .. ALG.TAG .. ' state'
   end
-  return state, owner
+  return state, owner, carried
 end
 
 local cost = tonumber(ARGV[2])
-local params, states, stored = {}, {}, {}
--- Whether some state is stored and every one stored is this carrying table's own.
-local mine, any = carrying, false
+-- `counted[i]`: what the state of tier i records as carried over into it (see below).
+local params, states, stored, counted = {}, {}, {}, {}
 for i = 1, tiers do
   local p = ALG.params(ARGV, 5 + (i - 1) * ALG.NPARAMS)
   params[i] = p
-  local state, owner = read(KEYS[i], p, i)
+  local state, owner, carried = read(KEYS[i], p, i)
   if state == false then
     return redis.error_reply(owner)
   elseif state then
-    states[i], stored[i], any = state, true, true
-    mine = mine and owner == MINE
+    states[i], stored[i] = state, true
+    counted[i] = owner and carried
   else
     states[i] = ALG.fresh(p)
   end
 end
-mine = mine and any
-
 -- `state` without its lease margin (a bucket's, see ALG.lease_begin): what slices out hold
 -- back is not what the key used.
 local function bare(state)
@@ -229,8 +233,8 @@ local function save(i, state, stamped, can)
   local ms, head = lifetime(state, params[i], can), TAG
   -- A state fresh again is deleted, stamped or not (some fresh states have no text: a
   -- sliding log's or window's); its next check carries over again, which only charges more.
-  if stamped and ms > 0 then
-    ms, head = math.max(ms, HOLD), STAMP .. MINE .. ':'
+  if stamped and ms > 0 and counted[i] then
+    ms, head = math.max(ms, HOLD), STAMP .. MINE .. string.format('+%d', counted[i]) .. ':'
   end
   if ms <= 0 then
     redis.call('DEL', KEYS[i])
@@ -276,21 +280,38 @@ local function charged(n, t, p)
   end))
 end
 
+-- `state` charged `n` more requests at NOW, up to what it can take at once.
+local function more(state, n, p)
+  local room = ALG.check(bare(state), NOW, 0, p)[2]
+  n = math.min(n, math.max(tonumber(room) or 0, 0))
+  if n <= 0 then
+    return state
+  end
+  local _, charged_state = ALG.check(state, NOW, n, p)
+  return charged_state or state
+end
+
 -- The tiers a check must write even when it changes nothing (carried or stamped afresh).
 local restamp = {}
-if carrying and mode == 'c' and not mine then
-  -- What the key had used when the generation after the one read last began.
+if carrying and mode == 'c' then
+  -- What the key had used when the generation after the one read last began. A state a
+  -- carrying table wrote records what it carried over into it: servers not yet changed may
+  -- have admitted more under the earlier quotas since, which the key used too.
   local most = 0
   for g = #gens, 1, -1 do
     local gen, began = gens[g], gens[g + 1] and gens[g + 1].ended
     local u = 0
     for j = 0, gen.n - 1 do
       local p = ALG.params(ARGV, gen.arg + j * ALG.NPARAMS)
-      local state, problem = read(KEYS[gen.key + j], p, j + 1)
+      local state, problem, carried = read(KEYS[gen.key + j], p, j + 1)
       if state == false then
         return redis.error_reply(problem)
       elseif state then
-        u = math.max(u, used(state, gen.ended, p))
+        local own = used(state, gen.ended, p)
+        u = math.max(u, own)
+        if carried and began then
+          u = math.max(u, own + math.max(most - carried, 0))
+        end
       end
       local passed = began and charged(most, began, p)
       if passed then
@@ -301,13 +322,21 @@ if carrying and mode == 'c' and not mine then
   end
   for i = 1, tiers do
     local p = params[i]
-    local carried = gens[1] and charged(most, gens[1].ended, p)
-    if carried and used(carried, NOW, p) > used(states[i], NOW, p) then
-      -- The tier's lease margin stays: other servers' slices may still be out.
-      carried.lease = states[i].lease
-      states[i], stored[i] = carried, true
+    if counted[i] then
+      -- Stamped by a table of these quotas (this server's or another's): charged what was used
+      -- under the earlier quotas since it carried over.
+      if most > counted[i] then
+        states[i], counted[i], restamp[i] = more(states[i], most - counted[i], p), most, true
+      end
+    else
+      local carried = gens[1] and charged(most, gens[1].ended, p)
+      if carried and used(carried, NOW, p) > used(states[i], NOW, p) then
+        -- The tier's lease margin stays: other servers' slices may still be out.
+        carried.lease = states[i].lease
+        states[i], stored[i] = carried, true
+      end
+      counted[i], restamp[i] = most, stored[i]
     end
-    restamp[i] = stored[i]
   end
 end
 
@@ -360,7 +389,7 @@ if mode == 'r' then
   for i = 1, tiers do
     local refunded = ALG.refund(states[i], NOW, cost, params[i], ARGV[receipts + i - 1])
     if refunded then
-      save(i, refunded, mine)
+      save(i, refunded, carrying)
       states[i] = refunded
     end
     local standing = (ALG.check(states[i], NOW, 0, params[i]))
