@@ -111,6 +111,18 @@ async fn ttls(raw: &mut redis::aio::MultiplexedConnection) -> Vec<(String, i64)>
     all
 }
 
+/// Leaves each of `names` `ms` more on Redis's clock.
+async fn expire_in(raw: &mut redis::aio::MultiplexedConnection, names: &[String], ms: u64) {
+    for name in names {
+        let () = redis::cmd("PEXPIRE")
+            .arg(name)
+            .arg(ms)
+            .query_async(raw)
+            .await
+            .unwrap();
+    }
+}
+
 /// Two requests in a window of 2 per 500 ms, the second 3 ms before the window ends, and the
 /// window's keys left 3 ms on Redis's clock. Once that has passed in real time, with the
 /// manual clock where it was, the state is gone from Redis but not yet reclaimed, and
@@ -150,14 +162,7 @@ async fn a_state_redis_expired_between_steps_is_counted() {
         .map(|(name, _)| name)
         .collect();
     assert_eq!(windows.len(), 2, "{windows:?}");
-    for name in &windows {
-        let () = redis::cmd("PEXPIRE")
-            .arg(name)
-            .arg(3)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
-    }
+    expire_in(&mut raw, &windows, 3).await;
     // Redis's clock runs on (a loaded machine between two steps); the manual one stands.
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(
@@ -193,14 +198,7 @@ async fn a_handle_block_outlives_its_record_in_redis() {
         .await
         .unwrap();
     assert!(!records.is_empty());
-    for name in &records {
-        let () = redis::cmd("PEXPIRE")
-            .arg(name)
-            .arg(1)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
-    }
+    expire_in(&mut raw, &records, 1).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     let blocks: Vec<String> = redis::cmd("KEYS")
         .arg("*block*")

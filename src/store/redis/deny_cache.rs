@@ -186,8 +186,9 @@ impl DenyCache {
             return None;
         }
         if now >= self.last_until.load(Ordering::Relaxed) {
-            // Every denial here has ended: forgotten once, then no lookup until the next.
-            if self.holding.swap(false, Ordering::Relaxed) {
+            // Every denial here has ended: forgotten once, then no lookup until the next (read
+            // first: a lookup that finds nothing to forget writes nothing shared).
+            if self.holding.load(Ordering::Relaxed) && self.holding.swap(false, Ordering::Relaxed) {
                 for shard in &self.shards {
                     let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
                     shard.forget_ended(now);
