@@ -356,6 +356,23 @@ async fn leases_never_over_admit_across_a_remote_change() {
 /// quota or what was used before it. (A lower quota caps what a key carries over at what it
 /// allows at once, so a raise after it may let a key use more than any one quota.)
 async fn a_fleet_never_over_admits_across_remote_raises() {
+    raises_never_over_admit(RateLimitLayer::fixed_window).await;
+}
+
+/// The same for the other algorithms a key's usage is carried over by (time standing still,
+/// each admits at most its quota's burst, the quota here).
+async fn other_algorithms_never_over_admit_across_remote_raises() {
+    for make in [
+        RateLimitLayer::gcra as fn(Quota) -> RateLimitLayer,
+        RateLimitLayer::sliding_window,
+        RateLimitLayer::sliding_log,
+        RateLimitLayer::token_bucket,
+    ] {
+        raises_never_over_admit(make).await;
+    }
+}
+
+async fn raises_never_over_admit(make: fn(Quota) -> RateLimitLayer) {
     let redis = RedisServer::start().expect("redis-server");
     let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
     let mut below = |n: u64| {
@@ -375,7 +392,7 @@ async fn a_fleet_never_over_admits_across_remote_raises() {
             } else {
                 store
             };
-            fleet.push(serve(RateLimitLayer::fixed_window, store, &clock));
+            fleet.push(serve(make, store, &clock));
         }
         let limit = |n: u64| Quota::per_minute(n).named("api");
         let (mut total, mut latest) = (0u64, 4u64);
@@ -506,6 +523,10 @@ pub(crate) fn trials() -> Vec<server::Trial> {
         needs_redis_async(
             "a_fleet_never_over_admits_across_remote_raises",
             a_fleet_never_over_admits_across_remote_raises,
+        ),
+        needs_redis_async(
+            "other_algorithms_never_over_admit_across_remote_raises",
+            other_algorithms_never_over_admit_across_remote_raises,
         ),
         needs_redis_async(
             "a_change_through_one_server_reaches_another_in_time",
