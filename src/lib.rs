@@ -71,9 +71,17 @@
 //! # }
 //! ```
 //!
-//! The README's "Recipes" show the common shapes of an app (layers in a struct, limits per
-//! route group, plans, JSON answers, keys in the body), and `examples/production.rs` a complete
-//! app with all of them, tested over TCP.
+//! The guide's [recipes](guide::recipes) show the common shapes of an app (layers in a struct,
+//! limits per route group, plans, JSON answers, keys in the body), and `examples/production.rs`
+//! a complete app with all of them, tested over TCP.
+//!
+//! # The guide
+//!
+//! The [`guide`] holds the long form, chapter by chapter: [algorithms](guide::algorithms) and
+//! quotas, [keys](guide::keys) and the client IP behind proxies, what clients see
+//! ([responses](guide::responses)), [recipes](guide::recipes), [testing](guide::testing),
+//! [operating](guide::operating) limits, [Redis](guide::redis) across a fleet, and
+//! [configuration files](guide::config).
 //!
 //! # Operating limits
 //!
@@ -112,7 +120,7 @@
 //! | `tonic` | no | the peer IP from tonic's `TcpConnectInfo`, and `TlsConnectInfo<TcpConnectInfo>` over TLS |
 //! | `serde` | no | `Serialize`/`Deserialize` for [`Quota`], as its text form (`"100/min"`), and `config`: layers from configuration files |
 //! | `redis` | no | `store::RedisStore`: one limit across servers through Redis, Redis Sentinel or Redis Cluster |
-//! | `metrics` | no | `tollgate_decisions_total{policy, outcome}`, `tollgate_bans_total{policy, outcome}` and `tollgate_store_latency_seconds{policy}` through the `metrics` crate |
+//! | `metrics` | no | `tollgate_decisions_total{policy, outcome}` (allowed, delayed, denied, dry_run_denied, key_error, store_error), `tollgate_bans_total{policy, outcome}` (banned, dry_run_banned), `tollgate_store_latency_seconds{policy}` and, with `redis`, `tollgate_store_failures_total{policy, on_failure}` through the `metrics` crate |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -123,6 +131,7 @@ pub mod clock;
 pub mod config;
 mod decision;
 mod error;
+pub mod guide;
 pub mod key;
 pub mod layer;
 mod limiter;

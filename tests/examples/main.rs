@@ -1,4 +1,4 @@
-//! The examples and the README's code, run as users would run them.
+//! The examples, and the code of the README and the guide, run as users would run them.
 
 #[path = "../support/mod.rs"]
 mod support;

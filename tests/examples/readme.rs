@@ -1,6 +1,6 @@
-//! The code of the README's "Testing your limits" and "Recipes", compiled and run: each block of
-//! those sections is an item of this file, word for word (the last test checks it), and the
-//! tests drive them over real TCP.
+//! The code of the guide's "Testing your limits" and "Recipes" (`src/guide/`), compiled and run:
+//! each block of those sections is an item of this file, word for word (a test below checks it),
+//! and the tests drive them over real TCP. The README's own code is a doctest (checked below).
 #![cfg(feature = "axum")]
 
 use crate::support::http as web;
@@ -259,28 +259,140 @@ async fn json_answers_for_denials_and_missing_keys() {
     );
 }
 
-/// Every ```rust block of the README's "Testing your limits" and "Recipes" sections is in this
-/// file, word for word: what the README shows is what compiles and passes here.
-#[test]
-fn the_readmes_recipes_are_this_files_code() {
-    let readme = include_str!("../../README.md");
-    let this = [include_str!("readme.rs"), include_str!("readme_testing.rs")].concat();
-    let mut checked = 0;
-    for section in ["## Testing your limits", "## Recipes"] {
-        let start = readme
-            .find(section)
-            .unwrap_or_else(|| panic!("no {section} in README"));
-        let body = &readme[start + section.len()..];
-        let body = &body[..body.find("\n## ").unwrap_or(body.len())];
-        let mut blocks = body.split("```rust\n").skip(1);
-        for block in blocks.by_ref() {
-            let code = &block[..block.find("```").unwrap()];
-            assert!(
-                this.contains(code),
-                "README block not in tests/readme*.rs:\n{code}"
-            );
-            checked += 1;
+/// The visible lines of a rustdoc code block: those rustdoc hides (`# ` or a lone `#`) left out.
+fn visible(block: &str) -> String {
+    block
+        .lines()
+        .filter(|line| {
+            let line = line.trim_start();
+            !(line == "#" || line.starts_with("# "))
+        })
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+/// The code of every Rust block of `text`, as rustdoc reads them: fences with no language, or
+/// `rust` with or without options such as `no_run`.
+fn rust_blocks(text: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(bool, String)> = None;
+    for line in text.lines() {
+        let fence = line.trim_start().strip_prefix("```");
+        match (&mut open, fence) {
+            (None, Some(info)) => {
+                let rust = info
+                    .split(',')
+                    .all(|part| matches!(part.trim(), "" | "rust" | "no_run" | "ignore"));
+                open = Some((rust, String::new()));
+            }
+            (Some(_), Some(_)) => {
+                if let Some((true, code)) = open.take() {
+                    blocks.push(code);
+                }
+            }
+            (Some((_, code)), None) => {
+                code.push_str(line);
+                code.push('\n');
+            }
+            (None, None) => {}
         }
     }
+    blocks
+}
+
+/// The lines of `text` from the heading `heading` to the next heading of its level or above,
+/// headings inside code blocks (rustdoc's hidden `# ` lines) aside.
+fn section(text: &str, heading: &str) -> String {
+    let level = heading.find(' ').unwrap_or(0);
+    let mut out = String::new();
+    let (mut inside, mut fenced) = (false, false);
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        }
+        let hashes = line.len() - line.trim_start_matches('#').len();
+        let is_heading = !fenced && hashes > 0 && line[hashes..].starts_with(' ');
+        if is_heading && inside && hashes <= level {
+            break;
+        }
+        if line == heading {
+            inside = true;
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Every ```rust block of the guide's "Testing your limits" and "Recipes" is in this file, word
+/// for word (the lines rustdoc hides aside): what the guide shows is what compiles and passes
+/// here over real TCP, besides its doctests.
+#[test]
+fn the_guides_recipes_are_this_files_code() {
+    let testing = include_str!("../../src/guide/testing.md");
+    let recipes = include_str!("../../src/guide/recipes.md");
+    let this = [include_str!("readme.rs"), include_str!("readme_testing.rs")].concat();
+    let body = section(testing, "# Testing your limits");
+    assert!(
+        !body.is_empty(),
+        "no # Testing your limits in src/guide/testing.md"
+    );
+    let mut checked = 0;
+    for block in rust_blocks(&body).into_iter().chain(rust_blocks(recipes)) {
+        let code = visible(&block);
+        assert!(
+            this.contains(&code),
+            "guide block not in tests/examples/readme*.rs:\n{code}"
+        );
+        checked += 1;
+    }
     assert!(checked >= 6, "only {checked} blocks");
+}
+
+/// Every ```rust block of the README is the visible part of a doctest of the crate docs or the
+/// guide, word for word: the README's code compiles and runs with `cargo test --doc`.
+#[test]
+fn the_readmes_code_is_doctested() {
+    let readme = include_str!("../../README.md");
+    let lib: String = include_str!("../../src/lib.rs")
+        .lines()
+        .filter_map(|line| line.strip_prefix("//!"))
+        .map(|line| format!("{}\n", line.strip_prefix(' ').unwrap_or(line)))
+        .collect();
+    let guide = [
+        lib.as_str(),
+        include_str!("../../src/guide/algorithms.md"),
+        include_str!("../../src/guide/keys.md"),
+        include_str!("../../src/guide/responses.md"),
+        include_str!("../../src/guide/recipes.md"),
+        include_str!("../../src/guide/testing.md"),
+        include_str!("../../src/guide/operating.md"),
+        include_str!("../../src/guide/redis.md"),
+        include_str!("../../src/guide/config.md"),
+    ];
+    let doctests: Vec<String> = guide
+        .iter()
+        .flat_map(|text| rust_blocks(text))
+        .map(|block| visible(&block))
+        .collect();
+    let blocks = rust_blocks(readme);
+    assert!(!blocks.is_empty(), "no ```rust block in README.md");
+    for block in blocks {
+        assert!(
+            doctests.contains(&block),
+            "README block is no doctest of src/lib.rs or src/guide/:\n{block}"
+        );
+    }
+}
+
+/// The README opens with the two commands that work on a fresh machine.
+#[test]
+fn the_readme_opens_with_the_quickstart_and_the_test_command() {
+    let readme = include_str!("../../README.md");
+    let first = &readme[readme.find("```sh\n").expect("no ```sh block in README.md")..];
+    let first = &first[..first[3..].find("```").unwrap() + 3];
+    assert!(first.contains("cargo run --example quickstart"), "{first}");
+    assert!(first.contains("cargo test --all-features"), "{first}");
 }

@@ -1,4 +1,4 @@
-//! The README's "Testing your limits", word for word (`tests/examples/readme.rs` checks it): a limited
+//! The guide's "Testing your limits", word for word (`tests/examples/readme.rs` checks it): a limited
 //! router tested with `oneshot`, axum's `MockConnectInfo` and a `ManualClock`.
 #![cfg(feature = "axum")]
 

@@ -1,4 +1,4 @@
-//! What the README's "Testing your limits" shows, and the answers an app shapes itself: a
+//! What the guide's "Testing your limits" (`src/guide/testing.md`) shows, and the answers an app shapes itself: a
 //! limited axum router tested with `oneshot` and axum's `MockConnectInfo`, time moved by a
 //! `ManualClock`, `on_limited` and `on_key_error` returning axum responses, and `quota_for`
 //! reading what a middleware put in the request.

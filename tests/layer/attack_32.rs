@@ -283,7 +283,7 @@ async fn a_small_bound_in_flight_table_admits_clients_below_its_bound() {
     );
 }
 
-/// The README's / rustdoc's WebSocket handler, `Extension(slot): Extension<InFlightSlot>`.
+/// The guide's / rustdoc's WebSocket handler, `Extension(slot): Extension<InFlightSlot>`.
 async fn chat(
     upgrade: axum::extract::ws::WebSocketUpgrade,
     axum::extract::Extension(slot): axum::extract::Extension<tollgate::InFlightSlot>,
