@@ -143,17 +143,32 @@ impl Decision {
         self.policy.as_deref()
     }
 
-    /// The same decision with no receipt, in every tier: an admission nothing can be given
-    /// back to (one a store's fallback made, whose receipt the store cannot read).
-    #[must_use]
+    /// Takes the receipt off the decision, in every tier: an admission nothing can be given
+    /// back to (one a store's fallback made, whose receipt the store cannot read). In place,
+    /// so that a decision just made is not copied.
     #[cfg(feature = "redis")]
-    pub(crate) fn without_receipts(mut self) -> Self {
+    #[inline]
+    pub(crate) fn forget_receipts(&mut self) {
         self.receipt = 0;
+        if self.tiers.is_some() {
+            self.forget_tier_receipts();
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    #[cold]
+    fn forget_tier_receipts(&mut self) {
         if let Some(tiers) = &self.tiers {
-            let bare: Vec<Decision> = tiers.iter().map(|d| d.clone().without_receipts()).collect();
+            let bare: Vec<Decision> = tiers
+                .iter()
+                .map(|tier| {
+                    let mut tier = tier.clone();
+                    tier.forget_receipts();
+                    tier
+                })
+                .collect();
             self.tiers = Some(bare.into());
         }
-        self
     }
 
     pub(crate) fn with_policy(mut self, policy: Arc<str>) -> Self {

@@ -304,6 +304,23 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         }
     }
 
+    /// Whether the table takes over from another, whose keys it still carries over.
+    #[cfg(feature = "redis")]
+    pub(crate) fn carries(&self) -> bool {
+        self.previous.is_some()
+    }
+
+    /// The same table without its predecessor: what [`settled`](Self::settled) makes of it
+    /// once every key is carried over.
+    pub(crate) fn detached(&self) -> Self {
+        MemoryTable {
+            map: self.map.clone(),
+            blocks: self.blocks.clone(),
+            algorithm: self.algorithm.clone(),
+            previous: None,
+        }
+    }
+
     /// Carries every key of the table this one takes over from that it does not hold yet
     /// (and that used anything), then lets that table go: the same table without a
     /// predecessor.
@@ -322,12 +339,7 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
                     .get_or_insert_from(hash, key, &forget, init, |_| ());
             });
         }
-        MemoryTable {
-            map: self.map.clone(),
-            blocks: self.blocks.clone(),
-            algorithm: self.algorithm.clone(),
-            previous: None,
-        }
+        self.detached()
     }
 }
 

@@ -1,9 +1,10 @@
 //! What a check answers when Redis could not: the failure policy ([`OnFailure`]) at work.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
+use arc_swap::ArcSwapOption;
 
 use super::algorithms::RedisAlgorithm;
 use super::OnFailure;
@@ -14,9 +15,42 @@ use crate::{Decision, Error, Key};
 pub(crate) enum Fallback<A: RedisAlgorithm> {
     Open,
     Closed,
-    /// The local table; a new one once it has carried over what keys used in the table of
-    /// the quotas before ([`settle`](Self::settle)).
-    Local(ArcSwap<MemoryTable<A>>),
+    /// The local table.
+    Local(Local<A>),
+}
+
+/// The local table of a failure policy, and while its quotas change, the same table still
+/// carrying over what keys used in the table of the quotas before: it lets that table go
+/// once it has carried over every key ([`settle`](Fallback::settle)), and a check then reads
+/// no shared pointer.
+pub(crate) struct Local<A: RedisAlgorithm> {
+    table: MemoryTable<A>,
+    carrying: ArcSwapOption<MemoryTable<A>>,
+    /// Whether `carrying` may hold a table: read first, so that a settled table costs a check
+    /// one relaxed load.
+    is_carrying: AtomicBool,
+}
+
+impl<A: RedisAlgorithm> Local<A> {
+    fn new(table: MemoryTable<A>) -> Self {
+        let carries = table.carries();
+        Self {
+            table: table.detached(),
+            carrying: ArcSwapOption::new(carries.then(|| Arc::new(table))),
+            is_carrying: AtomicBool::new(carries),
+        }
+    }
+
+    /// Runs `f` on the table that decides now.
+    #[inline]
+    fn with<T>(&self, f: impl FnOnce(&MemoryTable<A>) -> T) -> T {
+        if self.is_carrying.load(Ordering::Acquire) {
+            if let Some(carrying) = self.carrying.load().as_deref() {
+                return f(carrying);
+            }
+        }
+        f(&self.table)
+    }
 }
 
 impl<A: RedisAlgorithm> Fallback<A> {
@@ -37,7 +71,7 @@ impl<A: RedisAlgorithm> Fallback<A> {
     }
 
     fn local(table: MemoryTable<A>) -> Self {
-        Self::Local(ArcSwap::from_pointee(table))
+        Self::Local(Local::new(table))
     }
 
     /// The fallback of a table of new quotas (`algorithm`) that takes over from the one
@@ -50,9 +84,10 @@ impl<A: RedisAlgorithm> Fallback<A> {
         algorithm: &A,
     ) -> Result<Self, Error> {
         match (self, on_failure) {
-            (Self::Local(previous), OnFailure::Local(memory)) => Ok(Self::local(
-                Store::<A>::succeed(memory, policy, &previous.load(), algorithm, 0)?,
-            )),
+            (Self::Local(previous), OnFailure::Local(memory)) => {
+                let table = previous.with(|p| Store::<A>::succeed(memory, policy, p, algorithm, 0));
+                Ok(Self::local(table?))
+            }
             _ => Self::new(on_failure, policy, shared, algorithm),
         }
     }
@@ -60,8 +95,13 @@ impl<A: RedisAlgorithm> Fallback<A> {
     /// Carries over every key the local table has not taken over yet, and lets the table of
     /// the quotas before go ([`MemoryTable::settled`]).
     pub(crate) fn settle(&self, now: u64) {
-        if let Self::Local(table) = self {
-            table.store(Arc::new(table.load().settled(now)));
+        if let Self::Local(local) = self {
+            if let Some(carrying) = local.carrying.load_full() {
+                // The table that carries over and `local.table` share their keys.
+                carrying.settled(now);
+                local.is_carrying.store(false, Ordering::Release);
+                local.carrying.store(None);
+            }
         }
     }
 
@@ -76,21 +116,22 @@ impl<A: RedisAlgorithm> Fallback<A> {
 
     /// Forgets `key`'s state and block in the local table, if the policy has one.
     pub(crate) fn reset(&self, key: &Key, now: u64) {
-        if let Self::Local(table) = self {
-            table.load().reset(key, now);
+        if let Self::Local(local) = self {
+            local.with(|table| table.reset(key, now));
         }
     }
 
     /// Blocks `key` in the local table, if the policy has one, so that the block holds here
     /// while Redis is away.
     pub(crate) fn block(&self, key: &Key, now: u64, duration: Duration) {
-        if let Self::Local(table) = self {
-            table.load().block(key, now, duration);
+        if let Self::Local(local) = self {
+            local.with(|table| table.block(key, now, duration));
         }
     }
 
     /// The answer to a request (or, with `refund`, a refund) of `cost` for `key` at `now`
     /// that Redis failed with `error` (made only when answered), for tiers reporting `limits`.
+    #[inline]
     pub(crate) fn answer(
         &self,
         error: impl FnOnce() -> Error,
@@ -118,9 +159,11 @@ impl<A: RedisAlgorithm> Fallback<A> {
             // An admission decided here carries no receipt: a refund of it that reaches Redis
             // once it is back must not take back an admission Redis made (the request keeps
             // counting, here and there).
-            Self::Local(table) => {
-                let decision = table.load().decide(key, now, if refund { 0 } else { cost });
-                Ok(decision.without_receipts())
+            Self::Local(local) => {
+                let cost = if refund { 0 } else { cost };
+                let mut decision = local.with(|table| table.decide(key, now, cost));
+                decision.forget_receipts();
+                Ok(decision)
             }
         }
     }

@@ -20,6 +20,7 @@ enum FutureState {
 }
 
 impl RedisFuture {
+    #[inline]
     pub(crate) fn ready(result: Result<Decision, Error>) -> Self {
         Self {
             state: FutureState::Ready(Some(result)),
@@ -42,6 +43,7 @@ impl std::fmt::Debug for RedisFuture {
 impl Future for RedisFuture {
     type Output = Result<Decision, Error>;
 
+    #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.state {
             FutureState::Ready(result) => match result.take() {

@@ -175,6 +175,7 @@ mod cluster;
 mod deny_cache;
 mod errors;
 mod eviction;
+mod failures;
 mod fallback;
 mod family;
 mod future;

@@ -9,6 +9,7 @@ use redis::Script;
 use super::algorithms::{RedisAlgorithm, RedisTier};
 use super::carry::{Carry, Generation};
 use super::deny_cache::DenyCache;
+use super::failures::FailureCounter;
 use super::fallback::Fallback;
 use super::family::{self, Family};
 use super::future::RedisFuture;
@@ -56,7 +57,6 @@ struct Inner<A: RedisAlgorithm> {
     /// together they load it once per `NOSCRIPT` episode rather than once per caller.
     script_loads: AtomicU64,
     script_loading: tokio::sync::Mutex<()>,
-    /// Shared with the failure counter's label, which takes it without a copy.
     policy: Arc<str>,
     /// The Redis keys of each tier, but for the client's part.
     names: KeyNames,
@@ -71,6 +71,8 @@ struct Inner<A: RedisAlgorithm> {
     /// What the table carries over from tables of other quotas it took over from.
     carry: Option<Carry>,
     fallback: Fallback<A>,
+    /// The failures `fallback` answered.
+    failures: FailureCounter,
     denials: DenyCache,
     /// This server's slices of hot keys' budgets, when the store leases and the algorithm
     /// can be leased ([`RedisAlgorithm::LEASES`]).
@@ -189,13 +191,15 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 )
             }
         };
+        let policy: Arc<str> = policy.into();
         Ok(Self {
             inner: Arc::new(Inner {
+                failures: FailureCounter::new(&policy, fallback.name()),
                 connection: store.connection.clone(),
                 script: Script::new(&script::source::<A>()),
                 script_loads: AtomicU64::new(0),
                 script_loading: tokio::sync::Mutex::new(()),
-                policy: policy.into(),
+                policy,
                 names,
                 params,
                 limits,
@@ -272,6 +276,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
 
     /// Checks a request of `cost` for `key`; or, with `refund` (each tier's receipt from the
     /// admission), gives back what that admission took.
+    #[inline]
     pub(crate) fn run(
         &self,
         key: Key,
@@ -310,6 +315,20 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 refund.is_some(),
             ));
         }
+        self.remote(key, now, cost, refund, book)
+    }
+
+    /// [`run`](Self::run) once neither a lease, a remembered denial nor Redis known down
+    /// answers: one round trip.
+    #[inline(never)]
+    fn remote(
+        &self,
+        key: Key,
+        now: u64,
+        cost: u64,
+        refund: Option<Vec<u64>>,
+        book: Option<&LeaseBook>,
+    ) -> RedisFuture {
         let plan = match book {
             Some(book) if refund.is_none() && cost > 0 => book.plan(&key, now, false),
             _ => Plan::Exact,
@@ -745,23 +764,26 @@ impl<A: RedisAlgorithm> Inner<A> {
         }
     }
 
-    /// Counts a failure answered by `on_failure` in `tollgate_store_failures_total`.
-    fn counted(&self, on_failure: &'static str) {
+    /// Counts a failure in `tollgate_store_failures_total`: answered by the failure policy, or
+    /// refused (`closed`) as Redis out of memory is whatever the policy.
+    fn counted(&self, full: bool) {
+        if !full {
+            self.failures.increment();
+            return;
+        }
         #[cfg(feature = "metrics")]
         metrics::counter!(
             "tollgate_store_failures_total",
             "policy" => metrics::SharedString::from_shared(self.policy.clone()),
-            "on_failure" => on_failure
+            "on_failure" => "closed"
         )
         .increment(1);
-        #[cfg(not(feature = "metrics"))]
-        let _ = on_failure;
     }
 
     /// A reset or block that Redis failed: counted and logged as a check's failure would be,
     /// and handed back (the local fallback has it already).
     fn update_failed(&self, error: Error, now: u64) -> Error {
-        self.counted(self.fallback.name());
+        self.counted(false);
         self.warnings
             .warn(&error, now, &self.policy, self.fallback.name());
         error
@@ -769,6 +791,7 @@ impl<A: RedisAlgorithm> Inner<A> {
 
     /// What the failure policy answers while Redis is known to be down: as
     /// [`failed`](Self::failed), the error made only when it is logged or answered.
+    #[inline]
     fn answered_down(
         &self,
         health: &Health,
@@ -778,7 +801,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         refund: bool,
     ) -> Result<Decision, Error> {
         let on_failure = self.fallback.name();
-        self.counted(on_failure);
+        self.counted(false);
         if self.warnings.due(now) {
             self.warnings.log(&health.error(), &self.policy, on_failure);
         }
@@ -800,7 +823,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         // of this server's own) would go past the quota, so it is refused whatever the policy.
         let full = error.kind() == crate::ErrorKind::Full;
         let on_failure = if full { "closed" } else { self.fallback.name() };
-        self.counted(on_failure);
+        self.counted(full);
         self.warnings.warn(&error, now, &self.policy, on_failure);
         if full {
             return Err(error);
