@@ -195,7 +195,10 @@ impl Health {
         };
         *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = reason.into();
         if !self.down.swap(true, Ordering::AcqRel) {
-            runtime.spawn(probe(Arc::downgrade(self), connection.clone(), timeout));
+            // A cluster master's probe holds no connection: the store's would keep its
+            // cluster, and so this health, alive after the store is dropped.
+            let connection = self.master.is_none().then(|| connection.clone());
+            runtime.spawn(probe(Arc::downgrade(self), connection, timeout));
         }
     }
 
@@ -209,20 +212,24 @@ impl Health {
 }
 
 /// Sends `PING` every [`PROBE_EVERY`] until Redis answers (or the store is gone).
-async fn probe(health: Weak<Health>, connection: Connection, timeout: Duration) {
+async fn probe(health: Weak<Health>, connection: Option<Connection>, timeout: Duration) {
     loop {
         tokio::time::sleep(PROBE_EVERY).await;
         let Some(health) = health.upgrade() else {
             return;
         };
         let sent = health.now();
-        if let Some(master) = &health.master {
-            if master.probe(timeout).await {
-                health.rose(sent);
-                return;
+        let connection = match (&health.master, &connection) {
+            (Some(master), _) => {
+                if master.probe(timeout).await {
+                    health.rose(sent);
+                    return;
+                }
+                continue;
             }
-            continue;
-        }
+            (None, Some(connection)) => connection,
+            (None, None) => return,
+        };
         // A connection found broken is made again by the call that finds it: the second
         // `PING` goes over the new one, so a Redis back is found by the first probe after it.
         let twice = async {
