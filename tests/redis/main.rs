@@ -15,6 +15,7 @@ mod redis_blocks;
 mod redis_bounds;
 mod redis_cluster;
 mod redis_cluster_failover;
+mod redis_cluster_outage;
 mod redis_deny_cache;
 mod redis_error_kinds;
 mod redis_eviction;
@@ -50,6 +51,7 @@ fn main() -> std::process::ExitCode {
             module("redis_bounds", redis_bounds::trials),
             module("redis_cluster", redis_cluster::trials),
             alone("redis_cluster_failover", redis_cluster_failover::trials),
+            alone("redis_cluster_outage", redis_cluster_outage::trials),
             module("redis_deny_cache", redis_deny_cache::trials),
             module("redis_error_kinds", redis_error_kinds::trials),
             alone("redis_eviction", redis_eviction::trials),

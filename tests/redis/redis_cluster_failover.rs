@@ -1,7 +1,8 @@
 //! A Redis Cluster master lost under load, on a cluster of three masters with a replica each:
 //! its replica is promoted, and the same `RedisStore::cluster`, with no restart, decides the
 //! lost slots' keys again (it learns the new slot map; a new master without the scripts gets
-//! them through the `NOSCRIPT` path). Until then the failure policy answers those keys. The
+//! them through the `NOSCRIPT` path), within a second of the promotion. Until then the failure
+//! policy answers those keys, at once from the moment the store knows the master down. The
 //! master is killed (SIGKILL: its connections close) or frozen (SIGSTOP: they stay open and
 //! nothing answers, as with a hung machine).
 //!
@@ -157,21 +158,25 @@ struct Outcome {
     recovery: Duration,
     /// The answers to lost keys' checks sent after the loss and answered before that.
     lost_between: Vec<Answer>,
+    /// How many of those waited the store's timeout (or longer): the store answers the keys
+    /// of a master it knows down at once, so only the first few.
+    lost_slow: usize,
     /// The answers to the other keys' checks sent after the loss, and when each was sent.
     others_after: Vec<(Duration, Answer)>,
 }
 
 impl Outcome {
-    fn of(log: &Log, lost: &[bool], at: Instant) -> Self {
+    fn of(log: &Log, lost: &[bool], at: Instant, timeout: Duration) -> Self {
         let first = first_redis(log, lost, at).expect("Redis decided a lost key again");
         let log = log.lock().unwrap();
+        let between = || {
+            log.iter()
+                .filter(|r| lost[r.key] && r.sent > at && r.answered < first)
+        };
         Self {
             recovery: first - at,
-            lost_between: log
-                .iter()
-                .filter(|r| lost[r.key] && r.sent > at && r.answered < first)
-                .map(|r| r.answer)
-                .collect(),
+            lost_between: between().map(|r| r.answer).collect(),
+            lost_slow: between().filter(|r| r.answered - r.sent >= timeout).count(),
             others_after: log
                 .iter()
                 .filter(|r| !lost[r.key] && r.sent > at)
@@ -401,8 +406,8 @@ fn fail_over(loss: Loss, options: &[&str], timeout: Duration) -> Option<Failover
             task.await.unwrap();
         }
 
-        let closed_outcome = Outcome::of(&closed_log, &lost, at);
-        let local_outcome = Outcome::of(&local_log, &lost, at);
+        let closed_outcome = Outcome::of(&closed_log, &lost, at, timeout);
+        let local_outcome = Outcome::of(&local_log, &lost, at, timeout);
         // Closed: until Redis answered again, errors that say Redis could not be reached or
         // did not answer in time; never an admission made up.
         let between = &closed_outcome.lost_between;
@@ -424,6 +429,24 @@ fn fail_over(loss: Loss, options: &[&str], timeout: Duration) -> Option<Failover
             .unwrap()
             .iter()
             .all(|r| !matches!(r.answer, Answer::Failed(_))));
+        // The lost master known down, its keys are answered at once: only a few checks, those
+        // that found it down (three timeouts in a row), waited the timeout. The promoted
+        // replica decides at once: within a probe of the promotion, and a connection (and a
+        // timeout, for checks sent before the store knew the master down).
+        for outcome in [&closed_outcome, &local_outcome] {
+            assert!(
+                outcome.lost_slow <= 8 * 2 * WORKERS,
+                "{} of the lost keys' {} checks waited the timeout",
+                outcome.lost_slow,
+                outcome.lost_between.len()
+            );
+            let promoted = promoted.expect("promoted");
+            assert!(
+                outcome.recovery < promoted + timeout + Duration::from_secs(1),
+                "Redis decided a lost key {:?} after the promotion",
+                outcome.recovery.saturating_sub(promoted)
+            );
+        }
         // The other masters' keys: Redis decided them after the loss, before the lost keys'.
         for outcome in [&closed_outcome, &local_outcome] {
             assert!(outcome
@@ -513,11 +536,13 @@ fn report(name: &str, f: &Failover) {
     let lost = &f.closed.lost_between;
     println!(
         "{name}: lost keys until then: closed answered {} errors ({} unreachable, {} timed \
-         out), the local fallback {} checks locally",
+         out), the local fallback {} checks locally; {} and {} waited the timeout",
         lost.len(),
         count(lost, Answer::Failed(ErrorKind::Unreachable)),
         count(lost, Answer::Failed(ErrorKind::Timeout)),
         f.local.lost_between.len(),
+        f.closed.lost_slow,
+        f.local.lost_slow,
     );
     for (policy, outcome) in [("closed", &f.closed), ("local", &f.local)] {
         println!(

@@ -18,6 +18,16 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("a runtime")
 }
 
+/// A runtime of two worker threads, for tests whose stores run tasks of their own (probes,
+/// watches) while the test blocks its thread.
+pub fn runtime_two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
 /// A store on `url` that answers an error when Redis does not (fail closed).
 #[cfg(feature = "redis")]
 pub async fn closed(url: &str) -> tollgate::store::RedisStore {
@@ -387,6 +397,12 @@ impl RedisCluster {
     /// Three masters, no replicas, a node timeout of 5 s.
     pub fn start() -> Option<Self> {
         Self::create(3, 0, Duration::from_secs(5), &[])
+    }
+
+    /// Three masters, no replicas, a node timeout of 5 s, every node started with `options`
+    /// too.
+    pub fn start_with(options: &[&str]) -> Option<Self> {
+        Self::create(3, 0, Duration::from_secs(5), options)
     }
 
     /// Three masters with one replica each, failing a master over after `node_timeout` (the

@@ -10,23 +10,33 @@
 //! (`CLUSTER SLOTS`), and when the masters changed since the connection was made, it connects
 //! again (to the masters it just read, so a frozen node costs nothing more) and sends every
 //! later call through the new connection.
+//!
+//! The slot map read at connect, and each one the watch connects again with, also tells the
+//! store which master serves each slot, and what it knows of each ([`healths`](super::healths)).
+//! A master known down is not called: its probe's failures have the watch read the slot map
+//! instead, until it answers or a replica is promoted in its place. A master that answers its
+//! probe while the connection does not reach it yet (redis-rs tries a lost node again at most
+//! once a second) has the probe connect again before calls go back to it.
 
-use std::sync::{Arc, Weak};
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::sync::mpsc;
 
 use super::errors;
+use super::health::{answered, Master};
+use super::healths::{NodeMap, Nodes};
+use super::slot_map::{masters, parse, Masters};
 use crate::ErrorKind;
 
-/// How long the watch waits for the first node to answer `CLUSTER SLOTS`.
-const ASK_BOUND: Duration = Duration::from_millis(500);
-/// The longest the watch waits for a new connection.
+/// The longest the watch, or a probe, waits for a new connection.
 const CONNECT_BOUND: Duration = Duration::from_secs(5);
 /// How long a call must have waited when it is dropped unfinished for the watch to take it for
 /// a failure (abandoned at the store's timeout), rather than for a request its client gave up.
@@ -42,10 +52,9 @@ pub(crate) struct Cluster {
     /// Tells the watch that a call did not reach Redis; `None` when nothing watches (a
     /// connection the caller made).
     failed: Option<mpsc::Sender<()>>,
+    /// What the watch and the masters' probes share; `None` when nothing watches.
+    link: Option<Arc<Link>>,
 }
-
-/// Each slot range and its master's address, as `CLUSTER SLOTS` lists them, in order.
-type Masters = Vec<(i64, i64, Vec<u8>, i64)>;
 
 /// A cluster client with the store's settings, over the nodes given.
 pub(crate) type MakeClient = fn(Vec<ConnectionInfo>) -> RedisResult<ClusterClient>;
@@ -56,6 +65,7 @@ impl Cluster {
         Self {
             current: Arc::new(ArcSwap::from_pointee(connection)),
             failed: None,
+            link: None,
         }
     }
 
@@ -67,12 +77,26 @@ impl Cluster {
         let current = Arc::new(ArcSwap::from_pointee(connection));
         // One pending failure is enough to start a round.
         let (failed, failures) = mpsc::channel(1);
-        let again = Reconnect { seeds, make };
-        tokio::spawn(watch(Arc::downgrade(&current), again, known, failures));
+        let link = Arc::new(Link {
+            seeds,
+            make,
+            current: Arc::downgrade(&current),
+            nodes: Nodes::default(),
+            failed: failed.clone(),
+            known: Mutex::new(None),
+        });
+        link.follow(known);
+        tokio::spawn(watch(Arc::downgrade(&link), failures));
         Ok(Self {
             current,
             failed: Some(failed),
+            link: Some(link),
         })
+    }
+
+    /// What the store knows of each master, when the connection is watched.
+    pub(crate) fn nodes(&self) -> Option<Nodes> {
+        self.link.as_ref().map(|link| Arc::clone(&link.nodes))
     }
 
     fn connection(&self) -> (ClusterConnection, Outcome<'_>) {
@@ -155,14 +179,68 @@ impl Drop for Outcome<'_> {
     }
 }
 
-/// How the watch connects again: to the masters it read, with the seeds' settings; else
-/// through the seeds.
-struct Reconnect {
+/// What the watch and the masters' probes share: how to connect again (to the masters read,
+/// with the seeds' settings; else through the seeds), the connection they replace, and the
+/// store's map of the masters, which follows each slot map connected with.
+struct Link {
     seeds: Vec<ConnectionInfo>,
     make: MakeClient,
+    current: Weak<ArcSwap<ClusterConnection>>,
+    nodes: Nodes,
+    failed: mpsc::Sender<()>,
+    /// The masters of the last slot map connected with.
+    known: Mutex<Option<Masters>>,
 }
 
-impl Reconnect {
+impl Link {
+    fn known(&self) -> Option<Masters> {
+        self.known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The masters connected with are `masters`: the store's map follows them, keeping what
+    /// it knows of the masters it still lists (none when the seeds are not plain TCP
+    /// addresses).
+    fn follow(self: &Arc<Self>, masters: Option<Masters>) {
+        let seed = self.seeds.first();
+        let ranges = masters
+            .iter()
+            .flatten()
+            .filter_map(|(first, last, host, port)| {
+                let info = at(seed?, host, *port)?;
+                let ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
+                    return None;
+                };
+                let node = Node {
+                    address: format!("{host}:{port}"),
+                    host,
+                    port,
+                    info,
+                    link: Arc::downgrade(self),
+                };
+                Some((*first, *last, Box::new(node) as Box<dyn Master>))
+            });
+        let map = NodeMap::new(ranges, &self.nodes.load());
+        self.nodes.store(Arc::new(map));
+        *self.known.lock().unwrap_or_else(PoisonError::into_inner) = masters;
+    }
+
+    /// Connects again, to `masters`, and sends every later call through the new connection;
+    /// whether it did.
+    async fn reconnect(self: &Arc<Self>, masters: Masters) -> bool {
+        let Some(fresh) = self.to(&masters).await else {
+            return false;
+        };
+        let Some(current) = self.current.upgrade() else {
+            return false;
+        };
+        current.store(Arc::new(fresh));
+        self.follow(Some(masters));
+        true
+    }
+
     /// The nodes of `masters` with the first seed's settings, each once; `None` when the seed
     /// is not a plain TCP address (TLS, a Unix socket).
     fn at_masters(&self, masters: &Masters) -> Option<Vec<ConnectionInfo>> {
@@ -206,6 +284,88 @@ impl Reconnect {
     }
 }
 
+/// A master of the slot map, as its probe asks it.
+struct Node {
+    /// `host:port`.
+    address: String,
+    host: String,
+    port: u16,
+    /// The seeds' settings at the master's address.
+    info: ConnectionInfo,
+    link: Weak<Link>,
+}
+
+/// Its address only: the settings hold credentials.
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Master for Node {
+    fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// `CLUSTER INFO` through the store's connection; else over a connection of its own, and
+    /// when the master serves its slots there, a new connection for the store. While the
+    /// master does not, each probe reads the slot map through the store's connection (and the
+    /// watch is told): a replica promoted in its place is connected to, its slots' keys
+    /// decided there, within a probe of the promotion.
+    fn probe(
+        &self,
+        timeout: Duration,
+    ) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+        Box::pin(async move {
+            let Some(link) = self.link.upgrade() else {
+                return false;
+            };
+            let Some(current) = link.current.upgrade() else {
+                return false;
+            };
+            let mut connection = ClusterConnection::clone(&current.load());
+            drop(current);
+            let to_node = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: self.host.clone(),
+                port: self.port,
+            });
+            let routed = connection.route_command(cluster_info(), to_node);
+            if tokio::time::timeout(timeout, routed)
+                .await
+                .is_ok_and(serving)
+            {
+                return true;
+            }
+            let own = async {
+                let client = redis::Client::open(self.info.clone())?;
+                let mut own = client.get_multiplexed_async_connection().await?;
+                cluster_info().query_async(&mut own).await
+            };
+            if !tokio::time::timeout(timeout, own).await.is_ok_and(serving) {
+                // Full: a round is due already. Closed: nothing watches any more.
+                let _ = link.failed.try_send(());
+                let slots = connection.route_command(
+                    redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                );
+                let seen = tokio::time::timeout(timeout, slots).await;
+                if let Some(seen) = seen.ok().and_then(Result::ok).and_then(|r| parse(&r)) {
+                    if link.known().as_ref() != Some(&seen) {
+                        link.reconnect(seen).await;
+                    }
+                }
+                return false;
+            }
+            match link.known() {
+                Some(masters) => link.reconnect(masters).await,
+                None => false,
+            }
+        })
+    }
+}
+
 /// Adds `node` to `nodes` unless an address equal to its is there.
 fn add(nodes: &mut Vec<ConnectionInfo>, node: ConnectionInfo) {
     let address = node.addr().to_string();
@@ -224,147 +384,48 @@ fn at(seed: &ConnectionInfo, host: &[u8], port: i64) -> Option<ConnectionInfo> {
     Some(seed.clone().set_addr(ConnectionAddr::Tcp(host, port)))
 }
 
+fn cluster_info() -> Cmd {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("INFO");
+    cmd
+}
+
+/// Whether a master's reply to `CLUSTER INFO` says it serves its slots (`cluster_state:ok`: a
+/// master refuses every key for 2 s after it restarts, and while it holds the cluster
+/// failed); an error it answers (no permission to ask) is an answer, as to `PING`.
+fn serving(reply: RedisResult<Value>) -> bool {
+    match reply {
+        Ok(info) => redis::from_redis_value::<String>(info)
+            .is_ok_and(|info| info.contains("cluster_state:ok")),
+        Err(error) => answered(Err(error)),
+    }
+}
+
 /// The watch: after each failure (at most one round every [`ROUND_GAP`]), reads the masters
-/// from the cluster, and when they are not the ones `current` was made with, replaces it with
-/// a new connection. Ends when every [`Cluster`] of `current` is gone.
-async fn watch(
-    current: Weak<ArcSwap<ClusterConnection>>,
-    again: Reconnect,
-    mut known: Option<Masters>,
-    mut failures: mpsc::Receiver<()>,
-) {
+/// from the cluster, and when they are not the ones the connection was made with, replaces it
+/// with a new connection (and the store's map of the masters with theirs). Ends when every
+/// [`Cluster`] of the link is gone.
+async fn watch(link: Weak<Link>, mut failures: mpsc::Receiver<()>) {
     while failures.recv().await.is_some() {
-        if current.strong_count() == 0 {
+        let Some(link) = link.upgrade() else {
+            return;
+        };
+        if link.current.strong_count() == 0 {
             return;
         }
-        let seen = masters(&again.nodes(known.as_ref())).await;
+        let known = link.known();
+        let seen = masters(&link.nodes(known.as_ref())).await;
         if let Some(seen) = seen.filter(|seen| known.as_ref() != Some(seen)) {
-            if let Some(fresh) = again.to(&seen).await {
-                let Some(current) = current.upgrade() else {
-                    return;
-                };
-                current.store(Arc::new(fresh));
+            if link.reconnect(seen).await {
                 #[cfg(feature = "tracing")]
                 tracing::info!(
                     "Redis Cluster: the masters changed while calls failed (a failover); \
                      the rate limit store connected again"
                 );
-                known = Some(seen);
             }
         }
+        drop(link);
         tokio::time::sleep(ROUND_GAP).await;
         while failures.try_recv().is_ok() {}
-    }
-}
-
-/// The masters, from the first of `nodes` to answer `CLUSTER SLOTS` (all asked at once,
-/// each over a connection of its own, so a frozen node or a stalled client holds up nothing)
-/// within [`ASK_BOUND`]; `None` when none does.
-async fn masters(nodes: &[ConnectionInfo]) -> Option<Masters> {
-    let mut asks = tokio::task::JoinSet::new();
-    for node in nodes {
-        asks.spawn(ask(node.clone()));
-    }
-    let first = async {
-        while let Some(answer) = asks.join_next().await {
-            if let Ok(Some(masters)) = answer {
-                return Some(masters);
-            }
-        }
-        None
-    };
-    // Dropping the set stops the asks still under way.
-    tokio::time::timeout(ASK_BOUND, first).await.ok().flatten()
-}
-
-/// `node`'s `CLUSTER SLOTS`, read.
-async fn ask(node: ConnectionInfo) -> Option<Masters> {
-    let client = redis::Client::open(node).ok()?;
-    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
-    let reply: Value = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut connection)
-        .await
-        .ok()?;
-    parse(&reply)
-}
-
-/// The masters in a `CLUSTER SLOTS` reply: for each range, its first and last slot and its
-/// master's host and port (the first node listed), sorted.
-fn parse(reply: &Value) -> Option<Masters> {
-    let Value::Array(ranges) = reply else {
-        return None;
-    };
-    let mut masters = ranges
-        .iter()
-        .map(|range| {
-            let Value::Array(fields) = range else {
-                return None;
-            };
-            let (Value::Int(first), Value::Int(last), Value::Array(master)) =
-                (fields.first()?, fields.get(1)?, fields.get(2)?)
-            else {
-                return None;
-            };
-            let host = match master.first()? {
-                Value::BulkString(host) => host.clone(),
-                Value::SimpleString(host) => host.clone().into_bytes(),
-                _ => return None,
-            };
-            let Value::Int(port) = master.get(1)? else {
-                return None;
-            };
-            Some((*first, *last, host, *port))
-        })
-        .collect::<Option<Masters>>()?;
-    masters.sort();
-    Some(masters)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn range(first: i64, last: i64, port: i64) -> Value {
-        let node = |port: i64| {
-            Value::Array(vec![
-                Value::BulkString(b"127.0.0.1".to_vec()),
-                Value::Int(port),
-                Value::BulkString(b"0123abcd".to_vec()),
-            ])
-        };
-        Value::Array(vec![
-            Value::Int(first),
-            Value::Int(last),
-            node(port),
-            node(port + 1000),
-        ])
-    }
-
-    #[test]
-    fn the_masters_of_a_slot_map_are_read_in_slot_order() {
-        let reply = Value::Array(vec![range(5461, 10922, 7001), range(0, 5460, 7000)]);
-        assert_eq!(
-            parse(&reply),
-            Some(vec![
-                (0, 5460, b"127.0.0.1".to_vec(), 7000),
-                (5461, 10922, b"127.0.0.1".to_vec(), 7001),
-            ])
-        );
-        // A replica promoted in a master's place is a change.
-        let promoted = Value::Array(vec![range(0, 5460, 8000), range(5461, 10922, 7001)]);
-        assert_ne!(parse(&reply), parse(&promoted));
-    }
-
-    #[test]
-    fn a_reply_that_is_not_a_slot_map_reads_as_none() {
-        assert_eq!(parse(&Value::Nil), None);
-        assert_eq!(parse(&Value::Array(vec![Value::Int(1)])), None);
-        let no_port = Value::Array(vec![Value::Array(vec![
-            Value::Int(0),
-            Value::Int(1),
-            Value::Array(vec![Value::BulkString(b"h".to_vec())]),
-        ])]);
-        assert_eq!(parse(&no_port), None);
     }
 }

@@ -63,6 +63,11 @@ impl Family {
         Some(cmd)
     }
 
+    /// `<prefix>:plans:<layer>`: the list's Redis key.
+    pub(crate) fn list(&self) -> &[u8] {
+        &self.list
+    }
+
     /// The ends are listed.
     pub(crate) fn listed(&self) {
         self.listed.store(true, Ordering::Relaxed);

@@ -1,6 +1,7 @@
 //! What a store knows of whether Redis answers: shared by every table and clone of a store on
-//! one server or behind Sentinel, so that while Redis is down each call is answered by the
-//! failure policy at once rather than after the timeout.
+//! one server or behind Sentinel, and kept for each master of a Redis Cluster
+//! ([`healths`](super::healths)), so that while Redis (or the master of a key's slot) is down
+//! each call is answered by the failure policy at once rather than after the timeout.
 //!
 //! Redis is down from the moment a call finds it unreachable (connection refused, reset or
 //! dropped; `LOADING`; but for behind Sentinel, whose connection answers at once by itself
@@ -12,8 +13,11 @@
 //! (a decision, a script error, `OOM`) is an answer and ends the count.
 //!
 //! While Redis is down, one task sends `PING` (bounded by the timeout) every [`PROBE_EVERY`],
-//! and the first answer brings calls back to Redis; no task runs while Redis is up.
+//! and the first answer brings calls back to Redis; no task runs while Redis is up. A Redis
+//! Cluster master is probed as its [`Master`] says.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -50,6 +54,19 @@ pub(crate) struct Health {
     streak: AtomicU32,
     /// Why Redis was last found down (no client's key: errors are redacted before).
     reason: Mutex<Arc<str>>,
+    /// The Redis Cluster master this is the health of; `None` for a whole Redis.
+    master: Option<Box<dyn Master>>,
+}
+
+/// A Redis Cluster master, as the probe of its health asks it.
+pub(crate) trait Master: Send + Sync + std::fmt::Debug {
+    /// Its address, `host:port`.
+    fn address(&self) -> &str;
+
+    /// One probe, each of its calls bounded by `timeout`: whether the master answers `PING`
+    /// and the store's connection reaches it (made again when the master answers but the
+    /// connection does not reach it yet).
+    fn probe(&self, timeout: Duration) -> Pin<Box<dyn Future<Output = bool> + Send + '_>>;
 }
 
 impl Health {
@@ -65,7 +82,22 @@ impl Health {
             counted: AtomicU64::new(0),
             streak: AtomicU32::new(0),
             reason: Mutex::new(Arc::from("")),
+            master: None,
         }
+    }
+
+    /// What a store knows of the Redis Cluster master `master`, at first up: a call that
+    /// finds it unreachable marks it down.
+    pub(crate) fn of_master(master: Box<dyn Master>) -> Self {
+        Self {
+            master: Some(master),
+            ..Self::new(true)
+        }
+    }
+
+    /// The Redis Cluster master this is the health of.
+    pub(crate) fn master(&self) -> Option<&dyn Master> {
+        self.master.as_deref()
     }
 
     /// Now, in ns after the epoch: when a call is sent.
@@ -81,10 +113,18 @@ impl Health {
     /// The error of a call answered while Redis is down.
     pub(crate) fn error(&self) -> Error {
         let reason = Arc::clone(&self.reason.lock().unwrap_or_else(PoisonError::into_inner));
-        Error::unreachable(format!(
-            "Redis is down ({reason}); answering from the failure policy until Redis answers a \
-             probe (PING every {PROBE_EVERY:?})"
-        ))
+        match &self.master {
+            None => Error::unreachable(format!(
+                "Redis is down ({reason}); answering from the failure policy until Redis \
+                 answers a probe (PING every {PROBE_EVERY:?})"
+            )),
+            Some(master) => Error::unreachable(format!(
+                "the Redis Cluster master at {} is down ({reason}); answering its slots' keys \
+                 from the failure policy until that node answers a probe (PING every \
+                 {PROBE_EVERY:?})",
+                master.address()
+            )),
+        }
     }
 
     /// Takes note of how a call sent at `sent` (from [`now`](Self::now)) ended: an answer, a
@@ -155,7 +195,10 @@ impl Health {
         };
         *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = reason.into();
         if !self.down.swap(true, Ordering::AcqRel) {
-            runtime.spawn(probe(Arc::downgrade(self), connection.clone(), timeout));
+            // A cluster master's probe holds no connection: the store's would keep its
+            // cluster, and so this health, alive after the store is dropped.
+            let connection = self.master.is_none().then(|| connection.clone());
+            runtime.spawn(probe(Arc::downgrade(self), connection, timeout));
         }
     }
 
@@ -169,13 +212,24 @@ impl Health {
 }
 
 /// Sends `PING` every [`PROBE_EVERY`] until Redis answers (or the store is gone).
-async fn probe(health: Weak<Health>, connection: Connection, timeout: Duration) {
+async fn probe(health: Weak<Health>, connection: Option<Connection>, timeout: Duration) {
     loop {
         tokio::time::sleep(PROBE_EVERY).await;
         let Some(health) = health.upgrade() else {
             return;
         };
         let sent = health.now();
+        let connection = match (&health.master, &connection) {
+            (Some(master), _) => {
+                if master.probe(timeout).await {
+                    health.rose(sent);
+                    return;
+                }
+                continue;
+            }
+            (None, Some(connection)) => connection,
+            (None, None) => return,
+        };
         // A connection found broken is made again by the call that finds it: the second
         // `PING` goes over the new one, so a Redis back is found by the first probe after it.
         let twice = async {
@@ -186,20 +240,25 @@ async fn probe(health: Weak<Health>, connection: Connection, timeout: Duration) 
                 answer => answer,
             }
         };
-        let answered = match tokio::time::timeout(timeout, twice).await {
-            Ok(Ok(())) => true,
-            // An error Redis answers (no permission to `PING`, say) is an answer; `LOADING`
-            // and the like are not.
-            Ok(Err(error)) => !matches!(
-                errors::kind(&error),
-                ErrorKind::Unreachable | ErrorKind::Timeout
-            ),
-            Err(_) => false,
-        };
-        if answered {
+        if tokio::time::timeout(timeout, twice)
+            .await
+            .is_ok_and(answered)
+        {
             health.rose(sent);
             return;
         }
+    }
+}
+
+/// Whether a probe's `PING` was answered: an error Redis answers (no permission to `PING`,
+/// say) is an answer; `LOADING` and the like are not.
+pub(crate) fn answered(answer: redis::RedisResult<()>) -> bool {
+    match answer {
+        Ok(()) => true,
+        Err(error) => !matches!(
+            errors::kind(&error),
+            ErrorKind::Unreachable | ErrorKind::Timeout
+        ),
     }
 }
 

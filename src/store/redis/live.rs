@@ -10,10 +10,9 @@
 //! when the version moved. Calls are bounded by the store's timeout, and skipped while the
 //! store knows Redis is down.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::health::Health;
+use super::healths::Healths;
 use super::{errors, Connection, RedisStore};
 use crate::Error;
 
@@ -49,7 +48,7 @@ pub(crate) struct LiveRecord {
     connection: Connection,
     key: Vec<u8>,
     timeout: Duration,
-    health: Option<Arc<Health>>,
+    health: Healths,
 }
 
 impl std::fmt::Debug for LiveRecord {
@@ -108,7 +107,8 @@ impl LiveRecord {
 
     /// `cmd`, bounded by the timeout; an error at once while Redis is known to be down.
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
-        if let Some(health) = self.health.as_deref().filter(|h| h.is_down()) {
+        // On a Redis Cluster, by the record's slot.
+        if let Some(health) = self.health.down_at(&self.key) {
             return Err(health.error());
         }
         let call = async {

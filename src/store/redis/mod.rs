@@ -95,13 +95,26 @@
 //! policies and clones. Behind Sentinel, a primary found unreachable is dropped and calls are
 //! answered at once while the sentinels are asked, and go on with the new primary from the
 //! lookup's end (see [`sentinel`](RedisStore::sentinel)); only a primary that stops answering
-//! (3 timeouts) is probed so. On a Redis Cluster it keeps no such knowledge and each call waits as
-//! before: one master lost must not send the keys of the others to the failure policy (see
-//! [Failover](self#failover)). A store made by
+//! (3 timeouts) is probed so. A store made by
 //! [`from_connection_manager`](RedisStore::from_connection_manager) is answered at once only
 //! once a call finds Redis unreachable or 3 calls time out: a manager that retries
 //! connecting holds calls up meanwhile ([`connect`](RedisStore::connect) makes one that does
 //! not).
+//!
+//! On a Redis Cluster ([`cluster`](RedisStore::cluster)) the store knows each master apart,
+//! from the slot map it reads at connect and after each failover: a master is down as above,
+//! by the calls for the keys of its slots (a key's slot is that of its hash tag), and while it
+//! is, those keys are answered by the failure policy at once, with an error that names the
+//! master's address, while the other masters' keys go to Redis as before. Its probe asks the
+//! master for `CLUSTER INFO` every 200 ms and brings its keys back when the master says
+//! `cluster_state:ok`, within 1 s of it serving again (a restarted master refuses every key
+//! for its first 2 s, though it answers `PING`); the probe connects again when the master serves but the store's
+//! connection does not reach it yet. A layer's list of its tables and its live record follow
+//! the same rule by their own key's slot: a table is listed once that key's master is up (its
+//! checks go on meanwhile), a reset through the layer fails at once, and the live record is
+//! not read (the quotas in force are kept). A store over a connection you made
+//! ([`from_cluster_connection`](RedisStore::from_cluster_connection)), or with seeds over TLS
+//! or a Unix socket, keeps no such knowledge: each call waits as before.
 //!
 //! # Hot keys: local leases
 //!
@@ -120,10 +133,15 @@
 //! SLOTS` from the nodes it knows (at most once a second), and when the masters changed it
 //! connects again. The scripts are loaded on the new master after its first `NOSCRIPT`. Until
 //! the replica is promoted (about the cluster's `cluster-node-timeout`, then an election),
-//! the failure policy answers the keys of the failed master's slots. With
+//! the failure policy answers the keys of the failed master's slots, at once from the moment
+//! the store knows it down (see [When Redis fails](self#when-redis-fails)); meanwhile its
+//! probe reads the slot map through the store's connection every 200 ms, so the promoted
+//! replica, a master new to the store, decides its slots' keys within a probe of the
+//! promotion (and a new connection). With
 //! `cluster-require-full-coverage yes` (Redis's default) the cluster itself refuses every key
-//! from the moment it marks the master failed until the promotion; with `no` the other
-//! masters keep deciding their keys throughout. A store over a connection you made
+//! from the moment it marks the master failed until the promotion (the other masters are then
+//! known down too, until they say `cluster_state:ok` again); with `no` the other masters keep
+//! deciding their keys throughout. A store over a connection you made
 //! ([`from_cluster_connection`](RedisStore::from_cluster_connection)) has no watch: it follows
 //! a crash, not a frozen master.
 //!
@@ -180,6 +198,7 @@ mod fallback;
 mod family;
 mod future;
 mod health;
+mod healths;
 mod keys;
 mod leases;
 mod live;
@@ -187,6 +206,7 @@ mod on_failure;
 mod reply;
 mod script;
 mod sentinel;
+mod slot_map;
 mod slots;
 mod table;
 mod version;
@@ -238,9 +258,9 @@ pub struct RedisStore {
     tie: Option<Tie>,
     /// Whether the server is recent enough, once known.
     version: Arc<version::VersionCheck>,
-    /// Whether Redis answers, as calls found it; none on a Redis Cluster (see
-    /// [When Redis fails](self#when-redis-fails)).
-    health: Option<Arc<health::Health>>,
+    /// Whether Redis answers, as calls found it: of the one Redis, or of each master of a
+    /// Redis Cluster (see [When Redis fails](self#when-redis-fails)).
+    health: healths::Healths,
 }
 
 impl RedisStore {
@@ -430,7 +450,9 @@ impl RedisStore {
     /// A store over a Redis Cluster connection you made. The masters' versions are checked on
     /// the first call (a Redis older than 5.0 answers every call with an error that names it).
     /// The connection is used as it is: it follows a failover as far as redis-rs does (a
-    /// crashed master, not a frozen one; see [Failover](self#failover)).
+    /// crashed master, not a frozen one; see [Failover](self#failover)), and the store keeps
+    /// no knowledge of which master is down: each call for a lost master's keys waits the
+    /// [`timeout`](Self::timeout) (see [When Redis fails](self#when-redis-fails)).
     pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
         Self::new(Connection::Cluster(Cluster::unwatched(connection)))
     }
@@ -454,10 +476,12 @@ impl RedisStore {
     }
 
     fn new(connection: Connection) -> Self {
-        let health = match connection {
-            Connection::Single(_) => Some(Arc::new(health::Health::new(true))),
-            Connection::Sentinel(_) => Some(Arc::new(health::Health::new(false))),
-            Connection::Cluster(_) => None,
+        let health = match &connection {
+            Connection::Single(_) => healths::Healths::One(Arc::new(health::Health::new(true))),
+            Connection::Sentinel(_) => healths::Healths::One(Arc::new(health::Health::new(false))),
+            Connection::Cluster(cluster) => cluster
+                .nodes()
+                .map_or(healths::Healths::Unknown, healths::Healths::Masters),
         };
         Self {
             health,

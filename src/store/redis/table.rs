@@ -14,6 +14,7 @@ use super::fallback::Fallback;
 use super::family::{self, Family};
 use super::future::RedisFuture;
 use super::health::Health;
+use super::healths::Healths;
 use super::keys::KeyNames;
 use super::leases::{GiveBack, LeaseBook, Plan};
 use super::reply::{self, Figure};
@@ -86,8 +87,9 @@ struct Inner<A: RedisAlgorithm> {
     exactly: AtomicBool,
     /// Whether the server's version was found good (checked once per store).
     version: Arc<VersionCheck>,
-    /// Whether Redis answers, shared by the store's tables and clones (none on a Cluster).
-    health: Option<Arc<Health>>,
+    /// Whether Redis answers (on a Redis Cluster, each master), shared by the store's tables
+    /// and clones.
+    health: Healths,
     warnings: Warnings,
     /// The table's part in its layer's family, for a table of a layer's.
     family: Option<Family>,
@@ -306,9 +308,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             }
         }
         // While Redis is known to be down, the failure policy answers at once.
-        if let Some(health) = inner.health.as_deref().filter(|h| h.is_down()) {
+        if let Some(health) = inner.health.down(&key) {
             return RedisFuture::ready(inner.answered_down(
-                health,
+                &health,
                 key,
                 now,
                 cost,
@@ -469,7 +471,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
     /// health.
     async fn round_trip(&self, key: &Key, now: u64, mode: Mode<'_>) -> Result<Vec<Figure>, Error> {
         let inner = &self.inner;
-        let Some(health) = &inner.health else {
+        let Some(health) = inner.health.of(key) else {
             return self.round_trip_once(key, now, mode).await;
         };
         if health.is_down() {
@@ -599,6 +601,14 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         let Some(reading) = inner.family.as_ref().and_then(Family::reading) else {
             return Ok(());
         };
+        // The list's master known down (on a Redis Cluster): the reset fails at once.
+        if let Some(down) = inner
+            .family
+            .as_ref()
+            .and_then(|f| inner.health.down_at(f.list()))
+        {
+            return Err(down.error());
+        }
         let ends: Vec<Vec<u8>> = inner.bounded(&reading, key).await?;
         let keys = inner.names.under(key, &ends);
         for deletion in family::deletions(&keys) {
@@ -729,6 +739,12 @@ impl<A: RedisAlgorithm> Inner<A> {
         let Some(listing) = self.family.as_ref().and_then(Family::listing) else {
             return;
         };
+        // Not while the list's master is known down (on a Redis Cluster): the call goes on.
+        if let Some(family) = self.family.as_ref() {
+            if self.health.down_at(family.list()).is_some() {
+                return;
+            }
+        }
         let listed = tokio::time::timeout(self.timeout, self.query::<redis::Value>(&listing));
         if let (Ok(Ok(_)), Some(family)) = (listed.await, &self.family) {
             family.listed();
