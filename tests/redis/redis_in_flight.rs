@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 use tollgate::clock::ManualClock;
 use tollgate::key::Header;
 use tollgate::store::{MemoryStore, OnFailure, RedisStore};
-use tollgate::{Key, RateLimitLayer};
+use tollgate::{InFlightLayer, Key};
 use tower::{Layer, ServiceExt};
 
 use held::{Control, Controls, Fate};
@@ -43,7 +43,7 @@ struct Server {
 fn server(store: RedisStore, limit: u64, clock: &ManualClock) -> Server {
     let controls = Controls::default();
     let live = Arc::new(AtomicUsize::new(0));
-    let layer = RateLimitLayer::in_flight(limit)
+    let layer = InFlightLayer::new(limit)
         .policy_name("jobs")
         .lease_ttl(Duration::from_secs(3))
         .key(Header::new("x-key"))
@@ -472,7 +472,7 @@ async fn blocks_of_in_flight_layers_of_other_limits_stay_apart() {
     let clock = ManualClock::new();
     let url = redis.url();
     let layer = |limit: u64| {
-        RateLimitLayer::in_flight(limit)
+        InFlightLayer::new(limit)
             .key(Header::new("x-key"))
             .cost(cost)
             .clock(clock.clone())
