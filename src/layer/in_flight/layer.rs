@@ -229,7 +229,8 @@ impl InFlightLayer {
         self.rebuilt("on_failure")
     }
 
-    /// Reads time from `clock`, such as a [`ManualClock`](crate::clock::ManualClock) in tests.
+    /// Reads time from `clock`, such as a [`ManualClock`](crate::clock::ManualClock) in tests:
+    /// it times the headers, and with a `RedisStore` built `with_caller_clock`, the leases.
     #[must_use]
     #[track_caller]
     pub fn clock<C: Clock + Clone>(mut self, clock: C) -> Self {
@@ -241,8 +242,8 @@ impl InFlightLayer {
     #[track_caller]
     fn rebuilt(mut self, method: &str) -> Self {
         let slots = &self.slots;
-        self.layer =
-            (self.layer).limited_by(&format!("InFlightLayer::{method}"), || slots.bound(method));
+        let method_name = format!("InFlightLayer::{method}");
+        self.layer = self.layer.limited_by(&method_name, || slots.bound(method));
         self
     }
 
