@@ -55,11 +55,6 @@ impl KeepsSlots for MemoryStore {
     ) -> Result<Arc<dyn Slots>, Error> {
         Ok(Arc::new(MemorySlots::new(limit, self.max_keys())))
     }
-
-    #[cfg(feature = "redis")]
-    fn failing(&self, _: &crate::store::OnFailure) -> Option<Arc<dyn SlotStore>> {
-        None
-    }
 }
 
 impl MemorySlots {
