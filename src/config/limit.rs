@@ -9,6 +9,7 @@ use super::store::{Backend, ConfiguredStore, StoreConfig};
 use super::{duration, ConfigError, KeyConfig};
 use crate::algorithm::FixedWindow;
 use crate::layer::{Kind, Recipe, MAX_LEASE_TTL, MIN_LEASE_TTL};
+use crate::quota::is_policy_name;
 use crate::{HeaderPlacement, HeaderStyle, InFlightLayer, Quota, RateLimitLayer};
 
 /// One limit, as read from a configuration file in any serde format (TOML, JSON, YAML, ...):
@@ -146,11 +147,6 @@ fn by_name<T: Copy>(
     }
 }
 
-/// Whether `name` can name a policy ([`Quota::named`] panics otherwise).
-fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| (0x20..0x7f).contains(&b))
-}
-
 impl LimitConfig {
     /// The quotas, named, and whether they are tiers.
     fn quotas(&self) -> Result<(Vec<Quota>, bool), ConfigError> {
@@ -202,7 +198,7 @@ impl LimitConfig {
                 }
             };
             let longest = tier_name(quotas.len());
-            if !valid_name(&longest) {
+            if !is_policy_name(&longest) {
                 let tiers = if tiered {
                     format!(" (tiers add \"-{}\")", quotas.len())
                 } else {
@@ -262,7 +258,7 @@ impl LimitConfig {
         }
         let mut layer = InFlightLayer::new(slots);
         if let Some(name) = &self.name {
-            if !valid_name(name) {
+            if !is_policy_name(name) {
                 return Err(ConfigError::text(
                     "name",
                     name,

@@ -148,7 +148,7 @@ impl InFlightLayer {
     pub fn policy_name(mut self, name: impl AsRef<str>) -> Self {
         let name = name.as_ref();
         assert!(
-            !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| (0x20..0x7f).contains(&b)),
+            crate::quota::is_policy_name(name),
             "InFlightLayer::policy_name: {name:?} must be 1 to 64 printable ASCII characters"
         );
         self.slots.policy = name.into();
