@@ -33,7 +33,7 @@ use std::time::Duration;
 use criterion::{criterion_group, Criterion, Throughput};
 use http::{Request, Response};
 use tollgate::key::PeerAddr;
-use tollgate::{HeaderStyle, Quota, RateLimitLayer};
+use tollgate::{HeaderStyle, InFlightLayer, Quota, RateLimitLayer};
 use tower::{service_fn, Layer, Service};
 
 /// A request from 192.0.2.1, as a server records its peer.
@@ -97,9 +97,9 @@ fn count(spec: &str) {
             n,
         ),
         "denied" => run(RateLimitLayer::gcra(Quota::per_day(1)).layer(inner()), n),
-        "in-flight" => run(RateLimitLayer::in_flight(1).layer(inner()), n),
+        "in-flight" => run(InFlightLayer::new(1).layer(inner()), n),
         "in-flight-denied" => {
-            let mut svc = RateLimitLayer::in_flight(1).layer(inner());
+            let mut svc = InFlightLayer::new(1).layer(inner());
             let _held = respond(&mut svc, request());
             run(svc, n)
         }
@@ -144,7 +144,7 @@ fn layer_cost(c: &mut Criterion) {
     });
 
     // One slot: each request takes it and gives it back when its response is dropped.
-    let mut in_flight = RateLimitLayer::in_flight(1).layer(inner());
+    let mut in_flight = InFlightLayer::new(1).layer(inner());
     group.bench_function("in-flight", |b| {
         b.iter(|| {
             let response = respond(&mut in_flight, request());
@@ -154,7 +154,7 @@ fn layer_cost(c: &mut Criterion) {
     });
 
     // The slot held by a response kept aside: every request is refused.
-    let mut busy = RateLimitLayer::in_flight(1).layer(inner());
+    let mut busy = InFlightLayer::new(1).layer(inner());
     let _held = respond(&mut busy, request());
     group.bench_function("in-flight-denied", |b| {
         b.iter(|| {

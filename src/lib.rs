@@ -92,7 +92,7 @@
 //!   [`reset`](layer::Handle::reset), [`block`](layer::Handle::block)); `examples/admin.rs`
 //!   serves them as admin routes.
 //! - [`RateLimitLayer::ban`] blocks repeat offenders for a while.
-//! - [`RateLimitLayer::in_flight`] limits the requests of a key in progress at once; an
+//! - [`InFlightLayer`] limits the requests of a key in progress at once; an
 //!   upgraded connection (a WebSocket) holds its slot through an [`InFlightSlot`].
 //! - [`RateLimitLayer::aligned`] puts fixed windows on the calendar (a day from midnight UTC).
 //! - Outside a layer, [`RateLimiter::peek`], [`RateLimiter::reset`] and
@@ -141,6 +141,8 @@ pub mod store;
 pub use self::decision::{Decision, Decisions};
 pub use self::error::{Error, ErrorKind};
 pub use self::key::Key;
-pub use self::layer::{HeaderPlacement, HeaderStyle, InFlightSlot, RateLimit, RateLimitLayer};
+pub use self::layer::{
+    HeaderPlacement, HeaderStyle, InFlightLayer, InFlightSlot, RateLimit, RateLimitLayer,
+};
 pub use self::limiter::RateLimiter;
 pub use self::quota::{ParseQuotaError, Quota};

@@ -33,6 +33,12 @@ pub struct Quota {
     name: Option<Arc<str>>,
 }
 
+/// Whether `name` can name a policy: 1 to 64 printable ASCII characters, to fit in a header
+/// value as a structured-field string.
+pub(crate) fn is_policy_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| (0x20..0x7f).contains(&b))
+}
+
 impl Quota {
     /// `limit` requests per `period`, with a burst of `limit`.
     ///
@@ -127,7 +133,7 @@ impl Quota {
     pub fn named(mut self, name: impl AsRef<str>) -> Self {
         let name = name.as_ref();
         assert!(
-            !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| (0x20..0x7f).contains(&b)),
+            is_policy_name(name),
             "tollgate::Quota::named: {name:?} must be 1 to 64 printable ASCII characters"
         );
         self.name = Some(name.into());

@@ -9,12 +9,14 @@ use super::store::{Backend, ConfiguredStore, StoreConfig};
 use super::{duration, ConfigError, KeyConfig};
 use crate::algorithm::FixedWindow;
 use crate::layer::{Kind, Recipe, MAX_LEASE_TTL, MIN_LEASE_TTL};
-use crate::{HeaderPlacement, HeaderStyle, Quota, RateLimitLayer};
+use crate::quota::is_policy_name;
+use crate::{HeaderPlacement, HeaderStyle, InFlightLayer, Quota, RateLimitLayer};
 
-/// One rate limit, as read from a configuration file in any serde format (TOML, JSON, YAML,
-/// ...): what [`RateLimitLayer::from_config`] builds a layer from. Every field is optional but
-/// the quota (`quota` or `quotas`, or `in_flight` for a limit on requests in flight); unknown
-/// fields are refused, and so are fields that do not apply to the limit.
+/// One limit, as read from a configuration file in any serde format (TOML, JSON, YAML, ...):
+/// what [`RateLimitLayer::from_config`] builds a layer from, or [`InFlightLayer::from_config`]
+/// for a limit on requests in flight (`in_flight`). Every field is optional but the quota
+/// (`quota` or `quotas`, or `in_flight`); unknown fields are refused, and so are fields that do
+/// not apply to the limit.
 ///
 /// | field | default | meaning |
 /// | --- | --- | --- |
@@ -29,8 +31,8 @@ use crate::{HeaderPlacement, HeaderStyle, Quota, RateLimitLayer};
 /// | `max_delay` | | shape instead of refusing, up to this wait, such as `"250ms"` (gcra and token_bucket; [`RateLimitLayer::max_delay`]) |
 /// | `sub_windows` | `1` | counters per period, 1 to 64 (sliding_window; [`RateLimitLayer::sub_windows`]) |
 /// | `aligned` | `false` | calendar windows, starting at multiples of the period since the UNIX epoch in UTC (fixed_window; [`RateLimitLayer::aligned`]) |
-/// | `in_flight` | | instead of a quota, at most this many requests of a key in progress at once ([`RateLimitLayer::in_flight`]); `name` is then its policy name |
-/// | `lease_ttl` | `"30s"` | how long an in-flight slot lasts in Redis unless renewed, from `"1s"` to `"24h"` ([`RateLimitLayer::lease_ttl`]) |
+/// | `in_flight` | | instead of a quota, at most this many requests of a key in progress at once ([`InFlightLayer`]); `name` is then its policy name |
+/// | `lease_ttl` | `"30s"` | how long an in-flight slot lasts in Redis unless renewed, from `"1s"` to `"24h"` ([`InFlightLayer::lease_ttl`]) |
 /// | `dry_run` | `false` | never deny; log and report would-be denials ([`RateLimitLayer::dry_run`]) |
 /// | `store` | memory | where state lives: see [`StoreConfig`] |
 ///
@@ -145,11 +147,6 @@ fn by_name<T: Copy>(
     }
 }
 
-/// Whether `name` can name a policy ([`Quota::named`] panics otherwise).
-fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| (0x20..0x7f).contains(&b))
-}
-
 impl LimitConfig {
     /// The quotas, named, and whether they are tiers.
     fn quotas(&self) -> Result<(Vec<Quota>, bool), ConfigError> {
@@ -201,7 +198,7 @@ impl LimitConfig {
                 }
             };
             let longest = tier_name(quotas.len());
-            if !valid_name(&longest) {
+            if !is_policy_name(&longest) {
                 let tiers = if tiered {
                     format!(" (tiers add \"-{}\")", quotas.len())
                 } else {
@@ -225,8 +222,15 @@ impl LimitConfig {
         Ok((quotas, tiered))
     }
 
-    /// The recipe of a limit of `slots` requests in flight per key, each field checked.
-    fn in_flight_recipe(&self, slots: u64) -> Result<Recipe, ConfigError> {
+    /// The in-flight layer of `slots` requests per key, each field checked.
+    fn in_flight_layer(&self) -> Result<InFlightLayer, ConfigError> {
+        let Some(slots) = self.in_flight else {
+            return Err(ConfigError::missing(
+                "in_flight",
+                "missing: a limit on requests in flight sets in_flight = <requests per key>; \
+                 build a rate limit with RateLimitLayer::from_config",
+            ));
+        };
         let rate_fields = [
             ("quota", self.quota.is_some()),
             ("quotas", self.quotas.is_some()),
@@ -252,9 +256,9 @@ impl LimitConfig {
                 "no request could ever pass; allow at least 1 request in flight per key",
             ));
         }
-        let mut recipe = Recipe::in_flight(slots);
+        let mut layer = InFlightLayer::new(slots);
         if let Some(name) = &self.name {
-            if !valid_name(name) {
+            if !is_policy_name(name) {
                 return Err(ConfigError::text(
                     "name",
                     name,
@@ -262,7 +266,7 @@ impl LimitConfig {
                      headers",
                 ));
             }
-            recipe.policy = Some(name.as_str().into());
+            layer = layer.policy_name(name);
         }
         if let Some(text) = &self.lease_ttl {
             let ttl = duration::parse("lease_ttl", text)?;
@@ -275,15 +279,20 @@ impl LimitConfig {
                      slots back soon",
                 ));
             }
-            recipe.lease_ttl = ttl;
+            layer = layer.lease_ttl(ttl);
         }
-        Ok(recipe)
+        Ok(layer)
     }
 
     /// The recipe of the limiter: algorithm, quotas and options, each checked.
     fn recipe(&self) -> Result<Recipe, ConfigError> {
         if let Some(slots) = self.in_flight {
-            return self.in_flight_recipe(slots);
+            return Err(ConfigError::bare(
+                "in_flight",
+                slots,
+                "a limit on requests in flight is an InFlightLayer: build it with \
+                 InFlightLayer::from_config (Limits::in_flight_layers_in for a file)",
+            ));
         }
         if let Some(text) = &self.lease_ttl {
             return Err(ConfigError::text(
@@ -442,32 +451,6 @@ impl RateLimitLayer {
         store: Option<&ConfiguredStore>,
     ) -> Result<Self, ConfigError> {
         let recipe = config.recipe()?;
-        let style = match &config.headers {
-            Some(name) => Some(by_name("headers", name, &STYLES, "header style")?),
-            None => None,
-        };
-        let placement = match &config.headers_on {
-            Some(name) => Some(by_name(
-                "headers_on",
-                name,
-                &PLACEMENTS,
-                "header placement",
-            )?),
-            None => None,
-        };
-        let status = match config.status {
-            Some(code) => match StatusCode::from_u16(code) {
-                Ok(status) if status.is_client_error() || status.is_server_error() => Some(status),
-                _ => {
-                    return Err(ConfigError::bare(
-                        "status",
-                        code,
-                        "denials are answered with a 4xx or 5xx status, such as 429 or 503",
-                    ))
-                }
-            },
-            None => None,
-        };
         #[cfg(feature = "redis")]
         if let Some(ConfiguredStore(Backend::Redis(redis))) = store {
             refused_by(redis, &recipe)?;
@@ -482,7 +465,84 @@ impl RateLimitLayer {
                 Backend::Redis(redis) => layer.store(redis.clone()),
             };
         }
-        if let Some(key) = &config.key {
+        config.settings(layer)
+    }
+}
+
+impl InFlightLayer {
+    /// The limit on requests in flight `config` describes (`in_flight = <requests per key>`,
+    /// see [`LimitConfig`]), over a new memory store, as
+    /// [`RateLimitLayer::from_config`] makes a rate limit.
+    ///
+    /// # Errors
+    ///
+    /// When a field cannot be used, or `config` is a rate limit (no `in_flight`): the error
+    /// names the field and says how to fix it. This never panics.
+    pub fn from_config(config: &LimitConfig) -> Result<Self, ConfigError> {
+        match &config.store {
+            None => Self::from_config_in(config, &crate::store::MemoryStore::new().into()),
+            Some(store) => Self::from_config_in(config, &store.memory()?),
+        }
+    }
+
+    /// The same over `store`, already connected ([`RateLimitLayer::from_config_in`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`from_config`](Self::from_config).
+    pub fn from_config_in(
+        config: &LimitConfig,
+        store: &ConfiguredStore,
+    ) -> Result<Self, ConfigError> {
+        let layer = config.in_flight_layer()?;
+        let layer = match &store.0 {
+            Backend::Memory(memory) => layer.store(memory.clone()),
+            #[cfg(feature = "redis")]
+            Backend::Redis(redis) => {
+                use crate::store::in_flight::sealed::KeepsSlots;
+                let slots = config.in_flight.unwrap_or(1);
+                let clock = std::sync::Arc::new(crate::clock::SystemClock);
+                if let Err(e) = redis.slots(layer.policy(), slots, MIN_LEASE_TTL, clock) {
+                    let refused = "the Redis store cannot keep it";
+                    return Err(ConfigError::bare("in_flight", slots, refused).caused_by(e));
+                }
+                layer.store(redis.clone())
+            }
+        };
+        layer.try_with(|layer| config.settings(layer))
+    }
+}
+
+impl LimitConfig {
+    /// `layer` with this limit's key, headers, status and dry run, each checked.
+    fn settings(&self, mut layer: RateLimitLayer) -> Result<RateLimitLayer, ConfigError> {
+        let style = match &self.headers {
+            Some(name) => Some(by_name("headers", name, &STYLES, "header style")?),
+            None => None,
+        };
+        let placement = match &self.headers_on {
+            Some(name) => Some(by_name(
+                "headers_on",
+                name,
+                &PLACEMENTS,
+                "header placement",
+            )?),
+            None => None,
+        };
+        let status = match self.status {
+            Some(code) => match StatusCode::from_u16(code) {
+                Ok(status) if status.is_client_error() || status.is_server_error() => Some(status),
+                _ => {
+                    return Err(ConfigError::bare(
+                        "status",
+                        code,
+                        "denials are answered with a 4xx or 5xx status, such as 429 or 503",
+                    ))
+                }
+            },
+            None => None,
+        };
+        if let Some(key) = &self.key {
             layer = key.apply(layer, "key")?;
         }
         if let Some(style) = style {
@@ -494,7 +554,7 @@ impl RateLimitLayer {
         if let Some(status) = status {
             layer = layer.status(status);
         }
-        if let Some(dry_run) = config.dry_run {
+        if let Some(dry_run) = self.dry_run {
             layer = layer.dry_run(dry_run);
         }
         Ok(layer)
@@ -509,14 +569,6 @@ fn refused_by(redis: &crate::store::RedisStore, recipe: &Recipe) -> Result<(), C
     match Binder(redis.clone()).bind(recipe, &LayerClock::System, recipe.named()) {
         Ok(_) => Ok(()),
         Err(e) => {
-            if recipe.kind == Kind::InFlight {
-                return Err(ConfigError::bare(
-                    "in_flight",
-                    recipe.slots,
-                    "the Redis store cannot keep it",
-                )
-                .caused_by(e));
-            }
             let texts: Vec<String> = recipe.quotas.iter().map(Quota::to_string).collect();
             let field = if recipe.tiered { "quotas" } else { "quota" };
             Err(

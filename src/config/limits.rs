@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::store::{ConfiguredStore, StoreConfig};
 use super::{ConfigError, LimitConfig};
-use crate::RateLimitLayer;
+use crate::{InFlightLayer, RateLimitLayer};
 
 /// Several named limits and the one store they share: a whole configuration file.
 ///
@@ -60,8 +60,8 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// Connects the store ([`StoreConfig::connect`]) and builds every limit's layer over it, by
-    /// name.
+    /// Connects the store ([`StoreConfig::connect`]) and builds every rate limit's layer over
+    /// it, by name (see [`layers_in`](Self::layers_in) for limits on requests in flight).
     ///
     /// # Errors
     ///
@@ -74,8 +74,9 @@ impl Limits {
         self.layers_in(&store)
     }
 
-    /// Builds every limit's layer over `store`, already connected, by name; the file's `store`
-    /// is not read.
+    /// Builds every rate limit's layer over `store`, already connected, by name; the file's
+    /// `store` is not read. The limits on requests in flight (`in_flight`) are checked too,
+    /// and left to [`in_flight_layers_in`](Self::in_flight_layers_in).
     ///
     /// # Errors
     ///
@@ -84,7 +85,25 @@ impl Limits {
         &self,
         store: &ConfiguredStore,
     ) -> Result<BTreeMap<String, RateLimitLayer>, ConfigError> {
-        let mut layers = BTreeMap::new();
+        Ok(self.built(store)?.0)
+    }
+
+    /// Builds every limit on requests in flight (`in_flight`) over `store`, already connected,
+    /// by name, as [`layers_in`](Self::layers_in) builds the rate limits.
+    ///
+    /// # Errors
+    ///
+    /// The first field that cannot be used, named by its path in the file.
+    pub fn in_flight_layers_in(
+        &self,
+        store: &ConfiguredStore,
+    ) -> Result<BTreeMap<String, InFlightLayer>, ConfigError> {
+        Ok(self.built(store)?.1)
+    }
+
+    /// Every limit's layer over `store`: the rate limits, and the limits on requests in flight.
+    fn built(&self, store: &ConfiguredStore) -> Result<Built, ConfigError> {
+        let mut layers = Built::default();
         for (name, limit) in &self.limits {
             let prefix = format!("limits.{name}");
             if limit.store.is_some() {
@@ -101,10 +120,21 @@ impl Limits {
             } else {
                 limit
             };
-            let layer =
-                RateLimitLayer::from_config_in(limit, store).map_err(|e| e.under(&prefix))?;
-            layers.insert(name.clone(), layer);
+            let under = |e: ConfigError| e.under(&prefix);
+            if limit.in_flight.is_some() {
+                let layer = InFlightLayer::from_config_in(limit, store).map_err(under)?;
+                layers.1.insert(name.clone(), layer);
+            } else {
+                let layer = RateLimitLayer::from_config_in(limit, store).map_err(under)?;
+                layers.0.insert(name.clone(), layer);
+            }
         }
         Ok(layers)
     }
 }
+
+/// A file's rate limits and limits on requests in flight, by name.
+type Built = (
+    BTreeMap<String, RateLimitLayer>,
+    BTreeMap<String, InFlightLayer>,
+);

@@ -1,6 +1,6 @@
 //! Layers from configuration files (feature `serde`): a [`LimitConfig`] read from any serde
-//! format (TOML, JSON, YAML, ...) makes a [`RateLimitLayer`](crate::RateLimitLayer), and
-//! [`Limits`] a whole file of named limits over one store.
+//! format (TOML, JSON, YAML, ...) makes a [`RateLimitLayer`](crate::RateLimitLayer) (or an
+//! [`InFlightLayer`](crate::InFlightLayer)), and [`Limits`] a whole file of named limits.
 //!
 //! A configured layer is the layer the same settings make in code: the same algorithm,
 //! quotas, key, headers and store, so the same decisions and headers for the same requests.

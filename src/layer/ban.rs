@@ -305,14 +305,6 @@ impl Limit for Banning {
         self.0.limiter.decide_exactly();
     }
 
-    fn in_flight(&self) -> Option<u64> {
-        self.0.limiter.in_flight()
-    }
-
-    fn release(&self, key: &Key, cost: u64, lease: u64) {
-        self.0.limiter.release(key, cost, lease);
-    }
-
     fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.limiter.describe(f)
     }

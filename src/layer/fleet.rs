@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use tokio::sync::Notify;
 
 use super::limit::Limit;
-use super::recipe::{Bind, Kind, Recipe};
+use super::recipe::{Bind, Recipe};
 use crate::store::{LiveRecord, POLL_EVERY};
 use crate::{Error, Quota};
 
@@ -84,14 +84,14 @@ pub(crate) struct Fleet {
 }
 
 impl Fleet {
-    /// The fleet of the layer `live` that `recipe` builds over `store`: `None` but for a rate
-    /// limit over a `RedisStore`.
+    /// The fleet of the layer `live` that `recipe` builds over `store`: `None` but for a
+    /// layer with a recipe over a `RedisStore`.
     pub(crate) fn of(
         live: Weak<dyn Apply>,
         recipe: Option<&Recipe>,
         store: Option<&dyn Bind>,
     ) -> Option<Arc<Self>> {
-        let recipe = recipe.filter(|r| r.kind != Kind::InFlight)?;
+        let recipe = recipe?;
         let record = store?.record(&recipe.tie.as_ref()?.layer)?;
         Some(Arc::new(Self {
             record,

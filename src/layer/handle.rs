@@ -132,7 +132,7 @@ impl Handle {
     ///   (bans of many other keys cannot crowd it out). It holds at most 100 000 such blocks:
     ///   past that, those that end soonest go first. Other servers hold it this way once
     ///   their handle is called too.
-    /// - On a limit of requests in flight ([`in_flight`](super::RateLimitLayer::in_flight)),
+    /// - On a limit of requests in flight ([`InFlightLayer`](super::InFlightLayer)),
     ///   the layer's own hold is the block in memory; in Redis the block is also kept beside
     ///   the key's leases, so it holds on every server, and a [`reset`](Self::reset) lifts it
     ///   there.
@@ -240,8 +240,8 @@ impl Handle {
     ///
     /// An error of kind [`Misconfigured`](crate::ErrorKind::Misconfigured), and nothing
     /// changes, when `quotas` is empty, when it has several quotas for a layer built with one,
-    /// when the layer was made by [`from_limiter`](super::RateLimitLayer::from_limiter), when
-    /// the store cannot keep these quotas or cannot carry usage over (a store of your own
+    /// when the layer was made by [`from_limiter`](super::RateLimitLayer::from_limiter) or is
+    /// an [`InFlightLayer`](super::InFlightLayer), when the store cannot keep these quotas or cannot carry usage over (a store of your own
     /// that does not implement [`Store::succeed`](crate::store::Store::succeed)), or when a
     /// Redis policy still carries over from 8 earlier quotas (the message says when to try
     /// again).
@@ -308,7 +308,7 @@ impl Handle {
     ///
     /// When the store fails, or cannot keep the plan's quotas; an error of kind
     /// [`Misconfigured`](crate::ErrorKind::Misconfigured) for a layer made by
-    /// [`from_limiter`](super::RateLimitLayer::from_limiter).
+    /// [`from_limiter`](super::RateLimitLayer::from_limiter), or an in-flight one.
     pub fn peek_plan<P: Plan>(
         &self,
         plan: P,

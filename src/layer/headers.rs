@@ -43,7 +43,7 @@ const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 /// Reset times are what is left when the response leaves: a request held back by shaping, or
 /// answered slowly, reports its wait less the time that has passed since it was decided.
 ///
-/// A limit on requests in flight ([`RateLimitLayer::in_flight`](super::RateLimitLayer::in_flight))
+/// A limit on requests in flight ([`InFlightLayer`](super::InFlightLayer))
 /// has no window and no reset time: its policy names the quota unit instead of a window
 /// (`"in-flight";q=8;qu="concurrent-requests"`), `r` is the slots free, and no style sends a
 /// reset (`t`, `reset`, `RateLimit-Reset`, `X-RateLimit-Reset`).

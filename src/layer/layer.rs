@@ -71,17 +71,21 @@ pub struct RateLimitLayer {
     on_failure: Option<crate::store::OnFailure>,
 }
 
-/// `store` with the failure policy `on_failure`; a panic when it has none (it is not a
-/// `RedisStore`).
+/// The store `failed` is when given the failure policy `on_failure` (by the method of
+/// `layer`), or a panic when it has none: it is not a `RedisStore`.
 #[cfg(feature = "redis")]
 #[track_caller]
-fn failing(store: &dyn Bind, on_failure: &crate::store::OnFailure) -> Arc<dyn Bind> {
-    match store.failing(on_failure) {
+pub(crate) fn failing<T: ?Sized>(
+    failed: Option<Arc<T>>,
+    layer: &str,
+    on_failure: &crate::store::OnFailure,
+) -> Arc<T> {
+    match failed {
         Some(store) => store,
         None => panic!(
-            "RateLimitLayer::on_failure({on_failure:?}): the layer's store is not a RedisStore, \
-             and only a RedisStore can fail (a MemoryStore never does); set .store(redis) \
-             before .on_failure(..), or leave on_failure out"
+            "{layer}::on_failure({on_failure:?}): the layer's store is not a RedisStore, and \
+             only a RedisStore can fail (a MemoryStore never does); set .store(redis) before \
+             .on_failure(..), or leave on_failure out"
         ),
     }
 }
@@ -144,180 +148,6 @@ impl RateLimitLayer {
         Self::of(Kind::Hybrid, quotas)
     }
 
-    /// Limits each client IP to `limit` requests in flight at once, in memory: a request
-    /// holds a slot from the moment it is let through until its response has been sent, and
-    /// one that finds its key's slots all taken is refused at once.
-    ///
-    /// - **When a slot comes back.** When the response body ends (a streaming body counts
-    ///   until its last frame), or when the response, its body or the request is dropped: a
-    ///   client that goes away, a timeout layer that drops the request, a handler that panics
-    ///   under a layer that catches it. Each slot comes back exactly once. A request's cost
-    ///   ([`cost`](Self::cost)) is how many slots it takes: 0 takes none (its headers show how
-    ///   many are free), and one above `limit` is never let through.
-    /// - **Upgraded connections** (a WebSocket, any `101 Switching Protocols`, a `2xx` to
-    ///   `CONNECT`) hold their slot for the connection's life through the
-    ///   [`InFlightSlot`](crate::InFlightSlot) the handler keeps; an upgrade whose slot nobody
-    ///   keeps is refused with a `500` that names the fix.
-    /// - **The answer to a refused request.** `429 Too Many Requests` (or [`status`](Self::status),
-    ///   or [`on_limited`](Self::on_limited)'s response) with the body `Too many requests in
-    ///   progress: retry once one has finished.` and **no `Retry-After`**: no one knows when a
-    ///   slot will come back. [`Decision::retry_after`] is `None` and
-    ///   [`Decision::reset_after`] zero. A gRPC request gets `grpc-status: 8`
-    ///   (RESOURCE_EXHAUSTED) with that message and no `grpc-retry-pushback-ms`, so a gRPC
-    ///   client retries on its own policy. A request whose cost is above `limit` gets the
-    ///   answer of a request too large for any rate limit (no `Retry-After`, gRPC pushback
-    ///   `-1`).
-    /// - **Headers.** The IETF fields name the quota unit and no window or reset time:
-    ///   `RateLimit-Policy: "in-flight";q=8;qu="concurrent-requests"` and
-    ///   `RateLimit: "in-flight";r=7`, where `r` is the slots of the key free once this request
-    ///   took its own (the draft's `qu` parameter, and its `t` left out since the limit has no
-    ///   reset time). Draft 7 sends `limit` and `remaining` without `reset`, draft 6
-    ///   `RateLimit-Limit` and `RateLimit-Remaining` without `RateLimit-Reset` (and
-    ///   `RateLimit-Policy: 8;qu="concurrent-requests"`), GitHub's style every field but
-    ///   `X-RateLimit-Reset`.
-    /// - **Everything else is as for other layers**: keys ([`key`](Self::key), tuples, `.or`,
-    ///   [`skip`](Self::skip), [`allow`](Self::allow)), [`dry_run`](Self::dry_run) (a request
-    ///   that finds no free slot goes on without taking one), [`headers`](Self::headers),
-    ///   gRPC answers, logs and metrics. [`store`](Self::store) takes a [`MemoryStore`] or a
-    ///   `RedisStore` (see [`lease_ttl`](Self::lease_ttl) for how Redis keeps slots); the
-    ///   [`clock`](Self::clock) only times the headers.
-    /// - **What does not apply**, and panics where the layer is built:
-    ///   [`count_if`](Self::count_if) (every slot comes back anyway),
-    ///   [`quota_for`](Self::quota_for), [`max_delay`](Self::max_delay) and
-    ///   [`sub_windows`](Self::sub_windows).
-    ///
-    /// In memory each in-flight layer (with its clones) keeps its own counters; a key is kept
-    /// only while it holds a slot, and at most [`MemoryStore::max_keys`] keys hold slots at
-    /// once (a request of a further key is answered `503`, as by a store that fails closed).
-    ///
-    /// **Stacked with a rate limit**, the outer layer decides first: with the rate limit outside
-    /// (`.layer(in_flight).layer(rate)` in axum, whose last layer is the outermost), a request the
-    /// rate limit refuses never takes a slot, and one the in-flight limit refuses has used up
-    /// its rate. With the in-flight limit outside, a request refused by the rate limit holds
-    /// its slot only while the refusal is sent. A request held back by shaping
-    /// ([`max_delay`](Self::max_delay), the leaky bucket) inside an in-flight layer holds its
-    /// slot while it waits; put the in-flight layer inside the shaping one so that waiting
-    /// requests hold nothing.
-    ///
-    /// ```
-    /// use std::net::SocketAddr;
-    /// use axum::{routing::post, Router};
-    /// use tollgate::key::Header;
-    /// use tollgate::RateLimitLayer;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// // At most 2 uploads in progress per API key.
-    /// let uploads = RateLimitLayer::in_flight(2).policy_name("uploads").key(Header::new("x-api-key"));
-    /// let app: Router = Router::new().route("/upload", post(|| async { "stored" })).layer(uploads);
-    /// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    /// # let addr = listener.local_addr()?;
-    /// # tokio::spawn(async move { axum::serve(listener, app).await });
-    /// # let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    /// # use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    /// # stream.write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nx-api-key: k1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await?;
-    /// # let mut text = String::new();
-    /// # stream.read_to_string(&mut text).await?;
-    /// # assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    /// # assert!(text.contains("ratelimit-policy: \"uploads\";q=2;qu=\"concurrent-requests\""), "{text}");
-    /// # assert!(text.contains("ratelimit: \"uploads\";r=1\r\n"), "{text}");
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Panics
-    ///
-    /// When `limit` is 0: no request could ever pass.
-    #[track_caller]
-    pub fn in_flight(limit: u64) -> Self {
-        assert!(
-            limit > 0,
-            "RateLimitLayer::in_flight(0): no request could ever pass; allow at least 1 request \
-             in flight per key"
-        );
-        Self::from_recipe(Recipe::in_flight(limit))
-    }
-
-    /// The policy name of an in-flight limit ([`in_flight`](Self::in_flight)), shown to clients
-    /// in the headers and naming its slots in a shared store (default `in-flight`): in Redis,
-    /// in-flight layers with the same name and limit on every server share one set of slots
-    /// per key, and layers with different names or limits never share.
-    ///
-    /// # Panics
-    ///
-    /// When `name` is not 1 to 64 printable ASCII characters, or the layer is a rate limit (name
-    /// its quota instead: [`Quota::named`]).
-    #[must_use]
-    #[track_caller]
-    pub fn policy_name(self, name: impl AsRef<str>) -> Self {
-        let name = name.as_ref();
-        let recipe = self.in_flight_recipe("policy_name");
-        assert!(
-            !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| (0x20..0x7f).contains(&b)),
-            "RateLimitLayer::policy_name: {name:?} must be 1 to 64 printable ASCII characters"
-        );
-        let recipe = Recipe {
-            policy: Some(name.into()),
-            ..recipe.clone()
-        };
-        let (store, clock) = self.parts();
-        self.rebuilt("policy_name", recipe, store, clock)
-    }
-
-    /// How long a slot of an in-flight limit ([`in_flight`](Self::in_flight)) lasts in a
-    /// `RedisStore` unless renewed (30 s by default; from 1 s to 24 h). The memory store keeps
-    /// no leases and ignores it.
-    ///
-    /// In Redis each slot is a lease with an expiry, taken by one script (one round trip,
-    /// atomic, the key's leases in its hash-tag slot so Redis Cluster works). While a request
-    /// holds its slot, its server renews the lease every third of the TTL, one script call per
-    /// key held, so a request may last any time. When the response ends or is dropped, the lease
-    /// is given back by a task spawned on the Tokio runtime (a drop cannot wait); dropped where
-    /// no runtime runs, or when Redis cannot be reached, it is given back when it expires. A
-    /// server that dies or loses Redis stops renewing, and its slots come back within one TTL:
-    /// until then they stay taken (the limit errs toward refusing, never toward letting more
-    /// than `limit` through). A request whose lease could not be renewed for a whole TTL (Redis
-    /// unreachable all that time) may be counted as finished while it still runs: then up to
-    /// `limit` more requests of its key may start, so choose a TTL well above the longest outage
-    /// you want to ride out.
-    ///
-    /// The failure policy of the store ([`OnFailure`](crate::store::OnFailure)) applies as to
-    /// other limits: `Open` lets a request through without a slot, `Closed` answers 503, and
-    /// `Local` takes a slot in the local memory store, given back there.
-    ///
-    /// # Panics
-    ///
-    /// When `ttl` is below 1 s or above 24 h, or the layer is not an in-flight limit.
-    #[must_use]
-    #[track_caller]
-    pub fn lease_ttl(self, ttl: std::time::Duration) -> Self {
-        let recipe = self.in_flight_recipe("lease_ttl");
-        assert!(
-            (super::in_flight::MIN_LEASE_TTL..=super::in_flight::MAX_LEASE_TTL).contains(&ttl),
-            "RateLimitLayer::lease_ttl({ttl:?}): a lease must last from 1 s to 24 h; a shorter one \
-             could expire between its renewals, a longer one keeps a dead server's slots too long"
-        );
-        let recipe = Recipe {
-            lease_ttl: ttl,
-            ..recipe.clone()
-        };
-        let (store, clock) = self.parts();
-        self.rebuilt("lease_ttl", recipe, store, clock)
-    }
-
-    /// The recipe of an in-flight layer, for a builder method only such a layer has.
-    #[track_caller]
-    fn in_flight_recipe(&self, method: &str) -> &Recipe {
-        match &self.recipe {
-            Some(recipe) if recipe.kind == Kind::InFlight => recipe,
-            _ => panic!(
-                "RateLimitLayer::{method}: only a limit on requests in flight \
-                 (RateLimitLayer::in_flight) has this option; a rate limit is named by its quota \
-                 (Quota::named)"
-            ),
-        }
-    }
-
     #[track_caller]
     fn of<Q: Quotas>(kind: Kind, quotas: Q) -> Self {
         let (quotas, tiered) = quota_list(quotas);
@@ -368,7 +198,11 @@ impl RateLimitLayer {
         St: Store<A>,
         C: Clock + Clone,
     {
-        let limiter: Arc<dyn Limit> = Arc::new(limiter);
+        Self::from_limit(Arc::new(limiter))
+    }
+
+    /// A layer deciding by `limiter`, which it cannot make again.
+    pub(crate) fn from_limit(limiter: Arc<dyn Limit>) -> Self {
         Self {
             recipe: None,
             live: Live::new(limiter.clone(), None, None, LayerClock::System),
@@ -409,22 +243,15 @@ impl RateLimitLayer {
         store: Arc<dyn Bind>,
         clock: LayerClock,
     ) -> Self {
-        assert!(
-            !self.live.handed_out(),
-            "RateLimitLayer::{method}: a Handle was taken from this layer before, and would not \
-             reach the limiter {method} makes (its changes and blocks would do nothing); take \
-             the handle after the algorithm's options, the store and the clock are set"
-        );
-        self.limiter = bound(&*store, &recipe, &clock);
+        self.recipe = Some(recipe.clone());
+        self.store = Some(store.clone());
+        self.clock = clock.clone();
+        self = self.limited_by(&format!("RateLimitLayer::{method}"), || {
+            bound(&*store, &recipe, &clock)
+        });
         if self.settings.count_if.is_some() {
             self.limiter.expect_refunds();
         }
-        self.live = Live::new(
-            self.limiter.clone(),
-            Some(recipe.clone()),
-            Some(store.clone()),
-            clock.clone(),
-        );
         if self.select.is_some() {
             self.live.picks_plans();
         }
@@ -432,9 +259,33 @@ impl RateLimitLayer {
             let counter = ban_counter(&ban, &self.limiter, &*store, &recipe, &clock);
             self.ban = Some((ban, counter));
         }
-        self.recipe = Some(recipe);
-        self.store = Some(store);
-        self.clock = clock;
+        self.changed()
+    }
+
+    /// The same layer deciding by the limiter `make` makes, `method` naming what made it.
+    ///
+    /// # Panics
+    ///
+    /// When a handle was taken before: it would not reach the new limiter.
+    #[track_caller]
+    pub(crate) fn limited_by(
+        mut self,
+        method: &str,
+        make: impl FnOnce() -> Arc<dyn Limit>,
+    ) -> Self {
+        assert!(
+            !self.live.handed_out(),
+            "{method}: a Handle was taken from this layer before, and would not reach the \
+             limiter this makes (its changes and blocks would do nothing); take the handle \
+             after the algorithm's options, the store and the clock are set"
+        );
+        self.limiter = make();
+        self.live = Live::new(
+            self.limiter.clone(),
+            self.recipe.clone(),
+            self.store.clone(),
+            self.clock.clone(),
+        );
         self.changed()
     }
 
@@ -483,8 +334,7 @@ impl RateLimitLayer {
     /// When a figure of `ban` is zero (or `within` is longer than `u64::MAX` nanoseconds),
     /// naming it; when the store cannot keep the count (the Redis store refuses a window past
     /// its exact bound, naming it); when the layer was made by
-    /// [`from_limiter`](Self::from_limiter); or when it limits requests in flight
-    /// ([`in_flight`](Self::in_flight)), whose refusals are no offence.
+    /// [`from_limiter`](Self::from_limiter).
     #[must_use]
     #[track_caller]
     pub fn ban(mut self, ban: Ban) -> Self {
@@ -492,12 +342,6 @@ impl RateLimitLayer {
             panic!("{refusal}");
         }
         let recipe = self.recipe_for("ban").clone();
-        assert!(
-            recipe.kind != Kind::InFlight,
-            "RateLimitLayer::ban: an in-flight limit refuses a request only while its key's \
-             slots are all taken, which is no offence; ban on a rate limit stacked with it \
-             (RateLimitLayer::gcra(..).ban(..))"
-        );
         let (store, clock) = self.parts();
         let counter = ban_counter(&ban, &self.limiter, &*store, &recipe, &clock);
         self.ban = Some((ban, counter));
@@ -733,13 +577,7 @@ impl RateLimitLayer {
         F: Fn(&Key, RequestHead<'_>) -> P + Send + Sync + 'static,
         P: Plan,
     {
-        let recipe = self.recipe_for("quota_for");
-        assert!(
-            recipe.kind != Kind::InFlight,
-            "RateLimitLayer::quota_for: plans are quotas of a rate limit; an in-flight limit has \
-             one number of slots per key: use one in-flight layer per plan, or a key that \
-             tells plans apart"
-        );
+        self.recipe_for("quota_for");
         self.select = Some(per_key::select(select));
         self.live.picks_plans();
         self.changed()
@@ -1077,20 +915,13 @@ impl RateLimitLayer {
     /// # Panics
     ///
     /// When the layer's algorithm cannot give capacity back (the hybrid algorithm): its
-    /// requests would all count, whatever `counts` says. When the layer limits requests in
-    /// flight ([`in_flight`](Self::in_flight)), whose slots all come back anyway.
+    /// requests would all count, whatever `counts` says.
     #[must_use]
     #[track_caller]
     pub fn count_if<F>(self, counts: F) -> Self
     where
         F: Fn(&http::response::Parts) -> bool + Send + Sync + 'static,
     {
-        assert!(
-            self.limiter.in_flight().is_none(),
-            "RateLimitLayer::count_if: an in-flight limit gives every slot back when its \
-             response ends, whatever the response; count_if would change nothing, so it is \
-             refused"
-        );
         assert!(
             self.limiter.refunds(),
             "RateLimitLayer::count_if: this layer's algorithm (the hybrid) cannot give capacity \
@@ -1162,7 +993,7 @@ impl RateLimitLayer {
         let store: Arc<dyn Bind> = Arc::new(Binder(store));
         #[cfg(feature = "redis")]
         let store = match &self.on_failure {
-            Some(on_failure) => failing(&*store, on_failure),
+            Some(on_failure) => failing(store.failing(on_failure), "RateLimitLayer", on_failure),
             None => store,
         };
         self.rebuilt("store", recipe, store, clock)
@@ -1198,7 +1029,7 @@ impl RateLimitLayer {
     pub fn on_failure(mut self, on_failure: crate::store::OnFailure) -> Self {
         let recipe = self.recipe_for("on_failure").clone();
         let (store, clock) = self.parts();
-        let store = failing(&*store, &on_failure);
+        let store = failing(store.failing(&on_failure), "RateLimitLayer", &on_failure);
         self.on_failure = Some(on_failure);
         self.rebuilt("on_failure", recipe, store, clock)
     }
@@ -1223,9 +1054,8 @@ impl RateLimitLayer {
         self.limiter.policy()
     }
 
-    /// The quotas the layer was built with: one, or each tier in order; none for a limit on
-    /// requests in flight ([`in_flight`](Self::in_flight)). Those in force once changed live
-    /// are [`Handle::quotas`].
+    /// The quotas the layer was built with: one, or each tier in order. Those in force once
+    /// changed live are [`Handle::quotas`].
     pub fn quotas(&self) -> &[Quota] {
         self.limiter.quotas()
     }

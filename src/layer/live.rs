@@ -166,11 +166,15 @@ impl Live {
     /// nothing to do when they are in force already.
     pub(crate) fn set_own(&self, quotas: &[Quota]) -> Result<(), Error> {
         let (Some(recipe), Some(store)) = (&self.recipe, &self.store) else {
-            return Err(Error::misconfigured(
-                "Handle::set_quotas: this layer was made by RateLimitLayer::from_limiter, which \
-                 keeps its limiter as it was built; build the layer with an algorithm \
-                 constructor such as RateLimitLayer::gcra to change its quotas live",
-            ));
+            let why = if self.lock().limiter.in_flight().is_some() {
+                "an in-flight limit has slots, not quotas; its number of slots is set where the \
+                 layer is built (InFlightLayer::new)"
+            } else {
+                "this layer was made by RateLimitLayer::from_limiter, which keeps its limiter \
+                 as it was built; build the layer with an algorithm constructor such as \
+                 RateLimitLayer::gcra to change its quotas live"
+            };
+            return Err(Error::misconfigured(format!("Handle::set_quotas: {why}")));
         };
         if self.lock().limiter.quotas() == quotas {
             // The quotas in force (a configuration applied again): every key keeps its state
@@ -197,7 +201,7 @@ impl Live {
             )))
         };
         let Some(recipe) = &self.recipe else {
-            return fail("this layer was made by RateLimitLayer::from_limiter and picks no plans; build it with an algorithm constructor and quota_for");
+            return fail("this layer (an InFlightLayer, or made by RateLimitLayer::from_limiter) picks no plans; build it with an algorithm constructor and quota_for");
         };
         if !self.picks_plans.load(Ordering::Relaxed) {
             return fail("unknown plan: this layer picks no plans; give it a selector with RateLimitLayer::quota_for, or change its own quotas with set_quotas");
@@ -265,7 +269,7 @@ impl Live {
     pub(crate) fn plan_limiter(&self, plan: &[Quota]) -> Result<Arc<dyn Limit>, Error> {
         let (Some(recipe), Some(store)) = (&self.recipe, &self.store) else {
             return Err(Error::misconfigured(
-                "Handle::peek_plan: this layer was made by RateLimitLayer::from_limiter and picks no plans",
+                "Handle::peek_plan: this layer (an InFlightLayer, or made by RateLimitLayer::from_limiter) picks no plans",
             ));
         };
         if plan.is_empty() || *plan == *recipe.quotas {

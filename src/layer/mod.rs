@@ -47,9 +47,9 @@
 //! # }
 //! ```
 //!
-//! [`RateLimitLayer::in_flight`] limits requests in progress instead of a rate: an allowed
-//! request holds a slot of its key until its response body ends or is dropped, and a refused
-//! one is answered as above but with no `Retry-After` (no wait is known).
+//! [`InFlightLayer`] limits requests in progress instead of a rate: an allowed request holds a
+//! slot of its key until its response body ends or is dropped, and a refused one is answered
+//! as above but with no `Retry-After` (no wait is known).
 //!
 //! # The inner service's readiness
 //!
@@ -111,6 +111,7 @@ pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
 pub use self::handle::Handle;
 pub use self::headers::{HeaderPlacement, HeaderStyle};
+pub use self::in_flight::InFlightLayer;
 #[cfg(feature = "serde")]
 pub(crate) use self::in_flight::{MAX_LEASE_TTL, MIN_LEASE_TTL};
 pub use self::layer::RateLimitLayer;

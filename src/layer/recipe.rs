@@ -24,8 +24,6 @@ pub(crate) enum Kind {
     SlidingWindow,
     SlidingLog,
     Hybrid,
-    /// Requests in flight, not a rate: slots per key (`RateLimitLayer::in_flight`).
-    InFlight,
 }
 
 impl Kind {
@@ -48,9 +46,6 @@ impl Kind {
 
     /// The name configuration files give it.
     pub(crate) fn name(self) -> &'static str {
-        if self == Kind::InFlight {
-            return "in_flight";
-        }
         Self::ALL
             .iter()
             .find(|(_, k)| *k == self)
@@ -76,15 +71,8 @@ pub(crate) struct Recipe {
     pub(crate) sub_windows: Option<usize>,
     /// Calendar windows (the fixed window).
     pub(crate) aligned: bool,
-    /// The slots of each key (an in-flight limit).
-    pub(crate) slots: u64,
-    /// How long a lease in a remote store lasts unless renewed (an in-flight limit).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) lease_ttl: Duration,
-    /// The policy name of an in-flight limit, when given one.
-    pub(crate) policy: Option<Box<str>>,
-    /// Which of a layer's limiters this is, for a store shared by servers; `None` for a
-    /// limiter outside a layer's family (an in-flight limit).
+    /// Which of a layer's limiters this is, for a store shared by servers; `None` until the
+    /// recipe is a layer's own ([`own`](Self::own)).
     pub(crate) tie: Option<Tie>,
 }
 
@@ -97,18 +85,7 @@ impl Recipe {
             max_delay: None,
             sub_windows: None,
             aligned: false,
-            slots: 0,
-            lease_ttl: super::in_flight::DEFAULT_LEASE_TTL,
-            policy: None,
             tie: None,
-        }
-    }
-
-    /// The recipe of a limit of `slots` requests in flight per key.
-    pub(crate) fn in_flight(slots: u64) -> Self {
-        Self {
-            slots,
-            ..Self::new(Kind::InFlight, Vec::new(), false)
         }
     }
 
@@ -354,13 +331,6 @@ impl<St: LayerStore> Bind for Binder<St> {
             }),
             Kind::SlidingLog => limiter!(recipe, store, clock, shared, SlidingLog::new),
             Kind::Hybrid => limiter!(recipe, store, clock, shared, Hybrid::new),
-            Kind::InFlight => super::in_flight::bind(
-                &self.0,
-                recipe.slots,
-                recipe.lease_ttl,
-                recipe.policy.as_deref(),
-                Arc::new(clock),
-            )?,
         })
     }
 }

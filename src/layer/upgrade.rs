@@ -15,7 +15,7 @@ use super::in_flight::Hold;
 /// The in-flight slot of a request that asks to switch protocols (a WebSocket, or any
 /// upgrade), for the handler to keep for the upgraded connection's life.
 ///
-/// A limit on requests in flight ([`RateLimitLayer::in_flight`](crate::RateLimitLayer::in_flight))
+/// A limit on requests in flight ([`InFlightLayer`](crate::InFlightLayer))
 /// gives a slot back when the response ends. A `101 Switching Protocols` (or a `2xx` answer to
 /// `CONNECT`: an HTTP/2 WebSocket, a tunnel) ends the response but not the connection, which
 /// the handler takes over out of the middleware's sight. So the layer puts this handle in the
@@ -26,9 +26,9 @@ use super::in_flight::Hold;
 /// - **Nobody keeps it**: when a response switches protocols and no clone of the request's
 ///   slot is left, the layer cannot count the connection, so it refuses it: the `101` is
 ///   replaced by a `500` whose body, and the first error logged, name this fix (or
-///   [`skip`](crate::RateLimitLayer::skip) the route in the in-flight layer). The connection is
+///   [`skip`](crate::InFlightLayer::skip) the route in the in-flight layer). The connection is
 ///   never upgraded: axum's `on_upgrade` callback does not run. This holds in a
-///   [`dry_run`](crate::RateLimitLayer::dry_run) too, as for a key the server cannot extract.
+///   [`dry_run`](crate::InFlightLayer::dry_run) too, as for a key the server cannot extract.
 /// - **Any other response** (the upgrade refused, a plain answer to a request that carried an
 ///   `Upgrade` field) gives the slot back when its body ends, as every response does, whatever
 ///   clones are left.
@@ -38,7 +38,7 @@ use super::in_flight::Hold;
 ///   of every in-flight layer the request went through.
 /// - **Redis** (`RedisStore`): the slot is a lease that its server renews while it is held,
 ///   so a long-lived connection keeps it (see
-///   [`lease_ttl`](crate::RateLimitLayer::lease_ttl) for what an outage longer than the TTL
+///   [`lease_ttl`](crate::InFlightLayer::lease_ttl) for what an outage longer than the TTL
 ///   does).
 ///
 /// A plain hyper service that moves the request into the task serving the upgraded connection
@@ -51,7 +51,7 @@ use super::in_flight::Hold;
 /// use axum::extract::Extension;
 /// use axum::response::Response;
 /// use axum::{routing::get, Router};
-/// use tollgate::{InFlightSlot, RateLimitLayer};
+/// use tollgate::{InFlightLayer, InFlightSlot};
 ///
 /// async fn chat(upgrade: WebSocketUpgrade, Extension(slot): Extension<InFlightSlot>) -> Response {
 ///     upgrade.on_upgrade(move |socket| async move {
@@ -67,7 +67,7 @@ use super::in_flight::Hold;
 /// // At most 2 open WebSockets per client IP.
 /// let app = Router::new()
 ///     .route("/chat", get(chat))
-///     .layer(RateLimitLayer::in_flight(2).policy_name("sockets"));
+///     .layer(InFlightLayer::new(2).policy_name("sockets"));
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 /// # let addr = listener.local_addr()?;
 /// tokio::spawn(async move {
@@ -332,14 +332,16 @@ fn log_unkept(policy: &str, dry_run: bool) {
 mod tests {
     use super::*;
     use crate::clock::{Clock, ManualClock};
-    use crate::layer::in_flight::{bind, DEFAULT_LEASE_TTL};
+    use crate::layer::in_flight::{InFlight, DEFAULT_LEASE_TTL};
     use crate::layer::limit::{Check, Limit};
+    use crate::store::in_flight::sealed::KeepsSlots;
     use crate::store::MemoryStore;
     use crate::{Decision, Key};
 
     fn limiter(slots: u64) -> Arc<dyn Limit> {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new());
-        bind(&MemoryStore::new(), slots, DEFAULT_LEASE_TTL, None, clock).unwrap()
+        let store = MemoryStore::new().slots("in-flight", slots, DEFAULT_LEASE_TTL, clock.clone());
+        Arc::new(InFlight::new(store.unwrap(), slots, "in-flight", clock))
     }
 
     fn decided(check: Check) -> Decision {

@@ -1,16 +1,47 @@
 //! What a store keeps for a limit on requests in flight: slots per key, taken when a request
-//! is let through and given back when its response ends
-//! ([`RateLimitLayer::in_flight`](crate::RateLimitLayer::in_flight)).
+//! is let through and given back when its response ends ([`InFlightLayer`](crate::InFlightLayer)).
 //!
 //! The memory store keeps a counter per key (`memory/slots.rs`); the Redis store keeps leases
 //! with an expiry (`redis/slots.rs`), so that a server that dies gives its slots back.
 
 use std::future::{ready, Future};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::Update;
+use crate::clock::Clock;
 use crate::{Decision, Error, Key};
+
+/// A store that keeps the slots of limits on requests in flight, what
+/// [`InFlightLayer::store`](crate::InFlightLayer::store) takes: [`MemoryStore`](super::MemoryStore)
+/// and `RedisStore`. Sealed: a store that keeps no slots does not compile there.
+pub trait SlotStore: sealed::KeepsSlots + Send + Sync + 'static {}
+
+pub(crate) mod sealed {
+    use super::*;
+
+    /// How a [`SlotStore`] makes its slots.
+    pub trait KeepsSlots {
+        /// The slots of the policy `policy`, `limit` per key, a lease lasting `lease_ttl`
+        /// (Redis), on `clock`; or why the store cannot keep them.
+        fn slots(
+            &self,
+            policy: &str,
+            limit: u64,
+            lease_ttl: Duration,
+            clock: Arc<dyn Clock>,
+        ) -> Result<Arc<dyn Slots>, Error>;
+
+        /// This store answering as `on_failure` says when it fails; `None` for a store that
+        /// never fails (memory).
+        #[cfg(feature = "redis")]
+        fn failing(&self, on_failure: &super::super::OnFailure) -> Option<Arc<dyn SlotStore>> {
+            let _ = on_failure;
+            None
+        }
+    }
+}
 
 /// The lease of an admission that holds nothing to give back (a request of cost 0, or one let
 /// through while the store was away with [`OnFailure::Open`](crate::store::OnFailure::Open)).
@@ -21,7 +52,7 @@ pub(crate) const NO_LEASE: u64 = 0;
 pub(crate) const LOCAL_LEASE: u64 = u64::MAX;
 
 /// A store's answer to a request for slots: at once, or after a round trip.
-pub(crate) enum Acquire {
+pub enum Acquire {
     /// Decided at once (in memory).
     Ready(Result<Decision, Error>),
     /// Waiting for the store.
@@ -30,7 +61,7 @@ pub(crate) enum Acquire {
 }
 
 /// One in-flight policy in a store: how many slots each key holds.
-pub(crate) trait Slots: Send + Sync + 'static {
+pub trait Slots: Send + Sync + 'static {
     /// Takes `cost` slots of `key` if that many are free. The decision reports the limit and
     /// the slots free afterwards; an admission's [`receipt`](Decision::receipt) is the lease
     /// that [`release`](Self::release) gives back. `now` is the limiter's clock, read only by a

@@ -43,9 +43,11 @@ mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 
+pub use self::in_flight::SlotStore;
 pub(crate) use self::memory::Blocks;
 #[cfg(feature = "redis")]
 pub(crate) use self::memory::KeyHasher;
+#[cfg(feature = "redis")]
 pub(crate) use self::memory::MemorySlots;
 pub use self::memory::{
     AtomicCell, LockedCell, MemoryAlgorithm, MemoryStore, MemoryTable, StateCell,

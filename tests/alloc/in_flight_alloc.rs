@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Waker};
 
 use http::{Request, StatusCode};
 use tollgate::key::PeerAddr;
-use tollgate::RateLimitLayer;
+use tollgate::InFlightLayer;
 use tower::{Layer, Service};
 
 use counting_alloc::allocations_in;
@@ -73,7 +73,7 @@ where
 #[test]
 fn a_slot_taken_and_given_back_allocates_nothing_of_its_own() {
     // The key stays: another request holds a slot all along.
-    let mut svc = RateLimitLayer::in_flight(2).layer(ok());
+    let mut svc = InFlightLayer::new(2).layer(ok());
     let held = respond(&mut svc, request());
     assert_eq!(held.status(), StatusCode::OK);
     let n = most_per_request(&mut svc, StatusCode::OK);
@@ -84,7 +84,7 @@ fn a_slot_taken_and_given_back_allocates_nothing_of_its_own() {
     );
 
     // The key leaves the table with each response and comes back with the next request.
-    let mut svc = RateLimitLayer::in_flight(1).layer(ok());
+    let mut svc = InFlightLayer::new(1).layer(ok());
     let n = most_per_request(&mut svc, StatusCode::OK);
     assert!(
         n <= 4 + METRICS,
@@ -95,7 +95,7 @@ fn a_slot_taken_and_given_back_allocates_nothing_of_its_own() {
 
 #[test]
 fn a_refusal_allocates_as_any_denial() {
-    let mut svc = RateLimitLayer::in_flight(1).layer(ok());
+    let mut svc = InFlightLayer::new(1).layer(ok());
     let held = respond(&mut svc, request());
     assert_eq!(held.status(), StatusCode::OK);
     let n = most_per_request(&mut svc, StatusCode::TOO_MANY_REQUESTS);

@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use proptest::prelude::*;
 use tokio::sync::oneshot;
 use tollgate::key::Header;
-use tollgate::RateLimitLayer;
+use tollgate::InFlightLayer;
 use tower::{Layer, ServiceExt};
 
 use held::{Control, Controls, Fate};
@@ -158,7 +158,7 @@ async fn advance(req: &mut Outstanding) -> bool {
 fn bench(limit: u64) -> Bench {
     let controls = Controls::default();
     let live = Arc::new(AtomicUsize::new(0));
-    let layer = RateLimitLayer::in_flight(limit)
+    let layer = InFlightLayer::new(limit)
         .key(Header::new("x-key"))
         .cost(|_key: &tollgate::Key, head| u64::from(!head.headers().contains_key("x-peek")));
     let svc = Svc::new(layer.layer(held::handler(controls.clone(), live.clone())));

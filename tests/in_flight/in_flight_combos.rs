@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use tollgate::clock::ManualClock;
 use tollgate::key::{Header, KeyExtractor};
 use tollgate::store::MemoryStore;
-use tollgate::{Key, Quota, RateLimitLayer};
+use tollgate::{InFlightLayer, Key, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
 use held::{Controls, Fate};
@@ -150,7 +150,7 @@ impl Held {
 async fn a_refusal_names_no_wait_over_http_and_grpc() {
     let h = Held::new();
     let svc = One::new(
-        RateLimitLayer::in_flight(1)
+        InFlightLayer::new(1)
             .key(Header::new("x-key"))
             .cost(cost)
             .layer(h.handler()),
@@ -259,7 +259,7 @@ async fn a_refusal_names_no_wait_over_http_and_grpc() {
 async fn costs_take_that_many_slots_and_status_and_on_limited_apply() {
     let h = Held::new();
     let svc = One::new(
-        RateLimitLayer::in_flight(4)
+        InFlightLayer::new(4)
             .policy_name("jobs")
             .key(Header::new("x-key"))
             .cost(cost)
@@ -310,7 +310,7 @@ async fn costs_take_that_many_slots_and_status_and_on_limited_apply() {
 async fn a_dry_run_lets_refused_requests_through_without_a_slot() {
     let h = Held::new();
     let svc = One::new(
-        RateLimitLayer::in_flight(1)
+        InFlightLayer::new(1)
             .key(Header::new("x-key"))
             .cost(cost)
             .dry_run(true)
@@ -366,12 +366,7 @@ async fn a_dry_run_lets_refused_requests_through_without_a_slot() {
 async fn long_keys_tuples_and_or_chains_keep_their_own_slots() {
     let h = Held::new();
     let key = (Header::new("x-a"), Header::new("x-b")).or(Header::new("x-c"));
-    let svc = One::new(
-        RateLimitLayer::in_flight(1)
-            .key(key)
-            .cost(cost)
-            .layer(h.handler()),
-    );
+    let svc = One::new(InFlightLayer::new(1).key(key).cost(cost).layer(h.handler()));
     let long = "x".repeat(300);
     let mut long2 = long.clone();
     long2.push('y');
@@ -440,11 +435,7 @@ async fn stacked_with_a_rate_limit_the_outer_layer_decides_first() {
             .clock(clock.clone())
             .cost(cost)
     };
-    let in_flight = || {
-        RateLimitLayer::in_flight(1)
-            .key(Header::new("x-key"))
-            .cost(cost)
-    };
+    let in_flight = || InFlightLayer::new(1).key(Header::new("x-key")).cost(cost);
     let k = [("x-key", "k")];
 
     // The rate limit outside: the in-flight refusal has used up a request of the rate.
@@ -542,11 +533,7 @@ async fn a_request_delayed_by_shaping_holds_a_slot_only_inside_the_in_flight_lay
             .clock(clock.clone())
             .cost(cost)
     };
-    let in_flight = || {
-        RateLimitLayer::in_flight(2)
-            .key(Header::new("x-key"))
-            .cost(cost)
-    };
+    let in_flight = || InFlightLayer::new(2).key(Header::new("x-key")).cost(cost);
 
     for shaping_outside in [true, false] {
         let h = Held::new();
@@ -599,7 +586,7 @@ async fn a_request_delayed_by_shaping_holds_a_slot_only_inside_the_in_flight_lay
 async fn a_flood_of_keys_is_bounded_in_memory_and_skipped_requests_hold_nothing() {
     let h = Held::new();
     let svc = One::new(
-        RateLimitLayer::in_flight(1)
+        InFlightLayer::new(1)
             .store(MemoryStore::new().with_max_keys(64))
             .key(Header::new("x-key"))
             .cost(cost)
@@ -655,7 +642,7 @@ async fn a_flood_of_keys_is_bounded_in_memory_and_skipped_requests_hold_nothing(
 }
 
 #[track_caller]
-fn panics_with(build: impl FnOnce() -> RateLimitLayer + std::panic::UnwindSafe, expected: &str) {
+fn panics_with(build: impl FnOnce() -> InFlightLayer + std::panic::UnwindSafe, expected: &str) {
     let error = std::panic::catch_unwind(build).expect_err("the layer was built");
     let message = error
         .downcast_ref::<String>()
@@ -665,46 +652,71 @@ fn panics_with(build: impl FnOnce() -> RateLimitLayer + std::panic::UnwindSafe, 
     assert!(message.contains(expected), "{message}");
 }
 
+/// Values out of range panic where the layer is built. (Options of a rate limit, such as
+/// `count_if`, `quota_for`, `max_delay` or `sub_windows`, do not compile on an in-flight
+/// layer, nor `lease_ttl` and `policy_name` on a rate limit: `tests/in_flight/compile_fail.md`.)
 #[test]
 fn options_that_do_not_apply_are_refused_where_the_layer_is_built() {
-    panics_with(|| RateLimitLayer::in_flight(0), "in_flight(0)");
+    panics_with(|| InFlightLayer::new(0), "InFlightLayer::new(0)");
     panics_with(
-        || RateLimitLayer::in_flight(2).count_if(|r| r.status.is_server_error()),
-        "count_if would change nothing",
-    );
-    panics_with(
-        || RateLimitLayer::in_flight(2).quota_for(|_k: &Key, _h| Quota::per_second(1)),
-        "one in-flight layer per plan",
-    );
-    panics_with(
-        || RateLimitLayer::in_flight(2).max_delay(Duration::from_secs(1)),
-        "in_flight",
-    );
-    panics_with(|| RateLimitLayer::in_flight(2).sub_windows(4), "in_flight");
-    panics_with(
-        || RateLimitLayer::in_flight(2).lease_ttl(Duration::from_millis(500)),
+        || InFlightLayer::new(2).lease_ttl(Duration::from_millis(500)),
         "lease_ttl(500ms)",
     );
     panics_with(
-        || RateLimitLayer::in_flight(2).lease_ttl(Duration::from_secs(2 * 86_400)),
+        || InFlightLayer::new(2).lease_ttl(Duration::from_secs(2 * 86_400)),
         "from 1 s to 24 h",
     );
+    panics_with(|| InFlightLayer::new(2).policy_name(""), "printable ASCII");
+    #[cfg(feature = "redis")]
     panics_with(
-        || RateLimitLayer::gcra(Quota::per_second(1)).lease_ttl(Duration::from_secs(5)),
-        "RateLimitLayer::in_flight",
-    );
-    panics_with(
-        || RateLimitLayer::gcra(Quota::per_second(1)).policy_name("x"),
-        "Quota::named",
-    );
-    panics_with(
-        || RateLimitLayer::in_flight(2).policy_name(""),
-        "printable ASCII",
+        || InFlightLayer::new(2).on_failure(tollgate::store::OnFailure::Closed),
+        "InFlightLayer::on_failure(Closed): the layer's store is not a RedisStore",
     );
     // In range, they build.
-    let layer = RateLimitLayer::in_flight(2)
+    let layer = InFlightLayer::new(2)
         .lease_ttl(Duration::from_secs(1))
         .policy_name("ok");
     assert_eq!(layer.policy(), "ok");
-    assert!(layer.quotas().is_empty());
+    assert!(format!("{layer:?}").contains("limit: 2"), "{layer:?}");
+}
+
+/// An in-flight layer's handle blocks and resets keys as a rate limit's does, and refuses to
+/// change quotas it does not have, naming where its slots are set.
+#[tokio::test]
+async fn a_handle_blocks_and_resets_keys_and_has_no_quotas_to_change() {
+    let clock = ManualClock::new();
+    let layer = InFlightLayer::new(1)
+        .key(Header::new("x-user"))
+        .clock(clock.clone());
+    let handle = layer.handle();
+    let svc = layer.layer(tower::service_fn(|_req: Request<()>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    }));
+    let call = |user: &str| {
+        let req = Request::builder().header("x-user", user).body(()).unwrap();
+        svc.clone().oneshot(req)
+    };
+    handle.block("a", Duration::from_secs(60)).await.unwrap();
+    let blocked = call("a").await.unwrap();
+    assert_eq!(blocked.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(blocked.headers()["retry-after"], "60");
+    assert_eq!(call("b").await.unwrap().status(), StatusCode::OK);
+    handle.reset("a").await.unwrap();
+    assert_eq!(call("a").await.unwrap().status(), StatusCode::OK);
+
+    let refused = handle.set_quotas(Quota::per_second(1)).unwrap_err();
+    assert_eq!(refused.kind(), tollgate::ErrorKind::Misconfigured);
+    assert!(
+        refused.to_string().contains("slots, not quotas"),
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("InFlightLayer::new"),
+        "{refused}"
+    );
+    let refused = handle
+        .peek_plan(Quota::per_second(1), "a")
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("InFlightLayer"), "{refused}");
 }

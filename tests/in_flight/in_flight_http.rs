@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http_body::Frame;
 use reqwest::StatusCode;
 use tokio::sync::{mpsc, oneshot};
-use tollgate::RateLimitLayer;
+use tollgate::InFlightLayer;
 
 /// A body of the chunks sent on a channel until it closes, telling the test when the server
 /// drops it.
@@ -62,7 +62,7 @@ async fn app(next: Next) -> String {
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
         .route("/stream", get(stream))
-        .layer(RateLimitLayer::in_flight(1).policy_name("streams"));
+        .layer(InFlightLayer::new(1).policy_name("streams"));
     web::serve(app).await
 }
 

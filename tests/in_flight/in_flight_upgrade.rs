@@ -23,7 +23,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tollgate::key::Global;
-use tollgate::{InFlightSlot, RateLimitLayer};
+use tollgate::{InFlightLayer, InFlightSlot};
 
 type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -99,7 +99,7 @@ async fn app() -> (SocketAddr, mpsc::UnboundedReceiver<()>) {
         .route("/ignores", any(ignores_slot))
         .route("/clones", any(clones_slot))
         .route("/panics", any(panics))
-        .layer(RateLimitLayer::in_flight(2).policy_name("sockets"))
+        .layer(InFlightLayer::new(2).policy_name("sockets"))
         .layer(Extension(closed));
     (serve(app).await, on_close)
 }
@@ -413,12 +413,8 @@ async fn stacked_in_flight_layers_each_hold_their_slot_for_the_socket() {
     // One socket for the whole server (outside), two per client IP (inside).
     let app = Router::new()
         .route("/ws", any(keeps_slot))
-        .layer(RateLimitLayer::in_flight(2).policy_name("per-client"))
-        .layer(
-            RateLimitLayer::in_flight(1)
-                .policy_name("server")
-                .key(Global),
-        )
+        .layer(InFlightLayer::new(2).policy_name("per-client"))
+        .layer(InFlightLayer::new(1).policy_name("server").key(Global))
         .layer(Extension(closed));
     let addr = serve(app).await;
     let mut first = open(addr, "/ws").await.unwrap();
@@ -510,11 +506,9 @@ async fn http2_websockets_hold_their_slots_until_they_close() {
 /// (only logged), where the layer in earnest refuses it.
 #[tokio::test]
 async fn in_a_dry_run_an_upgrade_whose_slot_nobody_keeps_still_switches() {
-    let app = Router::new().route("/ignores", any(ignores_slot)).layer(
-        RateLimitLayer::in_flight(1)
-            .policy_name("sockets")
-            .dry_run(true),
-    );
+    let app = Router::new()
+        .route("/ignores", any(ignores_slot))
+        .layer(InFlightLayer::new(1).policy_name("sockets").dry_run(true));
     let addr = serve(app).await;
     // `open` asserts the 101.
     let socket = open(addr, "/ignores").await;

@@ -16,7 +16,7 @@ use http::{Method, Request, Response, StatusCode, Version};
 use tollgate::clock::ManualClock;
 use tollgate::key::{Header, PeerIp, RequestHead};
 use tollgate::store::MemoryStore;
-use tollgate::{Key, Quota, RateLimitLayer, RateLimiter};
+use tollgate::{InFlightLayer, Key, Quota, RateLimitLayer, RateLimiter};
 use tower::{Layer, ServiceExt};
 
 use request::Req;
@@ -242,7 +242,7 @@ async fn a_dry_run_reports_would_be_denials_at_most_every_ten_seconds() {
 #[tokio::test]
 async fn a_small_bound_in_flight_table_admits_clients_below_its_bound() {
     use std::convert::Infallible;
-    let svc = RateLimitLayer::in_flight(4)
+    let svc = InFlightLayer::new(4)
         .key(Header::new("x-k"))
         .store(MemoryStore::new().with_max_keys(64))
         .layer(tower::service_fn(|req: Request<String>| async move {
@@ -334,13 +334,13 @@ async fn the_documented_websocket_handler_works_where_the_layer_takes_no_slot() 
 
     let allowed = Router::new()
         .route("/chat", axum::routing::get(chat))
-        .layer(RateLimitLayer::in_flight(2).allow(IpList::new(["127.0.0.1"]).unwrap()));
+        .layer(InFlightLayer::new(2).allow(IpList::new(["127.0.0.1"]).unwrap()));
     let allowed = serve(allowed).await;
     let (status_allowed, _a) = open_ws(allowed.trim_start_matches("http://")).await;
 
     let dry = Router::new()
         .route("/chat", axum::routing::get(chat))
-        .layer(RateLimitLayer::in_flight(1).dry_run(true));
+        .layer(InFlightLayer::new(1).dry_run(true));
     let dry = serve(dry).await;
     let dry = dry.trim_start_matches("http://").to_owned();
     let (first, _s1) = open_ws(&dry).await;

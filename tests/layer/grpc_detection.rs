@@ -27,7 +27,7 @@ use http_body_util::BodyExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate::clock::ManualClock;
 use tollgate::key::{BearerToken, Global, Header, PeerAddr};
-use tollgate::{Decision, Quota, RateLimitLayer};
+use tollgate::{Decision, InFlightLayer, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
 use stores::SlowStore;
@@ -449,7 +449,7 @@ async fn every_answer_the_layer_writes_itself_is_not_to_be_stored() {
     assert!(field(&parts, "www-authenticate").is_none());
 
     // An in-flight limit's refusal (a request above its slots: no wait would let it pass).
-    let too_large = RateLimitLayer::in_flight(1)
+    let too_large = InFlightLayer::new(1)
         .cost(|_key: &tollgate::Key, _head| 2)
         .layer(tower::service_fn(f));
     let (parts, body) = call(&too_large, request("GET", Version::HTTP_11, "text/plain")).await;

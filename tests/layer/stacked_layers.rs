@@ -12,7 +12,7 @@ use axum::{Extension, Router};
 use reqwest::StatusCode;
 use tollgate::clock::ManualClock;
 use tollgate::key::Header;
-use tollgate::{Decision, Decisions, HeaderStyle, Key, Quota, RateLimitLayer};
+use tollgate::{Decision, Decisions, HeaderStyle, InFlightLayer, Key, Quota, RateLimitLayer};
 
 use web::{header, serve};
 
@@ -316,7 +316,7 @@ async fn stacked_in_flight_and_rate_layers_report_one_layers_figures() {
             let rate = RateLimitLayer::gcra(Quota::per_minute(100))
                 .clock(clock.clone())
                 .headers(style);
-            let in_flight = RateLimitLayer::in_flight(1).headers(style);
+            let in_flight = InFlightLayer::new(1).headers(style);
             let router = Router::new().route("/", get(handler));
             // axum's last layer is the outermost.
             let router = if rate_outside {

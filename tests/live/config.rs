@@ -19,7 +19,7 @@ use proptest::prelude::*;
 use tollgate::clock::ManualClock;
 use tollgate::config::{ClientIpConfig, KeyConfig, KeyPart, LimitConfig, Limits};
 use tollgate::key::{Global, Header, Method, PeerAddr, PeerIp, Route};
-use tollgate::{HeaderPlacement, HeaderStyle, Quota, RateLimitLayer};
+use tollgate::{HeaderPlacement, HeaderStyle, InFlightLayer, Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
 use web::{client, serve};
 
@@ -456,8 +456,13 @@ const BAD: &[(&str, &str, Option<&str>)] = &[
 #[test]
 fn bad_values_are_named_in_errors() {
     for (text, field, value) in BAD {
-        let err = match RateLimitLayer::from_config(&config(text)) {
-            Ok(layer) => panic!("accepted {text}: {layer:?}"),
+        let config = config(text);
+        let built = match config.in_flight {
+            Some(_) => InFlightLayer::from_config(&config).map(|l| format!("{l:?}")),
+            None => RateLimitLayer::from_config(&config).map(|l| format!("{l:?}")),
+        };
+        let err = match built {
+            Ok(layer) => panic!("accepted {text}: {layer}"),
             Err(err) => err,
         };
         let shown = err.to_string();
@@ -798,23 +803,77 @@ proptest! {
     /// field; it never panics. A layer it makes limits a request without panicking either.
     #[test]
     fn from_config_never_panics(config in limit_config()) {
-        let built = catch_unwind(AssertUnwindSafe(|| RateLimitLayer::from_config(&config)));
-        prop_assert!(built.is_ok(), "from_config panicked on {:?}", config);
-        match built.unwrap_or_else(|_| unreachable!()) {
-            Ok(layer) => {
-                let svc = layer.layer(ok());
-                let answered = catch_unwind(AssertUnwindSafe(|| {
-                    tokio::runtime::Builder::new_current_thread()
-                        .enable_time()
-                        .build()
-                        .unwrap()
-                        .block_on(svc.oneshot(request(1)))
-                }));
-                prop_assert!(answered.is_ok(), "the layer of {:?} panicked on a request", config);
+        // Each kind of layer, the one that does not fit the configuration included.
+        for in_flight in [false, true] {
+            let built = catch_unwind(AssertUnwindSafe(|| match in_flight {
+                true => InFlightLayer::from_config(&config).map(|l| l.layer(ok())),
+                false => RateLimitLayer::from_config(&config).map(|l| l.layer(ok())),
+            }));
+            prop_assert!(built.is_ok(), "from_config panicked on {:?}", config);
+            match built.unwrap_or_else(|_| unreachable!()) {
+                Ok(svc) => {
+                    let answered = catch_unwind(AssertUnwindSafe(|| {
+                        tokio::runtime::Builder::new_current_thread()
+                            .enable_time()
+                            .build()
+                            .unwrap()
+                            .block_on(svc.oneshot(request(1)))
+                    }));
+                    prop_assert!(answered.is_ok(), "the layer of {:?} panicked on a request", config);
+                }
+                Err(err) => prop_assert!(!err.field().is_empty() && !err.to_string().is_empty()),
             }
-            Err(err) => prop_assert!(!err.field().is_empty() && !err.to_string().is_empty()),
         }
     }
+}
+
+/// A configuration of the other kind of limit is refused by the layer it does not fit, with
+/// an error naming the constructor that fits it; a file of both kinds gives each its layers.
+#[tokio::test]
+async fn each_kind_of_limit_is_built_by_its_own_layer() {
+    let err = RateLimitLayer::from_config(&config("in_flight = 2")).unwrap_err();
+    assert_eq!(
+        (err.field(), err.value()),
+        ("in_flight", Some("2")),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("InFlightLayer::from_config"),
+        "{err}"
+    );
+    let err = InFlightLayer::from_config(&config(r#"quota = "1/s""#)).unwrap_err();
+    assert_eq!(err.field(), "in_flight", "{err}");
+    assert!(
+        err.to_string().contains("RateLimitLayer::from_config"),
+        "{err}"
+    );
+
+    let limits: Limits = toml::from_str(
+        r#"
+        [limits.api]
+        quota = "10/min"
+        [limits.uploads]
+        in_flight = 2
+        "#,
+    )
+    .unwrap();
+    let store = limits.store.connect().await.unwrap();
+    let rates = limits.layers_in(&store).unwrap();
+    let in_flight = limits.in_flight_layers_in(&store).unwrap();
+    assert_eq!(rates.keys().collect::<Vec<_>>(), ["api"]);
+    assert_eq!(in_flight.keys().collect::<Vec<_>>(), ["uploads"]);
+    assert_eq!(in_flight["uploads"].policy(), "uploads");
+    // A mistake in either kind is reported whichever kind is asked for.
+    let mut bad = limits.clone();
+    bad.limits.get_mut("uploads").unwrap().in_flight = Some(0);
+    assert_eq!(
+        bad.layers_in(&store).unwrap_err().field(),
+        "limits.uploads.in_flight"
+    );
+    assert_eq!(
+        bad.in_flight_layers_in(&store).unwrap_err().field(),
+        "limits.uploads.in_flight"
+    );
 }
 
 /// `in_flight` makes a limit on requests in flight: the configured layer answers as the one
@@ -822,7 +881,7 @@ proptest! {
 /// `Retry-After`.
 #[test]
 fn in_flight_limits_requests_in_progress() {
-    let layer = RateLimitLayer::from_config(&config(
+    let layer = InFlightLayer::from_config(&config(
         r#"in_flight = 1
            name = "uploads"
            lease_ttl = "10s"

@@ -13,7 +13,7 @@ use axum::Router;
 use reqwest::StatusCode;
 use tollgate::clock::{ManualClock, OsClock, SystemClock};
 use tollgate::store::{MemoryStore, OnFailure, RedisStore};
-use tollgate::{ErrorKind, Quota, RateLimitLayer, RateLimiter};
+use tollgate::{ErrorKind, InFlightLayer, Quota, RateLimitLayer, RateLimiter};
 
 use web::serve;
 
@@ -266,12 +266,12 @@ async fn a_clock_the_store_would_ignore_is_refused_where_built() {
         // An in-flight limit's leases expire on Redis's clock: renewals timed by a manual
         // clock would let them lapse while their requests run.
         refusal(|| {
-            RateLimitLayer::in_flight(2)
+            InFlightLayer::new(2)
                 .store(store.clone())
                 .clock(ManualClock::new())
         }),
         refusal(|| {
-            RateLimitLayer::in_flight(2)
+            InFlightLayer::new(2)
                 .clock(ManualClock::new())
                 .store(store.clone())
         }),
@@ -297,10 +297,10 @@ async fn a_clock_the_store_would_ignore_is_refused_where_built() {
     let _ = RateLimiter::gcra(quota())
         .with_store(store.clone())
         .with_clock(OsClock);
-    let _ = RateLimitLayer::in_flight(2)
+    let _ = InFlightLayer::new(2)
         .store(store.clone())
         .clock(SystemClock);
-    let _ = RateLimitLayer::in_flight(2)
+    let _ = InFlightLayer::new(2)
         .store(store.clone().with_caller_clock())
         .clock(ManualClock::new());
 

@@ -1,7 +1,8 @@
 //! In-flight limits in Redis: servers share one set of slots per key, a lease a dead server
 //! never gave back comes back after its TTL, a long request's lease is renewed, a request
-//! dropped while Redis answers gives its lease back, failure policies apply, and a Redis
-//! Cluster keeps each key's leases in one slot, and a handle's block holds on every server. Time moves by a `ManualClock` the store decides
+//! dropped while Redis answers gives its lease back, failure policies apply, a file's limit is
+//! shared by the servers built from it, a Redis Cluster keeps each key's leases in one slot,
+//! and a handle's block holds on every server. Time moves by a `ManualClock` the store decides
 //! on (`with_caller_clock`), which also times the renewals.
 
 use crate::support::in_flight as held;
@@ -16,7 +17,7 @@ use http_body_util::BodyExt;
 use tollgate::clock::ManualClock;
 use tollgate::key::Header;
 use tollgate::store::{MemoryStore, OnFailure, RedisStore};
-use tollgate::{Key, RateLimitLayer};
+use tollgate::{InFlightLayer, Key};
 use tower::{Layer, ServiceExt};
 
 use held::{Control, Controls, Fate};
@@ -43,7 +44,7 @@ struct Server {
 fn server(store: RedisStore, limit: u64, clock: &ManualClock) -> Server {
     let controls = Controls::default();
     let live = Arc::new(AtomicUsize::new(0));
-    let layer = RateLimitLayer::in_flight(limit)
+    let layer = InFlightLayer::new(limit)
         .policy_name("jobs")
         .lease_ttl(Duration::from_secs(3))
         .key(Header::new("x-key"))
@@ -472,7 +473,7 @@ async fn blocks_of_in_flight_layers_of_other_limits_stay_apart() {
     let clock = ManualClock::new();
     let url = redis.url();
     let layer = |limit: u64| {
-        RateLimitLayer::in_flight(limit)
+        InFlightLayer::new(limit)
             .key(Header::new("x-key"))
             .cost(cost)
             .clock(clock.clone())
@@ -520,8 +521,67 @@ async fn blocks_of_in_flight_layers_of_other_limits_stay_apart() {
     );
 }
 
+/// A file's limit on requests in flight, built on two servers over one Redis, shares its
+/// slots between them; a limit the Redis store cannot keep is an error naming it.
+async fn a_configured_in_flight_limit_is_shared_by_the_servers() {
+    use tollgate::config::{ConfiguredStore, Limits};
+    let redis = server::RedisServer::start().expect("redis-server");
+    let limits: Limits = toml::from_str(
+        r#"
+        [limits.api]
+        quota = "100/min"
+        [limits.uploads]
+        in_flight = 1
+        key = { header = "x-key" }
+        "#,
+    )
+    .unwrap();
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let store = ConfiguredStore::from(server::closed(&redis.url()).await);
+        let mut layers = limits.in_flight_layers_in(&store).unwrap();
+        let layer = layers.remove("uploads").unwrap();
+        assert_eq!(layer.policy(), "uploads");
+        servers.push(layer.layer(tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        })));
+    }
+    let call = |i: usize| {
+        let req = Request::builder().header("x-key", "k").body(()).unwrap();
+        servers[i].clone().oneshot(req)
+    };
+    // The first response, unread, holds the key's slot on every server.
+    let held = call(0).await.unwrap();
+    assert_eq!(held.status(), StatusCode::OK);
+    let refused = call(1).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().get("retry-after").is_none());
+    drop((held, refused));
+    // The lease is given back on the runtime: a short bounded wait for the real server.
+    let mut status = StatusCode::TOO_MANY_REQUESTS;
+    for _ in 0..100 {
+        status = call(1).await.unwrap().status();
+        if status == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(status, StatusCode::OK, "the slot came back");
+
+    let mut big = limits.clone();
+    big.limits.get_mut("uploads").unwrap().in_flight = Some((1 << 53) + 1);
+    let store = ConfiguredStore::from(server::closed(&redis.url()).await);
+    let err = big.in_flight_layers_in(&store).unwrap_err();
+    assert_eq!(err.field(), "limits.uploads.in_flight", "{err}");
+    assert!(err.to_string().contains("cannot keep it"), "{err}");
+}
+
 pub(crate) fn trials() -> Vec<server::Trial> {
     vec![
+        server::needs_redis_async(
+            "a_configured_in_flight_limit_is_shared_by_the_servers",
+            a_configured_in_flight_limit_is_shared_by_the_servers,
+        ),
         server::needs_redis_async(
             "two_servers_share_the_slots_of_a_key",
             two_servers_share_the_slots_of_a_key,

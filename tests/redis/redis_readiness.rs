@@ -22,7 +22,7 @@ use http::{Request, Response, StatusCode};
 use tollgate::clock::ManualClock;
 use tollgate::key::{Header, KeyError, RequestHead};
 use tollgate::store::RedisStore;
-use tollgate::{Key, Quota, RateLimitLayer};
+use tollgate::{InFlightLayer, Key, Quota, RateLimitLayer};
 use tower::buffer::Buffer;
 use tower::limit::{ConcurrencyLimit, GlobalConcurrencyLimitLayer};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -295,7 +295,7 @@ async fn an_admitted_request_readies_the_inner_service_and_holds_one_slot() {
     };
     let handler = Handler::new();
     let inner = ConcurrencyLimit::new(handler.clone(), 1);
-    let svc = RateLimitLayer::in_flight(1)
+    let svc = InFlightLayer::new(1)
         .key(Header::new("x-client"))
         .clock(ManualClock::new())
         .store(patient(&redis).await)
@@ -349,7 +349,7 @@ async fn a_readiness_error_after_admission_gives_the_slot_back() {
         return;
     };
     let handler = Handler::new();
-    let svc = RateLimitLayer::in_flight(1)
+    let svc = InFlightLayer::new(1)
         .key(Header::new("x-client"))
         .clock(ManualClock::new())
         .store(patient(&redis).await)

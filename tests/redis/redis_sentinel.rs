@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use server::{RedisSentinels, StaleSentinel, MASTER};
 use tollgate::algorithm::Gcra;
 use tollgate::store::{MemoryStore, OnFailure, RedisStore};
-use tollgate::{ErrorKind, Quota, RateLimiter};
+use tollgate::{ErrorKind, InFlightLayer, Quota, RateLimiter};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -151,14 +151,13 @@ async fn in_flight_slots_are_shared(through_sentinels: RedisStore, direct: Redis
 
     use http::{Request, Response, StatusCode};
     use tollgate::key::Header;
-    use tollgate::RateLimitLayer;
     use tower::{Layer, ServiceExt};
 
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let inside = Arc::new(AtomicUsize::new(0));
     let service = |store: RedisStore| {
         let (gate, inside) = (gate.clone(), inside.clone());
-        RateLimitLayer::in_flight(2)
+        InFlightLayer::new(2)
             .policy_name("jobs")
             .key(Header::new("x-key"))
             .store(store)

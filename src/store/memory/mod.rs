@@ -29,6 +29,7 @@ pub(crate) use self::blocks::Blocks;
 pub use self::cell::{AtomicCell, LockedCell, StateCell};
 #[cfg(feature = "redis")]
 pub(crate) use self::hasher::KeyHasher;
+#[cfg(feature = "redis")]
 pub(crate) use self::slots::MemorySlots;
 pub use self::table::MemoryTable;
 

@@ -4,14 +4,17 @@
 //! while it holds a slot: the release that brings it to zero removes it, so the table holds at
 //! most as many keys as there are requests in flight, and never more than its bound.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
 use super::hasher::KeyHasher;
-use crate::store::in_flight::{Acquire, Slots, NO_LEASE};
+use crate::clock::Clock;
+use crate::store::in_flight::sealed::KeepsSlots;
+use crate::store::in_flight::{Acquire, SlotStore, Slots, NO_LEASE};
+use crate::store::MemoryStore;
 use crate::{Decision, Error, Key};
 
 /// How many shards a table has at most: a power of two, the shard picked by the hash's top
@@ -36,6 +39,22 @@ pub(crate) struct MemorySlots {
     limit: u64,
     /// The most keys one shard holds.
     per_shard: usize,
+}
+
+impl SlotStore for MemoryStore {}
+
+impl KeepsSlots for MemoryStore {
+    /// Counters of this layer's own, for at most [`max_keys`](MemoryStore::max_keys) keys
+    /// holding slots at once; no leases.
+    fn slots(
+        &self,
+        _: &str,
+        limit: u64,
+        _: Duration,
+        _: Arc<dyn Clock>,
+    ) -> Result<Arc<dyn Slots>, Error> {
+        Ok(Arc::new(MemorySlots::new(limit, self.max_keys())))
+    }
 }
 
 impl MemorySlots {

@@ -26,10 +26,10 @@
 //! parts so written as `t(<part>,<part>)`, e.g. `t(s:/login,ip:192.0.2.1)`. Distinct keys
 //! always get distinct names. [`RedisTable::redis_keys`] tells a key's names.
 //!
-//! A limit on requests in flight ([`RateLimitLayer::in_flight`](crate::RateLimitLayer::in_flight))
+//! A limit on requests in flight ([`InFlightLayer`](crate::InFlightLayer))
 //! keeps each key's slots as leases with an expiry, under
 //! `<prefix>:{<key>}:<policy>:in_flight.<limit>:l` (the leases) and `...:n` (the slots they
-//! hold); see [`lease_ttl`](crate::RateLimitLayer::lease_ttl) for how leases are taken,
+//! hold); see [`lease_ttl`](crate::InFlightLayer::lease_ttl) for how leases are taken,
 //! renewed and given back.
 //!
 //! Policies are identified by name, algorithm and parameters: limiters on every server with

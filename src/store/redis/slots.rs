@@ -21,7 +21,8 @@ use super::keys::encode_key;
 use super::warn::Warnings;
 use super::{errors, Connection, OnFailure, RedisStore};
 use crate::clock::Clock;
-use crate::store::in_flight::{Acquire, Slots, LOCAL_LEASE, NO_LEASE};
+use crate::store::in_flight::sealed::KeepsSlots;
+use crate::store::in_flight::{Acquire, SlotStore, Slots, LOCAL_LEASE, NO_LEASE};
 use crate::store::{MemorySlots, Update};
 use crate::{Decision, Error, Key};
 
@@ -95,21 +96,22 @@ struct Inner {
     renewing: AtomicBool,
 }
 
-impl RedisStore {
-    /// The slots of the in-flight policy `policy` of `limit` per key, each lease lasting `ttl`
-    /// unless renewed. `clock` is the limiter's: it times the renewals, and its time is the
-    /// scripts' with `with_caller_clock`.
-    pub(crate) fn slots(
+impl SlotStore for RedisStore {}
+
+impl KeepsSlots for RedisStore {
+    /// Each lease lasts `ttl` unless renewed. `clock` is the limiter's: it times the renewals,
+    /// and its time is the scripts' with `with_caller_clock`.
+    fn slots(
         &self,
         policy: &str,
         limit: u64,
         ttl: Duration,
         clock: Arc<dyn Clock>,
-    ) -> Result<RedisSlots, Error> {
+    ) -> Result<Arc<dyn Slots>, Error> {
         // Lua numbers are exact up to 2^53; a limit past that is no limit.
         if limit > 1 << 53 {
             return Err(Error::misconfigured(format!(
-                "RateLimitLayer::in_flight({limit}): the Redis store keeps at most 2^53 slots per \
+                "InFlightLayer::new({limit}): the Redis store keeps at most 2^53 slots per \
                  key; choose a smaller limit"
             )));
         }
@@ -136,7 +138,7 @@ impl RedisStore {
             std::hash::RandomState::new().hash_one(std::process::id())
         };
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        Ok(RedisSlots {
+        Ok(Arc::new(RedisSlots {
             inner: Arc::new(Inner {
                 connection: self.connection.clone(),
                 script: Script::new(LUA),
@@ -156,7 +158,11 @@ impl RedisStore {
                 held: Mutex::default(),
                 renewing: AtomicBool::new(false),
             }),
-        })
+        }))
+    }
+
+    fn failing(&self, on_failure: &OnFailure) -> Option<Arc<dyn SlotStore>> {
+        Some(Arc::new(self.clone().on_failure(on_failure.clone())))
     }
 }
 

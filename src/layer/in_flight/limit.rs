@@ -1,16 +1,15 @@
-//! A limit on requests in flight per key ([`RateLimitLayer::in_flight`](super::RateLimitLayer::in_flight)):
-//! the limiter the layer holds, and the [`Hold`] an admitted request keeps until its response
-//! ends.
+//! The limiter an [`InFlightLayer`](super::InFlightLayer) holds, and the [`Hold`] an admitted
+//! request keeps until its response ends.
 
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::limit::{Check, Limit};
 use crate::clock::{Clock, Sleep};
+use crate::layer::limit::{Check, Limit};
 use crate::store::in_flight::{Acquire, Slots, NO_LEASE};
-use crate::store::{MemorySlots, MemoryStore, Update};
+use crate::store::Update;
 use crate::{Decision, Error, Key, Quota};
 
 /// The policy name of an in-flight limit that was not given one.
@@ -24,6 +23,7 @@ pub(crate) const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
 pub(crate) const MAX_LEASE_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// A limit on requests in flight, as the layer's limiter.
+#[derive(Clone)]
 pub(crate) struct InFlight {
     slots: Arc<dyn Slots>,
     limit: u64,
@@ -47,49 +47,6 @@ impl InFlight {
     }
 }
 
-/// The in-flight limiter of `limit` slots per key over `store` (a [`MemoryStore`] or a
-/// `RedisStore`) on `clock`, named `policy` (or [`DEFAULT_NAME`]), its Redis leases lasting
-/// `lease_ttl`; or an error naming the store that keeps no slots.
-pub(crate) fn bind(
-    store: &dyn Any,
-    limit: u64,
-    lease_ttl: Duration,
-    policy: Option<&str>,
-    clock: Arc<dyn Clock>,
-) -> Result<Arc<dyn Limit>, Error> {
-    let policy = policy.unwrap_or(DEFAULT_NAME);
-    let slots: Arc<dyn Slots> = if let Some(memory) = store.downcast_ref::<MemoryStore>() {
-        Arc::new(MemorySlots::new(limit, memory.max_keys()))
-    } else {
-        redis_slots(store, limit, lease_ttl, policy, &clock)?
-    };
-    Ok(Arc::new(InFlight::new(slots, limit, policy, clock)))
-}
-
-/// The slots of a `RedisStore`, or an error naming the store that keeps none.
-fn redis_slots(
-    store: &dyn Any,
-    limit: u64,
-    lease_ttl: Duration,
-    policy: &str,
-    clock: &Arc<dyn Clock>,
-) -> Result<Arc<dyn Slots>, Error> {
-    #[cfg(feature = "redis")]
-    if let Some(redis) = store.downcast_ref::<crate::store::RedisStore>() {
-        return Ok(Arc::new(redis.slots(
-            policy,
-            limit,
-            lease_ttl,
-            clock.clone(),
-        )?));
-    }
-    let _ = (store, limit, lease_ttl, policy, clock);
-    Err(Error::misconfigured(
-        "RateLimitLayer::in_flight: this store keeps no in-flight slots; use a MemoryStore or a \
-         RedisStore",
-    ))
-}
-
 impl Limit for InFlight {
     #[inline]
     fn check(&self, key: Key, now: u64, cost: u64) -> Check {
@@ -107,7 +64,7 @@ impl Limit for InFlight {
     }
 
     fn refund(&self, _key: Key, _admission: &Decision, _cost: u64) -> Check {
-        // `count_if` is refused on an in-flight layer when it is built.
+        // An in-flight layer has no `count_if`.
         Check::Ready(Some(Err(Error::misconfigured(
             "an in-flight limit gives its slots back when responses end, not by refunds",
         ))))
@@ -169,17 +126,12 @@ impl Limit for InFlight {
     fn inherit(&self, _previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error> {
         Err(Error::misconfigured(
             "Handle::set_quotas: an in-flight limit has slots, not quotas; its number of slots \
-             is set where the layer is built (RateLimitLayer::in_flight)",
+             is set where the layer is built (InFlightLayer::new)",
         ))
     }
 
     fn settled(&self) -> Arc<dyn Limit> {
-        Arc::new(InFlight::new(
-            self.slots.clone(),
-            self.limit,
-            &self.policy,
-            self.clock.clone(),
-        ))
+        Arc::new(self.clone())
     }
 
     fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
