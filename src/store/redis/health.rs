@@ -52,7 +52,8 @@ pub(crate) struct Health {
     counted: AtomicU64,
     /// Timeouts counted since the last answer.
     streak: AtomicU32,
-    /// Why Redis was last found down (no client's key: errors are redacted before).
+    /// The message of the errors of calls answered while Redis is down, saying why it was
+    /// last found down (no client's key: errors are redacted before).
     reason: Mutex<Arc<str>>,
     /// The Redis Cluster master this is the health of; `None` for a whole Redis.
     master: Option<Box<dyn Master>>,
@@ -110,21 +111,28 @@ impl Health {
         self.down.load(Ordering::Relaxed)
     }
 
-    /// The error of a call answered while Redis is down.
+    /// The error of a call answered while Redis is down: its message made once, when Redis
+    /// was found down, and shared.
     pub(crate) fn error(&self) -> Error {
-        let reason = Arc::clone(&self.reason.lock().unwrap_or_else(PoisonError::into_inner));
+        let message = Arc::clone(&self.reason.lock().unwrap_or_else(PoisonError::into_inner));
+        Error::unreachable(Down(message))
+    }
+
+    /// What the errors of calls answered while Redis is down say, found down for `reason`.
+    fn message(&self, reason: &str) -> Arc<str> {
         match &self.master {
-            None => Error::unreachable(format!(
+            None => format!(
                 "Redis is down ({reason}); answering from the failure policy until Redis \
                  answers a probe (PING every {PROBE_EVERY:?})"
-            )),
-            Some(master) => Error::unreachable(format!(
+            ),
+            Some(master) => format!(
                 "the Redis Cluster master at {} is down ({reason}); answering its slots' keys \
-                 from the failure policy until that node answers a probe (PING every \
+                 from the failure policy until that node answers a probe (every \
                  {PROBE_EVERY:?})",
                 master.address()
-            )),
+            ),
         }
+        .into()
     }
 
     /// Takes note of how a call sent at `sent` (from [`now`](Self::now)) ended: an answer, a
@@ -193,7 +201,7 @@ impl Health {
             // No runtime to probe on: each call goes on asking Redis.
             return;
         };
-        *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = reason.into();
+        *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = self.message(&reason);
         if !self.down.swap(true, Ordering::AcqRel) {
             // A cluster master's probe holds no connection: the store's would keep its
             // cluster, and so this health, alive after the store is dropped.
@@ -270,3 +278,15 @@ async fn ping(connection: Connection) -> redis::RedisResult<()> {
         Connection::Sentinel(mut c) => cmd.query_async(&mut c).await,
     }
 }
+
+/// The error of calls answered while Redis is down, whose message they share.
+#[derive(Debug)]
+struct Down(Arc<str>);
+
+impl std::fmt::Display for Down {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Down {}
