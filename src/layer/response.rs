@@ -641,8 +641,8 @@ mod tests {
         assert_eq!(ceil_millis(Duration::from_millis(3)), 3);
     }
 
-    /// The hand-written encoder `percent_encode` replaced: every byte outside `0x20..=0x7E`, and
-    /// `%`, as `%XX` in upper-case hex.
+    /// The rule of `grpc-message`, a byte at a time: every byte outside `0x20..=0x7E`, and `%`,
+    /// as `%XX` in upper-case hex.
     fn encoded_by_hand(message: &[u8]) -> String {
         let mut out = String::new();
         for &byte in message {
