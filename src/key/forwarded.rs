@@ -311,6 +311,10 @@ fn parse_addr(node: &[u8]) -> Option<IpAddr> {
 
 /// Dotted-decimal IPv4, exactly as [`Ipv4Addr`]'s `FromStr` reads it (four decimal octets of
 /// 1 to 3 digits, no leading zeros), straight from the bytes.
+///
+/// Kept over `str::from_utf8` and `FromStr`, which take twice as long per address (27 ns
+/// against 14) and made the 20-entry `X-Forwarded-For` walk 24 to 74 % slower over three runs
+/// of `cargo bench --bench extract`; `Ipv4Addr::parse_ascii` is not stable yet.
 fn parse_v4(text: &[u8]) -> Option<Ipv4Addr> {
     if text.len() > 15 {
         return None;

@@ -1,12 +1,13 @@
 //! The answers the layer writes itself; the rate limit headers are written by `headers`.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Version};
+use percent_encoding::{AsciiSet, CONTROLS};
 
 use super::answer::Answer;
 use super::headers::{HeaderWriter, Headers};
@@ -586,30 +587,15 @@ fn grpc_response(form: &Grpc, code: &'static str, message: &[u8]) -> Response<By
     response
 }
 
+/// What `grpc-message` percent-encodes besides the bytes past ASCII, which are always
+/// encoded: the controls (`0x00..=0x1F`, `0x7F`) and `%` itself. Printable ASCII is kept.
+const GRPC_MESSAGE_ENCODED: &AsciiSet = &CONTROLS.add(b'%');
+
 /// Writes `message` percent-encoded as `grpc-message` must be: every byte outside `0x20..=0x7E`,
 /// and `%` itself, as `%XX` (upper-case hex); the rest as it is.
 fn percent_encode(message: &[u8], out: &mut Text) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut rest = message;
-    while !rest.is_empty() {
-        let plain = rest
-            .iter()
-            .position(|&b| !(0x20..=0x7E).contains(&b) || b == b'%')
-            .unwrap_or(rest.len());
-        let (kept, tail) = rest.split_at(plain);
-        // Printable ASCII: valid UTF-8.
-        let _ = out.write_str(std::str::from_utf8(kept).unwrap_or_default());
-        if let Some((&byte, tail)) = tail.split_first() {
-            let escape = [
-                b'%',
-                HEX[usize::from(byte >> 4)],
-                HEX[usize::from(byte & 0xF)],
-            ];
-            let _ = out.write_str(std::str::from_utf8(&escape).unwrap_or_default());
-            rest = tail;
-        } else {
-            rest = tail;
-        }
+    for chunk in percent_encoding::percent_encode(message, GRPC_MESSAGE_ENCODED) {
+        out.push(chunk);
     }
 }
 
@@ -653,5 +639,41 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_millis(1001)), 2);
         assert_eq!(ceil_millis(Duration::from_micros(1500)), 2);
         assert_eq!(ceil_millis(Duration::from_millis(3)), 3);
+    }
+
+    /// The rule of `grpc-message`, a byte at a time: every byte outside `0x20..=0x7E`, and `%`,
+    /// as `%XX` in upper-case hex.
+    fn encoded_by_hand(message: &[u8]) -> String {
+        let mut out = String::new();
+        for &byte in message {
+            if (0x20..=0x7E).contains(&byte) && byte != b'%' {
+                out.push(char::from(byte));
+            } else {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        }
+        out
+    }
+
+    fn encoded(message: &[u8]) -> String {
+        let mut text = Text::new();
+        percent_encode(message, &mut text);
+        String::from_utf8(text.as_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn grpc_messages_encode_controls_percent_and_non_ascii() {
+        assert_eq!(encoded(b"too many requests"), "too many requests");
+        assert_eq!(encoded(b"50% off\r\n"), "50%25 off%0D%0A");
+        assert_eq!(encoded(b"\x00\x1f\x7f\x80\xff ~"), "%00%1F%7F%80%FF ~");
+        assert_eq!(encoded("caf\u{e9}".as_bytes()), "caf%C3%A9");
+        assert_eq!(encoded(b""), "");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn grpc_messages_encode_as_by_hand(message in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            proptest::prop_assert_eq!(encoded(&message), encoded_by_hand(&message));
+        }
     }
 }

@@ -59,12 +59,25 @@ where
     S: Service<Request<String>>,
     S::Error: std::fmt::Debug,
 {
+    most_allocations_of(svc, rounds, request)
+}
+
+/// [`most_allocations`] for the requests `make` makes.
+fn most_allocations_of<S>(
+    svc: &mut S,
+    rounds: usize,
+    make: fn() -> Request<String>,
+) -> (u64, S::Response)
+where
+    S: Service<Request<String>>,
+    S::Error: std::fmt::Debug,
+{
     for _ in 0..rounds {
-        black_box(respond(svc, request()));
+        black_box(respond(svc, make()));
     }
     let mut most = None;
     for _ in 0..rounds {
-        let req = request();
+        let req = make();
         let (n, response) = allocations_in(|| respond(svc, req));
         let response = black_box(response);
         if most.as_ref().is_none_or(|(m, _)| n > *m) {
@@ -119,5 +132,41 @@ fn an_allowance_allocates_the_decision_and_one_block_per_formatted_header() {
         n <= 4 + METRICS,
         "an allowance made {n} allocations, expected at most {}",
         4 + METRICS
+    );
+}
+
+/// A gRPC call from 192.0.2.1.
+fn grpc_request() -> Request<String> {
+    let mut req = request();
+    *req.method_mut() = http::Method::POST;
+    *req.version_mut() = http::Version::HTTP_2;
+    req.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    req
+}
+
+#[test]
+fn a_grpc_denial_allocates_its_header_map_and_one_block_per_formatted_text() {
+    let clock = ManualClock::new();
+    let mut svc = RateLimitLayer::gcra(Quota::per_hour(1))
+        .clock(clock.clone())
+        .layer(ok());
+    assert_eq!(respond(&mut svc, grpc_request()).status(), StatusCode::OK);
+
+    let (n, response) = most_allocations_of(&mut svc, 100, grpc_request);
+    assert_eq!(response.status(), StatusCode::OK);
+    let headers = response.headers();
+    assert_eq!(headers["grpc-status"], "8");
+    assert!(!headers["grpc-message"].is_empty());
+    assert_eq!(headers["grpc-retry-pushback-ms"], "3600000");
+    // The header map (its index and its entries, grown as fields are added), `grpc-message`
+    // (encoded on the stack, copied once), `grpc-retry-pushback-ms` and `RateLimit`; the
+    // content type, `grpc-status` and `RateLimit-Policy` are shared, not copied.
+    assert!(
+        n <= 7 + METRICS,
+        "a gRPC denial made {n} allocations, expected at most {}",
+        7 + METRICS
     );
 }

@@ -16,40 +16,12 @@ use crate::store::{MemoryStore, SlotStore};
 use crate::{Decision, Key};
 
 /// Limits each client IP to `limit` requests in flight at once, in memory: a request holds a
-/// slot from the moment it is let through until its response has been sent, and one that
-/// finds its key's slots all taken is refused at once. Its services are [`RateLimit`]s, as a
-/// [`RateLimitLayer`]'s, and the two stack.
-///
-/// - **When a slot comes back.** When the response body ends (a streaming body counts until
-///   its last frame), or when the response, its body or the request is dropped (a client that
-///   goes away, a timeout, a handler that panics under a layer that catches it): exactly once.
-///   A request's [`cost`](Self::cost) is how many slots it takes: 0 takes none (its headers
-///   show how many are free), and one above `limit` is never let through.
-/// - **Upgraded connections** (a WebSocket, any `101 Switching Protocols`, a `2xx` to
-///   `CONNECT`) hold their slot for the connection's life through the
-///   [`InFlightSlot`](crate::InFlightSlot) the handler keeps; an upgrade whose slot nobody
-///   keeps is refused with a `500` that names the fix.
-/// - **A refused request** gets `429` (or [`status`](Self::status), or
-///   [`on_limited`](Self::on_limited)'s response) with the body `Too many requests in
-///   progress: retry once one has finished.` and **no `Retry-After`**: no one knows when a slot
-///   comes back ([`Decision::retry_after`] is `None`, [`Decision::reset_after`] zero). gRPC
-///   gets `grpc-status: 8` with no `grpc-retry-pushback-ms`. A request whose cost is above
-///   `limit` gets the answer of a request too large for any rate limit.
-/// - **Headers** name the unit and no window or reset time:
-///   `RateLimit-Policy: "in-flight";q=8;qu="concurrent-requests"` and
-///   `RateLimit: "in-flight";r=7`, `r` being the key's slots free once this request took its
-///   own. Draft 7 and 6 and GitHub's style leave out only their reset field.
-/// - **Everything else is as for a rate limit**: keys, [`skip`](Self::skip),
-///   [`allow`](Self::allow), [`dry_run`](Self::dry_run) (a request that finds no free slot
-///   goes on without taking one), gRPC answers, [`handle`](Self::handle) (blocks and resets),
-///   logs and metrics. In memory each layer (with its clones) keeps its own counters, for at
-///   most [`MemoryStore::max_keys`] keys holding slots at once (a further key is answered
-///   `503`); in Redis slots are leases ([`lease_ttl`](Self::lease_ttl)).
-///
-/// **Stacked with a rate limit**, the outer layer decides first: with the rate limit outside
-/// (`.layer(in_flight).layer(rate)` in axum, whose last layer is the outermost), a request the
-/// rate limit refuses never takes a slot. Put the in-flight layer inside a shaping one
-/// ([`RateLimitLayer::max_delay`], the leaky bucket) so that waiting requests hold no slot.
+/// slot from the moment it is let through until its response has been sent to the end (or
+/// the request, the response or its body is dropped), and one that finds its key's slots all
+/// taken is refused at once, with no `Retry-After`. Its services are [`RateLimit`]s, as a
+/// [`RateLimitLayer`]'s, and the two stack: with the rate limit outside, a request it refuses
+/// never takes a slot. An upgraded connection holds its slot through the
+/// [`InFlightSlot`](crate::InFlightSlot) its handler keeps.
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -76,6 +48,9 @@ use crate::{Decision, Key};
 /// # Ok(())
 /// # }
 /// ```
+///
+/// When slots come back, answers and headers, upgrades, memory, stacking and Redis leases:
+/// [`guide::algorithms`](crate::guide::algorithms#requests-in-flight).
 #[derive(Clone)]
 pub struct InFlightLayer {
     /// The middleware: the key, answers, handle and services, deciding by the slots.
@@ -156,21 +131,12 @@ impl InFlightLayer {
     }
 
     /// How long a slot lasts in a `RedisStore` unless renewed (30 s by default; from 1 s to
-    /// 24 h). The memory store keeps no leases and ignores it.
-    ///
-    /// In Redis each slot is a lease with an expiry, taken by one script (one round trip, the
-    /// key's leases in its hash-tag slot for Redis Cluster) and renewed by its server every
-    /// third of the TTL while the request runs, so a request may last any time. When the
-    /// response ends or is dropped, a task on the Tokio runtime gives the lease back (where no
-    /// runtime runs, or Redis cannot be reached, it expires). A server that dies or loses Redis
-    /// stops renewing, and its slots come back within one TTL, staying taken until then: the
-    /// limit errs toward refusing. A request whose lease could not be renewed for a whole TTL
-    /// may be counted as finished while it still runs, letting up to `limit` more of its key
-    /// start: choose a TTL well above the longest outage you want to ride out.
-    ///
-    /// The store's failure policy ([`OnFailure`](crate::store::OnFailure)) applies: `Open` lets
-    /// a request through without a slot, `Closed` answers 503, and `Local` takes a slot in the
-    /// local memory store, given back there.
+    /// 24 h). The memory store keeps no leases and ignores it. A server renews its leases every
+    /// third of the TTL while the request runs, so a request may last any time, and a server that
+    /// dies gives its slots back within one TTL. A request whose lease could not be renewed for a
+    /// whole TTL may be counted as finished while it still runs: choose a TTL well above the
+    /// longest Redis outage you want to ride out. Leases and failure policies:
+    /// [`guide::algorithms`](crate::guide::algorithms#requests-in-flight).
     ///
     /// # Panics
     ///
