@@ -40,9 +40,9 @@ impl RateLimiter<Gcra> {
     /// A leaky bucket over `quotas`, as a queue, in memory, on the system clock.
     ///
     /// Requests leave one every `period / limit`, never in a burst: a request that finds others
-    /// queued is allowed with a [`Decision::delay`] (the layer waits it out before calling the
-    /// service), and one that finds the queue of `burst` places full is denied. See
-    /// [`LeakyBucket`].
+    /// queued is allowed with a [`Decision::delay`](crate::Decision::delay) (the layer waits it
+    /// out before calling the service), and one that finds the queue of `burst` places full is
+    /// denied. See [`LeakyBucket`].
     ///
     /// ```
     /// use std::time::Duration;
