@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::store::{Backend, ConfiguredStore, StoreConfig};
 use super::{duration, ConfigError, KeyConfig};
 use crate::algorithm::FixedWindow;
-use crate::layer::{Kind, Recipe, MAX_LEASE_TTL, MIN_LEASE_TTL};
+use crate::limiter::in_flight::{MAX_LEASE_TTL, MIN_LEASE_TTL};
+use crate::limiter::{AlgorithmKind, Spec};
 use crate::quota::is_policy_name;
 use crate::{HeaderPlacement, HeaderStyle, InFlightLayer, Quota, RateLimitLayer};
 
@@ -285,7 +286,7 @@ impl LimitConfig {
     }
 
     /// The recipe of the limiter: algorithm, quotas and options, each checked.
-    fn recipe(&self) -> Result<Recipe, ConfigError> {
+    fn recipe(&self) -> Result<Spec, ConfigError> {
         if let Some(slots) = self.in_flight {
             return Err(ConfigError::bare(
                 "in_flight",
@@ -303,17 +304,20 @@ impl LimitConfig {
             ));
         }
         let kind = match &self.algorithm {
-            Some(name) => Kind::from_name(name).ok_or_else(|| {
+            Some(name) => AlgorithmKind::from_name(name).ok_or_else(|| {
                 ConfigError::text(
                     "algorithm",
                     name,
-                    format!("unknown algorithm; expected {}", one_of(&Kind::ALL)),
+                    format!(
+                        "unknown algorithm; expected {}",
+                        one_of(&AlgorithmKind::ALL)
+                    ),
                 )
             })?,
-            None => Kind::Gcra,
+            None => AlgorithmKind::Gcra,
         };
         let (quotas, tiered) = self.quotas()?;
-        let mut recipe = Recipe::new(kind, quotas, tiered).own();
+        let mut recipe = Spec::new(kind, quotas, tiered).own();
         if let Some(text) = &self.max_delay {
             if !kind.shapes() {
                 return Err(ConfigError::text(
@@ -329,7 +333,7 @@ impl LimitConfig {
             recipe.max_delay = Some(duration::parse("max_delay", text)?);
         }
         if let Some(k) = self.sub_windows {
-            if kind != Kind::SlidingWindow {
+            if kind != AlgorithmKind::SlidingWindow {
                 return Err(ConfigError::bare(
                     "sub_windows",
                     k,
@@ -349,7 +353,7 @@ impl LimitConfig {
             recipe.sub_windows = Some(k);
         }
         if self.aligned == Some(true) {
-            if kind != Kind::FixedWindow {
+            if kind != AlgorithmKind::FixedWindow {
                 return Err(ConfigError::bare(
                     "aligned",
                     true,
@@ -563,8 +567,8 @@ impl LimitConfig {
 
 /// Why the Redis store `redis` cannot keep `recipe`'s quotas, as an error naming them.
 #[cfg(feature = "redis")]
-fn refused_by(redis: &crate::store::RedisStore, recipe: &Recipe) -> Result<(), ConfigError> {
-    use crate::layer::{Bind, Binder, LayerClock};
+fn refused_by(redis: &crate::store::RedisStore, recipe: &Spec) -> Result<(), ConfigError> {
+    use crate::limiter::{Bind, Binder, LayerClock};
 
     match Binder(redis.clone()).bind(recipe, &LayerClock::System, recipe.named()) {
         Ok(_) => Ok(()),

@@ -9,17 +9,17 @@ use tower_service::Service;
 
 use super::answer::Answer;
 use super::body::ResponseBody;
-use super::in_flight::Hold;
-use super::limit::{Check, Limit};
 use super::observe::Timer;
 use super::response::{Admission, Responder};
 use super::upgrade::{self, Held};
 use crate::clock::Sleep;
+use crate::limiter::Hold;
+use crate::limiter::{DecisionFuture, Limiter};
 use crate::{Decision, Error, Key};
 
 /// Gives back what an allowed request took when its response does not count (`count_if`).
 pub(crate) struct Refund {
-    pub(crate) limiter: Arc<dyn Limit>,
+    pub(crate) limiter: Arc<dyn Limiter>,
     pub(crate) key: Key,
     pub(crate) cost: u64,
 }
@@ -72,12 +72,12 @@ pin_project! {
         // Waiting for the store, holding nothing of the inner service's readiness.
         Checking {
             #[pin]
-            check: Check,
+            check: DecisionFuture,
             // A clone of the inner service, not readied, the request, the timer of the check,
             // and the limiter, whose clock times a delay. Boxed, as are the delayed states'
             // contents: only requests that wait pay for them, and the future every request
             // moves stays small.
-            pending: Option<Box<(S, Ticket<B>, Timer, Arc<dyn Limit>)>>,
+            pending: Option<Box<(S, Ticket<B>, Timer, Arc<dyn Limiter>)>>,
         },
         // Allowed after a delay (shaping): waiting for the request's turn, holding nothing of
         // the inner service's readiness. Dropping the future here drops the request before the
@@ -89,7 +89,7 @@ pin_project! {
         // The inner service is answering.
         Inner { #[pin] future: F },
         // The response did not count (`count_if`): giving its capacity back.
-        Refunding { #[pin] refund: Check, response: Option<Response<R>> },
+        Refunding { #[pin] refund: DecisionFuture, response: Option<Response<R>> },
         // The layer answered itself.
         Answered { response: Option<Response<Answer>> },
     }
@@ -109,7 +109,7 @@ fn next<F, S, B, R>(
     result: Result<Decision, Error>,
     (inner, readied): (&mut S, bool),
     ticket: Ticket<B>,
-    limiter: &Arc<dyn Limit>,
+    limiter: &Arc<dyn Limiter>,
 ) -> (State<F, S, B, R>, Option<Decision>, Option<Held>)
 where
     S: Service<Request<B>, Future = F> + Clone,
@@ -182,10 +182,10 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     /// [`next`]). Else its readiness is released while the check waits (a clone takes its
     /// place), and the request waits with a clone of its own, readied once it is admitted.
     pub(crate) fn new(
-        check: Check,
+        check: DecisionFuture,
         inner: &mut S,
         ticket: Ticket<B>,
-        limiter: &Arc<dyn Limit>,
+        limiter: &Arc<dyn Limiter>,
         timer: Timer,
         refund: Option<Refund>,
         responder: Arc<Responder>,
@@ -195,7 +195,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     {
         let decided_at = ticket.decided_at;
         match check {
-            Check::Ready(Some(result)) => {
+            DecisionFuture::Ready(Some(result)) => {
                 responder.observer().finish(timer);
                 let (state, decision, hold) =
                     next(&responder, result, (inner, true), ticket, limiter);

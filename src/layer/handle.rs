@@ -5,10 +5,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::limit::Limit;
-pub(crate) use super::live::Live;
-use super::per_key::{sealed, Plan};
 use crate::algorithm::Quotas;
+use crate::limiter::Limiter;
+pub(crate) use crate::limiter::Live;
+use crate::limiter::{sealed, Plan};
 use crate::store::Update;
 use crate::{Decision, Error, Key, Quota};
 
@@ -169,7 +169,7 @@ impl Handle {
     }
 
     /// The limiter the layer's own quotas are decided by now, bans included.
-    fn serving(&self) -> Arc<dyn Limit> {
+    fn serving(&self) -> Arc<dyn Limiter> {
         self.live.lock().own()
     }
 

@@ -6,18 +6,18 @@ use http::{Response, StatusCode};
 use tower_layer::Layer;
 
 use super::answer::{answer, AnswerBody};
-use super::ban::Ban;
 use super::handle::{Handle, Live};
 use super::headers::{HeaderPlacement, HeaderStyle, Headers};
-use super::limit::Limit;
-use super::per_key::{self, Maker, PerKey, Plan, Select};
-use super::recipe::{Bind, Binder, Kind, LayerClock, LayerStore, Recipe};
-use super::response::{OnKeyError, OnLimited, Settings};
+use super::response::{OnKeyError, OnLimited, Responder, Settings};
 use super::shared::{Cost, Shared};
 use super::RateLimit;
 use crate::algorithm::{Algorithm, Gcra, Quotas, Tiered};
 use crate::clock::Clock;
 use crate::key::{Allow, IpList, KeyError, KeyExtractor, PeerIp, RequestHead, Skip};
+use crate::limiter::Ban;
+use crate::limiter::Limiter;
+use crate::limiter::{plan, Maker, PerKey, Plan, Select};
+use crate::limiter::{AlgorithmKind, Bind, Binder, LayerClock, LayerStore, Spec};
 use crate::store::{MemoryStore, Store};
 use crate::{Decision, Key, Quota, RateLimiter};
 
@@ -48,9 +48,9 @@ use crate::{Decision, Key, Quota, RateLimiter};
 #[derive(Clone)]
 pub struct RateLimitLayer {
     /// How the limiter is made; `None` for a limiter built by hand ([`from_limiter`](Self::from_limiter)).
-    recipe: Option<Recipe>,
+    recipe: Option<Spec>,
     /// The limiter as the layer was built (its quotas may have changed since: `live`).
-    limiter: Arc<dyn Limit>,
+    limiter: Arc<dyn Limiter>,
     /// The limiter of now, shared with the layer's [`Handle`]s and services; made again when
     /// the algorithm, store or clock change.
     live: Arc<Live>,
@@ -62,7 +62,7 @@ pub struct RateLimitLayer {
     select: Option<Arc<Select>>,
     cost: Option<Arc<Cost>>,
     /// Bans of repeat offenders, with the limiter that counts the denials.
-    ban: Option<(Ban, Arc<dyn Limit>)>,
+    ban: Option<(Ban, Arc<dyn Limiter>)>,
     /// What the services share, made by the first [`Layer::layer`] call and kept for the
     /// others (and for clones of this layer).
     built: Arc<OnceLock<Arc<Shared>>>,
@@ -104,7 +104,7 @@ impl RateLimitLayer {
     /// A smooth rate with bursts: a fresh client may make `burst` requests at once, then one
     /// every `period / limit`. See [`Gcra`].
     pub fn gcra<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(Kind::Gcra, quotas)
+        Self::of(AlgorithmKind::Gcra, quotas)
     }
 
     /// Limits each client IP with a leaky bucket over `quotas`, in memory: requests reach the
@@ -115,48 +115,48 @@ impl RateLimitLayer {
     /// service's readiness (see [the module docs](super#the-inner-services-readiness)). See
     /// [`LeakyBucket`](crate::algorithm::LeakyBucket).
     pub fn leaky_bucket<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(Kind::LeakyBucket, quotas)
+        Self::of(AlgorithmKind::LeakyBucket, quotas)
     }
 
     /// Limits each client IP with a token bucket over `quotas`, in memory; the same decisions
     /// as [`gcra`](Self::gcra). See [`RateLimiter::token_bucket`].
     pub fn token_bucket<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(Kind::TokenBucket, quotas)
+        Self::of(AlgorithmKind::TokenBucket, quotas)
     }
 
     /// Limits each client IP to `limit` per window, the window starting at the client's first
     /// request, in memory. See [`RateLimiter::fixed_window`].
     pub fn fixed_window<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(Kind::FixedWindow, quotas)
+        Self::of(AlgorithmKind::FixedWindow, quotas)
     }
 
     /// Limits each client IP with a sliding window estimate, in memory. See
     /// [`RateLimiter::sliding_window`].
     pub fn sliding_window<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(Kind::SlidingWindow, quotas)
+        Self::of(AlgorithmKind::SlidingWindow, quotas)
     }
 
     /// Limits each client IP to exactly `limit` in any `period`, in memory. See
     /// [`RateLimiter::sliding_log`].
     pub fn sliding_log<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(Kind::SlidingLog, quotas)
+        Self::of(AlgorithmKind::SlidingLog, quotas)
     }
 
     /// Limits each client IP with the hybrid quota-linear limiter, in memory. See
     /// [`RateLimiter::hybrid`].
     pub fn hybrid<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(Kind::Hybrid, quotas)
+        Self::of(AlgorithmKind::Hybrid, quotas)
     }
 
     #[track_caller]
-    fn of<Q: Quotas>(kind: Kind, quotas: Q) -> Self {
+    fn of<Q: Quotas>(kind: AlgorithmKind, quotas: Q) -> Self {
         let (quotas, tiered) = quota_list(quotas);
-        Self::from_recipe(Recipe::new(kind, quotas, tiered).own())
+        Self::from_recipe(Spec::new(kind, quotas, tiered).own())
     }
 
     /// A layer over `recipe`'s limiter, in a new memory store, on the system clock.
     #[track_caller]
-    pub(crate) fn from_recipe(recipe: Recipe) -> Self {
+    pub(crate) fn from_recipe(recipe: Spec) -> Self {
         let store: Arc<dyn Bind> = Arc::new(Binder(MemoryStore::new()));
         let clock = LayerClock::System;
         let limiter = bound(&*store, &recipe, &clock);
@@ -202,7 +202,7 @@ impl RateLimitLayer {
     }
 
     /// A layer deciding by `limiter`, which it cannot make again.
-    pub(crate) fn from_limit(limiter: Arc<dyn Limit>) -> Self {
+    pub(crate) fn from_limit(limiter: Arc<dyn Limiter>) -> Self {
         Self {
             recipe: None,
             live: Live::new(limiter.clone(), None, None, LayerClock::System),
@@ -222,7 +222,7 @@ impl RateLimitLayer {
 
     /// The recipe of this layer's limiter, for a builder method that makes it again.
     #[track_caller]
-    fn recipe_for(&self, method: &str) -> &Recipe {
+    fn recipe_for(&self, method: &str) -> &Spec {
         match &self.recipe {
             Some(recipe) => recipe,
             None => panic!(
@@ -239,7 +239,7 @@ impl RateLimitLayer {
     fn rebuilt(
         mut self,
         method: &str,
-        recipe: Recipe,
+        recipe: Spec,
         store: Arc<dyn Bind>,
         clock: LayerClock,
     ) -> Self {
@@ -271,7 +271,7 @@ impl RateLimitLayer {
     pub(crate) fn limited_by(
         mut self,
         method: &str,
-        make: impl FnOnce() -> Arc<dyn Limit>,
+        make: impl FnOnce() -> Arc<dyn Limiter>,
     ) -> Self {
         assert!(
             !self.live.handed_out(),
@@ -346,12 +346,12 @@ impl RateLimitLayer {
     pub fn sub_windows(self, k: usize) -> Self {
         let recipe = self.recipe_for("sub_windows");
         assert!(
-            recipe.kind == Kind::SlidingWindow,
+            recipe.kind == AlgorithmKind::SlidingWindow,
             "RateLimitLayer::sub_windows({k}): sub-windows are the sliding window's; this layer's \
              algorithm is {}",
             recipe.kind.name()
         );
-        let recipe = Recipe {
+        let recipe = Spec {
             sub_windows: Some(k),
             ..recipe.clone()
         };
@@ -383,12 +383,12 @@ impl RateLimitLayer {
     pub fn aligned(self) -> Self {
         let recipe = self.recipe_for("aligned");
         assert!(
-            recipe.kind == Kind::FixedWindow,
+            recipe.kind == AlgorithmKind::FixedWindow,
             "RateLimitLayer::aligned: calendar windows are the fixed window's; this layer's \
              algorithm is {}",
             recipe.kind.name()
         );
-        let recipe = Recipe {
+        let recipe = Spec {
             aligned: true,
             ..recipe.clone()
         };
@@ -419,7 +419,7 @@ impl RateLimitLayer {
              layer's algorithm is {} (the leaky bucket always queues: its burst is the queue)",
             recipe.kind.name()
         );
-        let recipe = Recipe {
+        let recipe = Spec {
             max_delay: Some(max_delay),
             ..recipe.clone()
         };
@@ -490,7 +490,7 @@ impl RateLimitLayer {
         P: Plan,
     {
         self.recipe_for("quota_for");
-        self.select = Some(per_key::select(select));
+        self.select = Some(plan::select(select));
         self.live.picks_plans();
         self.changed()
     }
@@ -918,11 +918,16 @@ impl RateLimitLayer {
                     let per_key = match (&self.select, &self.recipe) {
                         (Some(select), Some(recipe)) => {
                             let (store, clock) = self.parts();
+                            let settings = self.settings.clone();
                             let maker = Maker {
-                                recipe: recipe.clone(),
+                                spec: recipe.clone(),
                                 store,
                                 clock,
-                                settings: self.settings.clone(),
+                                responder: Arc::new(move |limiter| {
+                                    Arc::new(Responder::for_limit(limiter, settings.clone()))
+                                }),
+                                expect_refunds: self.settings.count_if.is_some(),
+                                dry_run: self.settings.dry_run,
                                 ban: self.ban.as_ref().map(|(ban, _)| *ban),
                                 held: self.live.held(),
                                 book: self.live.plans.clone(),
@@ -953,7 +958,7 @@ impl RateLimitLayer {
 
 /// The limiter of `recipe` over `store`, or a panic naming why the store refuses it.
 #[track_caller]
-fn bound(store: &dyn Bind, recipe: &Recipe, clock: &LayerClock) -> Arc<dyn Limit> {
+fn bound(store: &dyn Bind, recipe: &Spec, clock: &LayerClock) -> Arc<dyn Limiter> {
     match store.bind(recipe, clock, recipe.named()) {
         Ok(limiter) => limiter,
         Err(error) => panic!("RateLimitLayer: {error}"),
@@ -965,11 +970,11 @@ fn bound(store: &dyn Bind, recipe: &Recipe, clock: &LayerClock) -> Arc<dyn Limit
 #[track_caller]
 fn ban_counter(
     ban: &Ban,
-    limiter: &Arc<dyn Limit>,
+    limiter: &Arc<dyn Limiter>,
     store: &dyn Bind,
-    recipe: &Recipe,
+    recipe: &Spec,
     clock: &LayerClock,
-) -> Arc<dyn Limit> {
+) -> Arc<dyn Limiter> {
     match ban.bind(limiter, store, clock, recipe.named(), recipe.tie.as_ref()) {
         Ok(counter) => counter,
         Err(error) => panic!("RateLimitLayer::ban: {error}"),

@@ -80,25 +80,14 @@
 //! `tower::ServiceBuilder` over a hyper service.
 
 mod answer;
-mod ban;
 mod body;
-#[cfg(feature = "redis")]
-mod fleet;
 mod future;
-#[cfg(feature = "redis")]
-mod gate;
 mod handle;
 mod headers;
-mod held;
 mod in_flight;
 #[allow(clippy::module_inception)]
 mod layer;
-mod limit;
-mod live;
 mod observe;
-mod per_key;
-mod plan_change;
-mod recipe;
 mod response;
 mod service;
 mod shared;
@@ -106,21 +95,13 @@ mod text;
 mod upgrade;
 
 pub use self::answer::{AnswerBody, BoxError};
-pub use self::ban::Ban;
 pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
 pub use self::handle::Handle;
 pub use self::headers::{HeaderPlacement, HeaderStyle};
 pub use self::in_flight::InFlightLayer;
-#[cfg(feature = "serde")]
-pub(crate) use self::in_flight::{MAX_LEASE_TTL, MIN_LEASE_TTL};
 pub use self::layer::RateLimitLayer;
-pub use self::per_key::Plan;
-pub use self::recipe::LayerStore;
-#[cfg(all(feature = "serde", feature = "redis"))]
-pub(crate) use self::recipe::{Bind, Binder, LayerClock};
-#[cfg(feature = "serde")]
-pub(crate) use self::recipe::{Kind, Recipe};
 pub use self::response::problem_details;
 pub use self::service::RateLimit;
 pub use self::upgrade::InFlightSlot;
+pub use crate::limiter::{Ban, LayerStore, Plan};

@@ -9,7 +9,8 @@
 //! - `tollgate_store_latency_seconds{policy}`, a histogram of how long the store took to
 //!   decide;
 //! - `tollgate_bans_total{policy, outcome}`, `outcome` `banned` or `dry_run_banned` (would have
-//!   been banned): the keys a layer's [`ban`](super::RateLimitLayer::ban) blocked.
+//!   been banned): the keys a layer's [`ban`](super::RateLimitLayer::ban) blocked, reported
+//!   by the ban itself (`limiter/ban.rs`).
 //!
 //! Logs never show a key at `info` level or above: events name its kind (`ipv4`, `bytes`, ...);
 //! the key itself appears only at `trace` level.
@@ -200,28 +201,6 @@ impl Observer {
             let _ = key_kind;
             f()
         }
-    }
-
-    /// Counts and logs one ban of `key` for `duration` (in a dry run, one that would have
-    /// been): at info level with the key's kind, the key itself only at trace level.
-    pub(crate) fn banned(&self, key: &Key, duration: std::time::Duration, dry_run: bool) {
-        let outcome = if dry_run { "dry_run_banned" } else { "banned" };
-        #[cfg(feature = "metrics")]
-        metrics::counter!("tollgate_bans_total", "policy" => self.policy.clone(), "outcome" => outcome)
-            .increment(1);
-        #[cfg(feature = "tracing")]
-        {
-            tracing::info!(
-                policy = self.policy(),
-                key_kind = key.kind(),
-                ?duration,
-                outcome,
-                "rate limit ban: a key denied too often is blocked"
-            );
-            tracing::trace!(key = ?key, policy = self.policy(), outcome, "rate limit ban key");
-        }
-        #[cfg(not(feature = "tracing"))]
-        let _ = (key, duration, outcome);
     }
 
     /// Starts timing a store call.

@@ -11,11 +11,11 @@ use percent_encoding::{AsciiSet, CONTROLS};
 
 use super::answer::Answer;
 use super::headers::{HeaderWriter, Headers};
-use super::limit::Limit;
 use super::observe::{Denials, Now, Observer};
 use super::text::{int_value, Text};
 use crate::decision::{ceil_millis, ceil_secs};
 use crate::key::{KeyError, RequestHead};
+use crate::limiter::Limiter;
 use crate::{Decision, Error, Quota};
 
 static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -258,7 +258,7 @@ impl Responder {
 
     /// The responder for `limiter`'s quotas and policy, reading its clock when a response
     /// leaves.
-    pub(crate) fn for_limit(limiter: &Arc<dyn Limit>, settings: Settings) -> Self {
+    pub(crate) fn for_limit(limiter: &Arc<dyn Limiter>, settings: Settings) -> Self {
         let clock = limiter.clone();
         let in_flight = limiter.in_flight();
         let responder = match in_flight {

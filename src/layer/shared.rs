@@ -5,20 +5,19 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use super::ban::Ban;
-use super::limit::Limit;
-use super::per_key::PerKey;
 use super::response::{Responder, Settings};
 use crate::key::{KeyExtractor, RequestHead};
+use crate::limiter::Limiter;
+use crate::limiter::{guarded, Bans};
+use crate::limiter::{LivePlans, PerKey, Serve};
 use crate::store::Blocks;
 use crate::Key;
 
 /// Prices a request: how much of the quota it takes (`RateLimitLayer::cost`).
 pub(crate) type Cost = dyn Fn(&Key, RequestHead<'_>) -> u64 + Send + Sync;
 
-/// A layer's bans ([`RateLimitLayer::ban`](super::RateLimitLayer::ban)): the figures, the
-/// limiter that counts denials, and whether the layer is a dry run.
-pub(crate) type Bans = (Ban, Arc<dyn Limit>, bool);
+/// A layer's per-key plans, each answered with the header writer made for its quotas.
+pub(crate) type Plans = PerKey<Arc<Responder>>;
 
 /// Everything a [`RateLimit`](super::RateLimit) service needs besides its inner service.
 pub(crate) struct Shared {
@@ -32,7 +31,7 @@ pub(crate) struct Shared {
     pub(crate) holds: bool,
     pub(crate) key: Arc<dyn KeyExtractor>,
     /// Per-key quotas, when the layer has a `quota_for` selector.
-    pub(crate) per_key: Option<Arc<PerKey>>,
+    pub(crate) per_key: Option<Arc<Plans>>,
     /// The cost of each request; `None`: 1.
     pub(crate) cost: Option<Arc<Cost>>,
     /// Bans of repeat offenders, put around every limiter the services are handed.
@@ -47,12 +46,12 @@ pub(crate) struct Shared {
 
 /// A limiter and the answers made for its quotas and policy.
 pub(crate) struct Active {
-    pub(crate) limiter: Arc<dyn Limit>,
+    pub(crate) limiter: Arc<dyn Limiter>,
     pub(crate) responder: Arc<Responder>,
 }
 
 impl Active {
-    fn new(limiter: Arc<dyn Limit>, settings: &Settings) -> Self {
+    fn new(limiter: Arc<dyn Limiter>, settings: &Settings) -> Self {
         let responder = Arc::new(Responder::for_limit(&limiter, settings.clone()));
         Self { limiter, responder }
     }
@@ -60,16 +59,16 @@ impl Active {
 
 impl Shared {
     pub(crate) fn new(
-        limiter: Arc<dyn Limit>,
+        limiter: Arc<dyn Limiter>,
         settings: Settings,
         key: Arc<dyn KeyExtractor>,
-        per_key: Option<Arc<PerKey>>,
+        per_key: Option<Arc<Plans>>,
         cost: Option<Arc<Cost>>,
         bans: Option<Bans>,
         held: Arc<Blocks>,
     ) -> Self {
         let holds = limiter.in_flight().is_some();
-        let limiter = wrapped(&bans, &held, limiter);
+        let limiter = guarded(&bans, &held, limiter);
         Self {
             active: ArcSwap::from_pointee(Active::new(limiter, &settings)),
             holds,
@@ -89,14 +88,6 @@ impl Shared {
         self
     }
 
-    /// Puts `limiter` in force for the requests that come next (with the bans and the
-    /// handle's blocks).
-    pub(crate) fn put(&self, limiter: Arc<dyn Limit>) {
-        let limiter = wrapped(&self.bans, &self.held, limiter);
-        self.active
-            .store(Arc::new(Active::new(limiter, &self.settings)));
-    }
-
     /// The cost of a request for `key` with `head`.
     #[inline]
     pub(crate) fn cost(&self, key: &Key, head: RequestHead<'_>) -> u64 {
@@ -104,13 +95,21 @@ impl Shared {
     }
 }
 
-/// `limiter` with `bans` around it, if any, and the handle's blocks (`held`) around that: a
-/// key the operator blocked is denied before its request is judged, so it is never counted
-/// towards a ban, and blocks only the operator makes can never be crowded out by bans.
-fn wrapped(bans: &Option<Bans>, held: &Arc<Blocks>, limiter: Arc<dyn Limit>) -> Arc<dyn Limit> {
-    let limiter = match bans {
-        Some((ban, counter, dry_run)) => ban.wrap(limiter, counter.clone(), *dry_run),
-        None => limiter,
-    };
-    super::held::held(limiter, held.clone())
+impl Serve for Shared {
+    /// Puts `limiter` in force for the requests that come next (with the bans and the
+    /// handle's blocks).
+    fn put(&self, limiter: Arc<dyn Limiter>) {
+        let limiter = guarded(&self.bans, &self.held, limiter);
+        self.active
+            .store(Arc::new(Active::new(limiter, &self.settings)));
+    }
+
+    fn in_force(&self) -> Arc<dyn Limiter> {
+        self.active.load().limiter.clone()
+    }
+
+    fn plans(&self) -> Option<Arc<dyn LivePlans>> {
+        let plans = self.per_key.clone()?;
+        Some(plans)
+    }
 }

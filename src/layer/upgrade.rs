@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, UPGRADE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 
-use super::in_flight::Hold;
+use crate::limiter::Hold;
 
 /// The in-flight slot of a request that asks to switch protocols (a WebSocket, or any
 /// upgrade), for the handler to keep for the upgraded connection's life.
@@ -332,32 +332,32 @@ fn log_unkept(policy: &str, dry_run: bool) {
 mod tests {
     use super::*;
     use crate::clock::{Clock, ManualClock};
-    use crate::layer::in_flight::{InFlight, DEFAULT_LEASE_TTL};
-    use crate::layer::limit::{Check, Limit};
+    use crate::limiter::in_flight::{InFlight, DEFAULT_LEASE_TTL};
+    use crate::limiter::{DecisionFuture, Limiter};
     use crate::store::in_flight::sealed::KeepsSlots;
     use crate::store::MemoryStore;
     use crate::{Decision, Key};
 
-    fn limiter(slots: u64) -> Arc<dyn Limit> {
+    fn limiter(slots: u64) -> Arc<dyn Limiter> {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new());
         let store = MemoryStore::new().slots("in-flight", slots, DEFAULT_LEASE_TTL, clock.clone());
         Arc::new(InFlight::new(store.unwrap(), slots, "in-flight", clock))
     }
 
-    fn decided(check: Check) -> Decision {
+    fn decided(check: DecisionFuture) -> Decision {
         match check {
-            Check::Ready(Some(Ok(decision))) => decision,
+            DecisionFuture::Ready(Some(Ok(decision))) => decision,
             _ => panic!("a memory store decides at once"),
         }
     }
 
     /// The slot of `key` taken for a request, if one was free.
-    fn take(limiter: &Arc<dyn Limit>, key: &str) -> Option<Hold> {
+    fn take(limiter: &Arc<dyn Limiter>, key: &str) -> Option<Hold> {
         let decision = decided(limiter.check(Key::from(key), 0, 1));
         Hold::of(limiter, Key::from(key), 1, &decision)
     }
 
-    fn free(limiter: &Arc<dyn Limit>, key: &str) -> u64 {
+    fn free(limiter: &Arc<dyn Limiter>, key: &str) -> u64 {
         decided(limiter.peek(Key::from(key))).remaining
     }
 

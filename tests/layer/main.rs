@@ -7,6 +7,7 @@ mod answers;
 mod attack_32;
 mod axum_server;
 mod count_if;
+mod crate_modules;
 mod grpc_detection;
 mod header_styles;
 mod hyper_server;

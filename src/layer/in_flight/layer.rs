@@ -5,13 +5,15 @@ use std::time::Duration;
 use http::{Response, StatusCode};
 use tower_layer::Layer;
 
-use super::limit::{InFlight, DEFAULT_LEASE_TTL, DEFAULT_NAME, MAX_LEASE_TTL, MIN_LEASE_TTL};
 use crate::clock::{Clock, SystemClock};
 use crate::key::{IpList, KeyError, KeyExtractor, RequestHead};
 #[cfg(feature = "redis")]
 use crate::layer::layer::failing;
-use crate::layer::limit::Limit;
 use crate::layer::{AnswerBody, Handle, HeaderPlacement, HeaderStyle, RateLimit, RateLimitLayer};
+use crate::limiter::in_flight::{
+    InFlight, DEFAULT_LEASE_TTL, DEFAULT_NAME, MAX_LEASE_TTL, MIN_LEASE_TTL,
+};
+use crate::limiter::Limiter;
 use crate::store::{MemoryStore, SlotStore};
 use crate::{Decision, Key};
 
@@ -283,7 +285,7 @@ impl Slots {
     /// The limiter of the slots over the store, or a panic naming `method` and why the store
     /// cannot keep them.
     #[track_caller]
-    fn bound(&self, method: &str) -> Arc<dyn Limit> {
+    fn bound(&self, method: &str) -> Arc<dyn Limiter> {
         let slots = self
             .store
             .slots(&self.policy, self.limit, self.lease_ttl, self.clock.clone());

@@ -1,15 +1,17 @@
-//! A per-key plan's quotas changed live ([`Handle::set_plan_quotas`](super::Handle::set_plan_quotas)):
+//! A per-key plan's quotas changed live ([`Handle::set_plan_quotas`](crate::layer::Handle::set_plan_quotas)):
 //! the plan's limiter is replaced by one of the new quotas that takes over from it, each key
 //! keeping what it used, wherever the layer keeps it (held, or dropped to make room).
 
 use std::sync::{Arc, PoisonError};
 
+use super::live::LivePlans;
+use super::object::Limiter;
 use super::per_key::{PerKey, Policy};
 use crate::Quota;
 
-impl PerKey {
+impl<R: Clone + Send + Sync + 'static> PerKey<R> {
     /// Puts `quotas` in force for `plan`, if a limiter was made for it: each key keeps what
-    /// it used ([`Handle::set_plan_quotas`](super::Handle::set_plan_quotas)).
+    /// it used ([`Handle::set_plan_quotas`](crate::layer::Handle::set_plan_quotas)).
     pub(crate) fn change(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), crate::Error> {
         let Some(current) = self.made(plan) else {
             return Ok(());
@@ -34,7 +36,7 @@ impl PerKey {
     }
 
     /// The policy made for `plan`, held or dropped to make room.
-    fn made(&self, plan: &[Quota]) -> Option<Arc<Policy>> {
+    fn made(&self, plan: &[Quota]) -> Option<Arc<Policy<R>>> {
         let policies = self.policies.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(entry) = policies.get(plan) {
             return Some(entry.policy.clone());
@@ -44,7 +46,7 @@ impl PerKey {
     }
 
     /// Puts `next` in `current`'s place for `plan`, unless another took it meanwhile.
-    fn replace(&self, plan: &[Quota], current: &Arc<Policy>, next: Arc<Policy>) {
+    fn replace(&self, plan: &[Quota], current: &Arc<Policy<R>>, next: Arc<Policy<R>>) {
         let mut policies = self
             .policies
             .write()
@@ -61,5 +63,19 @@ impl PerKey {
                 *policy = next;
             }
         }
+    }
+}
+
+impl<R: Clone + Send + Sync + 'static> LivePlans for PerKey<R> {
+    fn change(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), crate::Error> {
+        PerKey::change(self, plan, quotas)
+    }
+
+    fn limiter(&self, plan: &[Quota]) -> Result<Option<Arc<dyn Limiter>>, crate::Error> {
+        Ok(self.lookup(plan)?.map(|policy| policy.limiter.clone()))
+    }
+
+    fn limiters(&self) -> (Vec<Arc<dyn Limiter>>, Result<(), crate::Error>) {
+        PerKey::limiters(self)
     }
 }

@@ -1,22 +1,23 @@
 //! What a layer's limiter is made of, kept as plain values so that the layer can make it again
 //! over another store or clock, or for another plan's quotas: the algorithm by name, its
-//! options and quotas ([`Recipe`]), the store ([`LayerStore`]) and the clock.
+//! options and quotas ([`Spec`]), the store ([`LayerStore`]) and the clock.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::limit::Limit;
+use super::object::Limiter;
+use super::typed::RateLimiter;
 use crate::algorithm::{
     FixedWindow, Gcra, Hybrid, LeakyBucket, SlidingLog, SlidingWindow, Tiered, TokenBucket,
 };
 use crate::clock::{Clock, Sleep, SystemClock};
 use crate::store::{Role, Store, Tie};
-use crate::{Error, Quota, RateLimiter};
+use crate::{Error, Quota};
 
 /// The crate's algorithms, by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub(crate) enum AlgorithmKind {
     Gcra,
     TokenBucket,
     LeakyBucket,
@@ -26,21 +27,21 @@ pub(crate) enum Kind {
     Hybrid,
 }
 
-impl Kind {
+impl AlgorithmKind {
     /// Every algorithm, with the name configuration files give it.
-    pub(crate) const ALL: [(&'static str, Kind); 7] = [
-        ("gcra", Kind::Gcra),
-        ("token_bucket", Kind::TokenBucket),
-        ("leaky_bucket", Kind::LeakyBucket),
-        ("fixed_window", Kind::FixedWindow),
-        ("sliding_window", Kind::SlidingWindow),
-        ("sliding_log", Kind::SlidingLog),
-        ("hybrid", Kind::Hybrid),
+    pub(crate) const ALL: [(&'static str, AlgorithmKind); 7] = [
+        ("gcra", AlgorithmKind::Gcra),
+        ("token_bucket", AlgorithmKind::TokenBucket),
+        ("leaky_bucket", AlgorithmKind::LeakyBucket),
+        ("fixed_window", AlgorithmKind::FixedWindow),
+        ("sliding_window", AlgorithmKind::SlidingWindow),
+        ("sliding_log", AlgorithmKind::SlidingLog),
+        ("hybrid", AlgorithmKind::Hybrid),
     ];
 
     /// The algorithm named `name` in configuration.
     #[cfg(feature = "serde")]
-    pub(crate) fn from_name(name: &str) -> Option<Kind> {
+    pub(crate) fn from_name(name: &str) -> Option<AlgorithmKind> {
         Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, k)| *k)
     }
 
@@ -54,14 +55,14 @@ impl Kind {
 
     /// Whether `max_delay` applies: the algorithms that can shape.
     pub(crate) fn shapes(self) -> bool {
-        matches!(self, Kind::Gcra | Kind::TokenBucket)
+        matches!(self, AlgorithmKind::Gcra | AlgorithmKind::TokenBucket)
     }
 }
 
 /// A limiter's algorithm, options and quotas, as values.
 #[derive(Debug, Clone)]
-pub(crate) struct Recipe {
-    pub(crate) kind: Kind,
+pub(crate) struct Spec {
+    pub(crate) kind: AlgorithmKind,
     /// Decided as tiers ([`Tiered`]): given several quotas, or a list of one.
     pub(crate) tiered: bool,
     pub(crate) quotas: Arc<[Quota]>,
@@ -72,12 +73,12 @@ pub(crate) struct Recipe {
     /// Calendar windows (the fixed window).
     pub(crate) aligned: bool,
     /// Which of a layer's limiters this is, for a store shared by servers; `None` until the
-    /// recipe is a layer's own ([`own`](Self::own)).
+    /// spec is a layer's own ([`own`](Self::own)).
     pub(crate) tie: Option<Tie>,
 }
 
-impl Recipe {
-    pub(crate) fn new(kind: Kind, quotas: Vec<Quota>, tiered: bool) -> Self {
+impl Spec {
+    pub(crate) fn new(kind: AlgorithmKind, quotas: Vec<Quota>, tiered: bool) -> Self {
         Self {
             kind,
             tiered,
@@ -99,9 +100,9 @@ impl Recipe {
         }
     }
 
-    /// This recipe as a layer's own limiter: the layer is named by its quotas' policy.
+    /// This spec as a layer's own limiter: the layer is named by its quotas' policy.
     pub(crate) fn own(self) -> Self {
-        let layer = crate::limiter::policy_of(&self.quotas);
+        let layer = super::typed::policy_of(&self.quotas);
         Self {
             tie: Some(Tie {
                 layer,
@@ -111,7 +112,7 @@ impl Recipe {
         }
     }
 
-    /// The same recipe in `role` for the same layer.
+    /// The same spec in `role` for the same layer.
     pub(crate) fn in_role(mut self, role: Role) -> Self {
         if let Some(tie) = &mut self.tie {
             tie.role = role;
@@ -126,7 +127,7 @@ impl Recipe {
 }
 
 /// A store that keeps every algorithm of the crate, alone and in tiers: what
-/// [`RateLimitLayer::store`](super::RateLimitLayer::store) takes. `MemoryStore` and
+/// [`RateLimitLayer::store`](crate::layer::RateLimitLayer::store) takes. `MemoryStore` and
 /// `RedisStore` are; so is any store of your own that implements [`Store`] for each.
 pub trait LayerStore:
     Store<Gcra>
@@ -220,16 +221,16 @@ impl Clock for LayerClock {
     }
 }
 
-/// Makes limiters from recipes over one store.
+/// Makes limiters from specs over one store.
 pub(crate) trait Bind: Send + Sync + 'static {
-    /// The limiter of `recipe` on `clock`, its state shared under its policy name when
+    /// The limiter of `spec` on `clock`, its state shared under its policy name when
     /// `shared`; an error when the store cannot keep its quotas.
     fn bind(
         &self,
-        recipe: &Recipe,
+        spec: &Spec,
         clock: &LayerClock,
         shared: bool,
-    ) -> Result<Arc<dyn Limit>, Error>;
+    ) -> Result<Arc<dyn Limiter>, Error>;
 
     /// This store with `on_failure` as its failure policy; `None` for a store that has none
     /// (only a `RedisStore` fails over).
@@ -263,12 +264,12 @@ fn tied<St: Clone + 'static>(store: &St, tie: Option<&Tie>) -> St {
 /// A store, as a maker of limiters.
 pub(crate) struct Binder<St>(pub(crate) St);
 
-/// The limiter of `$recipe`, each quota decided by the algorithm `$make` builds for it.
+/// The limiter of `$spec`, each quota decided by the algorithm `$make` builds for it.
 macro_rules! limiter {
-    ($recipe:expr, $store:expr, $clock:expr, $shared:expr, $make:expr) => {{
-        let (recipe, make) = ($recipe, $make);
-        let quotas = recipe.quotas.clone();
-        let limit: Arc<dyn Limit> = if recipe.tiered {
+    ($spec:expr, $store:expr, $clock:expr, $shared:expr, $make:expr) => {{
+        let (spec, make) = ($spec, $make);
+        let quotas = spec.quotas.clone();
+        let limit: Arc<dyn Limiter> = if spec.tiered {
             let algorithm = Tiered::new(quotas.iter().map(make));
             Arc::new(RateLimiter::try_bind(
                 quotas, algorithm, $store, $clock, $shared,
@@ -299,25 +300,25 @@ impl<St: LayerStore> Bind for Binder<St> {
 
     fn bind(
         &self,
-        recipe: &Recipe,
+        spec: &Spec,
         clock: &LayerClock,
         shared: bool,
-    ) -> Result<Arc<dyn Limit>, Error> {
-        let (store, clock) = (tied(&self.0, recipe.tie.as_ref()), clock.clone());
-        let max_delay = recipe.max_delay;
-        let sub_windows = recipe.sub_windows;
-        let aligned = recipe.aligned;
-        Ok(match recipe.kind {
-            Kind::Gcra => limiter!(recipe, store, clock, shared, |q: &Quota| {
+    ) -> Result<Arc<dyn Limiter>, Error> {
+        let (store, clock) = (tied(&self.0, spec.tie.as_ref()), clock.clone());
+        let max_delay = spec.max_delay;
+        let sub_windows = spec.sub_windows;
+        let aligned = spec.aligned;
+        Ok(match spec.kind {
+            AlgorithmKind::Gcra => limiter!(spec, store, clock, shared, |q: &Quota| {
                 let gcra = Gcra::new(q);
                 max_delay.map_or(gcra, |d| gcra.max_delay(d))
             }),
-            Kind::TokenBucket => limiter!(recipe, store, clock, shared, |q: &Quota| {
+            AlgorithmKind::TokenBucket => limiter!(spec, store, clock, shared, |q: &Quota| {
                 let bucket = TokenBucket::new(q);
                 max_delay.map_or(bucket, |d| bucket.max_delay(d))
             }),
-            Kind::LeakyBucket => limiter!(recipe, store, clock, shared, LeakyBucket::new),
-            Kind::FixedWindow => limiter!(recipe, store, clock, shared, |q: &Quota| {
+            AlgorithmKind::LeakyBucket => limiter!(spec, store, clock, shared, LeakyBucket::new),
+            AlgorithmKind::FixedWindow => limiter!(spec, store, clock, shared, |q: &Quota| {
                 let window = FixedWindow::new(q);
                 if aligned {
                     window.aligned()
@@ -325,12 +326,12 @@ impl<St: LayerStore> Bind for Binder<St> {
                     window
                 }
             }),
-            Kind::SlidingWindow => limiter!(recipe, store, clock, shared, |q: &Quota| {
+            AlgorithmKind::SlidingWindow => limiter!(spec, store, clock, shared, |q: &Quota| {
                 let window = SlidingWindow::new(q);
                 sub_windows.map_or(window, |k| window.sub_windows(k))
             }),
-            Kind::SlidingLog => limiter!(recipe, store, clock, shared, SlidingLog::new),
-            Kind::Hybrid => limiter!(recipe, store, clock, shared, Hybrid::new),
+            AlgorithmKind::SlidingLog => limiter!(spec, store, clock, shared, SlidingLog::new),
+            AlgorithmKind::Hybrid => limiter!(spec, store, clock, shared, Hybrid::new),
         })
     }
 }

@@ -1,4 +1,4 @@
-//! A live layer's limiters under the blocks of its [`Handle`](super::Handle): a key blocked
+//! A live layer's limiters under the blocks of its [`Handle`](crate::layer::Handle): a key blocked
 //! through the handle is denied by the layer's limiter and every plan's, those made after the
 //! block included, whatever fills the stores' own blocks.
 
@@ -7,19 +7,35 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::limit::{Check, Limit};
+use super::ban::Bans;
+use super::object::{DecisionFuture, Limiter};
 use crate::clock::Sleep;
 use crate::store::Blocks;
 use crate::store::Update;
 use crate::{Decision, Error, Key, Quota};
 
 /// `limiter` (the layer's or a plan's) denying the keys `held` blocks.
-pub(crate) fn held(limiter: Arc<dyn Limit>, held: Arc<Blocks>) -> Arc<dyn Limit> {
+pub(crate) fn held(limiter: Arc<dyn Limiter>, held: Arc<Blocks>) -> Arc<dyn Limiter> {
     Arc::new(Held { limiter, held })
 }
 
+/// `limiter` with `bans` around it, if any, and the handle's blocks (`held`) around that: a
+/// key the operator blocked is denied before its request is judged, so it is never counted
+/// towards a ban, and blocks only the operator makes can never be crowded out by bans.
+pub(crate) fn guarded(
+    bans: &Option<Bans>,
+    held: &Arc<Blocks>,
+    limiter: Arc<dyn Limiter>,
+) -> Arc<dyn Limiter> {
+    let limiter = match bans {
+        Some((ban, counter, dry_run)) => ban.wrap(limiter, counter.clone(), *dry_run),
+        None => limiter,
+    };
+    self::held(limiter, held.clone())
+}
+
 struct Held {
-    limiter: Arc<dyn Limit>,
+    limiter: Arc<dyn Limiter>,
     held: Arc<Blocks>,
 }
 
@@ -37,7 +53,7 @@ impl Held {
 
     /// The denial of `key`, blocked for `left` more: its standing, denied until then (or
     /// until the end of a longer block in the plan's store).
-    fn denied(&self, key: Key, left: Duration) -> Check {
+    fn denied(&self, key: Key, left: Duration) -> DecisionFuture {
         let block = move |standing: Result<Decision, Error>| {
             standing.map(|d| {
                 let left = match (d.is_blocked(), d.retry_after) {
@@ -48,29 +64,29 @@ impl Held {
             })
         };
         match self.limiter.peek(key) {
-            Check::Ready(Some(standing)) => Check::Ready(Some(block(standing))),
-            Check::Ready(None) => Check::Ready(None),
-            Check::Waiting(peeking) => {
-                Check::Waiting(Box::pin(async move { block(peeking.await) }))
+            DecisionFuture::Ready(Some(standing)) => DecisionFuture::Ready(Some(block(standing))),
+            DecisionFuture::Ready(None) => DecisionFuture::Ready(None),
+            DecisionFuture::Waiting(peeking) => {
+                DecisionFuture::Waiting(Box::pin(async move { block(peeking.await) }))
             }
         }
     }
 }
 
-impl Limit for Held {
+impl Limiter for Held {
     #[inline]
-    fn check(&self, key: Key, now: u64, cost: u64) -> Check {
+    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
         match self.left(&key, now) {
             Some(left) => self.denied(key, left),
             None => self.limiter.check(key, now, cost),
         }
     }
 
-    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> Check {
+    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
         self.limiter.refund(key, admission, cost)
     }
 
-    fn peek(&self, key: Key) -> Check {
+    fn peek(&self, key: Key) -> DecisionFuture {
         match self.left(&key, self.limiter.now()) {
             Some(left) => self.denied(key, left),
             None => self.limiter.peek(key),
@@ -132,11 +148,11 @@ impl Limit for Held {
         self.limiter.as_any()
     }
 
-    fn inherit(&self, previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error> {
+    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
         self.limiter.inherit(previous)
     }
 
-    fn settled(&self) -> Arc<dyn Limit> {
+    fn settled(&self) -> Arc<dyn Limiter> {
         self.limiter.settled()
     }
 }

@@ -2,7 +2,7 @@
 //! server's handle is written to the layer's record in Redis
 //! ([`LiveRecord`]), and each server reads the record on a
 //! schedule and applies what changed through the same carry-over as
-//! [`Handle::set_quotas`](super::Handle::set_quotas).
+//! [`Handle::set_quotas`](crate::layer::Handle::set_quotas).
 //!
 //! One task per layer and server, started on first use inside a tokio runtime: it writes the
 //! changes made here (again, until Redis takes them), reads the record's version every
@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use tokio::sync::Notify;
 
-use super::limit::Limit;
-use super::recipe::{Bind, Recipe};
+use crate::limiter::object::Limiter;
+use crate::limiter::spec::{Bind, Spec};
 use crate::store::{LiveRecord, POLL_EVERY};
 use crate::{Error, Quota};
 
@@ -32,7 +32,7 @@ pub(crate) trait Apply: Send + Sync {
     fn set_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error>;
 
     /// The layer's own limiter in force.
-    fn own(&self) -> Arc<dyn Limit>;
+    fn own(&self) -> Arc<dyn Limiter>;
 
     /// The quotas in force for `plan`.
     fn plan_quotas(&self, plan: &[Quota]) -> Arc<[Quota]>;
@@ -84,19 +84,19 @@ pub(crate) struct Fleet {
 }
 
 impl Fleet {
-    /// The fleet of the layer `live` that `recipe` builds over `store`: `None` but for a
-    /// layer with a recipe over a `RedisStore`.
+    /// The fleet of the layer `live` that `spec` builds over `store`: `None` but for a
+    /// layer with a spec over a `RedisStore`.
     pub(crate) fn of(
         live: Weak<dyn Apply>,
-        recipe: Option<&Recipe>,
+        spec: Option<&Spec>,
         store: Option<&dyn Bind>,
     ) -> Option<Arc<Self>> {
-        let recipe = recipe?;
-        let record = store?.record(&recipe.tie.as_ref()?.layer)?;
+        let spec = spec?;
+        let record = store?.record(&spec.tie.as_ref()?.layer)?;
         Some(Arc::new(Self {
             record,
             live,
-            own: field("own", &recipe.quotas),
+            own: field("own", &spec.quotas),
             ready: AtomicBool::new(false),
             started: AtomicBool::new(false),
             read_once: Notify::new(),

@@ -1,4 +1,5 @@
-//! Per-key quotas: one layer, a plan picked for each request (such as a customer's plan).
+//! Per-key quotas: one layer, a plan picked for each request (such as a customer's plan), and
+//! the limiters made for the plans picked lately.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -9,9 +10,9 @@ use foldhash::fast::RandomState;
 
 use super::ban::Ban;
 use super::held::held;
-use super::limit::Limit;
-use super::recipe::{Bind, LayerClock, Recipe};
-use super::response::{Responder, Settings};
+use super::object::Limiter;
+use super::plan::{PlanBook, Select};
+use super::spec::{Bind, LayerClock, Spec};
 use crate::key::RequestHead;
 use crate::store::{Blocks, Role};
 use crate::{Key, Quota};
@@ -27,113 +28,48 @@ pub(crate) const MAX_PLANS: usize = 256;
 /// from request data should be bounded.
 pub(crate) const MAX_EVICTED_PLANS: usize = 4096;
 
-/// What a [`quota_for`](super::RateLimitLayer::quota_for) selector returns: the quotas of the
-/// request's plan.
-///
-/// - A [`Quota`]: one quota.
-/// - Several quotas that must all allow a request (tiers, such as 10 a second and 1000 a day):
-///   a `Vec<Quota>`, an array `[Quota; N]` or an `Arc<[Quota]>` (cloned without allocating).
-///
-/// Each quota of a plan is decided by the layer's algorithm with the layer's options (shaping,
-/// sub-windows); a plan of several quotas, or any plan of a layer built with tiers, is decided
-/// as tiers. A plan with no quota gets the layer's own quotas.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a plan",
-    label = "the selector returns this",
-    note = "a plan is a `Quota`, or several quotas (tiers) as a `Vec<Quota>`, an array or an \
-            `Arc<[Quota]>`"
-)]
-pub trait Plan: sealed::Sealed {}
-
-pub(crate) mod sealed {
-    use crate::Quota;
-
-    /// How a plan is read: not for implementing outside the crate.
-    #[allow(unreachable_pub)]
-    pub trait Sealed {
-        /// The plan's quotas, in order.
-        fn quotas(&self) -> &[Quota];
-    }
-}
-
-impl Plan for Quota {}
-
-impl sealed::Sealed for Quota {
-    fn quotas(&self) -> &[Quota] {
-        std::slice::from_ref(self)
-    }
-}
-
-macro_rules! tiered_plan {
-    ($([$($param:tt)*] $ty:ty;)*) => {$(
-        impl<$($param)*> Plan for $ty {}
-
-        impl<$($param)*> sealed::Sealed for $ty {
-            fn quotas(&self) -> &[Quota] {
-                self
-            }
-        }
-    )*};
-}
-
-tiered_plan! {
-    [] Vec<Quota>;
-    [] Arc<[Quota]>;
-    [const N: usize] [Quota; N];
-}
-
-/// The plans whose quotas were changed live: each plan, as the layer's `quota_for` selector
-/// returns it, and the quotas in force for it.
-pub(crate) type PlanBook = Mutex<HashMap<Box<[Quota]>, Arc<[Quota]>>>;
-
-/// A limiter and the header writer for one plan.
-pub(crate) struct Policy {
-    pub(crate) limiter: Arc<dyn Limit>,
-    pub(crate) responder: Arc<Responder>,
+/// A limiter for one plan, and what the layer answers its requests with (`R`: the header
+/// writer made for its quotas).
+pub(crate) struct Policy<R> {
+    pub(crate) limiter: Arc<dyn Limiter>,
+    pub(crate) responder: R,
     /// The limiter without the bans and blocks around it, which new quotas take over from.
-    pub(super) bare: Arc<dyn Limit>,
+    pub(super) bare: Arc<dyn Limiter>,
     /// The ban's count of denials, kept across a change of the plan's quotas.
-    pub(super) counter: Option<Arc<dyn Limit>>,
+    pub(super) counter: Option<Arc<dyn Limiter>>,
 }
 
 /// A plan's policy, and when it was last used (the count of plans made by then).
-pub(super) struct Entry {
-    pub(super) policy: Arc<Policy>,
+pub(super) struct Entry<R> {
+    pub(super) policy: Arc<Policy<R>>,
     used: AtomicU64,
 }
 
 /// The plan a request picked: its policy, `None` for the layer's own quotas, or an error when
 /// the store refuses the plan.
-pub(crate) type Picked = Result<Option<Arc<Policy>>, crate::Error>;
+pub(crate) type Picked<R> = Result<Option<Arc<Policy<R>>>, crate::Error>;
 
 /// The policies of the plans dropped to make room, by their quotas.
-pub(super) type Evicted = HashMap<Box<[Quota]>, Arc<Policy>, RandomState>;
+pub(super) type Evicted<R> = HashMap<Box<[Quota]>, Arc<Policy<R>>, RandomState>;
 
 /// The policies of the plans picked lately, by their quotas.
-pub(super) type Policies = HashMap<Box<[Quota]>, Entry, RandomState>;
+pub(super) type Policies<R> = HashMap<Box<[Quota]>, Entry<R>, RandomState>;
 
-/// The selector, with its plan handed to `found` as quotas.
-pub(crate) type Select = dyn Fn(&Key, RequestHead<'_>, &mut dyn FnMut(&[Quota])) + Send + Sync;
-
-/// `select` as the layer keeps it.
-pub(crate) fn select<F, P>(select: F) -> Arc<Select>
-where
-    F: Fn(&Key, RequestHead<'_>) -> P + Send + Sync + 'static,
-    P: Plan,
-{
-    Arc::new(move |key, head, found| {
-        let plan = select(key, head);
-        found(sealed::Sealed::quotas(&plan));
-    })
-}
+/// Makes what the layer answers a plan's requests with, for the plan's limiter.
+pub(crate) type Respond<R> = dyn Fn(&Arc<dyn Limiter>) -> R + Send + Sync;
 
 /// How a layer makes the limiter of a plan: its algorithm and options, store and clock, and
-/// the settings of its answers.
-pub(crate) struct Maker {
-    pub(crate) recipe: Recipe,
+/// what it answers the plan's requests with.
+pub(crate) struct Maker<R> {
+    pub(crate) spec: Spec,
     pub(crate) store: Arc<dyn Bind>,
     pub(crate) clock: LayerClock,
-    pub(crate) settings: Settings,
+    /// Makes what the layer answers a plan's requests with, for the plan's limiter.
+    pub(crate) responder: Arc<Respond<R>>,
+    /// Whether the layer refunds admissions (`count_if`): each plan's store is told so.
+    pub(crate) expect_refunds: bool,
+    /// Whether the layer is a dry run: bans only report.
+    pub(crate) dry_run: bool,
     /// The layer's bans, applied to each plan under the plan's policy.
     pub(crate) ban: Option<Ban>,
     /// The keys blocked through the layer's handle, which every plan denies.
@@ -142,18 +78,18 @@ pub(crate) struct Maker {
     pub(crate) book: Arc<PlanBook>,
     /// The servers sharing the layer's Redis, whose record a plan's first requests wait for.
     #[cfg(feature = "redis")]
-    pub(crate) fleet: Option<Arc<super::fleet::Fleet>>,
+    pub(crate) fleet: Option<Arc<super::live::fleet::Fleet>>,
 }
 
 /// The plan selector and the limiters made for the plans it picked lately.
-pub(crate) struct PerKey {
+pub(crate) struct PerKey<R> {
     select: Arc<Select>,
-    maker: Maker,
-    pub(super) policies: RwLock<Policies>,
+    maker: Maker<R>,
+    pub(super) policies: RwLock<Policies<R>>,
     /// The limiters of the plans dropped from `policies` to make room, and not made again
     /// since: their state stays in the store, where a handle's reset and block must still
     /// reach it.
-    pub(super) evicted: Mutex<Evicted>,
+    pub(super) evicted: Mutex<Evicted<R>>,
     /// Whether some plan was dropped past [`MAX_EVICTED_PLANS`]: a reset or block may miss it.
     forgot: AtomicBool,
     /// How many policies have been made: entries used since the last one share its count.
@@ -163,14 +99,14 @@ pub(crate) struct PerKey {
     warned_refused: AtomicBool,
 }
 
-impl fmt::Debug for PerKey {
+impl<R> fmt::Debug for PerKey<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PerKey").finish_non_exhaustive()
     }
 }
 
-impl PerKey {
-    pub(crate) fn new(select: Arc<Select>, maker: Maker) -> Self {
+impl<R: Clone + Send + Sync + 'static> PerKey<R> {
+    pub(crate) fn new(select: Arc<Select>, maker: Maker<R>) -> Self {
         Self {
             select,
             maker,
@@ -204,8 +140,8 @@ impl PerKey {
     /// those of the plans dropped to make room, whose clients' state stays in the store.
     /// `Err` when some plan was dropped past [`MAX_EVICTED_PLANS`]: the limiters are those
     /// known, and a reset or block through them may miss a client of a forgotten plan.
-    pub(crate) fn limiters(&self) -> (Vec<Arc<dyn Limit>>, Result<(), crate::Error>) {
-        let mut limiters: Vec<Arc<dyn Limit>> = {
+    pub(crate) fn limiters(&self) -> (Vec<Arc<dyn Limiter>>, Result<(), crate::Error>) {
+        let mut limiters: Vec<Arc<dyn Limiter>> = {
             let policies = self.policies.read().unwrap_or_else(PoisonError::into_inner);
             policies
                 .values()
@@ -233,12 +169,12 @@ impl PerKey {
         &self,
         quotas: &[Quota],
         shared: bool,
-    ) -> Result<Arc<dyn Limit>, crate::Error> {
+    ) -> Result<Arc<dyn Limiter>, crate::Error> {
         let maker = &self.maker;
-        let recipe = maker.recipe.for_plan(quotas).in_role(Role::Plan);
-        let limiter = maker.store.bind(&recipe, &maker.clock, shared)?;
+        let spec = maker.spec.for_plan(quotas).in_role(Role::Plan);
+        let limiter = maker.store.bind(&spec, &maker.clock, shared)?;
         // Told of refunds as the layer's own limiter is.
-        if maker.settings.count_if.is_some() {
+        if maker.expect_refunds {
             limiter.expect_refunds();
         }
         Ok(limiter)
@@ -247,12 +183,12 @@ impl PerKey {
     /// The policy of the plan `plan` decided by `quotas` (those in force for it): its
     /// limiter, with the layer's options, bans and the handle's blocks, carrying over what
     /// each key used under the plan as built when the two differ.
-    fn make(&self, plan: &[Quota], quotas: &[Quota]) -> Result<Policy, crate::Error> {
+    fn make(&self, plan: &[Quota], quotas: &[Quota]) -> Result<Policy<R>, crate::Error> {
         let maker = &self.maker;
         let mut bare = self.bind(plan, true)?;
         let counter = match &maker.ban {
             Some(ban) => {
-                let tie = maker.recipe.tie.as_ref();
+                let tie = maker.spec.tie.as_ref();
                 Some(ban.bind(&bare, &*maker.store, &maker.clock, true, tie)?)
             }
             None => None,
@@ -267,18 +203,16 @@ impl PerKey {
     /// blocks around it, and its answers.
     pub(super) fn policy_of(
         &self,
-        bare: Arc<dyn Limit>,
-        counter: Option<Arc<dyn Limit>>,
-    ) -> Policy {
+        bare: Arc<dyn Limiter>,
+        counter: Option<Arc<dyn Limiter>>,
+    ) -> Policy<R> {
         let maker = &self.maker;
         let limiter = match (&maker.ban, &counter) {
-            (Some(ban), Some(counter)) => {
-                ban.wrap(bare.clone(), counter.clone(), maker.settings.dry_run)
-            }
+            (Some(ban), Some(counter)) => ban.wrap(bare.clone(), counter.clone(), maker.dry_run),
             _ => bare.clone(),
         };
         let limiter = held(limiter, maker.held.clone());
-        let responder = Arc::new(Responder::for_limit(&limiter, maker.settings.clone()));
+        let responder = (maker.responder)(&limiter);
         Policy {
             limiter,
             responder,
@@ -298,7 +232,7 @@ impl PerKey {
     }
 
     /// Keeps the policy of the plan of `quotas`, dropped to make room.
-    fn evicted(&self, quotas: Box<[Quota]>, policy: Arc<Policy>) {
+    fn evicted(&self, quotas: Box<[Quota]>, policy: Arc<Policy<R>>) {
         let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
         if evicted.len() < MAX_EVICTED_PLANS {
             evicted.insert(quotas, policy);
@@ -317,7 +251,7 @@ impl PerKey {
     /// options, store, clock and answers; `None`: the layer's own quotas apply. An error when
     /// the store refuses the plan (a quota too large for it): the request is refused, never
     /// given the layer's own quotas, which may be looser than the plan's.
-    pub(crate) fn policy(self: &Arc<Self>, key: &Key, head: RequestHead<'_>) -> Picked {
+    pub(crate) fn policy(self: &Arc<Self>, key: &Key, head: RequestHead<'_>) -> Picked<R> {
         let mut policy = Ok(None);
         (self.select)(key, head, &mut |quotas| {
             policy = self.lookup(quotas);
@@ -329,7 +263,7 @@ impl PerKey {
                     let per_key = self.clone();
                     let plan: Box<[Quota]> = quotas.into();
                     let limiter =
-                        super::gate::gate_plan(fleet, picked.limiter.clone(), move || {
+                        super::live::gate::gate_plan(fleet, picked.limiter.clone(), move || {
                             per_key
                                 .lookup(&plan)
                                 .ok()
@@ -350,11 +284,11 @@ impl PerKey {
     }
 
     /// A plan of the quotas the layer was built with is the layer's limiter (which follows
-    /// [`Handle::set_quotas`](super::Handle::set_quotas)). A plan equal to quotas set live is
-    /// not: its keys keep their plan's limiter and what they used there, rather than moving to
-    /// the layer's, which never saw them.
-    pub(crate) fn lookup(&self, quotas: &[Quota]) -> Picked {
-        if *quotas == *self.maker.recipe.quotas {
+    /// [`Handle::set_quotas`](crate::layer::Handle::set_quotas)). A plan equal to quotas set
+    /// live is not: its keys keep their plan's limiter and what they used there, rather than
+    /// moving to the layer's, which never saw them.
+    pub(crate) fn lookup(&self, quotas: &[Quota]) -> Picked<R> {
+        if *quotas == *self.maker.spec.quotas {
             return Ok(None);
         }
         // A hit: a read lock, and a write to the entry once per policy made.

@@ -6,60 +6,90 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use super::limit::Limit;
-use super::per_key::{PerKey, PlanBook};
-use super::recipe::{Bind, LayerClock, Recipe};
-use super::shared::Shared;
+use crate::limiter::object::Limiter;
+use crate::limiter::plan::PlanBook;
+use crate::limiter::spec::{Bind, LayerClock, Spec};
 use crate::store::{Blocks, Role};
 use crate::{Error, Quota};
 
 #[cfg(feature = "redis")]
-use super::fleet::{Apply, Fleet};
+pub(crate) mod fleet;
+#[cfg(feature = "redis")]
+pub(crate) mod gate;
 
-/// How many keys a layer's handle holds blocked at once ([`Handle::block`](super::Handle::block));
-/// past that, the blocks that have ended go first, then those that end soonest (the blocks
-/// written to the stores stay).
+#[cfg(feature = "redis")]
+use self::fleet::{Apply, Fleet};
+
+/// How many keys a layer's handle holds blocked at once
+/// ([`Handle::block`](crate::layer::Handle::block)); past that, the blocks that have ended go
+/// first, then those that end soonest (the blocks written to the stores stay).
 const MAX_HELD: usize = 100_000;
 
 /// What a layer's handle and services share: how to make the limiter, the limiter of now, and
 /// the services to hand a new one to.
 pub(crate) struct Live {
     /// `None` for a layer made from a limiter built by hand.
-    pub(super) recipe: Option<Recipe>,
-    pub(super) store: Option<Arc<dyn Bind>>,
-    pub(super) clock: LayerClock,
+    pub(crate) spec: Option<Spec>,
+    pub(crate) store: Option<Arc<dyn Bind>>,
+    pub(crate) clock: LayerClock,
     /// The keys blocked through a handle, which every limiter of the layer checks first
-    /// ([`Handle::block`](super::Handle::block)): the layer's own, and every plan's.
-    pub(super) held: Arc<Blocks>,
+    /// ([`Handle::block`](crate::layer::Handle::block)): the layer's own, and every plan's.
+    pub(crate) held: Arc<Blocks>,
     now: Mutex<Now>,
     /// Whether a handle was taken: the layer may then no longer make itself a new limiter
     /// (a new store, clock or algorithm option), which the handle would not reach.
     handed_out: AtomicBool,
     /// Whether the layer picks plans (`quota_for`).
     picks_plans: AtomicBool,
-    pub(super) plans: Arc<PlanBook>,
+    pub(crate) plans: Arc<PlanBook>,
     /// The servers sharing the layer's Redis, `None` for other stores.
     #[cfg(feature = "redis")]
-    pub(super) fleet: Option<Arc<Fleet>>,
+    pub(crate) fleet: Option<Arc<Fleet>>,
 }
 
-pub(super) struct Now {
-    pub(super) limiter: Arc<dyn Limit>,
+/// A service of a live layer (the part its services share), as the layer hands it the
+/// limiters it makes.
+pub(crate) trait Serve: Send + Sync {
+    /// Puts `limiter` in force for the requests that come next.
+    fn put(&self, limiter: Arc<dyn Limiter>);
+
+    /// The limiter in force, with what the service puts around it (bans, the handle's blocks).
+    fn in_force(&self) -> Arc<dyn Limiter>;
+
+    /// The service's per-key plans, when the layer picks plans.
+    fn plans(&self) -> Option<Arc<dyn LivePlans>>;
+}
+
+/// The plans of a layer's service, as its live part reaches them
+/// ([`Live`]), whatever the service answers with.
+pub(crate) trait LivePlans: Send + Sync {
+    /// Puts `quotas` in force for `plan` (`PerKey::change`).
+    fn change(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), crate::Error>;
+
+    /// The limiter of `plan` (`PerKey::lookup`); `None`: the layer's own.
+    fn limiter(&self, plan: &[Quota]) -> Result<Option<Arc<dyn Limiter>>, crate::Error>;
+
+    /// The limiters of every plan made (`PerKey::limiters`).
+    fn limiters(&self) -> (Vec<Arc<dyn Limiter>>, Result<(), crate::Error>);
+}
+
+pub(crate) struct Now {
+    pub(crate) limiter: Arc<dyn Limiter>,
     /// The services made so far (their shared part), to be handed the next limiter.
-    services: Vec<Weak<Shared>>,
+    services: Vec<Weak<dyn Serve>>,
 }
 
 impl Live {
     pub(crate) fn new(
-        limiter: Arc<dyn Limit>,
-        recipe: Option<Recipe>,
+        limiter: Arc<dyn Limiter>,
+        spec: Option<Spec>,
         store: Option<Arc<dyn Bind>>,
         clock: LayerClock,
     ) -> Arc<Self> {
         Arc::new_cyclic(|_live: &Weak<Live>| Self {
             #[cfg(feature = "redis")]
-            fleet: Fleet::of(_live.clone(), recipe.as_ref(), store.as_deref()),
-            recipe,
+            fleet: Fleet::of(_live.clone(), spec.as_ref(), store.as_deref()),
+            spec,
             store,
             clock,
             held: Arc::new(Blocks::new(MAX_HELD)),
@@ -90,7 +120,7 @@ impl Live {
 
     /// The limiter of now and the services; with Redis, the fleet's record is read from
     /// then on (once inside a runtime).
-    pub(super) fn lock(&self) -> MutexGuard<'_, Now> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Now> {
         #[cfg(feature = "redis")]
         if let Some(fleet) = &self.fleet {
             fleet.start();
@@ -105,26 +135,30 @@ impl Live {
 
     /// Makes the services' shared part with the limiter of now (`make`, given it as the
     /// services decide by it), and keeps it to hand it the next limiter.
-    pub(crate) fn serve(&self, make: impl FnOnce(Arc<dyn Limit>) -> Arc<Shared>) -> Arc<Shared> {
+    pub(crate) fn serve<S: Serve + 'static>(
+        &self,
+        make: impl FnOnce(Arc<dyn Limiter>) -> Arc<S>,
+    ) -> Arc<S> {
         let mut now = self.lock();
         let shared = make(self.serving(now.limiter.clone()));
         now.services.retain(|s| s.strong_count() > 0);
-        now.services.push(Arc::downgrade(&shared));
+        let service: Weak<S> = Arc::downgrade(&shared);
+        now.services.push(service);
         shared
     }
 
     /// `limiter` as the services decide by it: until the fleet's record was read, each
     /// request waits for it first.
-    fn serving(&self, limiter: Arc<dyn Limit>) -> Arc<dyn Limit> {
+    fn serving(&self, limiter: Arc<dyn Limiter>) -> Arc<dyn Limiter> {
         #[cfg(feature = "redis")]
         if let Some(fleet) = &self.fleet {
-            return super::gate::gate(fleet, limiter);
+            return self::gate::gate(fleet, limiter);
         }
         limiter
     }
 
     /// Puts `limiter` in force for every service.
-    fn put(&self, now: &mut Now, limiter: Arc<dyn Limit>) {
+    fn put(&self, now: &mut Now, limiter: Arc<dyn Limiter>) {
         let serving = self.serving(limiter.clone());
         now.services.retain(|service| match service.upgrade() {
             Some(shared) => {
@@ -165,7 +199,7 @@ impl Live {
     /// Puts `quotas` in force for the layer's own limiter, each key keeping what it used;
     /// nothing to do when they are in force already.
     pub(crate) fn set_own(&self, quotas: &[Quota]) -> Result<(), Error> {
-        let (Some(recipe), Some(store)) = (&self.recipe, &self.store) else {
+        let (Some(spec), Some(store)) = (&self.spec, &self.store) else {
             let why = if self.lock().limiter.in_flight().is_some() {
                 "an in-flight limit has slots, not quotas; its number of slots is set where the \
                  layer is built (InFlightLayer::new)"
@@ -181,9 +215,9 @@ impl Live {
             // as it is, not converted to whole requests.
             return Ok(());
         }
-        let recipe = recipe.for_plan(quotas);
+        let spec = spec.for_plan(quotas);
         // Bound privately: the next limiter reads the old one's keys, never another layer's.
-        let next = store.bind(&recipe, &self.clock, false)?;
+        let next = store.bind(&spec, &self.clock, false)?;
         let mut now = self.lock();
         let next = next.inherit(&*now.limiter)?;
         // In force at once: a key's first request carries its usage over.
@@ -193,14 +227,14 @@ impl Live {
         Ok(())
     }
 
-    /// Checks that `plan` may be given `quotas` ([`Handle::set_plan_quotas`](super::Handle::set_plan_quotas)).
+    /// Checks that `plan` may be given `quotas` ([`Handle::set_plan_quotas`](crate::layer::Handle::set_plan_quotas)).
     pub(crate) fn check_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
         let fail = |why: &str| {
             Err(Error::misconfigured(format!(
                 "Handle::set_plan_quotas: {why}"
             )))
         };
-        let Some(recipe) = &self.recipe else {
+        let Some(spec) = &self.spec else {
             return fail("this layer (an InFlightLayer, or made by RateLimitLayer::from_limiter) picks no plans; build it with an algorithm constructor and quota_for");
         };
         if !self.picks_plans.load(Ordering::Relaxed) {
@@ -212,10 +246,10 @@ impl Live {
         if quotas.is_empty() {
             return fail("no quota given; give at least one");
         }
-        if plan == &*recipe.quotas {
+        if plan == &*spec.quotas {
             return fail("this plan is the layer's own quotas (those it was built with); change them with set_quotas");
         }
-        if !recipe.tiered && (plan.len() > 1) != (quotas.len() > 1) {
+        if !spec.tiered && (plan.len() > 1) != (quotas.len() > 1) {
             return fail("a plan of one quota takes one quota, and a plan of tiers takes tiers (several quotas), on a layer built with one quota");
         }
         Ok(())
@@ -225,11 +259,11 @@ impl Live {
     /// there; the plans made later take them too.
     pub(crate) fn set_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
         self.check_plan(plan, quotas)?;
-        let (Some(recipe), Some(store)) = (&self.recipe, &self.store) else {
+        let (Some(spec), Some(store)) = (&self.spec, &self.store) else {
             return Ok(());
         };
         // Refused here when the store cannot keep them, before anything changes.
-        let probe = recipe.for_plan(quotas).in_role(Role::Plan);
+        let probe = spec.for_plan(quotas).in_role(Role::Plan);
         store.bind(&probe, &self.clock, false)?;
         let quotas: Arc<[Quota]> = quotas.into();
         {
@@ -252,10 +286,10 @@ impl Live {
     }
 
     /// The plan pickers of the services made so far, taken out of the lock.
-    fn plan_pickers(&self) -> Vec<Arc<PerKey>> {
+    fn plan_pickers(&self) -> Vec<Arc<dyn LivePlans>> {
         let now = self.lock();
         let services = now.services.iter().filter_map(Weak::upgrade);
-        services.filter_map(|s| s.per_key.clone()).collect()
+        services.filter_map(|s| s.plans()).collect()
     }
 
     /// The quotas in force for `plan`.
@@ -266,24 +300,24 @@ impl Live {
 
     /// The limiter `plan`'s keys are decided by: a service's, or, before any service is
     /// made, one made for the purpose (it reads the store the plan's limiter will).
-    pub(crate) fn plan_limiter(&self, plan: &[Quota]) -> Result<Arc<dyn Limit>, Error> {
-        let (Some(recipe), Some(store)) = (&self.recipe, &self.store) else {
+    pub(crate) fn plan_limiter(&self, plan: &[Quota]) -> Result<Arc<dyn Limiter>, Error> {
+        let (Some(spec), Some(store)) = (&self.spec, &self.store) else {
             return Err(Error::misconfigured(
                 "Handle::peek_plan: this layer (an InFlightLayer, or made by RateLimitLayer::from_limiter) picks no plans",
             ));
         };
-        if plan.is_empty() || *plan == *recipe.quotas {
+        if plan.is_empty() || *plan == *spec.quotas {
             return Ok(self.lock().own());
         }
         if let Some(per_key) = self.plan_pickers().first() {
-            return match per_key.lookup(plan)? {
-                Some(policy) => Ok(policy.limiter.clone()),
+            return match per_key.limiter(plan)? {
+                Some(limiter) => Ok(limiter),
                 None => Ok(self.lock().own()),
             };
         }
         let quotas = self.plan_quotas(plan);
         store.bind(
-            &recipe.for_plan(&quotas).in_role(Role::Plan),
+            &spec.for_plan(&quotas).in_role(Role::Plan),
             &self.clock,
             true,
         )
@@ -293,21 +327,21 @@ impl Live {
 impl Now {
     /// The limiter the layer's own quotas are decided by: a service's (with its bans and the
     /// handle's blocks), or the bare one while no service is made.
-    pub(super) fn own(&self) -> Arc<dyn Limit> {
+    pub(crate) fn own(&self) -> Arc<dyn Limiter> {
         self.services
             .iter()
             .find_map(Weak::upgrade)
-            .map_or_else(|| self.limiter.clone(), |s| s.active.load().limiter.clone())
+            .map_or_else(|| self.limiter.clone(), |s| s.in_force())
     }
 
     /// Every limiter a key of the layer may be decided by, each once: the layer's own (with
     /// its bans), and each plan's made so far by any of its services (those dropped to make
     /// room included). `Err` when a service forgot some plan: a reset or block through these
     /// may miss a client of it.
-    pub(super) fn limiters(&self) -> (Vec<Arc<dyn Limit>>, Result<(), Error>) {
-        let mut all: Vec<Arc<dyn Limit>> = Vec::new();
+    pub(crate) fn limiters(&self) -> (Vec<Arc<dyn Limiter>>, Result<(), Error>) {
+        let mut all: Vec<Arc<dyn Limiter>> = Vec::new();
         let mut seen = HashSet::new();
-        let mut add = |limiter: Arc<dyn Limit>| {
+        let mut add = |limiter: Arc<dyn Limiter>| {
             if seen.insert(Arc::as_ptr(&limiter).cast::<()>()) {
                 all.push(limiter);
             }
@@ -315,9 +349,9 @@ impl Now {
         let mut own = false;
         let mut known = Ok(());
         for shared in self.services.iter().filter_map(Weak::upgrade) {
-            add(shared.active.load().limiter.clone());
+            add(shared.in_force());
             own = true;
-            if let Some(per_key) = &shared.per_key {
+            if let Some(per_key) = shared.plans() {
                 let (limiters, all_known) = per_key.limiters();
                 limiters.into_iter().for_each(&mut add);
                 known = known.and(all_known);
@@ -344,7 +378,7 @@ impl Apply for Live {
         Live::set_plan(self, plan, quotas)
     }
 
-    fn own(&self) -> Arc<dyn Limit> {
+    fn own(&self) -> Arc<dyn Limiter> {
         self.lock().limiter.clone()
     }
 

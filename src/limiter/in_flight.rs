@@ -1,13 +1,13 @@
-//! The limiter an [`InFlightLayer`](super::InFlightLayer) holds, and the [`Hold`] an admitted
-//! request keeps until its response ends.
+//! The limiter an [`InFlightLayer`](crate::layer::InFlightLayer) holds, and the [`Hold`] an
+//! admitted request keeps until its response ends.
 
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::object::{DecisionFuture, Limiter};
 use crate::clock::{Clock, Sleep};
-use crate::layer::limit::{Check, Limit};
 use crate::store::in_flight::{Acquire, Slots, NO_LEASE};
 use crate::store::Update;
 use crate::{Decision, Error, Key, Quota};
@@ -47,34 +47,34 @@ impl InFlight {
     }
 }
 
-impl Limit for InFlight {
+impl Limiter for InFlight {
     #[inline]
-    fn check(&self, key: Key, now: u64, cost: u64) -> Check {
+    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
         if cost > self.limit {
             // Never let through, whatever is in flight: answered without asking the store, as
             // a request too large for the limit (reported as if every slot were free, which a
             // busy denial never is).
             let never = Decision::deny(self.limit, self.limit, Duration::ZERO, None);
-            return Check::Ready(Some(Ok(never)));
+            return DecisionFuture::Ready(Some(Ok(never)));
         }
         match self.slots.acquire(key, now, cost) {
-            Acquire::Ready(result) => Check::Ready(Some(result)),
-            Acquire::Waiting(future) => Check::Waiting(future),
+            Acquire::Ready(result) => DecisionFuture::Ready(Some(result)),
+            Acquire::Waiting(future) => DecisionFuture::Waiting(future),
         }
     }
 
-    fn refund(&self, _key: Key, _admission: &Decision, _cost: u64) -> Check {
+    fn refund(&self, _key: Key, _admission: &Decision, _cost: u64) -> DecisionFuture {
         // An in-flight layer has no `count_if`.
-        Check::Ready(Some(Err(Error::misconfigured(
+        DecisionFuture::Ready(Some(Err(Error::misconfigured(
             "an in-flight limit gives its slots back when responses end, not by refunds",
         ))))
     }
 
     /// The slots of `key` free now, taking none.
-    fn peek(&self, key: Key) -> Check {
+    fn peek(&self, key: Key) -> DecisionFuture {
         match self.slots.acquire(key, self.now(), 0) {
-            Acquire::Ready(result) => Check::Ready(Some(result)),
-            Acquire::Waiting(future) => Check::Waiting(future),
+            Acquire::Ready(result) => DecisionFuture::Ready(Some(result)),
+            Acquire::Waiting(future) => DecisionFuture::Waiting(future),
         }
     }
 
@@ -123,14 +123,14 @@ impl Limit for InFlight {
         self
     }
 
-    fn inherit(&self, _previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error> {
+    fn inherit(&self, _previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
         Err(Error::misconfigured(
             "Handle::set_quotas: an in-flight limit has slots, not quotas; its number of slots \
              is set where the layer is built (InFlightLayer::new)",
         ))
     }
 
-    fn settled(&self) -> Arc<dyn Limit> {
+    fn settled(&self) -> Arc<dyn Limiter> {
         Arc::new(self.clone())
     }
 
@@ -146,7 +146,7 @@ impl Limit for InFlight {
 /// or when whatever holds this is dropped (the body, the response, or the request's future
 /// when the client goes away, a timeout drops it, or the handler panics).
 pub(crate) struct Hold {
-    limiter: Arc<dyn Limit>,
+    limiter: Arc<dyn Limiter>,
     key: Key,
     cost: u64,
     lease: u64,
@@ -156,7 +156,7 @@ impl Hold {
     /// The hold of the request of `key` and `cost` that `admission` let through, if it took a
     /// slot (not one only a dry run let through, nor a peek).
     pub(crate) fn of(
-        limiter: &Arc<dyn Limit>,
+        limiter: &Arc<dyn Limiter>,
         key: Key,
         cost: u64,
         admission: &Decision,

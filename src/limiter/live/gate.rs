@@ -8,15 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::fleet::Fleet;
-use super::limit::{Check, Limit};
 use crate::clock::Sleep;
+use crate::limiter::object::{DecisionFuture, Limiter};
 use crate::store::Update;
 use crate::{Decision, Error, Key, Quota};
 
 /// The layer's own limiter, which first waits for the record (until read once) then decides
 /// by the layer's limiter in force. The services hold it in their limiter's place, and are
 /// handed another when the quotas change: `limiter` is the one in force.
-pub(crate) fn gate(fleet: &Arc<Fleet>, limiter: Arc<dyn Limit>) -> Arc<dyn Limit> {
+pub(crate) fn gate(fleet: &Arc<Fleet>, limiter: Arc<dyn Limiter>) -> Arc<dyn Limiter> {
     let live = fleet.applier();
     let then = move || live.upgrade().map(|live| live.own());
     gated(fleet, limiter, then, true)
@@ -26,18 +26,18 @@ pub(crate) fn gate(fleet: &Arc<Fleet>, limiter: Arc<dyn Limit>) -> Arc<dyn Limit
 /// `then` gives (`limiter` when nothing).
 pub(crate) fn gate_plan(
     fleet: &Arc<Fleet>,
-    limiter: Arc<dyn Limit>,
-    then: impl Fn() -> Option<Arc<dyn Limit>> + Send + Sync + 'static,
-) -> Arc<dyn Limit> {
+    limiter: Arc<dyn Limiter>,
+    then: impl Fn() -> Option<Arc<dyn Limiter>> + Send + Sync + 'static,
+) -> Arc<dyn Limiter> {
     gated(fleet, limiter, then, false)
 }
 
 fn gated(
     fleet: &Arc<Fleet>,
-    inner: Arc<dyn Limit>,
-    then: impl Fn() -> Option<Arc<dyn Limit>> + Send + Sync + 'static,
+    inner: Arc<dyn Limiter>,
+    then: impl Fn() -> Option<Arc<dyn Limiter>> + Send + Sync + 'static,
     in_force: bool,
-) -> Arc<dyn Limit> {
+) -> Arc<dyn Limiter> {
     if fleet.ready() {
         return inner;
     }
@@ -52,9 +52,9 @@ fn gated(
 /// A limiter whose requests wait for the fleet's record to be read once, then are decided
 /// by what `then` gives.
 struct Gate {
-    inner: Arc<dyn Limit>,
+    inner: Arc<dyn Limiter>,
     fleet: Arc<Fleet>,
-    then: Arc<dyn Fn() -> Option<Arc<dyn Limit>> + Send + Sync>,
+    then: Arc<dyn Fn() -> Option<Arc<dyn Limiter>> + Send + Sync>,
     /// Whether `inner` stays the limiter in force once the record is read (the services'
     /// own, replaced there on a change), so that a check then takes no lock.
     in_force: bool,
@@ -63,7 +63,7 @@ struct Gate {
 impl Gate {
     /// The limiter in force now. The services' own is `inner` (replaced there on a change):
     /// asked without a lock, as a handle may hold the layer's while it resets or blocks.
-    fn now_in_force(&self) -> Arc<dyn Limit> {
+    fn now_in_force(&self) -> Arc<dyn Limiter> {
         if self.in_force {
             return self.inner.clone();
         }
@@ -72,7 +72,10 @@ impl Gate {
 
     /// `ask` of the limiter in force, once the record was read; at once when it was, or
     /// when no runtime can read it.
-    fn waiting(&self, ask: impl FnOnce(Arc<dyn Limit>) -> Check + Send + 'static) -> Check {
+    fn waiting(
+        &self,
+        ask: impl FnOnce(Arc<dyn Limiter>) -> DecisionFuture + Send + 'static,
+    ) -> DecisionFuture {
         if self.fleet.ready() {
             return ask(self.now_in_force());
         }
@@ -80,26 +83,26 @@ impl Gate {
             return ask(self.inner.clone());
         }
         let (fleet, then, inner) = (self.fleet.clone(), self.then.clone(), self.inner.clone());
-        Check::Waiting(Box::pin(async move {
+        DecisionFuture::Waiting(Box::pin(async move {
             fleet.first_read().await;
             ask(then().unwrap_or(inner)).await
         }))
     }
 }
 
-impl Limit for Gate {
-    fn check(&self, key: Key, now: u64, cost: u64) -> Check {
+impl Limiter for Gate {
+    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
         if self.in_force && self.fleet.ready() {
             return self.inner.check(key, now, cost);
         }
         self.waiting(move |limiter| limiter.check(key, now, cost))
     }
 
-    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> Check {
+    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
         self.now_in_force().refund(key, admission, cost)
     }
 
-    fn peek(&self, key: Key) -> Check {
+    fn peek(&self, key: Key) -> DecisionFuture {
         self.waiting(move |limiter| limiter.peek(key))
     }
 
@@ -147,11 +150,11 @@ impl Limit for Gate {
         self.inner.as_any()
     }
 
-    fn inherit(&self, previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error> {
+    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
         self.inner.inherit(previous)
     }
 
-    fn settled(&self) -> Arc<dyn Limit> {
+    fn settled(&self) -> Arc<dyn Limiter> {
         self.inner.settled()
     }
 }

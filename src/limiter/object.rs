@@ -8,38 +8,39 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use super::typed::RateLimiter;
 use crate::algorithm::Algorithm;
 use crate::clock::{Clock, Sleep};
 use crate::store::{Store, Update};
-use crate::{Decision, Error, Key, Quota, RateLimiter};
+use crate::{Decision, Error, Key, Quota};
 
 /// A store's answer still on its way (a remote store), boxed once it has to wait.
-pub(crate) type Waiting = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>;
+pub(crate) type BoxedDecision = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>;
 
 /// The answer of a check or a refund: at once (the memory store: nothing boxed), or later.
-pub(crate) enum Check {
+pub(crate) enum DecisionFuture {
     /// Decided at once; `None` once taken.
     Ready(Option<Result<Decision, Error>>),
     /// Waiting for the store.
-    Waiting(Waiting),
+    Waiting(BoxedDecision),
 }
 
-impl Future for Check {
+impl Future for DecisionFuture {
     type Output = Result<Decision, Error>;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
-            Check::Ready(result) => match result.take() {
+            DecisionFuture::Ready(result) => match result.take() {
                 Some(result) => Poll::Ready(result),
-                None => unreachable!("Check polled after completion"),
+                None => unreachable!("DecisionFuture polled after completion"),
             },
-            Check::Waiting(future) => future.as_mut().poll(cx),
+            DecisionFuture::Waiting(future) => future.as_mut().poll(cx),
         }
     }
 }
 
-impl Check {
+impl DecisionFuture {
     /// `future`'s answer if it has one at once (a local store), else `future` boxed. A future
     /// polled here with a waker that does nothing is polled again, with the task's waker,
     /// before anyone waits on it.
@@ -50,23 +51,23 @@ impl Check {
     {
         let mut cx = Context::from_waker(Waker::noop());
         match Pin::new(&mut future).poll(&mut cx) {
-            Poll::Ready(result) => Check::Ready(Some(result)),
-            Poll::Pending => Check::Waiting(Box::pin(future)),
+            Poll::Ready(result) => DecisionFuture::Ready(Some(result)),
+            Poll::Pending => DecisionFuture::Waiting(Box::pin(future)),
         }
     }
 }
 
 /// What a layer asks of its limiter; implemented by every [`RateLimiter`].
-pub(crate) trait Limit: Send + Sync + 'static {
+pub(crate) trait Limiter: Send + Sync + 'static {
     /// Decides a request of `cost` for `key` at `now`, a time read from [`now`](Self::now).
-    fn check(&self, key: Key, now: u64, cost: u64) -> Check;
+    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture;
 
     /// Gives back what the allowed request `admission` of `cost` took ([`RateLimiter::refund`]).
-    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> Check;
+    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture;
 
     /// `key`'s standing, consuming nothing ([`RateLimiter::peek`]), for a handle on a live
     /// layer.
-    fn peek(&self, key: Key) -> Check;
+    fn peek(&self, key: Key) -> DecisionFuture;
 
     /// Makes `key` fresh again and lifts its block ([`RateLimiter::reset`]).
     fn reset(&self, key: Key) -> Update;
@@ -119,30 +120,30 @@ pub(crate) trait Limit: Send + Sync + 'static {
     ///
     /// When `previous` is not a limiter of the same type (one quota against tiers), or the
     /// store cannot carry usage over.
-    fn inherit(&self, previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error>;
+    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error>;
 
     /// This limiter once it has carried over every key of the limiter it took over from
     /// ([`Store::settle`]).
-    fn settled(&self) -> Arc<dyn Limit>;
+    fn settled(&self) -> Arc<dyn Limiter>;
 }
 
-impl<A, St, C> Limit for RateLimiter<A, St, C>
+impl<A, St, C> Limiter for RateLimiter<A, St, C>
 where
     A: Algorithm,
     St: Store<A>,
     C: Clock + Clone,
 {
     #[inline]
-    fn check(&self, key: Key, now: u64, cost: u64) -> Check {
-        Check::of(self.check_n_at(key, now, cost))
+    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
+        DecisionFuture::of(self.check_n_at(key, now, cost))
     }
 
-    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> Check {
-        Check::of(RateLimiter::refund(self, key, admission, cost))
+    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
+        DecisionFuture::of(RateLimiter::refund(self, key, admission, cost))
     }
 
-    fn peek(&self, key: Key) -> Check {
-        Check::of(RateLimiter::peek(self, key))
+    fn peek(&self, key: Key) -> DecisionFuture {
+        DecisionFuture::of(RateLimiter::peek(self, key))
     }
 
     fn reset(&self, key: Key) -> Update {
@@ -186,7 +187,7 @@ where
         self
     }
 
-    fn inherit(&self, previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error> {
+    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
         let Some(previous) = previous.as_any().downcast_ref::<Self>() else {
             return Err(Error::misconfigured(
                 "the new quotas are decided differently from the old ones (one quota against \
@@ -203,7 +204,7 @@ where
         Ok(Arc::new(self.with_table(table)))
     }
 
-    fn settled(&self) -> Arc<dyn Limit> {
+    fn settled(&self) -> Arc<dyn Limiter> {
         let table = self.store().settle(self.table(), self.now_nanos());
         Arc::new(self.with_table(table))
     }
@@ -217,7 +218,7 @@ where
     }
 }
 
-impl fmt::Debug for dyn Limit {
+impl fmt::Debug for dyn Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.describe(f)
     }

@@ -1,5 +1,5 @@
-//! Bans of repeat offenders ([`RateLimitLayer::ban`](super::RateLimitLayer::ban)): a key denied
-//! too often is blocked for a while, through the limiter's own store.
+//! Bans of repeat offenders ([`RateLimitLayer::ban`](crate::layer::RateLimitLayer::ban)): a
+//! key denied too often is blocked for a while, through the limiter's own store.
 
 use std::any::Any;
 use std::fmt;
@@ -9,16 +9,19 @@ use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 
-use super::limit::{Check, Limit, Waiting};
-use super::observe::Observer;
-use super::recipe::{Bind, Kind, LayerClock, Recipe};
+use super::object::{BoxedDecision, DecisionFuture, Limiter};
+use super::spec::{AlgorithmKind, Bind, LayerClock, Spec};
 use crate::clock::Sleep;
 use crate::store::{Role, Tie, Update};
 use crate::{Decision, Error, Key, Quota};
 
+/// A layer's bans ([`RateLimitLayer::ban`](crate::layer::RateLimitLayer::ban)): the figures, the
+/// limiter that counts denials, and whether the layer is a dry run.
+pub(crate) type Bans = (Ban, Arc<dyn Limiter>, bool);
+
 /// When a layer bans a key: more than [`denials`](Self::denials) denials within
 /// [`within`](Self::within) block it for [`duration`](Self::duration). See
-/// [`RateLimitLayer::ban`](super::RateLimitLayer::ban).
+/// [`RateLimitLayer::ban`](crate::layer::RateLimitLayer::ban).
 ///
 /// ```
 /// use std::time::Duration;
@@ -38,7 +41,7 @@ pub struct Ban {
 impl Ban {
     /// Blocks a key for `duration` once it has been denied more than `denials` times within a
     /// window of `within`. The figures are checked where the layer is built
-    /// ([`RateLimitLayer::ban`](super::RateLimitLayer::ban)).
+    /// ([`RateLimitLayer::ban`](crate::layer::RateLimitLayer::ban)).
     pub const fn new(denials: u64, within: Duration, duration: Duration) -> Self {
         Self {
             denials,
@@ -94,17 +97,17 @@ impl Ban {
         }
     }
 
-    /// The recipe of the limiter that counts the denials of the policy named `policy`: a
+    /// The spec of the limiter that counts the denials of the policy named `policy`: a
     /// fixed window of `denials` per `within`, under its own name beside the policy's.
     /// Counted for the layer of `tie`, when the limiter is one of a layer's.
-    fn counter(&self, policy: &str, tie: Option<&Tie>) -> Recipe {
+    fn counter(&self, policy: &str, tie: Option<&Tie>) -> Spec {
         let quota = Quota::new(self.denials, self.within).named(counter_name(policy));
-        Recipe {
+        Spec {
             tie: tie.map(|tie| Tie {
                 layer: tie.layer.clone(),
                 role: Role::Counter,
             }),
-            ..Recipe::new(Kind::FixedWindow, vec![quota], false)
+            ..Spec::new(AlgorithmKind::FixedWindow, vec![quota], false)
         }
     }
 
@@ -112,12 +115,12 @@ impl Ban {
     /// `store` on `clock`.
     pub(crate) fn bind(
         &self,
-        limiter: &Arc<dyn Limit>,
+        limiter: &Arc<dyn Limiter>,
         store: &dyn Bind,
         clock: &LayerClock,
         shared: bool,
         tie: Option<&Tie>,
-    ) -> Result<Arc<dyn Limit>, Error> {
+    ) -> Result<Arc<dyn Limiter>, Error> {
         let counter = store.bind(&self.counter(limiter.policy(), tie), clock, shared)?;
         // Counted exactly: a ban comes after the stated number of denials on every server.
         counter.decide_exactly();
@@ -127,11 +130,11 @@ impl Ban {
     /// `limiter` with this ban: its denials counted by `counter` (from [`bind`](Self::bind)).
     pub(crate) fn wrap(
         &self,
-        limiter: Arc<dyn Limit>,
-        counter: Arc<dyn Limit>,
+        limiter: Arc<dyn Limiter>,
+        counter: Arc<dyn Limiter>,
         dry_run: bool,
-    ) -> Arc<dyn Limit> {
-        let observer = Observer::new(limiter.policy());
+    ) -> Arc<dyn Limiter> {
+        let observer = Reporter::new(limiter.policy());
         Arc::new(Banning(Arc::new(Judge {
             limiter,
             counter,
@@ -161,28 +164,28 @@ fn counter_name(policy: &str) -> String {
 struct Banning(Arc<Judge>);
 
 struct Judge {
-    limiter: Arc<dyn Limit>,
-    counter: Arc<dyn Limit>,
+    limiter: Arc<dyn Limiter>,
+    counter: Arc<dyn Limiter>,
     duration: Duration,
     dry_run: bool,
-    observer: Observer,
+    observer: Reporter,
 }
 
 impl Judge {
     /// Counts `decision` against `key` when it is a denial by the quota (a blocked key's
     /// denials do not count: a client banned for `duration` is back after it, whatever it
     /// sent meanwhile), and bans the key when it is one too many.
-    fn judge(self: &Arc<Self>, key: Key, now: u64, decision: Decision) -> Check {
+    fn judge(self: &Arc<Self>, key: Key, now: u64, decision: Decision) -> DecisionFuture {
         if decision.allowed || decision.is_blocked() {
-            return Check::Ready(Some(Ok(decision)));
+            return DecisionFuture::Ready(Some(Ok(decision)));
         }
         match self.counter.check(key.clone(), now, 1) {
-            Check::Ready(Some(Ok(count))) => self.after_count(key, &count, decision),
+            DecisionFuture::Ready(Some(Ok(count))) => self.after_count(key, &count, decision),
             // A counter that fails (its store's failure policy closed) bans no one.
-            Check::Ready(_) => Check::Ready(Some(Ok(decision))),
-            Check::Waiting(counting) => {
+            DecisionFuture::Ready(_) => DecisionFuture::Ready(Some(Ok(decision))),
+            DecisionFuture::Waiting(counting) => {
                 let judge = Arc::clone(self);
-                Check::Waiting(Box::pin(async move {
+                DecisionFuture::Waiting(Box::pin(async move {
                     match counting.await {
                         Ok(count) if !count.allowed => Ok(judge.ban(key, decision).await),
                         _ => Ok(decision),
@@ -192,19 +195,25 @@ impl Judge {
         }
     }
 
-    fn after_count(self: &Arc<Self>, key: Key, count: &Decision, decision: Decision) -> Check {
+    fn after_count(
+        self: &Arc<Self>,
+        key: Key,
+        count: &Decision,
+        decision: Decision,
+    ) -> DecisionFuture {
         if count.allowed {
-            return Check::Ready(Some(Ok(decision)));
+            return DecisionFuture::Ready(Some(Ok(decision)));
         }
         let judge = Arc::clone(self);
-        let mut banning: Waiting = Box::pin(async move { Ok(judge.ban(key, decision).await) });
+        let mut banning: BoxedDecision =
+            Box::pin(async move { Ok(judge.ban(key, decision).await) });
         // The memory store answers at once: no task has to come back for it.
         match banning
             .as_mut()
             .poll(&mut Context::from_waker(Waker::noop()))
         {
-            Poll::Ready(result) => Check::Ready(Some(result)),
-            Poll::Pending => Check::Waiting(banning),
+            Poll::Ready(result) => DecisionFuture::Ready(Some(result)),
+            Poll::Pending => DecisionFuture::Waiting(banning),
         }
     }
 
@@ -234,15 +243,57 @@ impl Judge {
     }
 }
 
-impl Limit for Banning {
+/// What a ban tells operators (features `tracing` and `metrics`): the ban counted in
+/// `tollgate_bans_total{policy, outcome}` and logged, as the layer reports its decisions.
+struct Reporter {
+    #[cfg(feature = "metrics")]
+    label: metrics::SharedString,
+    #[cfg(feature = "tracing")]
+    policy: Arc<str>,
+}
+
+impl Reporter {
+    fn new(_policy: &str) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            label: metrics::SharedString::from_owned(_policy.to_owned()),
+            #[cfg(feature = "tracing")]
+            policy: _policy.into(),
+        }
+    }
+
+    /// Counts and logs one ban of `key` for `duration` (in a dry run, one that would have
+    /// been): at info level with the key's kind, the key itself only at trace level.
+    fn banned(&self, key: &Key, duration: Duration, dry_run: bool) {
+        let outcome = if dry_run { "dry_run_banned" } else { "banned" };
+        #[cfg(feature = "metrics")]
+        metrics::counter!("tollgate_bans_total", "policy" => self.label.clone(), "outcome" => outcome)
+            .increment(1);
+        #[cfg(feature = "tracing")]
+        {
+            tracing::info!(
+                policy = &*self.policy,
+                key_kind = key.kind(),
+                ?duration,
+                outcome,
+                "rate limit ban: a key denied too often is blocked"
+            );
+            tracing::trace!(key = ?key, policy = &*self.policy, outcome, "rate limit ban key");
+        }
+        #[cfg(not(feature = "tracing"))]
+        let _ = (key, duration, outcome);
+    }
+}
+
+impl Limiter for Banning {
     #[inline]
-    fn check(&self, key: Key, now: u64, cost: u64) -> Check {
+    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
         let offender = key.clone();
         match self.0.limiter.check(key, now, cost) {
-            Check::Ready(Some(Ok(decision))) => self.0.judge(offender, now, decision),
-            Check::Waiting(checking) => {
+            DecisionFuture::Ready(Some(Ok(decision))) => self.0.judge(offender, now, decision),
+            DecisionFuture::Waiting(checking) => {
                 let judge = Arc::clone(&self.0);
-                Check::Waiting(Box::pin(async move {
+                DecisionFuture::Waiting(Box::pin(async move {
                     let decision = checking.await?;
                     judge.judge(offender, now, decision).await
                 }))
@@ -251,11 +302,11 @@ impl Limit for Banning {
         }
     }
 
-    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> Check {
+    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
         self.0.limiter.refund(key, admission, cost)
     }
 
-    fn peek(&self, key: Key) -> Check {
+    fn peek(&self, key: Key) -> DecisionFuture {
         self.0.limiter.peek(key)
     }
 
@@ -315,11 +366,11 @@ impl Limit for Banning {
         self.0.limiter.as_any()
     }
 
-    fn inherit(&self, previous: &dyn Limit) -> Result<Arc<dyn Limit>, Error> {
+    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
         self.0.limiter.inherit(previous)
     }
 
-    fn settled(&self) -> Arc<dyn Limit> {
+    fn settled(&self) -> Arc<dyn Limiter> {
         self.0.limiter.settled()
     }
 }

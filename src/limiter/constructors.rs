@@ -1,0 +1,140 @@
+//! How a [`RateLimiter`] is made: one constructor per algorithm, and [`from_parts`] for an
+//! algorithm of your own.
+//!
+//! [`from_parts`]: RateLimiter::from_parts
+
+use std::sync::Arc;
+
+use super::typed::RateLimiter;
+use crate::algorithm::{
+    Algorithm, FixedWindow, Gcra, Hybrid, LeakyBucket, Quotas, SlidingLog, SlidingWindow,
+    TokenBucket,
+};
+use crate::clock::SystemClock;
+use crate::store::{MemoryAlgorithm, MemoryStore};
+use crate::Quota;
+
+impl RateLimiter<Gcra> {
+    /// GCRA over `quotas` (one [`Quota`], or several that must all allow a request), in memory,
+    /// on the system clock.
+    ///
+    /// A smooth rate with bursts: a fresh key may make `burst` requests at once, then one
+    /// every `period / limit`. See [`Gcra`].
+    ///
+    /// ```
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// // At most 5 a second, and at most 100 an hour.
+    /// let limiter = RateLimiter::gcra([Quota::per_second(5), Quota::per_hour(100)]);
+    /// let decision = limiter.check_now("user-1");
+    /// assert_eq!(decision.tiers().len(), 2);
+    /// assert_eq!(decision.remaining, 4);
+    /// ```
+    pub fn gcra<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<Gcra>>
+    where
+        Q::Algorithm<Gcra>: MemoryAlgorithm,
+    {
+        RateLimiter::build(quotas, Gcra::new)
+    }
+
+    /// A leaky bucket over `quotas`, as a queue, in memory, on the system clock.
+    ///
+    /// Requests leave one every `period / limit`, never in a burst: a request that finds others
+    /// queued is allowed with a [`Decision::delay`](crate::Decision::delay) (the layer waits it
+    /// out before calling the service), and one that finds the queue of `burst` places full is
+    /// denied. See [`LeakyBucket`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::clock::ManualClock;
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::leaky_bucket(Quota::per_second(10).with_burst(3))
+    ///     .with_clock(ManualClock::new());
+    /// let delays: Vec<_> = (0..4).map(|_| limiter.check_now("k")).collect();
+    /// assert_eq!(delays[1].delay, Duration::from_millis(100));
+    /// assert_eq!(delays[2].delay, Duration::from_millis(200));
+    /// assert!(!delays[3].allowed); // the queue holds 3
+    /// ```
+    pub fn leaky_bucket<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<LeakyBucket>>
+    where
+        Q::Algorithm<LeakyBucket>: MemoryAlgorithm,
+    {
+        RateLimiter::build(quotas, LeakyBucket::new)
+    }
+
+    /// A token bucket over `quotas`: `burst` tokens, refilled continuously at `limit` per
+    /// `period`, starting full; a request takes `cost` tokens. It decides exactly as
+    /// [`gcra`](Self::gcra) for the same quota, for those who think in tokens. See
+    /// [`TokenBucket`].
+    pub fn token_bucket<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<TokenBucket>>
+    where
+        Q::Algorithm<TokenBucket>: MemoryAlgorithm,
+    {
+        RateLimiter::build(quotas, TokenBucket::new)
+    }
+
+    /// A fixed window over `quotas`: `limit` per `period`, the window starting at the key's
+    /// first request (keys do not all reset at once). A hard quota per window, but a client may
+    /// pass `2 × limit` across a window's edge. See [`FixedWindow`].
+    pub fn fixed_window<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<FixedWindow>>
+    where
+        Q::Algorithm<FixedWindow>: MemoryAlgorithm,
+    {
+        RateLimiter::build(quotas, FixedWindow::new)
+    }
+
+    /// A sliding window over `quotas`: the previous window's count, weighted by how much of it
+    /// the last `period` still covers, plus the current window's. Close to a true sliding
+    /// window in a few words per key; [`sub_windows`](RateLimiter::sub_windows) makes it
+    /// closer. See [`SlidingWindow`].
+    pub fn sliding_window<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<SlidingWindow>>
+    where
+        Q::Algorithm<SlidingWindow>: MemoryAlgorithm,
+    {
+        RateLimiter::build(quotas, SlidingWindow::new)
+    }
+
+    /// A sliding log over `quotas`: exact, at most `limit` in any `period`, from the times of
+    /// the admitted requests (memory per key grows with `limit`). See [`SlidingLog`].
+    pub fn sliding_log<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<SlidingLog>>
+    where
+        Q::Algorithm<SlidingLog>: MemoryAlgorithm,
+    {
+        RateLimiter::build(quotas, SlidingLog::new)
+    }
+
+    /// The hybrid quota-linear limiter over `quotas`: a whole quota per fixed window for
+    /// clients that stay under it, a smooth rate (with a penalty for the rest of the window)
+    /// for clients that use it all, until they slow down. See [`Hybrid`].
+    pub fn hybrid<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<Hybrid>>
+    where
+        Q::Algorithm<Hybrid>: MemoryAlgorithm,
+    {
+        RateLimiter::build(quotas, Hybrid::new)
+    }
+}
+
+impl<A: MemoryAlgorithm> RateLimiter<A> {
+    /// A limiter for `quota` decided by `algorithm`, in a new [`MemoryStore`], on the
+    /// [`SystemClock`], for an algorithm of your own: see [`MemoryAlgorithm`] for the one line
+    /// it needs to be kept in memory.
+    pub fn from_parts(quota: Quota, algorithm: A) -> Self {
+        Self::bind(
+            Arc::new([quota]),
+            algorithm,
+            MemoryStore::new(),
+            SystemClock,
+        )
+    }
+
+    /// A limiter for `quotas`, each decided by the algorithm `make` builds for it.
+    fn build<Q, B>(quotas: Q, make: impl Fn(&Quota) -> B) -> Self
+    where
+        Q: Quotas<Algorithm<B> = A>,
+        B: Algorithm,
+    {
+        let (quotas, algorithm) = quotas.build(make);
+        Self::bind(quotas.into(), algorithm, MemoryStore::new(), SystemClock)
+    }
+}
