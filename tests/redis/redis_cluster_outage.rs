@@ -288,6 +288,58 @@ fn a_frozen_master_is_answered_at_once_once_known() {
     });
 }
 
+/// How many `CLUSTER SLOTS` the nodes other than `victim` ran: a probe of a down master reads
+/// the slot map from every node it knows, each probe.
+fn slot_map_reads(cluster: &RedisCluster, victim: u16) -> u64 {
+    cluster
+        .nodes
+        .iter()
+        .filter(|node| node.port != victim)
+        .map(|node| node.calls("cluster|slots"))
+        .sum()
+}
+
+/// 3. A store dropped while a master is down leaves no probe behind: the probe's reads of the
+///    slot map, one round every 200 ms while the master is down, stop once the last clone of
+///    the store is gone (a probe that kept the store's connection would run for the life of
+///    the process).
+fn a_store_dropped_while_a_master_is_down_leaves_no_probe_behind() {
+    runtime().block_on(async {
+        let Some(mut setup) = setup().await else {
+            return;
+        };
+        let victim = setup.victim;
+        setup.victim().kill();
+        until_fast(&setup.closed, &setup.lost[0], TIMEOUT / 4, 10).await;
+
+        // Probing: the other nodes are asked for the slot map.
+        let probing = slot_map_reads(&setup.cluster, victim);
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        let read = slot_map_reads(&setup.cluster, victim) - probing;
+        assert!(
+            read >= 2,
+            "{read} slot map reads in 1 s while the master was down"
+        );
+
+        let Setup {
+            cluster,
+            closed,
+            local,
+            ..
+        } = setup;
+        drop((closed, local));
+        // A probe under way when the store went ends with it; none starts after.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let gone = slot_map_reads(&cluster, victim);
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        let after = slot_map_reads(&cluster, victim) - gone;
+        assert_eq!(
+            after, 0,
+            "slot map reads in the 1 s after the store was dropped"
+        );
+    });
+}
+
 pub(crate) fn trials() -> Vec<server::Trial> {
     vec![
         server::needs_redis(
@@ -297,6 +349,10 @@ pub(crate) fn trials() -> Vec<server::Trial> {
         server::needs_redis(
             "a_frozen_master_is_answered_at_once_once_known",
             a_frozen_master_is_answered_at_once_once_known,
+        ),
+        server::needs_redis(
+            "a_store_dropped_while_a_master_is_down_leaves_no_probe_behind",
+            a_store_dropped_while_a_master_is_down_leaves_no_probe_behind,
         ),
     ]
 }
