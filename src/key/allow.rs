@@ -2,7 +2,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::cidr::NetSet;
-use super::{ConfigError, IpNet, Key, KeyError, KeyExtractor, RequestHead};
+use super::{IpNet, Key, KeyError, KeyExtractor, ParseIpNetError, RequestHead};
 
 /// A list of IP addresses and networks, such as the clients a layer leaves unlimited.
 ///
@@ -16,7 +16,7 @@ use super::{ConfigError, IpNet, Key, KeyError, KeyExtractor, RequestHead};
 ///
 /// let err = IpList::new(["10.0.0.0/33"]).unwrap_err();
 /// assert!(err.to_string().contains("10.0.0.0/33"));
-/// # Ok::<(), tollgate::key::ConfigError>(())
+/// # Ok::<(), tollgate::key::ParseIpNetError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct IpList {
@@ -29,7 +29,7 @@ impl IpList {
     /// # Errors
     ///
     /// The first entry that is not an address or network; the error names it.
-    pub fn new<I>(entries: I) -> Result<Self, ConfigError>
+    pub fn new<I>(entries: I) -> Result<Self, ParseIpNetError>
     where
         I: IntoIterator,
         I::Item: AsRef<str>,

@@ -1,4 +1,4 @@
-//! [`IpNet`]: an IP network in CIDR notation, and [`ConfigError`] for one that does not parse.
+//! [`IpNet`]: an IP network in CIDR notation, and [`ParseIpNetError`] for one that does not parse.
 //!
 //! The networks and their containment are the `ipnet` crate's; what this module adds is the
 //! strictness a trust list needs (host bits past the prefix are an error, not masked away;
@@ -48,26 +48,26 @@ impl IpNet {
     ///
     /// Fails when the prefix is longer than the address (32 bits for IPv4, 128 for IPv6) or
     /// when `addr` has bits set past the prefix.
-    pub fn new(addr: IpAddr, prefix_len: u8) -> Result<Self, ConfigError> {
+    pub fn new(addr: IpAddr, prefix_len: u8) -> Result<Self, ParseIpNetError> {
         let value = || format!("{addr}/{prefix_len}");
         let net = match addr {
             IpAddr::V4(v4) => Ipv4Net::new(v4, prefix_len)
                 .map(Net::V4)
-                .map_err(|_| ConfigError::new(value(), Reason::PrefixTooLong(32)))?,
+                .map_err(|_| ParseIpNetError::new(value(), Reason::PrefixTooLong(32)))?,
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
                 Some(v4) if (96..=128).contains(&prefix_len) => Net::V4(
                     Ipv4Net::new(v4, prefix_len - 96)
-                        .map_err(|_| ConfigError::new(value(), Reason::PrefixTooLong(128)))?,
+                        .map_err(|_| ParseIpNetError::new(value(), Reason::PrefixTooLong(128)))?,
                 ),
                 _ => Ipv6Net::new(v6, prefix_len)
                     .map(Net::V6)
-                    .map_err(|_| ConfigError::new(value(), Reason::PrefixTooLong(128)))?,
+                    .map_err(|_| ParseIpNetError::new(value(), Reason::PrefixTooLong(128)))?,
             },
         };
         // The one check `ipnet` leaves to its caller: it keeps host bits, and `trunc` drops
         // them. A trust list must not quietly widen a mistyped address to its network.
         if net.trunc() != net {
-            return Err(ConfigError::new(
+            return Err(ParseIpNetError::new(
                 value(),
                 Reason::HostBits {
                     network: Self(net.trunc()),
@@ -195,9 +195,9 @@ impl From<IpAddr> for IpNet {
 }
 
 impl FromStr for IpNet {
-    type Err = ConfigError;
+    type Err = ParseIpNetError;
 
-    fn from_str(text: &str) -> Result<Self, ConfigError> {
+    fn from_str(text: &str) -> Result<Self, ParseIpNetError> {
         let trimmed = text.trim();
         let (addr, prefix) = match trimmed.split_once('/') {
             Some((addr, prefix)) => (addr, Some(prefix)),
@@ -210,16 +210,16 @@ impl FromStr for IpNet {
         };
         let addr: IpAddr = addr
             .parse()
-            .map_err(|_| ConfigError::new(text, Reason::NotAnAddress))?;
+            .map_err(|_| ParseIpNetError::new(text, Reason::NotAnAddress))?;
         match prefix {
             None => Ok(Self::host(addr)),
             Some(prefix) => {
                 let digits = !prefix.is_empty() && prefix.bytes().all(|b| b.is_ascii_digit());
                 let prefix = match prefix.parse::<u8>() {
                     Ok(prefix) if digits => prefix,
-                    _ => return Err(ConfigError::new(text, Reason::BadPrefix)),
+                    _ => return Err(ParseIpNetError::new(text, Reason::BadPrefix)),
                 };
-                Self::new(addr, prefix).map_err(|e| ConfigError::new(text, e.reason))
+                Self::new(addr, prefix).map_err(|e| ParseIpNetError::new(text, e.reason))
             }
         }
     }
@@ -231,7 +231,8 @@ impl fmt::Display for IpNet {
     }
 }
 
-/// An invalid setting: names the offending value and says what is wrong with it.
+/// An IP network that does not parse (a trust list's entry, an allow list's): names the offending
+/// value and says what is wrong with it.
 ///
 /// ```
 /// use tollgate::key::ClientIp;
@@ -241,7 +242,7 @@ impl fmt::Display for IpNet {
 /// assert!(err.to_string().contains("\"10.0.0.0/33\""));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
+pub struct ParseIpNetError {
     value: String,
     reason: Reason,
 }
@@ -254,7 +255,7 @@ enum Reason {
     HostBits { network: IpNet, host: IpNet },
 }
 
-impl ConfigError {
+impl ParseIpNetError {
     fn new(value: impl Into<String>, reason: Reason) -> Self {
         Self {
             value: value.into(),
@@ -268,7 +269,7 @@ impl ConfigError {
     }
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for ParseIpNetError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "invalid IP network {:?}: ", self.value)?;
         match &self.reason {
@@ -287,7 +288,7 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for ParseIpNetError {}
 
 #[cfg(test)]
 mod tests {
@@ -362,7 +363,7 @@ mod tests {
             .contains("2001:db8::/32"));
     }
 
-    fn net_err(text: &str) -> ConfigError {
+    fn net_err(text: &str) -> ParseIpNetError {
         text.parse::<IpNet>().unwrap_err()
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use http::HeaderMap;
 
-use super::cidr::{group_v6, ConfigError, IpNet, NetSet};
+use super::cidr::{group_v6, IpNet, NetSet, ParseIpNetError};
 use super::forwarded::{Entries, Entry, ForwardedHeader};
 use super::IpList;
 use super::{Key, KeyError, KeyExtractor, PeerIp, RequestHead};
@@ -127,13 +127,13 @@ impl ClientIp {
     /// let key = ClientIp::trusting(["10.0.0.0/8", "192.0.2.7", "fd00::/8"])?;
     /// let err = ClientIp::trusting(["10.0.0.0/8", "10.0.0.300"]).unwrap_err();
     /// assert!(err.to_string().contains("\"10.0.0.300\""));
-    /// # Ok::<(), tollgate::key::ConfigError>(())
+    /// # Ok::<(), tollgate::key::ParseIpNetError>(())
     /// ```
     ///
     /// # Errors
     ///
     /// The first entry that is not an address or network; the error names it.
-    pub fn trusting<I>(proxies: I) -> Result<Self, ConfigError>
+    pub fn trusting<I>(proxies: I) -> Result<Self, ParseIpNetError>
     where
         I: IntoIterator,
         I::Item: AsRef<str>,
@@ -200,7 +200,7 @@ impl ClientIp {
     /// use tollgate::key::ClientIp;
     ///
     /// let key = ClientIp::trusting(["10.0.0.0/8"])?.ipv6_prefix(56);
-    /// # Ok::<(), tollgate::key::ConfigError>(())
+    /// # Ok::<(), tollgate::key::ParseIpNetError>(())
     /// ```
     ///
     /// # Panics

@@ -44,7 +44,7 @@ mod route;
 mod value;
 
 pub use self::allow::{Allow, IpList};
-pub use self::cidr::{ConfigError, IpNet};
+pub use self::cidr::{IpNet, ParseIpNetError};
 pub use self::client_ip::ClientIp;
 #[cfg(feature = "serde")]
 pub(crate) use self::combine::DynTuple;
