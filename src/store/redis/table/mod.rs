@@ -1,8 +1,8 @@
 //! [`RedisTable`]: one policy in Redis, and the round trip of one check.
 //!
-//! Here the table and how it is made; `check` decides a request (a lease, a
-//! remembered denial or one round trip), `round_trip` makes the script's call, `failure` holds
-//! what the failure policy answers, and `update` resets and blocks keys.
+//! This file holds the table and how it is made; `check.rs` decides a request (from a lease, a
+//! remembered denial or one round trip), `round_trip.rs` makes the script's call,
+//! `failure.rs` holds what the failure policy answers, and `update.rs` resets and blocks keys.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
