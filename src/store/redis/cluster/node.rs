@@ -1,0 +1,113 @@
+//! A master of a Redis Cluster as its probe asks it: `CLUSTER INFO` through the store's
+//! connection or one of its own, and a new connection when the master serves again.
+
+use std::future::Future;
+use std::sync::Weak;
+use std::time::Duration;
+
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, ConnectionInfo, RedisResult, Value};
+
+use super::Link;
+use crate::store::redis::health::{answered, Master};
+use crate::store::redis::slot_map::parse;
+
+/// A master of the slot map, as its probe asks it.
+pub(super) struct Node {
+    /// `host:port`.
+    pub(super) address: String,
+    pub(super) host: String,
+    pub(super) port: u16,
+    /// The seeds' settings at the master's address.
+    pub(super) info: ConnectionInfo,
+    pub(super) link: Weak<Link>,
+}
+
+/// Its address only: the settings hold credentials.
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Master for Node {
+    fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// `CLUSTER INFO` through the store's connection; else over a connection of its own, and
+    /// when the master serves its slots there, a new connection for the store. While the
+    /// master does not, each probe reads the slot map through the store's connection (and the
+    /// watch is told): a replica promoted in its place is connected to, its slots' keys
+    /// decided there, within a probe of the promotion.
+    fn probe(
+        &self,
+        timeout: Duration,
+    ) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+        Box::pin(async move {
+            let Some(link) = self.link.upgrade() else {
+                return false;
+            };
+            let Some(current) = link.current.upgrade() else {
+                return false;
+            };
+            let mut connection = ClusterConnection::clone(&current.load());
+            drop(current);
+            let to_node = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: self.host.clone(),
+                port: self.port,
+            });
+            let routed = connection.route_command(cluster_info(), to_node);
+            if tokio::time::timeout(timeout, routed)
+                .await
+                .is_ok_and(serving)
+            {
+                return true;
+            }
+            let own = async {
+                let client = redis::Client::open(self.info.clone())?;
+                let mut own = client.get_multiplexed_async_connection().await?;
+                cluster_info().query_async(&mut own).await
+            };
+            if !tokio::time::timeout(timeout, own).await.is_ok_and(serving) {
+                // Full: a round is due already. Closed: nothing watches any more.
+                let _ = link.failed.try_send(());
+                let slots = connection.route_command(
+                    redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                );
+                let seen = tokio::time::timeout(timeout, slots).await;
+                if let Some(seen) = seen.ok().and_then(Result::ok).and_then(|r| parse(&r)) {
+                    if link.known().as_ref() != Some(&seen) {
+                        link.reconnect(seen).await;
+                    }
+                }
+                return false;
+            }
+            match link.known() {
+                Some(masters) => link.reconnect(masters).await,
+                None => false,
+            }
+        })
+    }
+}
+
+fn cluster_info() -> Cmd {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("INFO");
+    cmd
+}
+
+/// Whether a master's reply to `CLUSTER INFO` says it serves its slots (`cluster_state:ok`: a
+/// master refuses every key for 2 s after it restarts, and while it holds the cluster
+/// failed); an error it answers (no permission to ask) is an answer, as to `PING`.
+fn serving(reply: RedisResult<Value>) -> bool {
+    match reply {
+        Ok(info) => redis::from_redis_value::<String>(info)
+            .is_ok_and(|info| info.contains("cluster_state:ok")),
+        Err(error) => answered(Err(error)),
+    }
+}

@@ -1,0 +1,410 @@
+//! The connection of a store made by [`RedisStore::sentinel`](super::RedisStore::sentinel): to
+//! the primary that Redis Sentinel names, found again when it fails over.
+//!
+//! The sentinels are asked for the primary when the store is built, and again when:
+//! - a call fails on the connection (refused, dropped), or is answered `READONLY` (the server
+//!   is a replica now), `MASTERDOWN` or `LOADING`;
+//! - a call is given up by the store's timeout while the primary has answered nothing for
+//!   [`STALL_AFTER`] since a call was sent to it (a frozen or unreachable host keeps the
+//!   connection open and never answers; a primary merely idle is not silent, so a client that
+//!   cancels its request after a quiet second drops nothing);
+//! - the sentinels, asked at most every [`RECHECK`] while calls come, name another primary by
+//!   more votes than the one in use, or by a majority (a primary demoted while reachable, by
+//!   `SENTINEL FAILOVER` or a partition that healed, answers as one until the sentinels make it
+//!   a replica, seconds to minutes later).
+//!
+//! A primary is used only when more than half of the sentinels the store was given name it
+//! (`SENTINEL GET-MASTER-ADDR-BY-NAME`, all asked at once; the same answer from one sentinel
+//! reached by two URLs counts once, told apart by `SENTINEL MYID` from Redis 6.2 on, by address
+//! before), so one sentinel decides alone only when it is the only one given, and two given
+//! must agree. A stale sentinel (partitioned away during a failover, or restarted with an old
+//! configuration) may name an old primary that restarted empty and answers as a primary for
+//! seconds: decisions made on its empty state would admit what the fleet's real state denies.
+//! A primary in use is dropped when another is named by more sentinels than it
+//! ([`Tally::keeps`](tally::Tally::keeps)). While no primary has a majority, calls are answered by the store's
+//! failure policy.
+//!
+//! The old primary's connection is dropped at once, so calls are answered by the store's
+//! failure policy without waiting, until a lookup finds a primary that says it is one (`ROLE`)
+//! and runs a Redis recent enough. Lookups run on a task of their own (a lookup outlives the
+//! call that started it, whose timeout is short), one at a time; while they find none, at
+//! most every [`RETRY_MAX`], and only while calls come.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
+use redis::{
+    Cmd, ConnectionInfo, ErrorKind as RedisKind, IntoConnectionInfo, Pipeline, RedisError,
+    RedisFuture, RedisResult, ServerErrorKind, Value,
+};
+
+use self::explain::{printable, without_credentials};
+use self::tally::Address;
+use super::errors;
+use crate::Error;
+
+mod ask;
+mod explain;
+mod lookup;
+mod tally;
+
+/// A call given up by the store's timeout starts a new lookup when the primary has answered
+/// nothing for this long.
+const STALL_AFTER: Duration = Duration::from_secs(1);
+
+/// How often, at most, the sentinels are asked whether the primary calls go to is still the
+/// one they name (only while calls come).
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// The longest a sentinel may take to say which primary it names.
+const RECHECK_BOUND: Duration = Duration::from_secs(1);
+
+/// The first wait between lookups that find no primary; it doubles up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(25);
+
+/// The longest wait between lookups that find no primary.
+const RETRY_MAX: Duration = Duration::from_millis(200);
+
+/// The longest one lookup may take: the sentinels' answers, the primary's `ROLE`, the
+/// connection and the version check.
+const LOOKUP_BOUND: Duration = Duration::from_secs(5);
+
+/// The connection to the primary of one master monitored by Redis Sentinel; clones share it.
+#[derive(Clone)]
+pub(crate) struct SentinelConnection {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// The master's name, as in the sentinels' `sentinel monitor` lines.
+    master: Box<str>,
+    /// The sentinels' addresses (no credentials), for messages.
+    sentinels: Box<str>,
+    sentinel: tokio::sync::Mutex<Sentinel>,
+    /// The sentinels, for the checks of which primary they name.
+    sentinel_infos: Vec<ConnectionInfo>,
+    /// The connection to each sentinel, with its id (`SENTINEL MYID`), kept from one time
+    /// the sentinels are asked which primary they name to the next; `None` for one not reached.
+    checkers: tokio::sync::Mutex<Vec<Option<(MultiplexedConnection, String)>>>,
+    /// How to reach the primary: credentials, TLS, database.
+    node: SentinelNodeConnectionInfo,
+    /// The primary calls go to; `None` while a lookup is due or under way.
+    primary: ArcSwapOption<Primary>,
+    lookups: Mutex<Lookups>,
+}
+
+/// One primary, and when it last answered.
+struct Primary {
+    /// Tells this primary from the ones before it: a late failure on an old connection does
+    /// not drop the new one.
+    generation: u64,
+    connection: MultiplexedConnection,
+    /// Its host and port, as the sentinels name it.
+    address: Option<Address>,
+    /// When the connection was made.
+    since: Instant,
+    /// When the primary last answered, in ns after `since`.
+    answered: AtomicU64,
+    /// When the first call sent after that answer was sent, in ns after `since` (at most
+    /// `answered` when every call sent has been answered since).
+    asked: AtomicU64,
+    /// When the sentinels are next asked whether they still name it, in ns after `since`.
+    next_check: AtomicU64,
+}
+
+impl Primary {
+    /// Notes an answer; whether the sentinels are due to be asked if they still name it.
+    fn heard(&self) -> bool {
+        let nanos = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.answered.fetch_max(nanos, Ordering::Relaxed);
+        let next = self.next_check.load(Ordering::Relaxed);
+        let every = u64::try_from(RECHECK.as_nanos()).unwrap_or(u64::MAX);
+        nanos >= next
+            && self
+                .next_check
+                .compare_exchange(
+                    next,
+                    nanos.saturating_add(every),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    /// Notes a call sent: the start of a silence, unless one is already running.
+    fn asked(&self) {
+        let asked = self.asked.load(Ordering::Relaxed);
+        if asked <= self.answered.load(Ordering::Relaxed) {
+            let nanos = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let _ = self.asked.compare_exchange(
+                asked,
+                nanos.max(asked.saturating_add(1)),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// How long the primary has answered nothing while asked: since the first call sent
+    /// after its last answer. (An idle primary is not silent: nothing was asked of it.)
+    fn silent_for(&self) -> Duration {
+        let asked = self.asked.load(Ordering::Relaxed);
+        if asked <= self.answered.load(Ordering::Relaxed) {
+            return Duration::ZERO;
+        }
+        self.since
+            .elapsed()
+            .saturating_sub(Duration::from_nanos(asked))
+    }
+}
+
+/// The bookkeeping of lookups (touched only when a primary is dropped, missing or found).
+struct Lookups {
+    /// The generation of the last primary found.
+    generation: u64,
+    /// Whether a lookup is under way.
+    running: bool,
+    /// No lookup starts before this.
+    not_before: Instant,
+    /// The wait after the next lookup that finds no primary.
+    retry: Duration,
+    /// Why the last lookup found no primary, or why the last primary was dropped.
+    last_error: String,
+}
+
+impl SentinelConnection {
+    /// Asks the sentinels at `urls` for the primary of `master` and connects to it, checking
+    /// its version. Errors name what was wrong: no URL, a URL that does not parse, no sentinel
+    /// that answers, a server that is not a sentinel, a master name no sentinel monitors.
+    pub(crate) async fn connect(
+        urls: Vec<String>,
+        master: &str,
+        node: SentinelNodeConnectionInfo,
+    ) -> Result<Self, Error> {
+        if urls.is_empty() {
+            return Err(Error::misconfigured(
+                "RedisStore::sentinel: no sentinel URL given; pass the sentinels' addresses, \
+                 e.g. [\"redis://10.0.0.1:26379\", \"redis://10.0.0.2:26379\"]",
+            ));
+        }
+        let infos = urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| {
+                url.as_str().into_connection_info().map_err(|e| {
+                    Error::misconfigured(format!(
+                        "RedisStore::sentinel: sentinel URL #{} {:?} is not a Redis URL ({e}); \
+                         write it as redis://host:26379",
+                        i + 1,
+                        without_credentials(url)
+                    ))
+                })
+            })
+            .collect::<Result<Vec<ConnectionInfo>, Error>>()?;
+        let addresses: Vec<String> = infos.iter().map(|info| info.addr().to_string()).collect();
+        for (i, address) in addresses.iter().enumerate() {
+            if let Some(j) = addresses[..i].iter().position(|a| a == address) {
+                return Err(Error::misconfigured(format!(
+                    "RedisStore::sentinel: sentinel URLs #{} and #{} both reach {address}; a \
+                     primary is used when more than half of the sentinels name it, so list \
+                     each sentinel once",
+                    j + 1,
+                    i + 1
+                )));
+            }
+        }
+        let sentinels = addresses.join(", ");
+        let sentinel = Sentinel::build(infos.clone()).map_err(errors::connecting)?;
+        let shared = Arc::new(Shared {
+            master: master.into(),
+            sentinels: sentinels.into(),
+            sentinel: tokio::sync::Mutex::new(sentinel),
+            sentinel_infos: infos.clone(),
+            checkers: tokio::sync::Mutex::new(vec![None; infos.len()]),
+            node,
+            primary: ArcSwapOption::empty(),
+            lookups: Mutex::new(Lookups {
+                generation: 0,
+                running: false,
+                not_before: Instant::now(),
+                retry: RETRY_MIN,
+                last_error: String::new(),
+            }),
+        });
+        let found = match tokio::time::timeout(LOOKUP_BOUND, shared.find()).await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(error)) => return Err(shared.explain(error, &infos).await),
+            Err(_) => {
+                return Err(Error::timeout(format!(
+                    "RedisStore::sentinel: the sentinels at {} named no primary of master {:?} \
+                     within {LOOKUP_BOUND:?}",
+                    shared.sentinels, shared.master
+                )))
+            }
+        };
+        shared.install(found);
+        Ok(Self { shared })
+    }
+
+    /// The primary calls go to now, or the error that answers a call while there is none
+    /// (and a lookup is started, if one may be).
+    fn primary(&self) -> RedisResult<Arc<Primary>> {
+        if let Some(primary) = self.shared.primary.load_full() {
+            return Ok(primary);
+        }
+        Shared::look_up(&self.shared);
+        let lookups = self.shared.lookups();
+        let mut message = format!(
+            "no primary of Redis Sentinel master {:?} is known; the sentinels at {} are asked",
+            self.shared.master, self.shared.sentinels
+        );
+        if !lookups.last_error.is_empty() {
+            message = format!("{message} (last: {})", lookups.last_error);
+        }
+        Err(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            message,
+        )))
+    }
+
+    /// Runs `request` on the primary: a failure that says the primary is gone drops it and
+    /// starts a lookup; so does a call given up (dropped unanswered) while the primary has
+    /// been quiet for [`STALL_AFTER`].
+    fn on_primary<'a, T, F>(
+        &'a self,
+        request: impl FnOnce(MultiplexedConnection) -> F + Send + 'a,
+    ) -> RedisFuture<'a, T>
+    where
+        F: Future<Output = RedisResult<T>> + Send + 'a,
+        T: Send + 'a,
+    {
+        Box::pin(async move {
+            let primary = self.primary()?;
+            primary.asked();
+            let mut watch = Watch {
+                shared: &self.shared,
+                primary: &primary,
+                answered: false,
+            };
+            let result = request(primary.connection.clone()).await;
+            watch.answered(result.as_ref().err());
+            result
+        })
+    }
+}
+
+impl ConnectionLike for SentinelConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.on_primary(
+            move |mut connection| async move { connection.req_packed_command(cmd).await },
+        )
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.on_primary(move |mut connection| async move {
+            connection
+                .req_packed_commands(pipeline, offset, count)
+                .await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.shared
+            .primary
+            .load()
+            .as_ref()
+            .map_or(0, |primary| primary.connection.get_db())
+    }
+}
+
+impl fmt::Debug for SentinelConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelConnection")
+            .field("master", &self.shared.master)
+            .field("sentinels", &self.shared.sentinels)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Watches one call on a primary: what its answer says of the primary, or, when the call is
+/// dropped unanswered, how long the primary has been quiet.
+struct Watch<'a> {
+    shared: &'a Arc<Shared>,
+    primary: &'a Arc<Primary>,
+    answered: bool,
+}
+
+impl Watch<'_> {
+    fn answered(&mut self, error: Option<&RedisError>) {
+        self.answered = true;
+        match error {
+            Some(error) if primary_gone(error) => {
+                Shared::drop_primary(self.shared, self.primary.generation, error.to_string());
+            }
+            // Any other answer, an error reply included, came from the primary.
+            _ => {
+                if self.primary.heard() {
+                    Shared::recheck(self.shared, self.primary);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        let silent = self.primary.silent_for();
+        if !self.answered && silent >= STALL_AFTER {
+            let why = format!("the primary answered nothing for {silent:?} while asked");
+            Shared::drop_primary(self.shared, self.primary.generation, why);
+        }
+    }
+}
+
+/// Whether `error` says that calls must go to another server: the connection failed, or the
+/// server is no longer (or not yet) a primary that can decide.
+fn primary_gone(error: &RedisError) -> bool {
+    error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.is_unrecoverable_error()
+        || matches!(
+            error.kind(),
+            RedisKind::Server(
+                ServerErrorKind::ReadOnly
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::BusyLoading
+            )
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_that_mean_another_primary() {
+        let gone =
+            |kind: ServerErrorKind| primary_gone(&RedisError::from((RedisKind::Server(kind), "x")));
+        assert!(gone(ServerErrorKind::ReadOnly));
+        assert!(gone(ServerErrorKind::MasterDown));
+        assert!(gone(ServerErrorKind::BusyLoading));
+        assert!(!gone(ServerErrorKind::NoScript));
+        assert!(!gone(ServerErrorKind::ResponseError));
+        let dropped = RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(primary_gone(&dropped));
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(primary_gone(&refused));
+    }
+}

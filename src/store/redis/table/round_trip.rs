@@ -1,0 +1,219 @@
+//! The script's call of a [`RedisTable`]: its arguments, the script loaded again after a
+//! `NOSCRIPT`, the timeout, and what the call tells of Redis's health.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::{Inner, RedisTable};
+use crate::store::redis::algorithms::RedisAlgorithm;
+use crate::store::redis::family::Family;
+use crate::store::redis::leases::GiveBack;
+use crate::store::redis::reply::Figure;
+use crate::store::redis::{errors, version, Connection};
+use crate::{Error, Key};
+
+/// Whether Redis answered that it does not have the script.
+fn is_no_script(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// What one script call does.
+#[derive(Clone, Copy)]
+pub(super) enum Mode<'a> {
+    /// A check of a cost.
+    Check(u64),
+    /// A refund of a cost, with each tier's receipt.
+    Refund(u64, &'a [u64]),
+    /// Deletes the key's states and block.
+    Reset,
+    /// Blocks the key for a number of ns.
+    Block(u64),
+    /// A check of a cost that takes a slice of up to `want` units (at most `1 / share` of
+    /// what is left) on top, giving back an ended slice's units first.
+    Lease {
+        cost: u64,
+        want: u64,
+        share: u64,
+        back: Option<&'a GiveBack>,
+    },
+}
+
+impl<A: RedisAlgorithm> RedisTable<A> {
+    /// The script in `mode` for `key`, bounded by the timeout; its reply. While Redis is known
+    /// to be down, an error at once; otherwise what the call found is noted in the store's
+    /// health.
+    pub(super) async fn round_trip(
+        &self,
+        key: &Key,
+        now: u64,
+        mode: Mode<'_>,
+    ) -> Result<Vec<Figure>, Error> {
+        let inner = &self.inner;
+        let Some(health) = inner.health.of(key) else {
+            return self.round_trip_once(key, now, mode).await;
+        };
+        if health.is_down() {
+            return Err(health.error());
+        }
+        let sent = health.now();
+        let result = self.round_trip_once(key, now, mode).await;
+        health.observe(&result, sent, &inner.connection, inner.timeout);
+        result
+    }
+
+    /// [`round_trip`](Self::round_trip), asking Redis whatever is known of it.
+    async fn round_trip_once(
+        &self,
+        key: &Key,
+        now: u64,
+        mode: Mode<'_>,
+    ) -> Result<Vec<Figure>, Error> {
+        let inner = &self.inner;
+        if !inner.version.is_done() {
+            match tokio::time::timeout(inner.timeout, version::check(&inner.connection)).await {
+                Ok(Ok(())) => inner.version.done(),
+                Ok(Err(error)) => return Err(error),
+                Err(_) => return Err(errors::timed_out(inner.timeout)),
+            }
+        }
+        inner.list().await;
+        // While the table carries over, a check and a refund name the old tables' keys too (a
+        // reset deletes them), before the blocks.
+        let carry = inner
+            .carry
+            .as_ref()
+            .and_then(|carry| Some((carry, carry.hold(Instant::now())?)))
+            .filter(|_| !matches!(mode, Mode::Block(_) | Mode::Lease { .. }));
+        let carried = carry
+            .map(|(carry, _)| carry.generations())
+            .unwrap_or_default()
+            .iter()
+            .map(|generation| &generation.names);
+        let keys = inner.names.call_keys(key, carried);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(inner.script.get_hash()).arg(keys.len());
+        for k in keys {
+            cmd.arg(k);
+        }
+        let (letter, cost) = match mode {
+            Mode::Check(cost) if carry.is_some() => ('C', cost),
+            Mode::Check(cost) => ('c', cost),
+            Mode::Refund(cost, _) if carry.is_some() => ('R', cost),
+            Mode::Refund(cost, _) => ('r', cost),
+            Mode::Reset => ('x', 0),
+            Mode::Block(nanos) => ('b', nanos),
+            Mode::Lease { cost, .. } => ('l', cost),
+        };
+        // The letter, then how many blocks under earlier names the keys hold.
+        match inner.names.earlier_blocks() {
+            0 => cmd.arg(letter.to_string()),
+            n => cmd.arg(format!("{letter}{n}")),
+        };
+        cmd.arg(cost);
+        if inner.caller_clock {
+            cmd.arg(now / 1_000_000_000).arg(now % 1_000_000_000);
+        } else {
+            cmd.arg("").arg("");
+        }
+        cmd.arg(&inner.params[..]);
+        // A refund names what each tier's admission took, after the parameters.
+        if let Mode::Refund(_, receipts) = mode {
+            cmd.arg(receipts);
+        }
+        // A lease names the slice wanted, the share, and what an ended slice gives back.
+        if let Mode::Lease {
+            want, share, back, ..
+        } = mode
+        {
+            cmd.arg(want).arg(share);
+            match back {
+                Some(back) => cmd.arg(back.units).arg(&back.receipts[..]),
+                None => cmd.arg(0),
+            };
+        }
+        if let Some((carry, hold)) = carry {
+            carry.arguments(&mut cmd, now, hold);
+        }
+        match tokio::time::timeout(inner.timeout, inner.evaluate(&cmd)).await {
+            Ok(reply) => reply.map_err(|e| errors::deciding(&e, key)),
+            Err(_) => Err(errors::timed_out(inner.timeout)),
+        }
+    }
+}
+
+impl<A: RedisAlgorithm> Inner<A> {
+    /// Runs the script (`cmd`, an `EVALSHA`), loading it first when the server does not have
+    /// it (`NOSCRIPT`: a fresh, restarted, flushed or failed-over server). The callers that
+    /// find it missing together load it once: the first loads it while the others wait, then
+    /// all run it again. A script lost again since (the server flushed twice) is loaded by
+    /// whoever finds it missing.
+    async fn evaluate(&self, cmd: &redis::Cmd) -> redis::RedisResult<Vec<Figure>> {
+        let seen = self.script_loads.load(Ordering::Acquire);
+        match self.query(cmd).await {
+            Err(error) if is_no_script(&error) => {}
+            reply => return reply,
+        }
+        {
+            let _one_at_a_time = self.script_loading.lock().await;
+            if self.script_loads.load(Ordering::Acquire) == seen {
+                self.load_script().await?;
+                self.script_loads.fetch_add(1, Ordering::Release);
+            }
+        }
+        match self.query(cmd).await {
+            Err(error) if is_no_script(&error) => {
+                self.load_script().await?;
+                self.query(cmd).await
+            }
+            reply => reply,
+        }
+    }
+
+    /// Lists the table's key ends in its layer's family, once: before its first call, and
+    /// again before the next ones until it succeeds (within the timeout; a call that fails
+    /// here fails in the script's call too, which the failure policy answers).
+    async fn list(&self) {
+        let Some(listing) = self.family.as_ref().and_then(Family::listing) else {
+            return;
+        };
+        // Not while the list's master is known down (on a Redis Cluster): the call goes on.
+        if let Some(family) = self.family.as_ref() {
+            if self.health.down_at(family.list()).is_some() {
+                return;
+            }
+        }
+        let listed = tokio::time::timeout(self.timeout, self.query::<redis::Value>(&listing));
+        if let (Ok(Ok(_)), Some(family)) = (listed.await, &self.family) {
+            family.listed();
+        }
+    }
+
+    /// `cmd` for `key`, bounded by the timeout.
+    pub(super) async fn bounded<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        key: &Key,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(self.timeout, self.query(cmd)).await {
+            Ok(reply) => reply.map_err(|e| errors::deciding(&e, key)),
+            Err(_) => Err(errors::timed_out(self.timeout)),
+        }
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        match self.connection.clone() {
+            Connection::Single(mut c) => cmd.query_async(&mut c).await,
+            Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+            Connection::Sentinel(mut c) => cmd.query_async(&mut c).await,
+        }
+    }
+
+    /// `SCRIPT LOAD`; on a Redis Cluster, on every primary.
+    async fn load_script(&self) -> redis::RedisResult<()> {
+        match self.connection.clone() {
+            Connection::Single(mut c) => self.script.load_async(&mut c).await.map(drop),
+            Connection::Cluster(mut c) => self.script.load_async(&mut c).await.map(drop),
+            Connection::Sentinel(mut c) => self.script.load_async(&mut c).await.map(drop),
+        }
+    }
+}
