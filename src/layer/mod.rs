@@ -92,6 +92,7 @@ mod response;
 mod service;
 mod shared;
 mod text;
+mod ticket;
 mod upgrade;
 
 pub use self::answer::{AnswerBody, BoxError};

@@ -8,10 +8,11 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::future::{Refund, ResponseFuture, Ticket};
+use super::future::ResponseFuture;
 use super::observe;
 use super::response;
 use super::shared::Shared;
+use super::ticket::{Refund, Ticket};
 use super::upgrade;
 use crate::key::RequestHead;
 
