@@ -82,14 +82,17 @@
 mod answer;
 mod body;
 mod future;
+mod grpc;
 mod handle;
 mod headers;
 mod in_flight;
 #[allow(clippy::module_inception)]
 mod layer;
 mod observe;
+mod plain;
 mod response;
 mod service;
+mod settings;
 mod shared;
 mod text;
 mod ticket;

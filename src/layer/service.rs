@@ -10,7 +10,7 @@ use tower_service::Service;
 use super::body::ResponseBody;
 use super::future::ResponseFuture;
 use super::observe;
-use super::response;
+use super::plain;
 use super::shared::Shared;
 use super::ticket::{Refund, Ticket};
 use super::upgrade;
@@ -117,7 +117,7 @@ where
                         self.inner = self.inner.clone();
                         let grpc = responder.grpc(&req);
                         return ResponseFuture::answered(
-                            response::store_error(&error, grpc).map(Into::into),
+                            plain::store_error(&error, grpc).map(Into::into),
                             responder,
                         );
                     }
