@@ -9,6 +9,7 @@ use crate::config::store::{Backend, ConfiguredStore};
 use crate::config::StoreConfig;
 use crate::config::{duration, ConfigError};
 use crate::limiter::in_flight::{MAX_LEASE_TTL, MIN_LEASE_TTL};
+#[cfg(feature = "redis")]
 use crate::limiter::Spec;
 use crate::quota::is_policy_name;
 use crate::{HeaderPlacement, HeaderStyle, InFlightLayer, RateLimitLayer};

@@ -1,6 +1,7 @@
 //! A tuple's key: the encoding of its parts (`encode_part`), each written so that any
 //! sequence of parts reads back one way only, and the parts read back (`parts`).
 
+#[cfg(feature = "redis")]
 use std::sync::Arc;
 
 use super::{Domain, Key, Repr, DIGEST};
