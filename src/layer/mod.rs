@@ -82,16 +82,20 @@
 mod answer;
 mod body;
 mod future;
+mod grpc;
 mod handle;
 mod headers;
 mod in_flight;
 #[allow(clippy::module_inception)]
 mod layer;
 mod observe;
+mod plain;
 mod response;
 mod service;
+mod settings;
 mod shared;
 mod text;
+mod ticket;
 mod upgrade;
 
 pub use self::answer::{AnswerBody, BoxError};

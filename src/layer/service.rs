@@ -8,10 +8,11 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::future::{Refund, ResponseFuture, Ticket};
+use super::future::ResponseFuture;
 use super::observe;
-use super::response;
+use super::plain;
 use super::shared::Shared;
+use super::ticket::{Refund, Ticket};
 use super::upgrade;
 use crate::key::RequestHead;
 
@@ -116,7 +117,7 @@ where
                         self.inner = self.inner.clone();
                         let grpc = responder.grpc(&req);
                         return ResponseFuture::answered(
-                            response::store_error(&error, grpc).map(Into::into),
+                            plain::store_error(&error, grpc).map(Into::into),
                             responder,
                         );
                     }

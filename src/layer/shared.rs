@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use super::response::{Responder, Settings};
+use super::response::Responder;
+use super::settings::Settings;
 use crate::key::{KeyExtractor, RequestHead};
 use crate::limiter::Limiter;
 use crate::limiter::{guarded, Bans};

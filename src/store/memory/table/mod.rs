@@ -6,12 +6,15 @@ use std::future::{ready, Ready};
 use std::sync::Arc;
 use std::time::Duration;
 
+use self::succession::Predecessor;
 use super::blocks::Blocks;
 use super::registry::Map;
 use super::shards::{Forget, Weight};
 use super::{MemoryAlgorithm, MemoryStore, StateCell};
 use crate::store::{Store, Update};
 use crate::{Decision, Error, Key};
+
+mod succession;
 
 /// A [`MemoryStore`]'s table for one policy.
 pub struct MemoryTable<A: MemoryAlgorithm> {
@@ -21,12 +24,6 @@ pub struct MemoryTable<A: MemoryAlgorithm> {
     /// The table this one takes over from while its quotas change: a key this table does not
     /// hold carries over what it used there ([`Algorithm::carried`](crate::algorithm::Algorithm::carried)).
     previous: Option<Arc<Predecessor<A>>>,
-}
-
-/// A table another takes over from: its keys and the algorithm that wrote their states.
-struct Predecessor<A: MemoryAlgorithm> {
-    map: Arc<Map<A>>,
-    algorithm: A,
 }
 
 impl<A: MemoryAlgorithm> Clone for MemoryTable<A> {
@@ -252,94 +249,6 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         // The map keeps a long key's digest, never its bytes.
         self.map
             .get_or_insert_with(hash, key.stored(), &forget, apply)
-    }
-}
-
-impl<A: MemoryAlgorithm> MemoryTable<A> {
-    /// [`apply`](Self::apply) to a key the table was found not to hold (another thread may
-    /// have put it in since). While the table takes over from one of other quotas, the key
-    /// starts from what it used there (read, not moved: every caller that finds the key missing
-    /// computes the same state, and the first to insert it wins), converted to this table's
-    /// quotas; otherwise, or when it used nothing there, it is fresh
-    /// ([`insert_fresh`](Self::insert_fresh)).
-    fn apply_missing(
-        &self,
-        key: Key,
-        hash: u64,
-        now: u64,
-        cost: u64,
-    ) -> <A::Cell as StateCell<A>>::Seen {
-        let algorithm = &self.algorithm;
-        let carried = self
-            .previous
-            .as_ref()
-            .and_then(|p| {
-                let state = p.map.get_with(p.map.hash(&key), &key, StateCell::state)?;
-                Some(algorithm.carried(&p.algorithm, &state, now))
-            })
-            .filter(|state| !algorithm.is_fresh(state, now));
-        let Some(carried) = carried else {
-            return self.insert_fresh(key, hash, now, cost);
-        };
-        let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
-        let forget = Forgetting { algorithm, now };
-        let init = |cell: &A::Cell| cell.set_state(carried);
-        self.map
-            .get_or_insert_from(hash, key.stored(), &forget, init, apply)
-    }
-
-    /// A table for `algorithm` (new quotas of the same shape) that takes over from `self`:
-    /// its own keys, and what each key used here carried over on its first request, until
-    /// [`settled`](Self::settled) has carried over the rest.
-    pub(crate) fn succeeded(&self, algorithm: &A, max_keys: usize) -> Self {
-        MemoryTable {
-            map: Arc::new(Map::<A>::bounded(Some(max_keys))),
-            // A block outlives a change of quotas.
-            blocks: self.blocks.clone(),
-            algorithm: algorithm.clone(),
-            previous: Some(Arc::new(Predecessor {
-                map: self.map.clone(),
-                algorithm: self.algorithm.clone(),
-            })),
-        }
-    }
-
-    /// Whether the table takes over from another, whose keys it still carries over.
-    #[cfg(feature = "redis")]
-    pub(crate) fn carries(&self) -> bool {
-        self.previous.is_some()
-    }
-
-    /// The same table without its predecessor: what [`settled`](Self::settled) makes of it
-    /// once every key is carried over.
-    pub(crate) fn detached(&self) -> Self {
-        MemoryTable {
-            map: self.map.clone(),
-            blocks: self.blocks.clone(),
-            algorithm: self.algorithm.clone(),
-            previous: None,
-        }
-    }
-
-    /// Carries every key of the table this one takes over from that it does not hold yet
-    /// (and that used anything), then lets that table go: the same table without a
-    /// predecessor.
-    pub(crate) fn settled(&self, now: u64) -> Self {
-        if let Some(previous) = &self.previous {
-            let algorithm = &self.algorithm;
-            let forget = Forgetting { algorithm, now };
-            previous.map.for_each(StateCell::state, |key, state| {
-                let carried = algorithm.carried(&previous.algorithm, &state, now);
-                if algorithm.is_fresh(&carried, now) {
-                    return;
-                }
-                let hash = self.map.hash(&key);
-                let init = |cell: &A::Cell| cell.set_state(carried);
-                self.map
-                    .get_or_insert_from(hash, key, &forget, init, |_| ());
-            });
-        }
-        self.detached()
     }
 }
 

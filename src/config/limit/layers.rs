@@ -1,0 +1,311 @@
+//! The layers a [`LimitConfig`] makes: [`RateLimitLayer::from_config`] and
+//! [`InFlightLayer::from_config`], with the settings both take from it.
+
+use http::StatusCode;
+
+use super::{one_of, LimitConfig};
+use crate::config::store::{Backend, ConfiguredStore};
+#[cfg(doc)]
+use crate::config::StoreConfig;
+use crate::config::{duration, ConfigError};
+use crate::limiter::in_flight::{MAX_LEASE_TTL, MIN_LEASE_TTL};
+#[cfg(feature = "redis")]
+use crate::limiter::Spec;
+use crate::quota::is_policy_name;
+use crate::{HeaderPlacement, HeaderStyle, InFlightLayer, RateLimitLayer};
+
+/// The header styles by their names in configuration.
+const STYLES: [(&str, HeaderStyle); 5] = [
+    ("ietf", HeaderStyle::Ietf),
+    ("draft7", HeaderStyle::Draft7),
+    ("draft6", HeaderStyle::Draft6),
+    ("github", HeaderStyle::GitHub),
+    ("none", HeaderStyle::None),
+];
+
+/// The header placements by their names in configuration.
+const PLACEMENTS: [(&str, HeaderPlacement); 3] = [
+    ("all", HeaderPlacement::All),
+    ("allowed", HeaderPlacement::Allowed),
+    ("denied", HeaderPlacement::Denied),
+];
+
+/// The value named `name` in `names`, or an error naming `field` and the accepted names.
+fn by_name<T: Copy>(
+    field: &str,
+    name: &str,
+    names: &[(&str, T)],
+    what: &str,
+) -> Result<T, ConfigError> {
+    match names.iter().find(|(n, _)| *n == name) {
+        Some((_, value)) => Ok(*value),
+        None => Err(ConfigError::text(
+            field,
+            name,
+            format!("unknown {what}; expected {}", one_of(names)),
+        )),
+    }
+}
+
+impl RateLimitLayer {
+    /// The layer `config` describes, over a new memory store (see [`LimitConfig`] for the
+    /// fields). Its policy name is `config.name`, or the quota's text.
+    ///
+    /// ```
+    /// use tollgate::config::LimitConfig;
+    /// use tollgate::RateLimitLayer;
+    ///
+    /// let config: LimitConfig = serde_json::from_str(r#"{
+    ///     "name": "login",
+    ///     "algorithm": "fixed_window",
+    ///     "quota": "5/15min",
+    ///     "key": ["route", "peer_ip"],
+    ///     "status": 503
+    /// }"#)?;
+    /// let layer = RateLimitLayer::from_config(&config)?;
+    /// assert_eq!(layer.policy(), "login");
+    ///
+    /// let bad: LimitConfig = serde_json::from_str(r#"{"quota": "3/fortnight"}"#)?;
+    /// let err = RateLimitLayer::from_config(&bad).unwrap_err();
+    /// assert!(err.to_string().starts_with("quota = \"3/fortnight\""));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// A Redis store must connect first, which takes an async step: for a config whose
+    /// `store` is Redis, [`connect`](StoreConfig::connect) the store and use
+    /// [`from_config_in`](Self::from_config_in).
+    ///
+    /// # Errors
+    ///
+    /// When a field cannot be used: the error names the field and its value and says how to
+    /// fix it. Every condition under which a builder method would panic is an error here:
+    /// this never panics, whatever the configuration.
+    pub fn from_config(config: &LimitConfig) -> Result<Self, ConfigError> {
+        match &config.store {
+            None => Self::configured(config, None),
+            Some(store) => Self::configured(config, Some(&store.memory()?)),
+        }
+    }
+
+    /// The layer `config` describes, over `store`: a store shared by many layers (policies
+    /// with different names never share state), such as a Redis store connected once with
+    /// [`StoreConfig::connect`]. `config.store` is not read.
+    ///
+    /// ```
+    /// use tollgate::config::{ConfiguredStore, LimitConfig};
+    /// use tollgate::store::MemoryStore;
+    /// use tollgate::RateLimitLayer;
+    ///
+    /// let store = ConfiguredStore::from(MemoryStore::new());
+    /// let config: LimitConfig = toml::from_str(r#"quota = "60/min""#)?;
+    /// let layer = RateLimitLayer::from_config_in(&config, &store)?;
+    /// assert_eq!(layer.quotas()[0].to_string(), "60/min");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`from_config`](Self::from_config); also when the store cannot keep the quotas (a
+    /// Redis script decides figures up to about 52 days exactly).
+    pub fn from_config_in(
+        config: &LimitConfig,
+        store: &ConfiguredStore,
+    ) -> Result<Self, ConfigError> {
+        Self::configured(config, Some(store))
+    }
+
+    fn configured(
+        config: &LimitConfig,
+        store: Option<&ConfiguredStore>,
+    ) -> Result<Self, ConfigError> {
+        let recipe = config.recipe()?;
+        #[cfg(feature = "redis")]
+        if let Some(ConfiguredStore(Backend::Redis(redis))) = store {
+            refused_by(redis, &recipe)?;
+        }
+        let mut layer = Self::from_recipe(recipe);
+        if let Some(store) = store {
+            layer = match &store.0 {
+                Backend::Memory(memory) => layer.store(memory.clone()),
+                // Checked by `refused_by`: the store keeps these quotas, so `store` does not
+                // panic.
+                #[cfg(feature = "redis")]
+                Backend::Redis(redis) => layer.store(redis.clone()),
+            };
+        }
+        config.settings(layer)
+    }
+}
+
+impl InFlightLayer {
+    /// The limit on requests in flight `config` describes (`in_flight = <requests per key>`,
+    /// see [`LimitConfig`]), over a new memory store, as
+    /// [`RateLimitLayer::from_config`] makes a rate limit.
+    ///
+    /// # Errors
+    ///
+    /// When a field cannot be used, or `config` is a rate limit (no `in_flight`): the error
+    /// names the field and says how to fix it. This never panics.
+    pub fn from_config(config: &LimitConfig) -> Result<Self, ConfigError> {
+        match &config.store {
+            None => Self::from_config_in(config, &crate::store::MemoryStore::new().into()),
+            Some(store) => Self::from_config_in(config, &store.memory()?),
+        }
+    }
+
+    /// The same over `store`, already connected ([`RateLimitLayer::from_config_in`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`from_config`](Self::from_config).
+    pub fn from_config_in(
+        config: &LimitConfig,
+        store: &ConfiguredStore,
+    ) -> Result<Self, ConfigError> {
+        let layer = config.in_flight_layer()?;
+        let layer = match &store.0 {
+            Backend::Memory(memory) => layer.store(memory.clone()),
+            #[cfg(feature = "redis")]
+            Backend::Redis(redis) => {
+                use crate::store::in_flight::sealed::KeepsSlots;
+                let slots = config.in_flight.unwrap_or(1);
+                let clock = std::sync::Arc::new(crate::clock::SystemClock);
+                if let Err(e) = redis.slots(layer.policy(), slots, MIN_LEASE_TTL, clock) {
+                    let refused = "the Redis store cannot keep it";
+                    return Err(ConfigError::bare("in_flight", slots, refused).caused_by(e));
+                }
+                layer.store(redis.clone())
+            }
+        };
+        layer.try_with(|layer| config.settings(layer))
+    }
+}
+
+impl LimitConfig {
+    /// The in-flight layer of `slots` requests per key, each field checked.
+    fn in_flight_layer(&self) -> Result<InFlightLayer, ConfigError> {
+        let Some(slots) = self.in_flight else {
+            return Err(ConfigError::missing(
+                "in_flight",
+                "missing: a limit on requests in flight sets in_flight = <requests per key>; \
+                 build a rate limit with RateLimitLayer::from_config",
+            ));
+        };
+        let rate_fields = [
+            ("quota", self.quota.is_some()),
+            ("quotas", self.quotas.is_some()),
+            ("algorithm", self.algorithm.is_some()),
+            ("max_delay", self.max_delay.is_some()),
+            ("sub_windows", self.sub_windows.is_some()),
+            ("aligned", self.aligned == Some(true)),
+        ];
+        if let Some((field, _)) = rate_fields.iter().find(|(_, set)| *set) {
+            return Err(ConfigError::missing(
+                *field,
+                format!(
+                    "set on a limit of requests in flight (in_flight = {slots}), which counts \
+                     requests in progress, not a rate; leave {field} unset, or configure the \
+                     rate as a layer of its own"
+                ),
+            ));
+        }
+        if slots == 0 {
+            return Err(ConfigError::bare(
+                "in_flight",
+                slots,
+                "no request could ever pass; allow at least 1 request in flight per key",
+            ));
+        }
+        let mut layer = InFlightLayer::new(slots);
+        if let Some(name) = &self.name {
+            if !is_policy_name(name) {
+                return Err(ConfigError::text(
+                    "name",
+                    name,
+                    "a policy name is 1 to 64 printable ASCII characters, as it is sent in \
+                     headers",
+                ));
+            }
+            layer = layer.policy_name(name);
+        }
+        if let Some(text) = &self.lease_ttl {
+            let ttl = duration::parse("lease_ttl", text)?;
+            if !(MIN_LEASE_TTL..=MAX_LEASE_TTL).contains(&ttl) {
+                return Err(ConfigError::text(
+                    "lease_ttl",
+                    text,
+                    "a lease lasts from 1s to 24h: long enough to be renewed (every third of \
+                     it) while a request runs, short enough that a server that dies gives its \
+                     slots back soon",
+                ));
+            }
+            layer = layer.lease_ttl(ttl);
+        }
+        Ok(layer)
+    }
+
+    /// `layer` with this limit's key, headers, status and dry run, each checked.
+    fn settings(&self, mut layer: RateLimitLayer) -> Result<RateLimitLayer, ConfigError> {
+        let style = match &self.headers {
+            Some(name) => Some(by_name("headers", name, &STYLES, "header style")?),
+            None => None,
+        };
+        let placement = match &self.headers_on {
+            Some(name) => Some(by_name(
+                "headers_on",
+                name,
+                &PLACEMENTS,
+                "header placement",
+            )?),
+            None => None,
+        };
+        let status = match self.status {
+            Some(code) => match StatusCode::from_u16(code) {
+                Ok(status) if status.is_client_error() || status.is_server_error() => Some(status),
+                _ => {
+                    return Err(ConfigError::bare(
+                        "status",
+                        code,
+                        "denials are answered with a 4xx or 5xx status, such as 429 or 503",
+                    ))
+                }
+            },
+            None => None,
+        };
+        if let Some(key) = &self.key {
+            layer = key.apply(layer, "key")?;
+        }
+        if let Some(style) = style {
+            layer = layer.headers(style);
+        }
+        if let Some(placement) = placement {
+            layer = layer.headers_on(placement);
+        }
+        if let Some(status) = status {
+            layer = layer.status(status);
+        }
+        if let Some(dry_run) = self.dry_run {
+            layer = layer.dry_run(dry_run);
+        }
+        Ok(layer)
+    }
+}
+
+/// Why the Redis store `redis` cannot keep `recipe`'s quotas, as an error naming them.
+#[cfg(feature = "redis")]
+fn refused_by(redis: &crate::store::RedisStore, recipe: &Spec) -> Result<(), ConfigError> {
+    use crate::limiter::{Bind, Binder, LayerClock};
+    use crate::Quota;
+
+    match Binder(redis.clone()).bind(recipe, &LayerClock::System, recipe.named()) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let texts: Vec<String> = recipe.quotas.iter().map(Quota::to_string).collect();
+            let field = if recipe.tiered { "quotas" } else { "quota" };
+            Err(
+                ConfigError::text(field, &texts.join(", "), "the Redis store cannot keep it")
+                    .caused_by(e),
+            )
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! How a layer answers, as its builder set it: headers, the status of denials, answers of
+//! your own, gRPC, dry runs and which responses count.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::{Response, StatusCode};
+
+use super::answer::Answer;
+use super::headers::Headers;
+use super::observe::Denials;
+use crate::key::{KeyError, RequestHead};
+use crate::Decision;
+
+/// Makes the response to a denied request, in place of the layer's plain-text one.
+pub(crate) type OnLimited = dyn Fn(&Decision, RequestHead<'_>) -> Response<Answer> + Send + Sync;
+
+/// Makes the response to a request without a key, in place of the layer's plain-text one.
+pub(crate) type OnKeyError = dyn Fn(&KeyError, RequestHead<'_>) -> Response<Answer> + Send + Sync;
+
+/// Picks the responses whose requests count against the quota.
+pub(crate) type CountIf = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
+
+/// How a layer answers: its header settings, the status of denials, a custom denial response,
+/// whether gRPC requests get gRPC answers, and whether it only reports (dry run).
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) headers: Headers,
+    /// The status of denied HTTP requests; `None` for 429.
+    pub(crate) status: Option<StatusCode>,
+    pub(crate) on_limited: Option<Arc<OnLimited>>,
+    pub(crate) on_key_error: Option<Arc<OnKeyError>>,
+    pub(crate) dry_run: bool,
+    /// Which responses count against the quota; `None`: all of them.
+    pub(crate) count_if: Option<Arc<CountIf>>,
+    /// Whether gRPC requests get gRPC answers (`grpc-status`); when off, every request gets
+    /// the plain HTTP ones.
+    pub(crate) grpc: bool,
+    /// Whether gRPC-Web requests get gRPC answers too (while `grpc` is on); off by default.
+    pub(crate) grpc_web: bool,
+    /// The layer's denials since it last reported them at `info` level, shared by its plans.
+    pub(crate) denials: Arc<Denials>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            headers: Headers::default(),
+            status: None,
+            on_limited: None,
+            on_key_error: None,
+            dry_run: false,
+            count_if: None,
+            grpc: true,
+            grpc_web: false,
+            denials: Arc::default(),
+        }
+    }
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("headers", &self.headers)
+            .field("status", &self.status)
+            .field("on_limited", &self.on_limited.is_some())
+            .field("on_key_error", &self.on_key_error.is_some())
+            .field("dry_run", &self.dry_run)
+            .field("count_if", &self.count_if.is_some())
+            .field("grpc", &self.grpc)
+            .field("grpc_web", &self.grpc_web)
+            .finish()
+    }
+}
