@@ -171,7 +171,7 @@ impl RateLimitLayer {
     ///
     /// let layer = RateLimitLayer::gcra(Quota::per_minute(60)).allow(IpList::new(["10.0.0.0/8"])?);
     /// # let _ = layer;
-    /// # Ok::<(), tollgate::key::ConfigError>(())
+    /// # Ok::<(), tollgate::key::ParseIpNetError>(())
     /// ```
     #[must_use]
     pub fn allow(mut self, list: IpList) -> Self {
