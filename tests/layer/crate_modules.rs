@@ -486,3 +486,31 @@ fn an_import_against_the_levels_is_caught() {
     ));
     assert!(violations(&Crate::new(&with)).is_empty());
 }
+
+/// The most lines of code a file of `src/` holds: comments, blank lines and test items not
+/// counted. A file past it is split along a seam of its own (as `src/store/redis/table/`).
+const MOST_LINES_OF_CODE: usize = 300;
+
+#[test]
+fn no_file_holds_more_than_300_lines_of_code() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &root, &mut files);
+    assert!(files.len() > 100, "{} files read", files.len());
+    let over: Vec<String> = files
+        .iter()
+        // A `tests.rs` is a test module of its own (`#[cfg(test)] mod tests;`).
+        .filter(|(path, _)| !path.ends_with("/tests.rs"))
+        .filter_map(|(path, text)| {
+            let lines = code_of(text)
+                .lines()
+                .filter(|line| !line.trim().is_empty())
+                .count();
+            (lines > MOST_LINES_OF_CODE).then(|| format!("{path}: {lines}"))
+        })
+        .collect();
+    assert!(
+        over.is_empty(),
+        "files over {MOST_LINES_OF_CODE} lines of code: {over:?}"
+    );
+}
