@@ -98,27 +98,12 @@ impl Inner {
         }
     }
 
-    /// The failure policy's name, for logs and metrics.
-    fn on_failure(&self) -> &'static str {
-        match self.fallback {
-            Fallback::Open => "open",
-            Fallback::Closed => "closed",
-            Fallback::Local(_) => "local",
-        }
-    }
-
     /// Counts and logs (at most every ten seconds) a call Redis failed with `error`.
     fn count_failure(&self, error: &Error) {
-        let on_failure = self.on_failure();
-        #[cfg(feature = "metrics")]
-        metrics::counter!(
-            "tollgate_store_failures_total",
-            "policy" => self.policy.to_string(),
-            "on_failure" => on_failure
-        )
-        .increment(1);
+        self.failures.increment();
         let now = self.clock.now_nanos();
-        self.warnings.warn(error, now, &self.policy, on_failure);
+        self.warnings
+            .warn(error, now, &self.policy, self.fallback.name());
     }
 
     /// What the failure policy answers for an acquire that Redis failed with `error`.

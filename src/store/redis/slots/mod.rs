@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use redis::Script;
 
+use super::failures::FailureCounter;
 use super::keys::encode_key;
 use super::warn::Warnings;
 use super::{Connection, OnFailure, RedisStore};
@@ -37,6 +38,17 @@ enum Fallback {
     Open,
     Closed,
     Local(MemorySlots),
+}
+
+impl Fallback {
+    /// The failure policy's name, for logs and metrics.
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Closed => "closed",
+            Self::Local(_) => "local",
+        }
+    }
 }
 
 /// The slots of one in-flight policy in Redis.
@@ -69,7 +81,7 @@ struct Reply {
 struct Inner {
     connection: Connection,
     script: Script,
-    policy: Box<str>,
+    policy: Arc<str>,
     /// `<prefix>:{`
     head: Vec<u8>,
     /// `}:<policy>:in_flight.<limit>`
@@ -85,6 +97,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     caller_clock: bool,
     fallback: Fallback,
+    /// The failures `fallback` answered.
+    failures: FailureCounter,
     warnings: Warnings,
     /// Tells this server's leases apart from every other's: random per table.
     server: u64,
@@ -125,6 +139,7 @@ impl KeepsSlots for RedisStore {
                  decide on this clock (tests, simulations), or leave the clock out"
             )));
         }
+        let policy: Arc<str> = policy.into();
         let fallback = match &self.on_failure {
             OnFailure::Open => Fallback::Open,
             OnFailure::Closed => Fallback::Closed,
@@ -142,7 +157,7 @@ impl KeepsSlots for RedisStore {
             inner: Arc::new(Inner {
                 connection: self.connection.clone(),
                 script: Script::new(LUA),
-                policy: policy.into(),
+                policy: Arc::clone(&policy),
                 head,
                 tail: format!("}}:{policy}:in_flight.{limit}").into_bytes(),
                 block_tail: format!("}}:{policy}:in_flight.{limit}:b").into_bytes(),
@@ -151,6 +166,7 @@ impl KeepsSlots for RedisStore {
                 timeout: self.timeout,
                 clock,
                 caller_clock: self.caller_clock,
+                failures: FailureCounter::new(&policy, fallback.name()),
                 fallback,
                 warnings: Warnings::default(),
                 server,
