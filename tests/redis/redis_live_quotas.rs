@@ -519,6 +519,65 @@ async fn the_local_fallback_carries_over_too() {
     assert_eq!(admitted(&svc, 6).await, 2);
 }
 
+/// Attack on the local fallback across changes: two tiers (4 a minute, 6 an hour), failed
+/// logins counted (`count_if`: a success is refunded, which gives nothing back while Redis is
+/// away), the quotas changed twice while Redis is gone. The fallback decides as the memory
+/// store does through the same changes, and never lets through more failures than the hour
+/// allows, whatever was spent before each change.
+async fn the_local_fallback_keeps_usage_across_changes_of_tiers() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let store = store(&redis.url())
+        .await
+        .on_failure(OnFailure::Local(MemoryStore::new()))
+        .timeout(Duration::from_millis(300));
+    redis.kill();
+    let on_fallback = changes_of_tiers(|layer| layer.store(store.clone())).await;
+    let in_memory = changes_of_tiers(|layer| layer.store(MemoryStore::new())).await;
+    assert_eq!(
+        on_fallback, in_memory,
+        "the fallback decides as the memory store"
+    );
+    assert_eq!(on_fallback[..2], [4, 1], "4 a minute, then 5 with 4 used");
+    let counted: usize = on_fallback.iter().sum();
+    assert!(
+        counted <= 7,
+        "{counted} failures in the hour: {on_fallback:?}"
+    );
+}
+
+/// The failed logins let through in each step of the attack above, on the layer `store` makes.
+async fn changes_of_tiers(store: impl Fn(RateLimitLayer) -> RateLimitLayer) -> Vec<usize> {
+    let clock = at_epoch();
+    let tiers = |minute: u64, hour: u64| {
+        [
+            Quota::per_minute(minute).named("login-minute"),
+            Quota::per_hour(hour).named("login-hour"),
+        ]
+    };
+    let (handle, svc) = serve_login(store(RateLimitLayer::fixed_window(tiers(4, 6))), &clock);
+    let failures = |n: usize| {
+        let svc = svc.clone();
+        async move {
+            let mut counted = 0;
+            for _ in 0..n {
+                counted += usize::from(login(&svc, false).await == StatusCode::UNAUTHORIZED);
+            }
+            counted
+        }
+    };
+    let mut steps = vec![failures(6).await];
+    // A success is answered (the minute is full) or refunded; neither frees a failure.
+    let _ = login(&svc, true).await;
+    handle.set_quotas(tiers(5, 6)).unwrap();
+    steps.push(failures(3).await);
+    clock.advance(Duration::from_secs(60));
+    handle.set_quotas(tiers(5, 7)).unwrap();
+    steps.push(failures(5).await);
+    clock.advance(Duration::from_secs(60));
+    steps.push(failures(3).await);
+    steps
+}
+
 /// A login endpoint behind `layer`, keyed on `x-key`, on `clock`: 200 when the request
 /// carries `x-ok`, 401 otherwise, and only failures count (`count_if`: a success is
 /// refunded); and its handle.
@@ -780,6 +839,10 @@ pub(crate) fn trials() -> Vec<server::Trial> {
         needs_redis_async(
             "the_local_fallback_carries_over_too",
             the_local_fallback_carries_over_too,
+        ),
+        needs_redis_async(
+            "the_local_fallback_keeps_usage_across_changes_of_tiers",
+            the_local_fallback_keeps_usage_across_changes_of_tiers,
         ),
         needs_redis_async(
             "a_refund_that_empties_a_key_while_carrying_over_leaves_it_readable",
