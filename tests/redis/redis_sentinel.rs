@@ -50,7 +50,7 @@ impl Rng {
 }
 
 fn decisions_through_the_sentinels_are_exact_and_shared_with_the_primary() {
-    let Some(set) = RedisSentinels::start(1) else {
+    let Some(set) = RedisSentinels::start(0) else {
         return;
     };
     let primary = set.primary_port().expect("the sentinels name the primary");
@@ -714,7 +714,10 @@ fn a_primary_demoted_while_reachable_loses_its_calls_before_it_is_a_replica() {
 /// has been idle for longer than a stall (the primary answered nothing because nothing was
 /// asked), leaves the primary where it is, and the next check is decided by Redis.
 fn a_check_cancelled_after_an_idle_second_keeps_the_primary() {
-    let Some(set) = RedisSentinels::start(1) else {
+    // No replica: the sentinels, whose `down-after-milliseconds` is short, have nothing to
+    // fail over to when a loaded machine delays the primary's answers to them, so the store
+    // has no reason to leave it but its own.
+    let Some(set) = RedisSentinels::start(0) else {
         return;
     };
     runtime().block_on(async {
@@ -730,7 +733,11 @@ fn a_check_cancelled_after_an_idle_second_keeps_the_primary() {
                 let first =
                     std::future::poll_fn(|cx| std::task::Poll::Ready(check.as_mut().poll(cx)))
                         .await;
-                assert!(first.is_pending(), "dropped before Redis answered");
+                assert!(
+                    first.is_pending(),
+                    "answered before Redis could: {:?}",
+                    first.map(|answer| answer.map(|d| d.allowed))
+                );
             }
             let next = limiter.check("k").await;
             assert!(
