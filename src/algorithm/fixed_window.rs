@@ -61,6 +61,7 @@ pub struct FixedWindow {
 ///
 /// The default (count 0) is a key without a window: the fresh state. A window is over once
 /// `period` has passed since `start`, whatever the count.
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct FixedWindowState {
     /// When the window opened, in nanoseconds.
@@ -263,7 +264,6 @@ impl Algorithm for FixedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::MemoryAlgorithm;
 
     const S: u64 = 1_000_000_000;
 

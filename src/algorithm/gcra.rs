@@ -80,57 +80,35 @@ impl Gcra {
     }
 
     /// The emission interval `T` in nanoseconds.
+    #[doc(hidden)]
     pub fn interval_nanos(&self) -> u64 {
         self.interval
     }
 
     /// The tolerance `τ = T × burst` in nanoseconds.
+    #[doc(hidden)]
     pub fn tolerance_nanos(&self) -> u64 {
         self.tolerance
     }
 
     /// The longest a request may wait to pass, in nanoseconds (0 unless shaping).
+    #[doc(hidden)]
     pub fn max_delay_nanos(&self) -> u64 {
         self.max_delay
     }
 
     /// The bound: how far ahead of now the TAT may move, the tolerance plus the longest wait,
     /// in nanoseconds.
+    #[doc(hidden)]
     pub fn bound_nanos(&self) -> u64 {
         self.bound
     }
 
     /// The capacity that [`Decision::remaining`] counts against, in nanoseconds: the
     /// tolerance, or for a queue ([`LeakyBucket`](super::LeakyBucket)) the whole queue.
+    #[doc(hidden)]
     pub fn capacity_nanos(&self) -> u64 {
         self.capacity
-    }
-
-    /// The next TAT alone: `check(tat, now, cost).state`, without the decision. A store that
-    /// updates the TAT by compare-and-swap runs this in its loop and decides afterwards
-    /// ([`decision_after`](Self::decision_after)).
-    #[inline]
-    pub(crate) fn next_tat(&self, tat: u64, now: u64, cost: u64) -> Option<u64> {
-        let increment = cost.checked_mul(self.interval)?;
-        let new_tat = tat.max(now).checked_add(increment)?;
-        (cost > 0 && new_tat - now <= self.bound).then_some(new_tat)
-    }
-
-    /// The decision for a request that found `tat`, where `next` is what
-    /// [`next_tat`](Self::next_tat) returned for it: `check(tat, now, cost).decision`.
-    #[inline]
-    pub(crate) fn decision_after(
-        &self,
-        tat: u64,
-        next: Option<u64>,
-        now: u64,
-        cost: u64,
-    ) -> Decision {
-        match next {
-            // A new TAT means the request was allowed, so `now <= new_tat <= now + bound`.
-            Some(new_tat) => self.allowed(new_tat, now, cost),
-            None => self.check(&tat, now, cost).decision,
-        }
     }
 
     fn standing(&self, tat: u64, now: u64) -> (u64, u64) {
@@ -189,6 +167,23 @@ impl Algorithm for Gcra {
         )
     }
 
+    /// The next TAT alone, without the decision.
+    #[inline]
+    fn transition(&self, &tat: &u64, now: u64, cost: u64) -> Option<u64> {
+        let increment = cost.checked_mul(self.interval)?;
+        let new_tat = tat.max(now).checked_add(increment)?;
+        (cost > 0 && new_tat - now <= self.bound).then_some(new_tat)
+    }
+
+    #[inline]
+    fn decide(&self, &tat: &u64, next: Option<&u64>, now: u64, cost: u64) -> Decision {
+        match next {
+            // A new TAT means the request was allowed, so `now <= new_tat <= now + bound`.
+            Some(&new_tat) => self.allowed(new_tat, now, cost),
+            None => self.check(&tat, now, cost).decision,
+        }
+    }
+
     /// Takes the admission's place in the schedule back, when nothing was admitted after it:
     /// the TAT moves back to where the admission found it (`receipt − cost·T`), but not
     /// before `now`, so what has drained since is not given back twice. While a later
@@ -229,7 +224,6 @@ pub(crate) fn refund_slot(tat: u64, end: u64, len: u64, now: u64) -> Option<u64>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::MemoryAlgorithm;
 
     #[test]
     fn refunds_give_back_only_the_last_slot_while_it_lasts() {

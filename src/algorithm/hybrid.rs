@@ -74,6 +74,7 @@ pub struct Hybrid {
 }
 
 /// A key's state under [`Hybrid`]. 24 bytes.
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum HybridState {
     /// A key never seen, or forgotten.
@@ -144,6 +145,7 @@ impl Hybrid {
     }
 
     /// Nanoseconds per smooth-mode token: the emission interval `T`.
+    #[doc(hidden)]
     pub fn interval_nanos(&self) -> u64 {
         self.interval
     }

@@ -35,6 +35,7 @@ impl LeakyBucket {
     }
 
     /// The interval between two requests leaving the queue, in nanoseconds.
+    #[doc(hidden)]
     pub fn interval_nanos(&self) -> u64 {
         self.gcra.interval_nanos()
     }
@@ -58,6 +59,16 @@ impl Algorithm for LeakyBucket {
     #[inline]
     fn check(&self, state: &u64, now: u64, cost: u64) -> Outcome<u64> {
         self.gcra.check(state, now, cost)
+    }
+
+    #[inline]
+    fn transition(&self, state: &u64, now: u64, cost: u64) -> Option<u64> {
+        self.gcra.transition(state, now, cost)
+    }
+
+    #[inline]
+    fn decide(&self, state: &u64, next: Option<&u64>, now: u64, cost: u64) -> Decision {
+        self.gcra.decide(state, next, now, cost)
     }
 
     /// Gives back the admission's place in the queue while it is the last one and has not

@@ -1,48 +1,39 @@
-//! The algorithms' math, as pure functions of `(state, now, cost)`.
+//! The algorithms, as values: [`Gcra`], [`TokenBucket`], [`LeakyBucket`], [`FixedWindow`],
+//! [`SlidingWindow`], [`SlidingLog`], [`Hybrid`], and [`Tiered`] quotas of any of them. A
+//! [`RateLimiter`](crate::RateLimiter) names its algorithm in its type, as in
+//! `RateLimiter<Gcra, MemoryStore>`; the constructors (`RateLimiter::gcra`, ...) build it from
+//! the quotas.
 //!
-//! An algorithm never reads a clock and never owns storage: a store hands it a key's state and
-//! the time, and applies the new state it returns atomically. This keeps every algorithm exact
-//! under test (time is just a number) and lets every store share one
-//! reference implementation.
-//!
-//! Times are integer nanoseconds since the clock's origin.
+//! The math of each algorithm is a pure function of a key's state, the time (integer
+//! nanoseconds since the clock's origin) and the request's cost: it never reads a clock and
+//! never owns storage. A store applies it atomically, so every algorithm is exact under test
+//! (time is just a number, moved by a [`ManualClock`](crate::clock::ManualClock)).
 //!
 //! ```
-//! use tollgate::algorithm::{Algorithm, Gcra};
-//! use tollgate::Quota;
+//! use std::time::Duration;
+//! use tollgate::algorithm::Gcra;
+//! use tollgate::clock::ManualClock;
+//! use tollgate::store::MemoryStore;
+//! use tollgate::{Quota, RateLimiter};
 //!
-//! let gcra = Gcra::new(&Quota::per_minute(3)); // one request every 20 s, 3 at once
-//! let mut tat = 0; // the fresh state
+//! let clock = ManualClock::new();
+//! // One request every 20 s, 3 at once.
+//! let limiter: RateLimiter<Gcra, MemoryStore, ManualClock> =
+//!     RateLimiter::gcra(Quota::per_minute(3)).with_clock(clock.clone());
 //! for _ in 0..3 {
-//!     let outcome = gcra.check(&tat, 0, 1);
-//!     assert!(outcome.decision.allowed);
-//!     tat = outcome.state.unwrap();
+//!     assert!(limiter.check_now("k").allowed);
 //! }
-//! let denied = gcra.check(&tat, 1_000_000_000, 1); // one second later
-//! assert!(!denied.decision.allowed);
-//! assert_eq!(denied.decision.retry_after, Some(std::time::Duration::from_secs(19)));
+//! clock.advance(Duration::from_secs(1));
+//! let denied = limiter.check_now("k");
+//! assert!(!denied.allowed);
+//! assert_eq!(denied.retry_after, Some(Duration::from_secs(19)));
 //! ```
 //!
-//! # Adding an algorithm
-//!
-//! This module knows nothing of stores; each store keeps its own side of every algorithm.
-//! Adding one takes:
-//!
-//! 1. **One file here**, `algorithm/<name>.rs`: the algorithm's type (its figures, from a
-//!    [`Quota`]), its state (`Default` is fresh), and `impl Algorithm` with `check` as a pure
-//!    function of `(state, now, cost)` in integer nanoseconds, `is_fresh`, and
-//!    `refund` / `refunds` when it can give capacity back. Its `Debug` form names every figure
-//!    that gives its state a meaning. Public accessors expose the figures a store needs
-//!    (`limit()`, `period_nanos()`, ...). Export it from this module, and add a constructor to
-//!    `RateLimiter` (and the layer) beside the others.
-//! 2. **Its script module in the shared store**: the algorithm's Lua script and the trait impl
-//!    that hands it each tier's parameters and the bound within which it decides exactly, in
-//!    that store's `algorithms` folder (the [`store`](crate::store) module docs name the
-//!    files). Parity tests run the script and `check` on the same random sequences.
-//! 3. **One registry line per store**: in `store/memory/algorithms.rs`,
-//!    `impl MemoryAlgorithm for <Name> { type Cell = LockedCell<<Name>State>; }`
-//!    ([`AtomicCell`](crate::store::AtomicCell) when the state is one `u64`), overriding
-//!    `check_mut` only when an in-place update saves work.
+//! The traits here ([`Algorithm`], [`Quotas`], [`Shaping`], [`SubWindows`], [`Aligned`]) are
+//! sealed: they are named in bounds, and implemented by this crate's algorithms only. Adding an
+//! algorithm takes one file here (its figures, its state, `impl Algorithm`), its Lua script in
+//! the Redis store, one line in `store/memory/algorithms.rs`, and a constructor beside the
+//! others.
 
 mod divisor;
 mod fixed_window;
@@ -64,22 +55,73 @@ pub use self::tiered::{Quotas, Tiered, TieredState};
 pub use self::token_bucket::{TokenBucket, TokenBucketState};
 
 use crate::Decision;
-#[cfg(doc)]
-use crate::Quota;
 
-/// An algorithm: a pure function from a key's state, the time and the request's cost to a
-/// decision and the key's next state.
+/// Implemented by the algorithms of this crate only: what seals [`Algorithm`].
+pub(crate) trait Sealed {}
+
+impl Sealed for Gcra {}
+impl Sealed for TokenBucket {}
+impl Sealed for LeakyBucket {}
+impl Sealed for FixedWindow {}
+impl Sealed for SlidingWindow {}
+impl Sealed for SlidingLog {}
+impl Sealed for Hybrid {}
+impl<A: Algorithm> Sealed for Tiered<A> {}
+
+/// An algorithm of this crate: what a [`RateLimiter`](crate::RateLimiter) names in its type and
+/// bounds. Sealed; its items are the crate's own.
 ///
-/// Its `Debug` form names the algorithm and every option that gives its state a meaning (the
-/// quota's figures, sub-windows, shaping): a store keeps the states of limiters that share a
-/// name apart unless that form is the same, so that one never reads, or resets, another's.
-pub trait Algorithm: Clone + std::fmt::Debug + Send + Sync + 'static {
+/// Internally a pure function from a key's state, the time and the request's cost to a
+/// decision and the key's next state. Its `Debug` form names the algorithm and every option
+/// that gives its state a meaning (the quota's figures, sub-windows, shaping): a store keeps
+/// the states of limiters that share a name apart unless that form is the same.
+#[allow(private_bounds)]
+pub trait Algorithm: Sealed + Clone + std::fmt::Debug + Send + Sync + 'static {
     /// A key's state. `Default` is the state of a key never seen (or back to fresh).
+    #[doc(hidden)]
     type State: Clone + Default + Send + Sync + 'static;
 
     /// Decides one request of `cost` at `now` (nanoseconds) against `state`. Cost 0 peeks:
     /// it reports the key's standing and changes nothing.
+    #[doc(hidden)]
     fn check(&self, state: &Self::State, now: u64, cost: u64) -> Outcome<Self::State>;
+
+    /// [`check`](Self::check) in place: decides the request and, when the state changes,
+    /// writes the next state into `state`. Algorithms whose state is large (a log, counters)
+    /// override it to update the state without building a new one. Must agree with `check`.
+    #[doc(hidden)]
+    #[inline]
+    fn check_mut(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
+        let outcome = self.check(state, now, cost);
+        if let Some(next) = outcome.state {
+            *state = next;
+        }
+        outcome.decision
+    }
+
+    /// The next state alone: `check(state, now, cost).state`. The memory store runs this in
+    /// its compare-and-swap loop for a state of one `u64`, and decides afterwards.
+    #[doc(hidden)]
+    #[inline]
+    fn transition(&self, state: &Self::State, now: u64, cost: u64) -> Option<Self::State> {
+        self.check(state, now, cost).state
+    }
+
+    /// The decision for a request that found `state`, where `next` is what
+    /// [`transition`](Self::transition) returned for it: always `check(state, now,
+    /// cost).decision`, made faster from `next` where it can be.
+    #[doc(hidden)]
+    #[inline]
+    fn decide(
+        &self,
+        state: &Self::State,
+        next: Option<&Self::State>,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        let _ = next;
+        self.check(state, now, cost).decision
+    }
 
     /// Gives back what the allowed request `admission` took (it cost `cost`), for a request
     /// that turned out not to count (the layer's `count_if`), and only while that still
@@ -92,6 +134,7 @@ pub trait Algorithm: Clone + std::fmt::Debug + Send + Sync + 'static {
     ///
     /// The guarantee every refund keeps: the requests that count (those not refunded) never
     /// exceed the quota in any window or burst, whatever the order and timing of refunds.
+    #[doc(hidden)]
     #[inline]
     fn refund(
         &self,
@@ -106,12 +149,14 @@ pub trait Algorithm: Clone + std::fmt::Debug + Send + Sync + 'static {
 
     /// Whether [`refund`](Self::refund) can give capacity back. A layer's `count_if` refuses
     /// an algorithm that cannot, where the layer is built.
+    #[doc(hidden)]
     #[inline]
     fn refunds(&self) -> bool {
         false
     }
 
     /// Whether `state` is back to fresh at `now`, so the store may forget the key.
+    #[doc(hidden)]
     fn is_fresh(&self, state: &Self::State, now: u64) -> bool;
 
     /// Whether the algorithm reads the wall clock ([`Clock::wall_nanos`](crate::clock::Clock::wall_nanos):
@@ -119,6 +164,7 @@ pub trait Algorithm: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// windows ([`FixedWindow::aligned`]) do. A limiter then hands every check and refund the
     /// wall-clock time; the Redis store decides on the server's `TIME`, which is wall-clock
     /// time already.
+    #[doc(hidden)]
     #[inline]
     fn wall_clock(&self) -> bool {
         false
@@ -137,6 +183,7 @@ pub trait Algorithm: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// never sooner than a key that had always been under `self` would get it back after using
     /// as much at `now`, and a key never gets more, over the change, than `from` allowed before
     /// it and `self` allows after it.
+    #[doc(hidden)]
     fn carried(&self, from: &Self, state: &Self::State, now: u64) -> Self::State {
         charged(self, used(from, state, now), now)
     }
@@ -148,6 +195,7 @@ pub trait Algorithm: Clone + std::fmt::Debug + Send + Sync + 'static {
 pub trait Shaping: Algorithm {
     /// The same algorithm, allowing requests that can pass within `max_delay` after a wait.
     #[must_use]
+    #[doc(hidden)]
     fn with_max_delay(&self, max_delay: std::time::Duration) -> Self;
 }
 
@@ -176,6 +224,7 @@ pub trait SubWindows: Algorithm {
     /// # Panics
     ///
     /// When `k` is out of the algorithm's range.
+    #[doc(hidden)]
     #[must_use]
     #[track_caller]
     fn with_sub_windows(&self, k: usize) -> Self;
@@ -225,6 +274,7 @@ pub trait Aligned: Algorithm {
     /// # Panics
     ///
     /// When a period is too short to align ([`FixedWindow::aligned`]).
+    #[doc(hidden)]
     #[must_use]
     #[track_caller]
     fn with_aligned_windows(&self) -> Self;
@@ -243,6 +293,7 @@ impl<A: Aligned> Aligned for Tiered<A> {
 }
 
 /// What [`Algorithm::check`] returns.
+#[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Outcome<S> {

@@ -93,26 +93,6 @@ impl SlidingLog {
         self.period
     }
 
-    /// [`check`](Algorithm::check) in place: an admitted request drops the entries that have
-    /// left the window and logs itself, without allocating once the log has reached its
-    /// working size.
-    #[inline]
-    pub(crate) fn check_in_place(
-        &self,
-        state: &mut SlidingLogState,
-        now: u64,
-        cost: u64,
-    ) -> Decision {
-        let (decision, admit_at) = self.evaluate(state, now, cost);
-        match admit_at {
-            Some(at) => {
-                self.admit(state, at, cost);
-                decision.with_receipt(at)
-            }
-            None => decision,
-        }
-    }
-
     /// Reads the log at `now`: `O(1)` while its oldest entry is in the window, and
     /// `O(log k)` when `k` entries have left it since the last admission.
     #[inline]
@@ -194,6 +174,18 @@ impl Algorithm for SlidingLog {
             None => decision,
         };
         Outcome::new(decision, next)
+    }
+
+    /// Drops the entries that have left the window and logs the request in place, without
+    /// allocating once the log has reached its working size.
+    #[inline]
+    fn check_mut(&self, state: &mut SlidingLogState, now: u64, cost: u64) -> Decision {
+        let (decision, admit_at) = self.evaluate(state, now, cost);
+        let Some(at) = admit_at else {
+            return decision;
+        };
+        self.admit(state, at, cost);
+        decision.with_receipt(at)
     }
 
     /// Takes up to `cost` back from the admission's entry (the entry logged at its receipt),

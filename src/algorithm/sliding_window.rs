@@ -82,6 +82,7 @@ pub struct SlidingWindow {
 /// 40 bytes per key, the two-window estimate's two counters included; with `k > 1`
 /// sub-windows, `8 × (k + 1)` bytes more on the heap for the counters. The default is the
 /// fresh state and holds no heap memory. A state kept with another number of sub-windows reads as fresh.
+#[doc(hidden)]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct SlidingWindowState {
     /// A sub-window boundary: the start of the period that holds the newest counter.
@@ -150,24 +151,6 @@ impl SlidingWindow {
     /// The period (the window's length) in nanoseconds.
     pub fn period_nanos(&self) -> u64 {
         self.period
-    }
-
-    /// [`check`](Algorithm::check) in place: updates the counters without allocating once the
-    /// key has them.
-    #[inline]
-    pub(crate) fn check_in_place(
-        &self,
-        state: &mut SlidingWindowState,
-        now: u64,
-        cost: u64,
-    ) -> Decision {
-        let (decision, admit) = self.evaluate(state, now, cost);
-        let Some(place) = admit else {
-            return decision;
-        };
-        self.admit(state, place, now, cost);
-        // The receipt is a time in the sub-window the request was counted in.
-        decision.with_receipt(state.last)
     }
 
     /// The decision, and where an admitted request of a positive cost goes (`None`: the
@@ -286,8 +269,18 @@ impl Algorithm for SlidingWindow {
         Outcome::new(decision, next)
     }
 
-    /// Takes `cost` back from the counters in the window, newest first (never below zero);
-    /// `None` when nothing weighs in the estimate or `cost` is zero.
+    /// Updates the counters in place, without allocating once the key has them.
+    #[inline]
+    fn check_mut(&self, state: &mut SlidingWindowState, now: u64, cost: u64) -> Decision {
+        let (decision, admit) = self.evaluate(state, now, cost);
+        let Some(place) = admit else {
+            return decision;
+        };
+        self.admit(state, place, now, cost);
+        // The receipt is a time in the sub-window the request was counted in.
+        decision.with_receipt(state.last)
+    }
+
     /// Takes the admission back from the counter it was added to, while that counter still
     /// weighs in: a request counted in a sub-window that has left the window is not given
     /// back to a newer one.

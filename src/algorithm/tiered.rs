@@ -48,6 +48,7 @@ impl<A: Algorithm> Tiered<A> {
 ///
 /// Two tiers' states live in the state itself, so a check reads them without a second memory
 /// access; three or more live in one heap block.
+#[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TieredState<S> {
     states: States<S>,
@@ -186,6 +187,11 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
         Outcome::new(decision, changed.then_some(next))
     }
 
+    /// Updates each tier in place with the tier's own `check_mut`.
+    fn check_mut(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
+        self.check_tiers(state, now, cost, |tier, s| tier.check_mut(s, now, cost))
+    }
+
     /// Gives each tier back what the admission took from it ([`Decision::tiers`]).
     fn refund(
         &self,
@@ -320,7 +326,6 @@ mod tests {
 
     use super::*;
     use crate::algorithm::Gcra;
-    use crate::store::MemoryAlgorithm;
 
     #[test]
     fn a_denied_request_consumes_from_no_tier() {

@@ -50,6 +50,7 @@ pub struct TokenBucket {
 /// Tokens are measured in nanoseconds of the emission interval (one token = `T` ns). Keeping
 /// the shortfall rather than the level makes `Default` the full bucket of a key never seen.
 /// 16 bytes.
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct TokenBucketState {
     /// Nanoseconds of tokens missing from a full bucket at `refilled_at`; 0 is full.
@@ -90,17 +91,20 @@ impl TokenBucket {
     }
 
     /// Nanoseconds per token: the emission interval `T`.
+    #[doc(hidden)]
     pub fn interval_nanos(&self) -> u64 {
         self.interval
     }
 
     /// The bucket's capacity `T × burst`, in nanoseconds.
+    #[doc(hidden)]
     pub fn capacity_nanos(&self) -> u64 {
         self.capacity
     }
 
     /// The most the bucket may lack, in nanoseconds: its capacity plus the longest wait
     /// ([`max_delay`](Self::max_delay)).
+    #[doc(hidden)]
     pub fn bound_nanos(&self) -> u64 {
         self.bound()
     }

@@ -16,13 +16,14 @@ use crate::{Decision, Error, Key};
 /// A store that keeps the slots of limits on requests in flight, what
 /// [`InFlightLayer::store`](crate::InFlightLayer::store) takes: [`MemoryStore`](super::MemoryStore)
 /// and `RedisStore`. Sealed: a store that keeps no slots does not compile there.
+#[allow(private_bounds)]
 pub trait SlotStore: sealed::KeepsSlots + Send + Sync + 'static {}
 
 pub(crate) mod sealed {
     use super::*;
 
     /// How a [`SlotStore`] makes its slots.
-    pub trait KeepsSlots {
+    pub(crate) trait KeepsSlots {
         /// The slots of the policy `policy`, `limit` per key, a lease lasting `lease_ttl`
         /// (Redis), on `clock`; or why the store cannot keep them.
         fn slots(
@@ -52,7 +53,7 @@ pub(crate) const NO_LEASE: u64 = 0;
 pub(crate) const LOCAL_LEASE: u64 = u64::MAX;
 
 /// A store's answer to a request for slots: at once, or after a round trip.
-pub enum Acquire {
+pub(crate) enum Acquire {
     /// Decided at once (in memory).
     Ready(Result<Decision, Error>),
     /// Waiting for the store.
@@ -61,7 +62,7 @@ pub enum Acquire {
 }
 
 /// One in-flight policy in a store: how many slots each key holds.
-pub trait Slots: Send + Sync + 'static {
+pub(crate) trait Slots: Send + Sync + 'static {
     /// Takes `cost` slots of `key` if that many are free. The decision reports the limit and
     /// the slots free afterwards; an admission's [`receipt`](Decision::receipt) is the lease
     /// that [`release`](Self::release) gives back. `now` is the limiter's clock, read only by a

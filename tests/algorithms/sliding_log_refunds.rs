@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate::algorithm::{Algorithm, SlidingLog, SlidingLogState};
-use tollgate::store::MemoryAlgorithm;
 use tollgate::{Decision, Quota};
 
 /// An arrival `gap` ns after the previous one, of `cost`; refunded (when admitted) by

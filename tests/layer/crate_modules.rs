@@ -514,3 +514,156 @@ fn no_file_holds_more_than_300_lines_of_code() {
         "files over {MOST_LINES_OF_CODE} lines of code: {over:?}"
     );
 }
+
+/// Every item of `src/` that is public and documented: a top-level `pub` declaration not
+/// marked `#[doc(hidden)]` (`unreachable_pub` keeps every other top-level `pub`
+/// reachable from outside), as `file: name`. Methods are not listed.
+fn public_items(root: &Path) -> BTreeSet<String> {
+    let mut files = Vec::new();
+    sources(root, root, &mut files);
+    let mut items = BTreeSet::new();
+    for (path, text) in files {
+        let path = path.trim_start_matches("src/");
+        let lines: Vec<&str> = text.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
+            let line = lines[i];
+            i += 1;
+            let Some(rest) = line.strip_prefix("pub ") else {
+                continue;
+            };
+            // The attributes and doc comments right above the item.
+            let hidden = lines[..i - 1]
+                .iter()
+                .rev()
+                .take_while(|l| l.starts_with("#[") || l.starts_with("///"))
+                .any(|l| l.starts_with("#[doc(hidden)]"));
+            if hidden {
+                continue;
+            }
+            // A re-export names an item declared, and listed, where it is declared.
+            if rest.starts_with("use ") {
+                continue;
+            }
+            let name: String = rest
+                .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ' '))
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned();
+            items.insert(format!("{path}: {name}"));
+        }
+    }
+    items
+}
+
+/// The public surface is what a user can use end to end; the plumbing between limiters,
+/// algorithms and stores (cells, tables, futures, states, the stores' side of each algorithm)
+/// is the crate's own, crate-private or `#[doc(hidden)]`. A new public item is a decision:
+/// add it here.
+#[test]
+fn the_public_surface_is_pinned() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = public_items(&root);
+    let expected: BTreeSet<String> = PUBLIC_ITEMS.iter().map(|s| s.to_string()).collect();
+    let added: Vec<_> = found.difference(&expected).collect();
+    let gone: Vec<_> = expected.difference(&found).collect();
+    assert!(
+        added.is_empty() && gone.is_empty(),
+        "public items added: {added:#?}\npublic items gone: {gone:#?}"
+    );
+}
+
+/// The public, documented items of `src/` ([`public_items`]).
+const PUBLIC_ITEMS: &[&str] = &[
+    "algorithm/fixed_window.rs: struct FixedWindow",
+    "algorithm/gcra.rs: struct Gcra",
+    "algorithm/hybrid.rs: struct Hybrid",
+    "algorithm/leaky_bucket.rs: struct LeakyBucket",
+    "algorithm/mod.rs: trait Algorithm",
+    "algorithm/mod.rs: trait Aligned",
+    "algorithm/mod.rs: trait Shaping",
+    "algorithm/mod.rs: trait SubWindows",
+    "algorithm/sliding_log.rs: struct SlidingLog",
+    "algorithm/sliding_window.rs: struct SlidingWindow",
+    "algorithm/tiered.rs: struct Tiered",
+    "algorithm/tiered.rs: trait Quotas",
+    "algorithm/token_bucket.rs: struct TokenBucket",
+    "clock.rs: struct ManualClock",
+    "clock.rs: struct OsClock",
+    "clock.rs: struct Sleep",
+    "clock.rs: struct SystemClock",
+    "clock.rs: trait Clock",
+    "config/error.rs: struct ConfigError",
+    "config/key.rs: enum KeyConfig",
+    "config/key.rs: enum KeyPart",
+    "config/key.rs: struct ClientIpConfig",
+    "config/limit/mod.rs: struct LimitConfig",
+    "config/limits.rs: struct Limits",
+    "config/store.rs: struct ConfiguredStore",
+    "config/store.rs: struct StoreConfig",
+    "decision.rs: struct Decision",
+    "decision.rs: struct Decisions",
+    "error.rs: enum ErrorKind",
+    "error.rs: struct Error",
+    "guide/mod.rs: mod algorithms",
+    "guide/mod.rs: mod config",
+    "guide/mod.rs: mod keys",
+    "guide/mod.rs: mod operating",
+    "guide/mod.rs: mod recipes",
+    "guide/mod.rs: mod redis",
+    "guide/mod.rs: mod responses",
+    "guide/mod.rs: mod testing",
+    "key/allow.rs: struct Allow",
+    "key/allow.rs: struct IpList",
+    "key/cidr.rs: struct IpNet",
+    "key/cidr.rs: struct ParseIpNetError",
+    "key/client_ip.rs: struct ClientIp",
+    "key/combine.rs: struct Or",
+    "key/combine.rs: struct Skip",
+    "key/error.rs: struct KeyError",
+    "key/forwarded.rs: enum ForwardedHeader",
+    "key/head.rs: fn from_fn",
+    "key/head.rs: struct FromFn",
+    "key/head.rs: struct RequestHead",
+    "key/header.rs: struct BearerToken",
+    "key/header.rs: struct Header",
+    "key/mod.rs: struct Global",
+    "key/mod.rs: trait KeyExtractor",
+    "key/peer.rs: const PeerIp",
+    "key/peer.rs: struct PeerAddr",
+    "key/peer.rs: struct PeerIp",
+    "key/route.rs: struct Method",
+    "key/route.rs: struct Route",
+    "key/value/mod.rs: struct Key",
+    "layer/answer.rs: trait AnswerBody",
+    "layer/answer.rs: type BoxError",
+    "layer/handle.rs: struct Handle",
+    "layer/headers.rs: enum HeaderPlacement",
+    "layer/headers.rs: enum HeaderStyle",
+    "layer/in_flight/layer.rs: struct InFlightLayer",
+    "layer/layer.rs: struct RateLimitLayer",
+    "layer/response.rs: fn problem_details",
+    "layer/service.rs: struct RateLimit",
+    "layer/upgrade.rs: struct InFlightSlot",
+    "lib.rs: mod algorithm",
+    "lib.rs: mod clock",
+    "lib.rs: mod config",
+    "lib.rs: mod guide",
+    "lib.rs: mod key",
+    "lib.rs: mod layer",
+    "lib.rs: mod store",
+    "limiter/ban.rs: struct Ban",
+    "limiter/plan.rs: trait Plan",
+    "limiter/spec.rs: trait LayerStore",
+    "limiter/typed.rs: struct RateLimiter",
+    "quota.rs: struct ParseQuotaError",
+    "quota.rs: struct Quota",
+    "store/in_flight.rs: trait SlotStore",
+    "store/memory/mod.rs: struct MemoryStore",
+    "store/mod.rs: mod redis",
+    "store/mod.rs: trait Store",
+    "store/redis/leases/mod.rs: struct Leases",
+    "store/redis/mod.rs: struct RedisStore",
+    "store/redis/on_failure.rs: enum OnFailure",
+];

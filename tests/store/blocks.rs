@@ -8,7 +8,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tollgate::clock::{Clock, ManualClock};
 use tollgate::store::{MemoryAlgorithm, MemoryStore};
-use tollgate::{ErrorKind, Key, Quota, RateLimiter};
+use tollgate::{Key, Quota, RateLimiter};
 
 use crate::support::drive;
 use drive::ready_now as block_on;
@@ -308,49 +308,4 @@ fn many_blocked_keys_never_outgrow_the_bound() {
     // benches), and new blocks replace the ended ones.
     clock.advance(Duration::from_secs(61));
     assert!(limiter.check_now("attacker-0").allowed);
-}
-
-/// A store of someone else's that knows nothing of resets and blocks.
-#[derive(Clone)]
-struct Plain(MemoryStore);
-
-impl<A: MemoryAlgorithm> tollgate::store::Store<A> for Plain {
-    type Table = <MemoryStore as tollgate::store::Store<A>>::Table;
-    type Future = <MemoryStore as tollgate::store::Store<A>>::Future;
-
-    fn table(
-        &self,
-        policy: &str,
-        shared: bool,
-        algorithm: &A,
-    ) -> Result<Self::Table, tollgate::Error> {
-        tollgate::store::Store::<A>::table(&self.0, policy, shared, algorithm)
-    }
-
-    fn check(table: &Self::Table, key: Key, now: u64, cost: u64) -> Self::Future {
-        <MemoryStore as tollgate::store::Store<A>>::check(table, key, now, cost)
-    }
-
-    fn refund(
-        table: &Self::Table,
-        key: Key,
-        admission: &tollgate::Decision,
-        now: u64,
-        cost: u64,
-    ) -> Self::Future {
-        <MemoryStore as tollgate::store::Store<A>>::refund(table, key, admission, now, cost)
-    }
-}
-
-#[test]
-fn a_store_without_resets_or_blocks_says_so() {
-    let limiter = RateLimiter::gcra(Quota::per_second(1)).with_store(Plain(MemoryStore::new()));
-    let reset = block_on(limiter.reset("k")).unwrap_err();
-    assert_eq!(reset.kind(), ErrorKind::Misconfigured);
-    assert!(reset.to_string().contains("Store::reset"), "{reset}");
-    let block = block_on(limiter.block("k", Duration::from_secs(1))).unwrap_err();
-    assert_eq!(block.kind(), ErrorKind::Misconfigured);
-    assert!(block.to_string().contains("Store::block"), "{block}");
-    // A peek is a check of cost 0 there.
-    assert!(block_on(limiter.peek("k")).unwrap().allowed);
 }

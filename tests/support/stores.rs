@@ -4,9 +4,10 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use tollgate::algorithm::Algorithm;
-use tollgate::store::{MemoryStore, Store};
+use tollgate::store::{MemoryStore, Sealed, Store};
 use tollgate::{Decision, Error, Key};
 
 /// A store that answers like a remote one: the check is pending once before it decides (from
@@ -84,6 +85,8 @@ fn at_once<F: Future + Unpin>(mut fut: F) -> F::Output {
     }
 }
 
+impl Sealed for SlowStore {}
+
 /// Every algorithm the memory store keeps: a layer takes this store for any of them.
 impl<A: Algorithm> Store<A> for SlowStore
 where
@@ -128,4 +131,41 @@ where
         };
         SlowCheck::after_a_yield(result)
     }
+
+    fn succeed(
+        &self,
+        policy: &str,
+        previous: &SlowTable<A>,
+        algorithm: &A,
+        now: u64,
+    ) -> Result<SlowTable<A>, Error> {
+        Ok(SlowTable {
+            memory: self
+                .memory
+                .succeed(policy, &previous.memory, algorithm, now)?,
+            fail: self.fail,
+        })
+    }
+
+    fn settle(&self, table: &SlowTable<A>, now: u64) -> SlowTable<A> {
+        SlowTable {
+            memory: self.memory.settle(&table.memory, now),
+            fail: table.fail,
+        }
+    }
+
+    fn peek(table: &SlowTable<A>, key: Key, now: u64) -> SlowCheck {
+        Self::check(table, key, now, 0)
+    }
+
+    fn reset(table: &SlowTable<A>, key: Key, now: u64) -> Update {
+        <MemoryStore as Store<A>>::reset(&table.memory, key, now)
+    }
+
+    fn block(table: &SlowTable<A>, key: Key, now: u64, duration: Duration) -> Update {
+        <MemoryStore as Store<A>>::block(&table.memory, key, now, duration)
+    }
 }
+
+/// The future of a store's change to one key.
+type Update = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'static>>;

@@ -14,6 +14,7 @@ use std::hash::{Hash, Hasher};
 /// and the capacity grows by doubling. The default (an empty log) is the fresh state and holds
 /// no heap memory. Entries that have left the window are dropped when the next request is
 /// admitted. Two states are equal when they hold the same `(time, cost)` entries.
+#[doc(hidden)]
 #[derive(Debug, Clone, Default)]
 pub struct SlidingLogState {
     /// `(time in ns, running total of the cost up to and including this entry)`, oldest first.

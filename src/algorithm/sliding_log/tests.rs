@@ -1,7 +1,6 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::store::MemoryAlgorithm;
 use crate::Decision;
 
 const S: u64 = 1_000_000_000;

@@ -1,5 +1,4 @@
 use super::*;
-use crate::store::MemoryAlgorithm;
 use crate::Decision;
 
 const S: u64 = 1_000_000_000;

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::MemoryAlgorithm;
+use super::Held;
 use crate::Decision;
 
 /// The memory cell that holds one key's state for the algorithm `A`, and applies `A` to it
@@ -17,7 +17,7 @@ use crate::Decision;
 /// held: [`apply`](Self::apply) updates the state and returns what the decision needs
 /// ([`Seen`](Self::Seen)), and [`decide`](Self::decide) builds the [`Decision`] from it
 /// afterwards.
-pub trait StateCell<A: MemoryAlgorithm>: Default + Send + Sync + 'static {
+pub(crate) trait StateCell<A: Held>: Default + Send + Sync + 'static {
     /// What [`apply`](Self::apply) hands to [`decide`](Self::decide).
     type Seen;
 
@@ -51,7 +51,7 @@ pub trait StateCell<A: MemoryAlgorithm>: Default + Send + Sync + 'static {
 /// A `u64` state updated by compare-and-swap: requests for one key never block each other and
 /// never lose an update. For algorithms whose state is one `u64` (GCRA, the leaky bucket).
 #[derive(Debug, Default)]
-pub struct AtomicCell(AtomicU64);
+pub(crate) struct AtomicCell(AtomicU64);
 
 impl AtomicCell {
     /// Applies `f` to the state by compare-and-swap and returns the state `f` was applied to.
@@ -79,7 +79,7 @@ impl AtomicCell {
     }
 }
 
-impl<A: MemoryAlgorithm<State = u64>> StateCell<A> for AtomicCell {
+impl<A: Held<State = u64>> StateCell<A> for AtomicCell {
     /// The state the request was applied to: the decision is a pure function of it.
     type Seen = u64;
 
@@ -126,9 +126,9 @@ impl<A: MemoryAlgorithm<State = u64>> StateCell<A> for AtomicCell {
 }
 
 /// A state of any type under a small lock of its own per key. The lock is held only while the
-/// algorithm runs ([`MemoryAlgorithm::check_mut`]); requests for other keys never wait for it.
+/// algorithm runs ([`Algorithm::check_mut`](crate::algorithm::Algorithm::check_mut)); requests for other keys never wait for it.
 #[derive(Debug, Default)]
-pub struct LockedCell<S>(Mutex<S>);
+pub(crate) struct LockedCell<S>(Mutex<S>);
 
 impl<S> LockedCell<S> {
     fn lock(&self) -> MutexGuard<'_, S> {
@@ -137,7 +137,7 @@ impl<S> LockedCell<S> {
     }
 }
 
-impl<A: MemoryAlgorithm> StateCell<A> for LockedCell<A::State> {
+impl<A: Held> StateCell<A> for LockedCell<A::State> {
     /// The decision itself, made while the state was held.
     type Seen = Decision;
 

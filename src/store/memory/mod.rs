@@ -2,14 +2,13 @@
 //!
 //! One idea per module:
 //!
-//! - `algorithms`: [`MemoryAlgorithm`], what the store needs of an algorithm (the cell that
-//!   holds a key's state, and the fast paths that update it), implemented for each of the
-//!   crate's algorithms: one line to add for a new one.
-//! - `cell`: the two cells, [`AtomicCell`] (a `u64` by compare-and-swap) and [`LockedCell`]
+//! - `algorithms`: what the store needs of an algorithm (the cell that holds a key's state,
+//!   and the fast path that updates it), one line per algorithm of the crate.
+//! - `cell`: the two cells, `AtomicCell` (a `u64` by compare-and-swap) and `LockedCell`
 //!   (any state under a lock per key).
 //! - `shards`: the sharded map from keys to cells, and how it forgets keys; `probe` (a key as
 //!   its tables hold it) and `hasher` (the keyed hash of a key) serve it.
-//! - `table`: [`MemoryTable`], one policy's map and how a check runs on it.
+//! - `table`: `MemoryTable`, one policy's map and how a check runs on it.
 //! - `blocks`: the keys blocked until a time, beside a table, bounded as it is.
 //! - `registry`: the tables of named policies, shared by every limiter that names them.
 //! - `slots`: the slots each key holds, for a limit on requests in flight.
@@ -24,9 +23,10 @@ mod shards;
 mod slots;
 mod table;
 
+pub(crate) use self::algorithms::Held;
 pub use self::algorithms::MemoryAlgorithm;
 pub(crate) use self::blocks::Blocks;
-pub use self::cell::{AtomicCell, LockedCell, StateCell};
+pub(crate) use self::cell::{AtomicCell, LockedCell, StateCell};
 #[cfg(feature = "redis")]
 pub(crate) use self::hasher::KeyHasher;
 #[cfg(feature = "redis")]

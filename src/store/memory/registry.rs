@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::blocks::Blocks;
 use super::shards::Shards;
-use super::MemoryAlgorithm;
+use super::{Held, MemoryAlgorithm};
 
 /// One policy's keys and their cells.
-pub(super) type Map<A> = Shards<<A as MemoryAlgorithm>::Cell>;
+pub(super) type Map<A> = Shards<<A as Held>::Cell>;
 
 /// A named policy's identity: its name, its algorithm's type and that algorithm's options
 /// (its `Debug` form: the quota's figures, sub-windows, shaping).

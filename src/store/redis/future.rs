@@ -8,6 +8,7 @@ use crate::{Decision, Error};
 
 /// The future of a check on the [`RedisStore`](super::RedisStore): ready at once when the
 /// answer is local (a remembered denial), otherwise one round trip.
+#[doc(hidden)]
 pub struct RedisFuture {
     state: FutureState,
 }

@@ -17,6 +17,7 @@ use crate::{Decision, Error, Key};
 mod succession;
 
 /// A [`MemoryStore`]'s table for one policy.
+#[doc(hidden)]
 pub struct MemoryTable<A: MemoryAlgorithm> {
     map: Arc<Map<A>>,
     blocks: Arc<Blocks>,

@@ -31,6 +31,7 @@ mod round_trip;
 mod update;
 
 /// A [`RedisStore`]'s view of one policy.
+#[doc(hidden)]
 pub struct RedisTable<A: RedisAlgorithm> {
     inner: Arc<Inner<A>>,
 }
