@@ -36,6 +36,7 @@
 //! others.
 
 mod divisor;
+mod few;
 mod fixed_window;
 mod gcra;
 mod hybrid;

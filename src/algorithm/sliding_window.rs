@@ -1,11 +1,10 @@
 use std::time::Duration;
 
-use self::counts::Counts;
 use self::frame::Frame;
+use super::few::Few;
 use super::{Algorithm, Outcome};
 use crate::{Decision, Quota};
 
-mod counts;
 mod frame;
 
 /// A sliding window, estimated from per-window counters in fixed memory.
@@ -91,7 +90,7 @@ pub struct SlidingWindowState {
     last: u64,
     /// The counts of the last `k + 1` sub-windows, oldest first, the newest being the
     /// sub-window of `last`. Empty in the default state.
-    counts: Counts,
+    counts: Few<u64>,
 }
 
 impl SlidingWindowState {
@@ -217,7 +216,7 @@ impl SlidingWindow {
             if state.counts.len() == k + 1 {
                 state.counts.fill(0);
             } else {
-                state.counts = Counts::zeroed(k + 1);
+                state.counts = Few::filled(k + 1, 0);
             }
             state.base = now;
             state.last = now;

@@ -1,5 +1,6 @@
 use std::sync::Arc;
 
+use super::few::Few;
 use super::{Algorithm, Outcome};
 use crate::{Decision, Quota};
 
@@ -51,65 +52,19 @@ impl<A: Algorithm> Tiered<A> {
 #[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TieredState<S> {
-    states: States<S>,
+    states: Few<S>,
 }
 
 impl<S> Default for TieredState<S> {
     fn default() -> Self {
-        Self {
-            states: States::Empty,
-        }
-    }
-}
-
-/// The tiers' states: none (fresh), two inline, or any other number on the heap.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum States<S> {
-    Empty,
-    Two([S; 2]),
-    Heap(Box<[S]>),
-}
-
-impl<S> States<S> {
-    fn as_slice(&self) -> &[S] {
-        match self {
-            Self::Empty => &[],
-            Self::Two(states) => states,
-            Self::Heap(states) => states,
-        }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [S] {
-        match self {
-            Self::Empty => &mut [],
-            Self::Two(states) => states,
-            Self::Heap(states) => states,
-        }
-    }
-
-    fn into_vec(self) -> Vec<S> {
-        match self {
-            Self::Empty => Vec::new(),
-            Self::Two(states) => states.into(),
-            Self::Heap(states) => states.into_vec(),
-        }
-    }
-
-    fn from_vec(states: Vec<S>) -> Self {
-        if states.is_empty() {
-            return Self::Empty;
-        }
-        match <[S; 2]>::try_from(states) {
-            Ok(two) => Self::Two(two),
-            Err(states) => Self::Heap(states.into_boxed_slice()),
-        }
+        Self { states: Few::Empty }
     }
 }
 
 impl<S> TieredState<S> {
     /// Each tier's state, in order; empty when the key is fresh.
     pub fn states(&self) -> &[S] {
-        self.states.as_slice()
+        &self.states
     }
 }
 
@@ -120,12 +75,8 @@ impl<S: Clone + Default> TieredState<S> {
 
     /// The states, one per tier, made fresh where missing.
     fn sized(&mut self, tiers: usize) -> &mut [S] {
-        if self.states().len() != tiers {
-            let mut states = std::mem::replace(&mut self.states, States::Empty).into_vec();
-            states.resize_with(tiers, S::default);
-            self.states = States::from_vec(states);
-        }
-        self.states.as_mut_slice()
+        self.states.resize_with(tiers, S::default);
+        &mut self.states
     }
 }
 

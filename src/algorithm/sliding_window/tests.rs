@@ -277,11 +277,11 @@ fn state_size() {
     let window = SlidingWindow::new(&Quota::per_second(10));
     let mut state = SlidingWindowState::default();
     window.check_mut(&mut state, S, 1);
-    assert!(matches!(state.counts, Counts::Two([0, 1])));
+    assert!(matches!(state.counts, Few::Two([0, 1])));
     let eight = window.sub_windows(8);
     let mut state = SlidingWindowState::default();
     eight.check_mut(&mut state, S, 1);
-    assert!(matches!(&state.counts, Counts::Heap(c) if c.len() == 9));
+    assert!(matches!(&state.counts, Few::Heap(c) if c.len() == 9));
 }
 
 proptest::proptest! {
