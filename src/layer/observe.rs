@@ -28,9 +28,6 @@ use crate::{Decision, Key};
 #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
 const REPORT_EVERY: u64 = 10_000_000_000;
 
-/// The layer's clock, in nanoseconds, as a responder holds it.
-pub(crate) type Now = dyn Fn() -> u64 + Send + Sync;
-
 /// The denials of one layer (its own quotas and every plan's) since it last reported them.
 #[derive(Debug, Default)]
 #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
@@ -109,7 +106,7 @@ impl Observer {
 
     /// Records a decision: counted, and logged at debug level with the key's kind; a denial
     /// also counts in the layer's `denials`, reported at `info` level on the layer's clock
-    /// (`now`; none is reported without it). `denials` is shared by the layer's plans, so
+    /// (`now`, read only then). `denials` is shared by the layer's plans, so
     /// that plans made again after their eviction, or many at once, do not multiply reports.
     #[inline]
     pub(crate) fn decision(
@@ -118,7 +115,7 @@ impl Observer {
         dry_run: bool,
         key_kind: &'static str,
         denials: &Denials,
-        now: Option<&Now>,
+        now: impl FnOnce() -> u64,
     ) {
         let outcome = outcome(decision, dry_run);
         self.count(outcome);
@@ -131,10 +128,8 @@ impl Observer {
                 remaining = decision.remaining,
                 "rate limit decision"
             );
-            if let (false, Some(now)) = (decision.allowed, now) {
-                if tracing::enabled!(tracing::Level::INFO) {
-                    self.denied(decision, dry_run, key_kind, denials, now);
-                }
+            if !decision.allowed && tracing::enabled!(tracing::Level::INFO) {
+                self.denied(decision, dry_run, key_kind, denials, now());
             }
         }
         #[cfg(not(feature = "tracing"))]
@@ -154,30 +149,24 @@ impl Observer {
         dry_run: bool,
         key_kind: &'static str,
         denials: &Denials,
-        now: &Now,
+        now: u64,
     ) {
-        let Some(denied) = denials.record(now()) else {
+        let Some(denied) = denials.record(now) else {
             return;
         };
         let retry_after_ms = decision.retry_after.map(crate::decision::ceil_millis);
-        if dry_run {
-            tracing::info!(
-                policy = self.policy(),
-                denied,
-                key_kind,
-                retry_after_ms,
-                "dry run: requests would have been rate limited (since the last report; \
-                 reported at most every 10 s)"
-            );
+        let what = if dry_run {
+            "dry run: requests would have been rate limited"
         } else {
-            tracing::info!(
-                policy = self.policy(),
-                denied,
-                key_kind,
-                retry_after_ms,
-                "requests rate limited (since the last report; reported at most every 10 s)"
-            );
-        }
+            "requests rate limited"
+        };
+        tracing::info!(
+            policy = self.policy(),
+            denied,
+            key_kind,
+            retry_after_ms,
+            "{what} (since the last report; reported at most every 10 s)"
+        );
     }
 
     /// Runs `f` (the check and what follows from it) in a debug-level `rate_limit` span with

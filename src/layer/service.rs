@@ -8,11 +8,9 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::future::ResponseFuture;
+use super::future::{Refund, ResponseFuture, Ticket};
 use super::observe;
-use super::plain;
 use super::shared::Shared;
-use super::ticket::{Refund, Ticket};
 use super::upgrade;
 use crate::key::RequestHead;
 
@@ -27,6 +25,7 @@ use crate::key::RequestHead;
 /// check waits for the store gives it back while it waits and readies the inner service again
 /// once admitted, so an admitted request may wait there a second time, behind later ones;
 /// waiting for Redis, it holds nothing others need.
+#[derive(Clone)]
 pub struct RateLimit<S> {
     inner: S,
     shared: Arc<Shared>,
@@ -50,15 +49,6 @@ impl<S> RateLimit<S> {
     /// The inner service, consuming the middleware.
     pub fn into_inner(self) -> S {
         self.inner
-    }
-}
-
-impl<S: Clone> Clone for RateLimit<S> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: self.shared.clone(),
-        }
     }
 }
 
@@ -86,43 +76,36 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         let active = shared.active.load();
         let responder = active.responder.clone();
         let key = match shared.key.extract(RequestHead::new(&req)) {
             Ok(Some(key)) => key,
             Ok(None) => {
-                let mut req = req;
                 if shared.holds {
                     upgrade::pass_without_slot(&mut req);
                 }
                 return ResponseFuture::unlimited(self.inner.call(req), responder);
             }
             Err(error) => {
-                responder.observer().count("key_error");
                 log_key_error(&error);
                 // Answered here: the readiness `poll_ready` took (a permit) is given back.
                 self.inner = self.inner.clone();
                 return ResponseFuture::answered(responder.key_error(&error, &req), responder);
             }
         };
-        let policy = match &shared.per_key {
-            Some(per_key) => {
-                match per_key.policy(&key, RequestHead::new(&req)) {
-                    Ok(policy) => policy,
-                    // A plan the store refuses: refused as by a store that fails closed.
-                    Err(error) => {
-                        responder.observer().count("store_error");
-                        self.inner = self.inner.clone();
-                        let grpc = responder.grpc(&req);
-                        return ResponseFuture::answered(
-                            plain::store_error(&error, grpc).map(Into::into),
-                            responder,
-                        );
-                    }
-                }
+        // A plan the store refuses: refused as by a store that fails closed.
+        let policy = match shared
+            .per_key
+            .as_ref()
+            .map(|p| p.policy(&key, RequestHead::new(&req)))
+        {
+            Some(Err(error)) => {
+                self.inner = self.inner.clone();
+                return ResponseFuture::answered(responder.store_error(&error, &req), responder);
             }
+            Some(Ok(policy)) => policy,
             None => None,
         };
         let (limiter, responder) = match &policy {
