@@ -49,31 +49,21 @@ impl IpNet {
     /// Fails when the prefix is longer than the address (32 bits for IPv4, 128 for IPv6) or
     /// when `addr` has bits set past the prefix.
     pub fn new(addr: IpAddr, prefix_len: u8) -> Result<Self, ParseIpNetError> {
-        let value = || format!("{addr}/{prefix_len}");
-        let net = match addr {
-            IpAddr::V4(v4) => Ipv4Net::new(v4, prefix_len)
-                .map(Net::V4)
-                .map_err(|_| ParseIpNetError::new(value(), Reason::PrefixTooLong(32)))?,
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) if (96..=128).contains(&prefix_len) => Net::V4(
-                    Ipv4Net::new(v4, prefix_len - 96)
-                        .map_err(|_| ParseIpNetError::new(value(), Reason::PrefixTooLong(128)))?,
-                ),
-                _ => Ipv6Net::new(v6, prefix_len)
-                    .map(Net::V6)
-                    .map_err(|_| ParseIpNetError::new(value(), Reason::PrefixTooLong(128)))?,
-            },
+        let error = |reason| ParseIpNetError::new(format!("{addr}/{prefix_len}"), reason);
+        // An IPv4-mapped network of prefix 96 or longer is the IPv4 network it maps.
+        let (ip, bits) = match addr {
+            IpAddr::V6(v6) if prefix_len >= 96 => v6
+                .to_ipv4_mapped()
+                .map_or((addr, prefix_len), |v4| (IpAddr::V4(v4), prefix_len - 96)),
+            _ => (addr, prefix_len),
         };
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let net = Net::new(ip, bits).map_err(|_| error(Reason::PrefixTooLong(max)))?;
         // The one check `ipnet` leaves to its caller: it keeps host bits, and `trunc` drops
         // them. A trust list must not quietly widen a mistyped address to its network.
         if net.trunc() != net {
-            return Err(ParseIpNetError::new(
-                value(),
-                Reason::HostBits {
-                    network: Self(net.trunc()),
-                    host: Self::host(addr),
-                },
-            ));
+            let (network, host) = (Self(net.trunc()), Self::host(addr));
+            return Err(error(Reason::HostBits { network, host }));
         }
         Ok(Self(net))
     }
@@ -198,29 +188,24 @@ impl FromStr for IpNet {
     type Err = ParseIpNetError;
 
     fn from_str(text: &str) -> Result<Self, ParseIpNetError> {
-        let trimmed = text.trim();
-        let (addr, prefix) = match trimmed.split_once('/') {
+        let error = |reason| ParseIpNetError::new(text, reason);
+        let (addr, prefix) = match text.trim().split_once('/') {
             Some((addr, prefix)) => (addr, Some(prefix)),
-            None => (trimmed, None),
+            None => (text.trim(), None),
         };
         // A zone id names an interface, not part of the network.
         let addr = match addr.split_once('%') {
             Some((addr, zone)) if !zone.is_empty() && addr.contains(':') => addr,
             _ => addr,
         };
-        let addr: IpAddr = addr
-            .parse()
-            .map_err(|_| ParseIpNetError::new(text, Reason::NotAnAddress))?;
-        match prefix {
-            None => Ok(Self::host(addr)),
-            Some(prefix) => {
-                let digits = !prefix.is_empty() && prefix.bytes().all(|b| b.is_ascii_digit());
-                let prefix = match prefix.parse::<u8>() {
-                    Ok(prefix) if digits => prefix,
-                    _ => return Err(ParseIpNetError::new(text, Reason::BadPrefix)),
-                };
-                Self::new(addr, prefix).map_err(|e| ParseIpNetError::new(text, e.reason))
-            }
+        let addr: IpAddr = addr.parse().map_err(|_| error(Reason::NotAnAddress))?;
+        let Some(prefix) = prefix else {
+            return Ok(Self::host(addr));
+        };
+        let digits = !prefix.is_empty() && prefix.bytes().all(|b| b.is_ascii_digit());
+        match prefix.parse::<u8>() {
+            Ok(prefix) if digits => Self::new(addr, prefix).map_err(|e| error(e.reason)),
+            _ => Err(error(Reason::BadPrefix)),
         }
     }
 }

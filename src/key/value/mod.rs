@@ -104,12 +104,7 @@ impl Key {
     pub fn as_ip(&self) -> Option<IpAddr> {
         match self.0 {
             Repr::V4(w) => Some(IpAddr::V4(Ipv4Addr::from(w.to_ne_bytes()))),
-            Repr::V6([hi, lo]) => {
-                let mut octets = [0; 16];
-                octets[..8].copy_from_slice(&hi.to_ne_bytes());
-                octets[8..].copy_from_slice(&lo.to_ne_bytes());
-                Some(IpAddr::V6(Ipv6Addr::from(octets)))
-            }
+            Repr::V6(words) => Some(IpAddr::V6(Ipv6Addr::from(v6_octets(words)))),
             _ => None,
         }
     }
@@ -307,6 +302,15 @@ impl From<Ipv6Addr> for Key {
     }
 }
 
+/// The octets of an IPv6 key's words.
+#[inline]
+fn v6_octets([hi, lo]: [u64; 2]) -> [u8; 16] {
+    let mut octets = [0; 16];
+    octets[..8].copy_from_slice(&hi.to_ne_bytes());
+    octets[8..].copy_from_slice(&lo.to_ne_bytes());
+    octets
+}
+
 /// Eight bytes as a native-endian word.
 #[inline]
 fn word(bytes: &[u8]) -> u64 {
@@ -322,29 +326,18 @@ impl From<u64> for Key {
     }
 }
 
-impl From<&[u8]> for Key {
-    fn from(bytes: &[u8]) -> Self {
-        Self::from_bytes(bytes)
-    }
+/// Byte strings and text: their bytes, whatever their length.
+macro_rules! from_bytes {
+    ($($ty:ty),*) => {$(
+        impl From<$ty> for Key {
+            fn from(bytes: $ty) -> Self {
+                Self::from_bytes(AsRef::<[u8]>::as_ref(&bytes))
+            }
+        }
+    )*};
 }
 
-impl From<&str> for Key {
-    fn from(s: &str) -> Self {
-        Self::from_bytes(s.as_bytes())
-    }
-}
-
-impl From<String> for Key {
-    fn from(s: String) -> Self {
-        Self::from_bytes(s.as_bytes())
-    }
-}
-
-impl From<&String> for Key {
-    fn from(s: &String) -> Self {
-        Self::from_bytes(s.as_bytes())
-    }
-}
+from_bytes!(&[u8], &str, String, &String);
 
 impl From<&Key> for Key {
     fn from(key: &Key) -> Self {
