@@ -13,12 +13,11 @@ use super::observe::Timer;
 use super::response::Responder;
 use super::upgrade::{self, Held};
 use crate::clock::Sleep;
-use crate::limiter::{DecisionFuture, Hold, Limiter};
+use crate::limiter::{DecisionFuture, Hold};
 use crate::{Decision, Error, Key};
 
 /// Gives back what an allowed request took when its response does not count (`count_if`).
 pub(crate) struct Refund {
-    pub(crate) limiter: Arc<dyn Limiter>,
     pub(crate) key: Key,
     pub(crate) cost: u64,
 }
@@ -35,6 +34,8 @@ pub(crate) struct Ticket<B> {
     /// Whether the layer is an in-flight limit (a request of cost 0 holds nothing there, but
     /// a handler that keeps its slot still finds one).
     pub(crate) in_flight: bool,
+    /// The timer of the check.
+    pub(crate) timer: Timer,
 }
 
 /// A request allowed after a delay, or after a wait for the store: a clone of the inner
@@ -72,11 +73,10 @@ pin_project! {
         Checking {
             #[pin]
             check: DecisionFuture,
-            // A clone of the inner service, not readied, the request, the timer of the check,
-            // and the limiter, whose clock times a delay. Boxed, as are the delayed states'
-            // contents: only requests that wait pay for them, and the future every request
-            // moves stays small.
-            pending: Option<Box<(S, Ticket<B>, Timer, Arc<dyn Limiter>)>>,
+            // A clone of the inner service, not readied, and the request. Boxed, as is the
+            // delayed state's content: only requests that wait pay for it, and the future
+            // every request moves stays small.
+            pending: Option<Box<(S, Ticket<B>)>>,
         },
         // Allowed after a delay (shaping, while `sleep` runs) or after a wait for the store:
         // then readying the inner service, as for a new request. Until the call it holds
@@ -113,7 +113,6 @@ fn next<F, S, B, R>(
     result: Result<Decision, Error>,
     (inner, readied): (&mut S, bool),
     ticket: Ticket<B>,
-    limiter: &Arc<dyn Limiter>,
 ) -> (State<F, S, B, R>, Option<Decision>, Option<Held>)
 where
     S: Service<Request<B>, Future = F> + Clone,
@@ -124,9 +123,11 @@ where
         key_kind,
         hold,
         in_flight,
+        timer,
         ..
     } = ticket;
-    let observer = responder.observer();
+    let (observer, limiter) = (responder.observer(), responder.limiter());
+    observer.finish(timer);
     let admitted = observer.in_span(key_kind, || responder.admit(result, &mut req, key_kind));
     let decision = match admitted {
         Ok(decision) => decision,
@@ -186,8 +187,6 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         check: DecisionFuture,
         inner: &mut S,
         ticket: Ticket<B>,
-        limiter: &Arc<dyn Limiter>,
-        timer: Timer,
         refund: Option<Refund>,
         responder: Arc<Responder>,
     ) -> Self
@@ -197,9 +196,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         let decided_at = ticket.decided_at;
         let (state, decision, hold, refund) = match check {
             DecisionFuture::Ready(Some(result)) => {
-                responder.observer().finish(timer);
-                let (state, decision, hold) =
-                    next(&responder, result, (inner, true), ticket, limiter);
+                let (state, decision, hold) = next(&responder, result, (inner, true), ticket);
                 let refund = refund_for(refund, decision.as_ref());
                 (state, decision, hold, refund)
             }
@@ -208,7 +205,7 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
                 // while the store decides.
                 let waiting = inner.clone();
                 *inner = waiting.clone();
-                let pending = Some(Box::new((waiting, ticket, timer, limiter.clone())));
+                let pending = Some(Box::new((waiting, ticket)));
                 (State::Checking { check, pending }, None, None, refund)
             }
         };
@@ -257,11 +254,9 @@ where
             match this.state.as_mut().project() {
                 StateProj::Checking { check, pending } => {
                     let result = ready!(check.poll(cx));
-                    let (mut inner, ticket, timer, limiter) = *taken(pending);
-                    this.responder.observer().finish(timer);
-                    let readied = (&mut inner, false);
+                    let (mut inner, ticket) = *taken(pending);
                     let (state, decision, hold) =
-                        next(this.responder, result, readied, ticket, &limiter);
+                        next(this.responder, result, (&mut inner, false), ticket);
                     *this.refund = refund_for(this.refund.take(), decision.as_ref());
                     *this.decision = decision;
                     *this.hold = hold;
@@ -295,7 +290,8 @@ where
                         let counts;
                         (counts, response) = this.responder.counts(response);
                         if !counts {
-                            let refund = refund.limiter.refund(refund.key, admission, refund.cost);
+                            let limiter = this.responder.limiter();
+                            let refund = limiter.refund(refund.key, admission, refund.cost);
                             let response = Some(response);
                             this.state.set(State::Refunding { refund, response });
                             continue;

@@ -55,31 +55,16 @@ impl Denials {
     }
 }
 
-/// The outcome label of a decision.
-pub(crate) fn outcome(decision: &Decision, dry_run: bool) -> &'static str {
-    match (decision.allowed, dry_run) {
-        (true, _) if !decision.delay.is_zero() => "delayed",
-        (true, _) => "allowed",
-        (false, true) => "dry_run_denied",
-        (false, false) => "denied",
-    }
-}
-
 /// Per-policy instruments, made once per policy.
 #[derive(Debug, Clone)]
 pub(crate) struct Observer {
-    #[cfg(feature = "metrics")]
-    policy: metrics::SharedString,
     name: std::sync::Arc<str>,
 }
 
 impl Observer {
     pub(crate) fn new(policy: &str) -> Self {
-        let name: std::sync::Arc<str> = policy.into();
         Self {
-            #[cfg(feature = "metrics")]
-            policy: metrics::SharedString::from_shared(name.clone()),
-            name,
+            name: policy.into(),
         }
     }
 
@@ -94,11 +79,17 @@ impl Observer {
         &self.name
     }
 
+    /// The policy name as a metrics label, shared (no copy of the name).
+    #[cfg(feature = "metrics")]
+    fn label(&self) -> metrics::SharedString {
+        metrics::SharedString::from_shared(self.name.clone())
+    }
+
     /// Counts one outcome.
     #[inline]
     pub(crate) fn count(&self, outcome: &'static str) {
         #[cfg(feature = "metrics")]
-        metrics::counter!("tollgate_decisions_total", "policy" => self.policy.clone(), "outcome" => outcome)
+        metrics::counter!("tollgate_decisions_total", "policy" => self.label(), "outcome" => outcome)
             .increment(1);
         #[cfg(not(feature = "metrics"))]
         let _ = outcome;
@@ -117,7 +108,12 @@ impl Observer {
         denials: &Denials,
         now: impl FnOnce() -> u64,
     ) {
-        let outcome = outcome(decision, dry_run);
+        let outcome = match (decision.allowed, dry_run) {
+            (true, _) if !decision.delay.is_zero() => "delayed",
+            (true, _) => "allowed",
+            (false, true) => "dry_run_denied",
+            (false, false) => "denied",
+        };
         self.count(outcome);
         #[cfg(feature = "tracing")]
         {
@@ -178,18 +174,12 @@ impl Observer {
     #[inline]
     pub(crate) fn in_span<R>(&self, key_kind: &'static str, f: impl FnOnce() -> R) -> R {
         #[cfg(feature = "tracing")]
-        {
-            if tracing::level_enabled!(tracing::Level::DEBUG) {
-                tracing::debug_span!("rate_limit", policy = self.policy(), key_kind).in_scope(f)
-            } else {
-                f()
-            }
+        if tracing::level_enabled!(tracing::Level::DEBUG) {
+            return tracing::debug_span!("rate_limit", policy = self.policy(), key_kind)
+                .in_scope(f);
         }
-        #[cfg(not(feature = "tracing"))]
-        {
-            let _ = key_kind;
-            f()
-        }
+        let _ = key_kind;
+        f()
     }
 
     /// Starts timing a store call.
@@ -205,7 +195,7 @@ impl Observer {
     #[inline]
     pub(crate) fn finish(&self, timer: Timer) {
         #[cfg(feature = "metrics")]
-        metrics::histogram!("tollgate_store_latency_seconds", "policy" => self.policy.clone())
+        metrics::histogram!("tollgate_store_latency_seconds", "policy" => self.label())
             .record(timer.start.elapsed().as_secs_f64());
         #[cfg(not(feature = "metrics"))]
         let _ = timer;

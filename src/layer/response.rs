@@ -67,6 +67,11 @@ impl Responder {
         self.settings.dry_run
     }
 
+    /// The limiter answered for.
+    pub(crate) fn limiter(&self) -> &Arc<dyn Limiter> {
+        &self.limiter
+    }
+
     /// The limiter's time now, in nanoseconds.
     pub(crate) fn now(&self) -> u64 {
         self.limiter.now()

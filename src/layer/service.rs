@@ -56,7 +56,7 @@ impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
-            .field("policy", &self.shared.active.load().limiter.policy())
+            .field("policy", &self.shared.active.load().limiter().policy())
             .finish_non_exhaustive()
     }
 }
@@ -79,7 +79,7 @@ where
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         let active = shared.active.load();
-        let responder = active.responder.clone();
+        let responder = Arc::clone(&active);
         let key = match shared.key.extract(RequestHead::new(&req)) {
             Ok(Some(key)) => key,
             Ok(None) => {
@@ -108,14 +108,14 @@ where
             Some(Ok(policy)) => policy,
             None => None,
         };
-        let (limiter, responder) = match &policy {
-            Some(policy) => (&policy.limiter, policy.responder.clone()),
-            None => (&active.limiter, responder),
+        let responder = match &policy {
+            Some(policy) => policy.responder.clone(),
+            None => responder,
         };
+        let limiter = responder.limiter();
         let cost = shared.cost(&key, RequestHead::new(&req));
         // With `count_if`, a request whose response does not count gives back what it took.
         let refund = (responder.counts_some() && cost > 0).then(|| Refund {
-            limiter: limiter.clone(),
             key: key.clone(),
             cost,
         });
@@ -134,9 +134,9 @@ where
             decided_at: now,
             hold,
             in_flight: shared.holds,
+            timer,
         };
-        let inner = &mut self.inner;
-        ResponseFuture::new(check, inner, ticket, limiter, timer, refund, responder)
+        ResponseFuture::new(check, &mut self.inner, ticket, refund, responder)
     }
 }
 
