@@ -70,7 +70,8 @@ impl Handle {
         &self,
         key: impl Into<Key>,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'static {
-        let limiter = self.serving();
+        // The limiter the layer's own quotas are decided by now, bans included.
+        let limiter = self.live.lock().own();
         let key = key.into();
         async move { limiter.peek(key).await }
     }
@@ -166,11 +167,6 @@ impl Handle {
             }
             outcome.and(known)
         }
-    }
-
-    /// The limiter the layer's own quotas are decided by now, bans included.
-    fn serving(&self) -> Arc<dyn Limiter> {
-        self.live.lock().own()
     }
 
     /// The policy name the layer's limiter reports now.

@@ -209,11 +209,7 @@ impl Key {
             let mut buf = [0; INLINE];
             buf[..bytes.len()].copy_from_slice(bytes);
             // The length fits in the low five bits: INLINE < 32.
-            let tuple = if domain == Domain::Tuple {
-                INLINE_TUPLE
-            } else {
-                0
-            };
+            let tuple = INLINE_TUPLE * u8::from(domain == Domain::Tuple);
             Self(Repr::Inline {
                 len: bytes.len() as u8 | tuple,
                 buf,
