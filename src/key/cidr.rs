@@ -136,46 +136,35 @@ impl FromIterator<IpNet> for NetSet {
 #[inline]
 pub(super) fn group_v6(ip: IpAddr, prefix: u8) -> IpAddr {
     match ip {
-        IpAddr::V6(v6) => match carried_v4(v6) {
-            Carried::V4(v4) => IpAddr::V4(v4),
-            Carried::Whole => ip,
-            Carried::None => Ipv6Net::new(v6, prefix).map_or(ip, |net| IpAddr::V6(net.network())),
-        },
+        IpAddr::V6(v6) => carried_v4(v6).unwrap_or_else(|| {
+            Ipv6Net::new(v6, prefix).map_or(ip, |net| IpAddr::V6(net.network()))
+        }),
         v4 => v4,
     }
 }
 
-/// What an IPv6 address says of the IPv4 client behind it.
-enum Carried {
-    /// It carries this IPv4 address.
-    V4(Ipv4Addr),
-    /// It carries one where its network's prefix length puts it (RFC 6052 §2.2): the address
-    /// as a whole is one client's.
-    Whole,
-    /// A native IPv6 address.
-    None,
-}
-
-/// The IPv4 client an IPv6 address carries, if any.
+/// The IPv4 client an IPv6 address carries, if any: that IPv4 address, or the IPv6 address
+/// whole where its network's prefix length puts the IPv4 one (RFC 6052 §2.2); `None` for a
+/// native IPv6 address.
 #[inline]
-fn carried_v4(v6: Ipv6Addr) -> Carried {
+fn carried_v4(v6: Ipv6Addr) -> Option<IpAddr> {
     let bits = u128::from(v6);
-    let segments = v6.segments();
     let low = Ipv4Addr::from((bits & 0xffff_ffff) as u32);
-    match segments {
+    let v4 = match v6.segments() {
         // IPv4-mapped (`::ffff:a.b.c.d`).
-        [0, 0, 0, 0, 0, 0xffff, _, _] => Carried::V4(low),
+        [0, 0, 0, 0, 0, 0xffff, _, _] => low,
         // NAT64's well-known prefix, `64:ff9b::/96` (RFC 6052).
-        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Carried::V4(low),
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => low,
         // NAT64's local-use prefix, `64:ff9b:1::/48` (RFC 8215): the operator's prefix may be
         // /48 to /96, so where the IPv4 address sits is not known here.
-        [0x64, 0xff9b, 1, ..] => Carried::Whole,
+        [0x64, 0xff9b, 1, ..] => return Some(IpAddr::V6(v6)),
         // 6to4, `2002:a.b.c.d::/48` (RFC 3056).
-        [0x2002, hi, lo, ..] => Carried::V4(Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo))),
+        [0x2002, hi, lo, ..] => Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)),
         // Teredo, `2001:0::/32` (RFC 4380): the client's public address, inverted, last.
-        [0x2001, 0, ..] => Carried::V4(Ipv4Addr::from(!((bits & 0xffff_ffff) as u32))),
-        _ => Carried::None,
-    }
+        [0x2001, 0, ..] => Ipv4Addr::from(!((bits & 0xffff_ffff) as u32)),
+        _ => return None,
+    };
+    Some(IpAddr::V4(v4))
 }
 
 impl From<IpAddr> for IpNet {

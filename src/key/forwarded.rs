@@ -97,36 +97,23 @@ pub(super) enum Entry {
     Opaque,
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Syntax {
-    /// Comma-separated nodes.
-    List,
-    /// RFC 7239 elements, whose `for` parameter is the node.
-    Forwarded,
-    /// Exactly one node in exactly one header line.
-    Single,
-}
-
-/// The entries of one forwarding header, from the right.
+/// The entries of one forwarding header, from the right: nodes separated by commas
+/// (`X-Forwarded-For`), RFC 7239 elements whose `for` parameter is the node (`Forwarded`), or
+/// exactly one node in exactly one header line (the others).
 pub(super) struct Entries<'a> {
     lines: ValueIter<'a, HeaderValue>,
     /// What is left of the current line, not yet returned; `None` between lines.
     rest: Option<&'a [u8]>,
-    syntax: Syntax,
+    header: &'a ForwardedHeader,
 }
 
 impl<'a> Entries<'a> {
-    pub(super) fn new(headers: &'a HeaderMap, header: &ForwardedHeader) -> Self {
-        let syntax = match header {
-            ForwardedHeader::XForwardedFor => Syntax::List,
-            ForwardedHeader::Forwarded => Syntax::Forwarded,
-            ForwardedHeader::XRealIp | ForwardedHeader::Single(_) => Syntax::Single,
-        };
+    pub(super) fn new(headers: &'a HeaderMap, header: &'a ForwardedHeader) -> Self {
         let lines = headers.get_all(header.name()).iter();
         Self {
             lines,
             rest: None,
-            syntax,
+            header,
         }
     }
 }
@@ -139,29 +126,29 @@ impl Iterator for Entries<'_> {
             Some(rest) => rest,
             None => self.lines.next_back()?.as_bytes(),
         };
-        Some(match self.syntax {
-            Syntax::List => {
+        let (rest, entry) = match self.header {
+            ForwardedHeader::XForwardedFor => {
                 let (rest, last) = split_last(line, b',');
-                self.rest = rest;
-                parse_node(last)
+                (rest, parse_node(last))
             }
-            Syntax::Forwarded => {
-                let (rest, entry) = split_last_element(line);
-                self.rest = rest;
-                entry
-            }
-            Syntax::Single => {
+            ForwardedHeader::Forwarded => split_last_element(line),
+            ForwardedHeader::XRealIp | ForwardedHeader::Single(_) => {
                 // Two lines mean the value was added to, not set: neither can be trusted.
                 let added = self.lines.next_back().is_some();
                 // The one entry: the lines left are never read.
                 self.lines.by_ref().for_each(drop);
-                if added {
-                    Entry::Opaque
-                } else {
-                    parse_node(line)
-                }
+                (
+                    None,
+                    if added {
+                        Entry::Opaque
+                    } else {
+                        parse_node(line)
+                    },
+                )
             }
-        })
+        };
+        self.rest = rest;
+        Some(entry)
     }
 }
 

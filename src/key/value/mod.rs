@@ -354,20 +354,21 @@ impl fmt::Debug for Key {
         if let Some(n) = self.as_u64() {
             return write!(f, "Key({n})");
         }
-        let tuple = if self.is_tuple() { "tuple " } else { "" };
-        if let Some(digest) = self.as_digest() {
-            write!(f, "Key({tuple}sha256:")?;
-            hex(f, &digest[..8])?;
-            return f.write_str("…)");
-        }
-        let bytes = self.as_bytes().unwrap_or_default();
-        if self.is_tuple() {
-            f.write_str("Key(tuple ")?;
-            hex(f, bytes)?;
-            f.write_str(")")
+        f.write_str(if self.is_tuple() {
+            "Key(tuple "
         } else {
-            write!(f, "Key({:?})", String::from_utf8_lossy(bytes))
+            "Key("
+        })?;
+        match (self.as_digest(), self.as_bytes().unwrap_or_default()) {
+            (Some(digest), _) => {
+                f.write_str("sha256:")?;
+                hex(f, &digest[..8])?;
+                f.write_str("…")?;
+            }
+            (None, bytes) if self.is_tuple() => hex(f, bytes)?,
+            (None, bytes) => write!(f, "{:?}", String::from_utf8_lossy(bytes))?,
         }
+        f.write_str(")")
     }
 }
 
