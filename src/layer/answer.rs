@@ -34,12 +34,6 @@ impl Answer {
     }
 }
 
-impl From<Bytes> for Answer {
-    fn from(bytes: Bytes) -> Self {
-        Self::Full(bytes)
-    }
-}
-
 impl http_body::Body for Answer {
     type Data = Bytes;
     type Error = BoxError;

@@ -1,7 +1,6 @@
 //! The rate limit headers: which fields ([`HeaderStyle`]), on which responses
 //! ([`HeaderPlacement`]), and the writer that fills them in from a [`Decision`].
 
-use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::Entry;
@@ -232,27 +231,23 @@ impl HeaderWriter {
     }
 
     fn of(policies: Box<[Policy]>, headers: Headers) -> Self {
-        let mut text = String::new();
-        for (i, p) in policies.iter().enumerate() {
-            if i > 0 {
-                text.push_str(", ");
-            }
+        let item = |p: &Policy| {
             let limit = sf_int(p.limit);
-            if headers.style == HeaderStyle::Ietf {
-                let _ = write!(text, "{};q={limit}", p.name);
-            } else {
-                let _ = write!(text, "{limit}");
-            }
-            let _ = match p.window {
-                Some(window) => write!(text, ";w={}", sf_int(window)),
-                None => write!(text, ";qu=\"concurrent-requests\""),
+            let quota = match headers.style {
+                HeaderStyle::Ietf => format!("{};q={limit}", p.name),
+                _ => limit.to_string(),
             };
-        }
+            match p.window {
+                Some(window) => format!("{quota};w={}", sf_int(window)),
+                None => format!("{quota};qu=\"concurrent-requests\""),
+            }
+        };
+        let items: Vec<String> = policies.iter().map(item).collect();
+        // Names are printable ASCII (checked by `Quota::named` or made by `Display`), so the
+        // value is always valid.
         let policy_value = match headers.style {
             HeaderStyle::Ietf | HeaderStyle::Draft7 | HeaderStyle::Draft6 => {
-                // Names are printable ASCII (checked by `Quota::named` or made by `Display`), so
-                // the value is always valid.
-                HeaderValue::try_from(text).ok()
+                HeaderValue::try_from(items.join(", ")).ok()
             }
             HeaderStyle::GitHub | HeaderStyle::None => None,
         };
