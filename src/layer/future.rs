@@ -31,9 +31,6 @@ pub(crate) struct Ticket<B> {
     pub(crate) decided_at: u64,
     /// For an in-flight limit, the key whose slots the request holds once let through.
     pub(crate) hold: Option<Key>,
-    /// Whether the layer is an in-flight limit (a request of cost 0 holds nothing there, but
-    /// a handler that keeps its slot still finds one).
-    pub(crate) in_flight: bool,
     /// The timer of the check.
     pub(crate) timer: Timer,
 }
@@ -122,7 +119,6 @@ where
         cost,
         key_kind,
         hold,
-        in_flight,
         timer,
         ..
     } = ticket;
@@ -149,7 +145,9 @@ where
     let hold = hold
         .and_then(|key| Hold::of(limiter, key, cost, &decision))
         .map(|hold| Held::of(hold, &mut req));
-    if hold.is_none() && in_flight {
+    // An in-flight limit's request that holds nothing (of cost 0, or let through by a dry
+    // run) still has a slot for a handler that keeps it.
+    if hold.is_none() && responder.in_flight() {
         upgrade::pass_without_slot(&mut req);
     }
     // A request of cost 0 takes nothing, so it has no turn to wait for.

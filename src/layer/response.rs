@@ -67,6 +67,12 @@ impl Responder {
         self.settings.dry_run
     }
 
+    /// Whether the limiter is an in-flight limit: its allowed requests hold what they took
+    /// until their response ends.
+    pub(crate) fn in_flight(&self) -> bool {
+        self.in_flight
+    }
+
     /// The limiter answered for.
     pub(crate) fn limiter(&self) -> &Arc<dyn Limiter> {
         &self.limiter

@@ -83,7 +83,7 @@ where
         let key = match shared.key.extract(RequestHead::new(&req)) {
             Ok(Some(key)) => key,
             Ok(None) => {
-                if shared.holds {
+                if responder.in_flight() {
                     upgrade::pass_without_slot(&mut req);
                 }
                 return ResponseFuture::unlimited(self.inner.call(req), responder);
@@ -122,7 +122,7 @@ where
         observe::trace_key(&key);
         let key_kind = key.kind();
         // An in-flight limit: the key of the slots the request will hold, to give them back.
-        let hold = (shared.holds && cost > 0).then(|| key.clone());
+        let hold = (responder.in_flight() && cost > 0).then(|| key.clone());
         let observer = responder.observer();
         let timer = observer.start();
         let now = limiter.now();
@@ -133,7 +133,6 @@ where
             key_kind,
             decided_at: now,
             hold,
-            in_flight: shared.holds,
             timer,
         };
         ResponseFuture::new(check, &mut self.inner, ticket, refund, responder)

@@ -27,9 +27,6 @@ pub(crate) struct Shared {
     pub(crate) active: ArcSwap<Responder>,
     /// The settings the answers are made with.
     settings: Settings,
-    /// Whether allowed requests hold what they took until their response ends (an in-flight
-    /// limit).
-    pub(crate) holds: bool,
     pub(crate) key: Arc<dyn KeyExtractor>,
     /// Per-key quotas, when the layer has a `quota_for` selector.
     pub(crate) per_key: Option<Arc<Plans>>,
@@ -55,11 +52,9 @@ impl Shared {
         bans: Option<Bans>,
         held: Arc<Blocks>,
     ) -> Self {
-        let holds = limiter.in_flight().is_some();
         let limiter = guarded(&bans, &held, limiter);
         Self {
             active: ArcSwap::from_pointee(Responder::for_limit(&limiter, settings.clone())),
-            holds,
             settings,
             key,
             per_key,
