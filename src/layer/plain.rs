@@ -2,15 +2,10 @@
 //! HTTP or gRPC.
 
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE, WWW_AUTHENTICATE};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-use super::grpc::{grpc_code, grpc_response, Grpc};
-use crate::key::KeyError;
-use crate::Error;
-
-/// The message of the answer when the store failed to decide.
-const UNAVAILABLE: &str = "Rate limiting is unavailable; try again shortly.";
+use super::grpc::{grpc_response, Grpc};
 
 /// The layer's own answer, not to be stored: for a gRPC request (`grpc`), trailers-only with
 /// the gRPC status `code` and `message`; else `status` with `message` as a line of plain text.
@@ -34,26 +29,6 @@ pub(crate) fn own_answer(
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     *response.headers_mut() = headers;
     response
-}
-
-/// The answer to a request whose key could not be found: the error's status and message, or
-/// for gRPC the status code of that HTTP status.
-/// A gRPC answer names no HTTP authentication scheme: it is no HTTP 401.
-pub(crate) fn key_error(error: &KeyError, grpc: Option<&Grpc>) -> Response<Bytes> {
-    let (status, message) = (error.status(), error.message().as_bytes());
-    let mut response = own_answer(status, grpc, grpc_code(status), message);
-    if let (None, Some(challenge)) = (grpc, error.challenge()) {
-        response
-            .headers_mut()
-            .insert(WWW_AUTHENTICATE, challenge.clone());
-    }
-    response
-}
-
-/// The answer when the store failed to decide.
-pub(crate) fn store_error(_error: &Error, grpc: Option<&Grpc>) -> Response<Bytes> {
-    let status = StatusCode::SERVICE_UNAVAILABLE;
-    own_answer(status, grpc, grpc_code(status), UNAVAILABLE.as_bytes())
 }
 
 /// Marks an answer the layer writes as one no cache may keep: a denial, a key error or a store

@@ -9,10 +9,10 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 
 use super::answer::Answer;
-use super::grpc::{Grpc, GRPC_PUSHBACK, GRPC_RESOURCE_EXHAUSTED};
+use super::grpc::{grpc_code, Grpc, GRPC_PUSHBACK, GRPC_RESOURCE_EXHAUSTED};
 use super::headers::HeaderWriter;
 use super::observe::Observer;
-use super::plain::{key_error, not_to_be_stored, own_answer, store_error};
+use super::plain::{not_to_be_stored, own_answer};
 use super::settings::Settings;
 use super::text::{int_value, Text};
 use crate::decision::{ceil_millis, ceil_secs};
@@ -22,6 +22,8 @@ use crate::{Decision, Decisions, Error, Quota};
 
 /// The message of an in-flight limit's denial: no one knows when a slot comes back.
 const BUSY: &str = "Too many requests in progress: retry once one has finished.";
+/// The message of the answer when the store failed to decide.
+const UNAVAILABLE: &str = "Rate limiting is unavailable; try again shortly.";
 /// The message of a denial that no wait would turn into an allowance.
 const TOO_LARGE: &str = "Request too large: it costs more than the rate limit ever allows.";
 
@@ -128,9 +130,17 @@ impl Responder {
     }
 
     /// The answer when the store failed to decide (counted).
-    pub(crate) fn store_error<B>(&self, error: &Error, req: &Request<B>) -> Response<Answer> {
+    pub(crate) fn store_error<B>(&self, _error: &Error, req: &Request<B>) -> Response<Answer> {
         self.observer.count("store_error");
-        store_error(error, self.grpc(req).as_ref()).map(Answer::Full)
+        let status = StatusCode::SERVICE_UNAVAILABLE;
+        let grpc = self.grpc(req);
+        let answer = own_answer(
+            status,
+            grpc.as_ref(),
+            grpc_code(status),
+            UNAVAILABLE.as_bytes(),
+        );
+        answer.map(Answer::Full)
     }
 
     /// Whether the request that got `response` counts against the quota (always, without
@@ -231,8 +241,9 @@ impl Responder {
 
     /// The answer to a request whose key could not be found (counted): `on_key_error`'s
     /// response for HTTP, or else the error's status and message; for gRPC the status code of
-    /// that HTTP status. `on_key_error`'s response gets `Cache-Control: no-store` and, when it
-    /// keeps a 401, the error's challenge, unless it has its own.
+    /// that HTTP status (and no HTTP authentication scheme: it is no HTTP 401). The HTTP
+    /// answer carries the error's challenge, as does `on_key_error`'s response when it keeps a
+    /// 401 and has none of its own; that response also gets `Cache-Control: no-store`.
     pub(crate) fn key_error<B>(&self, error: &KeyError, req: &Request<B>) -> Response<Answer> {
         self.observer.count("key_error");
         let grpc = self.grpc(req);
@@ -242,7 +253,13 @@ impl Responder {
             .as_ref()
             .filter(|_| grpc.is_none())
         else {
-            return key_error(error, grpc.as_ref()).map(Answer::Full);
+            let (status, message) = (error.status(), error.message().as_bytes());
+            let mut response = own_answer(status, grpc.as_ref(), grpc_code(status), message);
+            if let (None, Some(challenge)) = (grpc, error.challenge()) {
+                let headers = response.headers_mut();
+                headers.insert(WWW_AUTHENTICATE, challenge.clone());
+            }
+            return response.map(Answer::Full);
         };
         let mut response = on_key_error(error, RequestHead::new(req));
         let unauthorized = response.status() == StatusCode::UNAUTHORIZED;
