@@ -78,8 +78,7 @@ where
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
-        let active = shared.active.load();
-        let responder = Arc::clone(&active);
+        let responder = shared.active.load_full();
         let key = match shared.key.extract(RequestHead::new(&req)) {
             Ok(Some(key)) => key,
             Ok(None) => {
@@ -95,22 +94,15 @@ where
                 return ResponseFuture::answered(responder.key_error(&error, &req), responder);
             }
         };
-        // A plan the store refuses: refused as by a store that fails closed.
-        let policy = match shared
-            .per_key
-            .as_ref()
-            .map(|p| p.policy(&key, RequestHead::new(&req)))
-        {
+        let plan = shared.per_key.as_ref();
+        let responder = match plan.map(|p| p.policy(&key, RequestHead::new(&req))) {
+            Some(Ok(Some(policy))) => policy.responder.clone(),
+            Some(Ok(None)) | None => responder,
+            // A plan the store refuses: refused as by a store that fails closed.
             Some(Err(error)) => {
                 self.inner = self.inner.clone();
                 return ResponseFuture::answered(responder.store_error(&error, &req), responder);
             }
-            Some(Ok(policy)) => policy,
-            None => None,
-        };
-        let responder = match &policy {
-            Some(policy) => policy.responder.clone(),
-            None => responder,
         };
         let limiter = responder.limiter();
         let cost = shared.cost(&key, RequestHead::new(&req));
