@@ -101,17 +101,17 @@ impl<K> Allow<K> {
 impl<K: KeyExtractor> KeyExtractor for Allow<K> {
     #[inline]
     fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
-        if let Some(ip) = self.inner.client_ip(req) {
-            if self.list.contains(ip) {
-                return Ok(None);
-            }
-            return self.inner.extract(req);
+        let listed = |ip: Option<IpAddr>| ip.is_some_and(|ip| self.list.contains(ip));
+        let ip = self.inner.client_ip(req);
+        if listed(ip) {
+            return Ok(None);
         }
         let key = self.inner.extract(req)?;
-        match key.as_ref().and_then(Key::as_ip) {
-            Some(ip) if self.list.contains(ip) => Ok(None),
-            _ => Ok(key),
+        // An extractor that reports no address is checked by its key.
+        if ip.is_none() && listed(key.as_ref().and_then(Key::as_ip)) {
+            return Ok(None);
         }
+        Ok(key)
     }
 
     fn client_ip(&self, req: RequestHead<'_>) -> Option<IpAddr> {

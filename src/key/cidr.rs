@@ -49,31 +49,21 @@ impl IpNet {
     /// Fails when the prefix is longer than the address (32 bits for IPv4, 128 for IPv6) or
     /// when `addr` has bits set past the prefix.
     pub fn new(addr: IpAddr, prefix_len: u8) -> Result<Self, ParseIpNetError> {
-        let value = || format!("{addr}/{prefix_len}");
-        let net = match addr {
-            IpAddr::V4(v4) => Ipv4Net::new(v4, prefix_len)
-                .map(Net::V4)
-                .map_err(|_| ParseIpNetError::new(value(), Reason::PrefixTooLong(32)))?,
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) if (96..=128).contains(&prefix_len) => Net::V4(
-                    Ipv4Net::new(v4, prefix_len - 96)
-                        .map_err(|_| ParseIpNetError::new(value(), Reason::PrefixTooLong(128)))?,
-                ),
-                _ => Ipv6Net::new(v6, prefix_len)
-                    .map(Net::V6)
-                    .map_err(|_| ParseIpNetError::new(value(), Reason::PrefixTooLong(128)))?,
-            },
+        let error = |reason| ParseIpNetError::new(format!("{addr}/{prefix_len}"), reason);
+        // An IPv4-mapped network of prefix 96 or longer is the IPv4 network it maps.
+        let (ip, bits) = match addr {
+            IpAddr::V6(v6) if prefix_len >= 96 => v6
+                .to_ipv4_mapped()
+                .map_or((addr, prefix_len), |v4| (IpAddr::V4(v4), prefix_len - 96)),
+            _ => (addr, prefix_len),
         };
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let net = Net::new(ip, bits).map_err(|_| error(Reason::PrefixTooLong(max)))?;
         // The one check `ipnet` leaves to its caller: it keeps host bits, and `trunc` drops
         // them. A trust list must not quietly widen a mistyped address to its network.
         if net.trunc() != net {
-            return Err(ParseIpNetError::new(
-                value(),
-                Reason::HostBits {
-                    network: Self(net.trunc()),
-                    host: Self::host(addr),
-                },
-            ));
+            let (network, host) = (Self(net.trunc()), Self::host(addr));
+            return Err(error(Reason::HostBits { network, host }));
         }
         Ok(Self(net))
     }
@@ -146,46 +136,35 @@ impl FromIterator<IpNet> for NetSet {
 #[inline]
 pub(super) fn group_v6(ip: IpAddr, prefix: u8) -> IpAddr {
     match ip {
-        IpAddr::V6(v6) => match carried_v4(v6) {
-            Carried::V4(v4) => IpAddr::V4(v4),
-            Carried::Whole => ip,
-            Carried::None => Ipv6Net::new(v6, prefix).map_or(ip, |net| IpAddr::V6(net.network())),
-        },
+        IpAddr::V6(v6) => carried_v4(v6).unwrap_or_else(|| {
+            Ipv6Net::new(v6, prefix).map_or(ip, |net| IpAddr::V6(net.network()))
+        }),
         v4 => v4,
     }
 }
 
-/// What an IPv6 address says of the IPv4 client behind it.
-enum Carried {
-    /// It carries this IPv4 address.
-    V4(Ipv4Addr),
-    /// It carries one where its network's prefix length puts it (RFC 6052 §2.2): the address
-    /// as a whole is one client's.
-    Whole,
-    /// A native IPv6 address.
-    None,
-}
-
-/// The IPv4 client an IPv6 address carries, if any.
+/// The IPv4 client an IPv6 address carries, if any: that IPv4 address, or the IPv6 address
+/// whole where its network's prefix length puts the IPv4 one (RFC 6052 §2.2); `None` for a
+/// native IPv6 address.
 #[inline]
-fn carried_v4(v6: Ipv6Addr) -> Carried {
+fn carried_v4(v6: Ipv6Addr) -> Option<IpAddr> {
     let bits = u128::from(v6);
-    let segments = v6.segments();
     let low = Ipv4Addr::from((bits & 0xffff_ffff) as u32);
-    match segments {
+    let v4 = match v6.segments() {
         // IPv4-mapped (`::ffff:a.b.c.d`).
-        [0, 0, 0, 0, 0, 0xffff, _, _] => Carried::V4(low),
+        [0, 0, 0, 0, 0, 0xffff, _, _] => low,
         // NAT64's well-known prefix, `64:ff9b::/96` (RFC 6052).
-        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Carried::V4(low),
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => low,
         // NAT64's local-use prefix, `64:ff9b:1::/48` (RFC 8215): the operator's prefix may be
         // /48 to /96, so where the IPv4 address sits is not known here.
-        [0x64, 0xff9b, 1, ..] => Carried::Whole,
+        [0x64, 0xff9b, 1, ..] => return Some(IpAddr::V6(v6)),
         // 6to4, `2002:a.b.c.d::/48` (RFC 3056).
-        [0x2002, hi, lo, ..] => Carried::V4(Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo))),
+        [0x2002, hi, lo, ..] => Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)),
         // Teredo, `2001:0::/32` (RFC 4380): the client's public address, inverted, last.
-        [0x2001, 0, ..] => Carried::V4(Ipv4Addr::from(!((bits & 0xffff_ffff) as u32))),
-        _ => Carried::None,
-    }
+        [0x2001, 0, ..] => Ipv4Addr::from(!((bits & 0xffff_ffff) as u32)),
+        _ => return None,
+    };
+    Some(IpAddr::V4(v4))
 }
 
 impl From<IpAddr> for IpNet {
@@ -198,29 +177,24 @@ impl FromStr for IpNet {
     type Err = ParseIpNetError;
 
     fn from_str(text: &str) -> Result<Self, ParseIpNetError> {
-        let trimmed = text.trim();
-        let (addr, prefix) = match trimmed.split_once('/') {
+        let error = |reason| ParseIpNetError::new(text, reason);
+        let (addr, prefix) = match text.trim().split_once('/') {
             Some((addr, prefix)) => (addr, Some(prefix)),
-            None => (trimmed, None),
+            None => (text.trim(), None),
         };
         // A zone id names an interface, not part of the network.
         let addr = match addr.split_once('%') {
             Some((addr, zone)) if !zone.is_empty() && addr.contains(':') => addr,
             _ => addr,
         };
-        let addr: IpAddr = addr
-            .parse()
-            .map_err(|_| ParseIpNetError::new(text, Reason::NotAnAddress))?;
-        match prefix {
-            None => Ok(Self::host(addr)),
-            Some(prefix) => {
-                let digits = !prefix.is_empty() && prefix.bytes().all(|b| b.is_ascii_digit());
-                let prefix = match prefix.parse::<u8>() {
-                    Ok(prefix) if digits => prefix,
-                    _ => return Err(ParseIpNetError::new(text, Reason::BadPrefix)),
-                };
-                Self::new(addr, prefix).map_err(|e| ParseIpNetError::new(text, e.reason))
-            }
+        let addr: IpAddr = addr.parse().map_err(|_| error(Reason::NotAnAddress))?;
+        let Some(prefix) = prefix else {
+            return Ok(Self::host(addr));
+        };
+        let digits = !prefix.is_empty() && prefix.bytes().all(|b| b.is_ascii_digit());
+        match prefix.parse::<u8>() {
+            Ok(prefix) if digits => Self::new(addr, prefix).map_err(|e| error(e.reason)),
+            _ => Err(error(Reason::BadPrefix)),
         }
     }
 }

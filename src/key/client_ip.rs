@@ -231,49 +231,38 @@ impl ClientIp {
         PeerIp::peer_ip(req).map(|peer| self.client(peer, req.headers()))
     }
 
+    /// The client behind `peer`: walking the header from the right, the first address that
+    /// is not a trusted proxy's, or the `n`-th of `n` hops; the reporter of an entry that is
+    /// no address (the last trusted hop); the leftmost of addresses all trusted; the peer for
+    /// a list shorter than its hops.
     fn client(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
-        match &self.trust {
-            Trust::Proxies(proxies) => {
-                if !proxies.contains(peer) {
-                    return peer;
-                }
-                // The last trusted hop: the one that reported the entry looked at next.
-                let mut reporter = peer;
-                for entry in Entries::new(headers, &self.header).take(Self::MAX_ENTRIES) {
-                    match entry {
-                        Entry::Empty => {}
-                        Entry::Opaque => return reporter,
-                        Entry::Addr(ip) => {
-                            let ip = ip.to_canonical();
-                            if !proxies.contains(ip) {
-                                return ip;
-                            }
-                            reporter = ip;
-                        }
-                    }
-                }
-                reporter
-            }
+        let (proxies, hops, examined) = match &self.trust {
+            Trust::Proxies(proxies) if !proxies.contains(peer) => return peer,
+            Trust::Proxies(proxies) => (Some(proxies), usize::MAX, Self::MAX_ENTRIES),
             Trust::Hops(n) => {
                 let n = if self.header.is_list() { *n } else { 1 };
-                let mut reporter = peer;
-                let mut hops = 0;
-                let entries = Entries::new(headers, &self.header);
-                for entry in entries.take(n.max(Self::MAX_ENTRIES)) {
-                    match entry {
-                        Entry::Empty => {}
-                        Entry::Opaque => return reporter,
-                        Entry::Addr(ip) => {
-                            hops += 1;
-                            reporter = ip.to_canonical();
-                            if hops == n {
-                                return reporter;
-                            }
-                        }
-                    }
-                }
-                peer
+                (None, n, n.max(Self::MAX_ENTRIES))
             }
+        };
+        // The last trusted hop: the one that reported the entry looked at next.
+        let mut reporter = peer;
+        let mut seen = 0;
+        for entry in Entries::new(headers, &self.header).take(examined) {
+            let ip = match entry {
+                Entry::Empty => continue,
+                Entry::Opaque => return reporter,
+                Entry::Addr(ip) => ip.to_canonical(),
+            };
+            seen += 1;
+            if seen == hops || proxies.is_some_and(|proxies| !proxies.contains(ip)) {
+                return ip;
+            }
+            reporter = ip;
+        }
+        if proxies.is_some() {
+            reporter
+        } else {
+            peer
         }
     }
 }

@@ -10,14 +10,8 @@ use super::{Key, KeyError, KeyExtractor, RequestHead};
 /// that find byte strings share one namespace. See [`KeyExtractor::or`] to keep them apart.
 #[derive(Debug, Clone)]
 pub struct Or<A, B> {
-    first: A,
-    second: B,
-}
-
-impl<A, B> Or<A, B> {
-    pub(crate) fn new(first: A, second: B) -> Self {
-        Self { first, second }
-    }
+    pub(super) first: A,
+    pub(super) second: B,
 }
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
@@ -106,7 +100,8 @@ impl<const N: usize> Parts<N> {
     }
 }
 
-macro_rules! tuple_extractor {
+/// A tuple of extractors, and the key of a tuple of keys.
+macro_rules! tuple {
     ($arity:literal; $($name:ident),+) => {
         /// A tuple of extractors keys a request on all their keys together, such as
         /// `(Route, PeerIp)`: one budget per client per route. If any part leaves the request
@@ -130,15 +125,7 @@ macro_rules! tuple_extractor {
                 Ok(Some(parts.key()))
             }
         }
-    };
-}
 
-tuple_extractor!(2; A, B);
-tuple_extractor!(3; A, B, C);
-tuple_extractor!(4; A, B, C, D);
-
-macro_rules! tuple_key {
-    ($arity:literal; $($name:ident),+) => {
         /// The key a tuple of extractors makes from these parts, in order: what a live
         /// layer's [`Handle`](crate::layer::Handle) takes to peek at, reset or block one
         /// client of a layer keyed on a tuple. Each part must be the key its extractor makes:
@@ -167,9 +154,9 @@ macro_rules! tuple_key {
     };
 }
 
-tuple_key!(2; A, B);
-tuple_key!(3; A, B, C);
-tuple_key!(4; A, B, C, D);
+tuple!(2; A, B);
+tuple!(3; A, B, C);
+tuple!(4; A, B, C, D);
 
 /// A tuple whose parts are chosen at run time, such as a composite key read from a
 /// configuration file: the same key as the tuple of the same parts written in code

@@ -97,38 +97,23 @@ pub(super) enum Entry {
     Opaque,
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Syntax {
-    /// Comma-separated nodes.
-    List,
-    /// RFC 7239 elements, whose `for` parameter is the node.
-    Forwarded,
-    /// Exactly one node in exactly one header line.
-    Single,
-    /// A single-address header already read.
-    Done,
-}
-
-/// The entries of one forwarding header, from the right.
+/// The entries of one forwarding header, from the right: nodes separated by commas
+/// (`X-Forwarded-For`), RFC 7239 elements whose `for` parameter is the node (`Forwarded`), or
+/// exactly one node in exactly one header line (the others).
 pub(super) struct Entries<'a> {
     lines: ValueIter<'a, HeaderValue>,
     /// What is left of the current line, not yet returned; `None` between lines.
     rest: Option<&'a [u8]>,
-    syntax: Syntax,
+    header: &'a ForwardedHeader,
 }
 
 impl<'a> Entries<'a> {
-    pub(super) fn new(headers: &'a HeaderMap, header: &ForwardedHeader) -> Self {
-        let syntax = match header {
-            ForwardedHeader::XForwardedFor => Syntax::List,
-            ForwardedHeader::Forwarded => Syntax::Forwarded,
-            ForwardedHeader::XRealIp | ForwardedHeader::Single(_) => Syntax::Single,
-        };
+    pub(super) fn new(headers: &'a HeaderMap, header: &'a ForwardedHeader) -> Self {
         let lines = headers.get_all(header.name()).iter();
         Self {
             lines,
             rest: None,
-            syntax,
+            header,
         }
     }
 }
@@ -137,35 +122,33 @@ impl Iterator for Entries<'_> {
     type Item = Entry;
 
     fn next(&mut self) -> Option<Entry> {
-        if let Syntax::Done = self.syntax {
-            return None;
-        }
         let line = match self.rest.take() {
             Some(rest) => rest,
             None => self.lines.next_back()?.as_bytes(),
         };
-        Some(match self.syntax {
-            Syntax::List => {
+        let (rest, entry) = match self.header {
+            ForwardedHeader::XForwardedFor => {
                 let (rest, last) = split_last(line, b',');
-                self.rest = rest;
-                parse_node(last)
+                (rest, parse_node(last))
             }
-            Syntax::Forwarded => {
-                let (rest, entry) = split_last_element(line);
-                self.rest = rest;
-                entry
-            }
-            Syntax::Single => {
-                self.syntax = Syntax::Done;
+            ForwardedHeader::Forwarded => split_last_element(line),
+            ForwardedHeader::XRealIp | ForwardedHeader::Single(_) => {
                 // Two lines mean the value was added to, not set: neither can be trusted.
-                if self.lines.next_back().is_some() {
-                    Entry::Opaque
-                } else {
-                    parse_node(line)
-                }
+                let added = self.lines.next_back().is_some();
+                // The one entry: the lines left are never read.
+                self.lines.by_ref().for_each(drop);
+                (
+                    None,
+                    if added {
+                        Entry::Opaque
+                    } else {
+                        parse_node(line)
+                    },
+                )
             }
-            Syntax::Done => Entry::Empty,
-        })
+        };
+        self.rest = rest;
+        Some(entry)
     }
 }
 
@@ -181,17 +164,6 @@ fn split_last(bytes: &[u8], sep: u8) -> (Option<&[u8]>, &[u8]) {
 fn escaped(bytes: &[u8], i: usize) -> bool {
     let backslashes = bytes[..i].iter().rev().take_while(|&&b| b == b'\\').count();
     backslashes % 2 == 1
-}
-
-/// Strips optional whitespace (space and tab) from both ends.
-fn trim_ows(bytes: &[u8]) -> &[u8] {
-    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
-    let start = bytes.iter().position(|b| !is_ows(b)).unwrap_or(bytes.len());
-    let end = bytes
-        .iter()
-        .rposition(|b| !is_ows(b))
-        .map_or(start, |i| i + 1);
-    &bytes[start..end]
 }
 
 /// Splits the last RFC 7239 `forwarded-element` (`for=...;by=...;proto=...`) off `line` and
@@ -239,7 +211,7 @@ fn split_last_element(line: &[u8]) -> (Option<&[u8]>, Entry) {
         }
     };
     let entry = match node {
-        _ if trim_ows(&line[element_start..]).is_empty() => Entry::Empty,
+        _ if line[element_start..].trim_ascii().is_empty() => Entry::Empty,
         Some(value) if fors == 1 => parse_for(value),
         _ => Entry::Opaque,
     };
@@ -248,17 +220,17 @@ fn split_last_element(line: &[u8]) -> (Option<&[u8]>, Entry) {
 
 /// The value of a `for=value` pair (the name in any case), or `None` for another pair.
 fn for_value(pair: &[u8]) -> Option<&[u8]> {
-    let pair = trim_ows(pair);
+    let pair = pair.trim_ascii();
     let (name, value) = pair.split_at_checked(3)?;
     if !name.eq_ignore_ascii_case(b"for") {
         return None;
     }
-    trim_ows(value).strip_prefix(b"=")
+    value.trim_ascii().strip_prefix(b"=")
 }
 
 /// The node of a `for` value, quoted or not.
 fn parse_for(value: &[u8]) -> Entry {
-    let value = trim_ows(value);
+    let value = value.trim_ascii();
     let node = match value {
         [b'"', inner @ .., b'"'] => inner,
         _ => value,
@@ -275,7 +247,7 @@ fn parse_for(value: &[u8]) -> Entry {
 
 /// One node: an address with an optional port, `unknown`, or an obfuscated identifier.
 pub(super) fn parse_node(node: &[u8]) -> Entry {
-    let node = trim_ows(node);
+    let node = node.trim_ascii();
     if node.is_empty() {
         return Entry::Empty;
     }
@@ -465,7 +437,7 @@ mod tests {
             }
         };
         let entry = match node {
-            _ if trim_ows(&line[element_start..]).is_empty() => Entry::Empty,
+            _ if line[element_start..].trim_ascii().is_empty() => Entry::Empty,
             Some(value) if fors == 1 => parse_for(value),
             _ => Entry::Opaque,
         };

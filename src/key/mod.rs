@@ -117,7 +117,10 @@ pub trait KeyExtractor: Send + Sync + 'static {
     where
         Self: Sized,
     {
-        Or::new(self, other)
+        Or {
+            first: self,
+            second: other,
+        }
     }
 }
 

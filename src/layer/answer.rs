@@ -1,11 +1,14 @@
 //! The bodies of the responses the layer sends itself: its own short ones, and those of
 //! `on_limited` and `on_key_error`.
 
-use std::sync::Mutex;
+use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::BodyExt;
+use http_body::{Frame, SizeHint};
+use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
+use http_body_util::{BodyExt, Empty, Full};
 
 /// The error of a response body that went through the layer: the inner service's body error,
 /// or the error of a body made by `on_limited` or `on_key_error`.
@@ -13,10 +16,11 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The body of a response the layer answers with.
 pub(crate) enum Answer {
-    /// A complete body (the layer's own answers, and bodies that are bytes already).
+    /// A complete body (the layer's own answers, and bodies that are bytes already); empty
+    /// once sent.
     Full(Bytes),
     /// Any other body, such as axum's. In a `Mutex` only so that the response body stays `Sync`
-    /// whatever the body is; it is reached through `get_mut`, never locked.
+    /// whatever the body is; it is reached through `get_mut`, never locked while polled.
     Body(Mutex<UnsyncBoxBody<Bytes, BoxError>>),
 }
 
@@ -30,9 +34,38 @@ impl Answer {
     }
 }
 
-impl From<Bytes> for Answer {
-    fn from(bytes: Bytes) -> Self {
-        Self::Full(bytes)
+impl http_body::Body for Answer {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            Self::Full(data) if data.is_empty() => Poll::Ready(None),
+            Self::Full(data) => Poll::Ready(Some(Ok(Frame::data(std::mem::take(data))))),
+            Self::Body(body) => {
+                Pin::new(body.get_mut().unwrap_or_else(PoisonError::into_inner)).poll_frame(cx)
+            }
+        }
+    }
+
+    // Only `&self` methods (hints) lock the boxed body; the lock is never held across a poll.
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Full(data) => data.is_empty(),
+            Self::Body(body) => body.try_lock().is_ok_and(|body| body.is_end_stream()),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Full(data) => SizeHint::with_exact(data.len() as u64),
+            Self::Body(body) => body
+                .try_lock()
+                .map_or_else(|_| SizeHint::default(), |body| body.size_hint()),
+        }
     }
 }
 
@@ -70,66 +103,31 @@ pub trait AnswerBody: sealed::Sealed + Send + 'static {
 #[derive(Debug)]
 pub struct AnswerToken(pub(crate) Answer);
 
-macro_rules! bytes_bodies {
-    ($($ty:ty),*) => {$(
-        impl sealed::Sealed for $ty {}
-        impl AnswerBody for $ty {
+/// `AnswerBody` for each type, `$make` turning a value into an [`Answer`].
+macro_rules! answer_bodies {
+    ($make:expr => $([$($g:tt)*] $ty:ty),* $(,)?) => {$(
+        impl<$($g)*> sealed::Sealed for $ty {}
+        impl<$($g)*> AnswerBody for $ty {
             fn into_answer(self) -> AnswerToken {
-                AnswerToken(Answer::Full(Bytes::from(self)))
+                AnswerToken($make(self))
             }
         }
     )*};
 }
 
-bytes_bodies!(
-    Bytes,
-    Vec<u8>,
-    String,
-    &'static str,
-    &'static [u8],
-    Box<[u8]>,
-    bytes::BytesMut
+answer_bodies!(Answer::Full => [] Bytes);
+answer_bodies!(|bytes| Answer::Full(Bytes::from(bytes)) =>
+    [] Vec<u8>, [] String, [] &'static str, [] &'static [u8], [] Box<[u8]>,
+    [] bytes::BytesMut,
 );
-
-impl sealed::Sealed for http_body_util::Full<Bytes> {}
-impl AnswerBody for http_body_util::Full<Bytes> {
-    fn into_answer(self) -> AnswerToken {
-        AnswerToken(Answer::body(self))
-    }
-}
-
-impl sealed::Sealed for http_body_util::Empty<Bytes> {}
-impl AnswerBody for http_body_util::Empty<Bytes> {
-    fn into_answer(self) -> AnswerToken {
-        AnswerToken(Answer::Full(Bytes::new()))
-    }
-}
-
-impl<E: Into<BoxError> + 'static> sealed::Sealed for UnsyncBoxBody<Bytes, E> {}
-impl<E: Into<BoxError> + 'static> AnswerBody for UnsyncBoxBody<Bytes, E> {
-    fn into_answer(self) -> AnswerToken {
-        AnswerToken(Answer::body(self))
-    }
-}
-
-impl<E: Into<BoxError> + 'static> sealed::Sealed
-    for http_body_util::combinators::BoxBody<Bytes, E>
-{
-}
-impl<E: Into<BoxError> + 'static> AnswerBody for http_body_util::combinators::BoxBody<Bytes, E> {
-    fn into_answer(self) -> AnswerToken {
-        AnswerToken(Answer::body(self))
-    }
-}
-
+answer_bodies!(|_| Answer::Full(Bytes::new()) => [] Empty<Bytes>);
+answer_bodies!(Answer::body =>
+    [] Full<Bytes>,
+    [E: Into<BoxError> + 'static] UnsyncBoxBody<Bytes, E>,
+    [E: Into<BoxError> + 'static] BoxBody<Bytes, E>,
+);
 #[cfg(feature = "axum")]
-impl sealed::Sealed for axum::body::Body {}
-#[cfg(feature = "axum")]
-impl AnswerBody for axum::body::Body {
-    fn into_answer(self) -> AnswerToken {
-        AnswerToken(Answer::body(self))
-    }
-}
+answer_bodies!(Answer::body => [] axum::body::Body);
 
 /// `response` with its body made an [`Answer`].
 pub(crate) fn answer<T: AnswerBody>(response: http::Response<T>) -> http::Response<Answer> {

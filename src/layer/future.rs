@@ -10,17 +10,34 @@ use tower_service::Service;
 use super::answer::Answer;
 use super::body::ResponseBody;
 use super::observe::Timer;
-use super::response::{Admission, Responder};
-use super::ticket::{Refund, Ticket};
+use super::response::Responder;
 use super::upgrade::{self, Held};
 use crate::clock::Sleep;
-use crate::limiter::Hold;
-use crate::limiter::{DecisionFuture, Limiter};
-use crate::{Decision, Error};
+use crate::limiter::{DecisionFuture, Hold};
+use crate::{Decision, Error, Key};
+
+/// Gives back what an allowed request took when its response does not count (`count_if`).
+pub(crate) struct Refund {
+    pub(crate) key: Key,
+    pub(crate) cost: u64,
+}
+
+/// A request on its way through the layer, and what its decision is acted on with.
+pub(crate) struct Ticket<B> {
+    pub(crate) req: Request<B>,
+    pub(crate) cost: u64,
+    pub(crate) key_kind: &'static str,
+    /// When the request was decided, on the limiter's clock.
+    pub(crate) decided_at: u64,
+    /// For an in-flight limit, the key whose slots the request holds once let through.
+    pub(crate) hold: Option<Key>,
+    /// The timer of the check.
+    pub(crate) timer: Timer,
+}
 
 /// A request allowed after a delay, or after a wait for the store: a clone of the inner
 /// service, not readied, and the request. The service is readied once the request may go on.
-pub(crate) struct Delayed<S, B> {
+struct Delayed<S, B> {
     inner: S,
     req: Request<B>,
 }
@@ -53,19 +70,16 @@ pin_project! {
         Checking {
             #[pin]
             check: DecisionFuture,
-            // A clone of the inner service, not readied, the request, the timer of the check,
-            // and the limiter, whose clock times a delay. Boxed, as are the delayed states'
-            // contents: only requests that wait pay for them, and the future every request
-            // moves stays small.
-            pending: Option<Box<(S, Ticket<B>, Timer, Arc<dyn Limiter>)>>,
+            // A clone of the inner service, not readied, and the request. Boxed, as is the
+            // delayed state's content: only requests that wait pay for it, and the future
+            // every request moves stays small.
+            pending: Option<Box<(S, Ticket<B>)>>,
         },
-        // Allowed after a delay (shaping): waiting for the request's turn, holding nothing of
-        // the inner service's readiness. Dropping the future here drops the request before the
-        // inner service sees it.
-        Delaying { #[pin] sleep: Sleep, delayed: Option<Box<Delayed<S, B>>> },
-        // The delay or the wait for the store is over: readying the inner service, as for a
-        // new request.
-        Readying { delayed: Option<Box<Delayed<S, B>>> },
+        // Allowed after a delay (shaping, while `sleep` runs) or after a wait for the store:
+        // then readying the inner service, as for a new request. Until the call it holds
+        // nothing of the inner service's readiness, and dropping the future drops the request
+        // before the inner service sees it.
+        Readying { sleep: Option<Sleep>, delayed: Option<Box<Delayed<S, B>>> },
         // The inner service is answering.
         Inner { #[pin] future: F },
         // The response did not count (`count_if`): giving its capacity back.
@@ -73,6 +87,12 @@ pin_project! {
         // The layer answered itself.
         Answered { response: Option<Response<Answer>> },
     }
+}
+
+/// What a state holds until the future moves on, taken out.
+fn taken<T>(slot: &mut Option<T>) -> T {
+    slot.take()
+        .unwrap_or_else(|| unreachable!("ResponseFuture polled after completion"))
 }
 
 /// Where a request goes once its check has answered `result`: on to the inner service at once,
@@ -84,12 +104,12 @@ pin_project! {
 /// permit, a `Buffer` slot) by putting a clone in its place: a delayed or refused request never
 /// keeps others from the inner service. A request that waited for the store holds a clone, not
 /// readied; like a delayed one, it readies its own clone before calling it.
+#[allow(clippy::result_large_err)]
 fn next<F, S, B, R>(
     responder: &Responder,
     result: Result<Decision, Error>,
     (inner, readied): (&mut S, bool),
     ticket: Ticket<B>,
-    limiter: &Arc<dyn Limiter>,
 ) -> (State<F, S, B, R>, Option<Decision>, Option<Held>)
 where
     S: Service<Request<B>, Future = F> + Clone,
@@ -99,55 +119,55 @@ where
         cost,
         key_kind,
         hold,
-        in_flight,
+        timer,
         ..
     } = ticket;
-    let admission = responder
-        .observer()
-        .in_span(key_kind, || responder.admit(result, &mut req, key_kind));
-    match admission {
-        Admission::Allowed(decision) => {
-            // Taken before the inner service is called: a panic there drops it with the future.
-            // A request that may switch protocols shares it with its handler.
-            let hold = hold
-                .and_then(|key| Hold::of(limiter, key, cost, &decision))
-                .map(|hold| Held::of(hold, &mut req));
-            if hold.is_none() && in_flight {
-                upgrade::pass_without_slot(&mut req);
-            }
-            // A request of cost 0 takes nothing, so it has no turn to wait for.
-            let delay = responder.delay(&decision).filter(|_| cost > 0);
-            if delay.is_none() && readied {
-                let future = inner.call(req);
-                return (State::Inner { future }, Some(decision), hold);
-            }
-            let waiting = inner.clone();
-            if readied {
-                *inner = waiting.clone();
-            }
-            let delayed = Some(Box::new(Delayed {
-                inner: waiting,
-                req,
-            }));
-            let state = match delay {
-                Some(delay) => State::Delaying {
-                    sleep: limiter.sleep(delay),
-                    delayed,
-                },
-                None => State::Readying { delayed },
-            };
-            (state, Some(decision), hold)
-        }
-        Admission::Answered(response) => {
+    let (observer, limiter) = (responder.observer(), responder.limiter());
+    observer.finish(timer);
+    let admitted = observer.in_span(key_kind, || responder.admit(result, &mut req, key_kind));
+    let decision = match admitted {
+        Ok(decision) => decision,
+        Err(response) => {
             if readied {
                 *inner = inner.clone();
             }
-            let state = State::Answered {
-                response: Some(response),
-            };
-            (state, None, None)
+            return (
+                State::Answered {
+                    response: Some(response),
+                },
+                None,
+                None,
+            );
         }
+    };
+    // Taken before the inner service is called: a panic there drops it with the future. A
+    // request that may switch protocols shares it with its handler.
+    let hold = hold
+        .and_then(|key| Hold::of(limiter, key, cost, &decision))
+        .map(|hold| Held::of(hold, &mut req));
+    // An in-flight limit's request that holds nothing (of cost 0, or let through by a dry
+    // run) still has a slot for a handler that keeps it.
+    if hold.is_none() && responder.in_flight() {
+        upgrade::pass_without_slot(&mut req);
     }
+    // A request of cost 0 takes nothing, so it has no turn to wait for.
+    let delay = responder.delay(&decision).filter(|_| cost > 0);
+    if delay.is_none() && readied {
+        let future = inner.call(req);
+        return (State::Inner { future }, Some(decision), hold);
+    }
+    let waiting = inner.clone();
+    if readied {
+        *inner = waiting.clone();
+    }
+    let state = State::Readying {
+        sleep: delay.map(|delay| limiter.sleep(delay)),
+        delayed: Some(Box::new(Delayed {
+            inner: waiting,
+            req,
+        })),
+    };
+    (state, Some(decision), hold)
 }
 
 /// The refund of a request that `decision` let through, if it took capacity: not one the
@@ -165,8 +185,6 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         check: DecisionFuture,
         inner: &mut S,
         ticket: Ticket<B>,
-        limiter: &Arc<dyn Limiter>,
-        timer: Timer,
         refund: Option<Refund>,
         responder: Arc<Responder>,
     ) -> Self
@@ -174,55 +192,33 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         S: Service<Request<B>, Future = F> + Clone,
     {
         let decided_at = ticket.decided_at;
-        match check {
+        let (state, decision, hold, refund) = match check {
             DecisionFuture::Ready(Some(result)) => {
-                responder.observer().finish(timer);
-                let (state, decision, hold) =
-                    next(&responder, result, (inner, true), ticket, limiter);
-                Self {
-                    refund: refund_for(refund, decision.as_ref()),
-                    state,
-                    decision,
-                    decided_at,
-                    hold,
-                    responder,
-                }
+                let (state, decision, hold) = next(&responder, result, (inner, true), ticket);
+                let refund = refund_for(refund, decision.as_ref());
+                (state, decision, hold, refund)
             }
             check => {
                 // The readied service is dropped: what it holds (a permit) is free for others
                 // while the store decides.
                 let waiting = inner.clone();
                 *inner = waiting.clone();
-                Self {
-                    state: State::Checking {
-                        check,
-                        pending: Some(Box::new((waiting, ticket, timer, limiter.clone()))),
-                    },
-                    decision: None,
-                    decided_at,
-                    refund,
-                    hold: None,
-                    responder,
-                }
+                let pending = Some(Box::new((waiting, ticket)));
+                (State::Checking { check, pending }, None, None, refund)
             }
-        }
-    }
-
-    pub(crate) fn unlimited(future: F, responder: Arc<Responder>) -> Self {
+        };
         Self {
-            state: State::Inner { future },
-            decision: None,
-            decided_at: 0,
-            refund: None,
-            hold: None,
+            state,
+            decision,
+            decided_at,
+            refund,
+            hold,
             responder,
         }
     }
 
-    pub(crate) fn answered(response: Response<Answer>, responder: Arc<Responder>) -> Self {
-        let state = State::Answered {
-            response: Some(response),
-        };
+    /// The future of a request in `state` that the layer does not count.
+    fn uncounted(state: State<F, S, B, R>, responder: Arc<Responder>) -> Self {
         Self {
             state,
             decision: None,
@@ -231,6 +227,15 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
             hold: None,
             responder,
         }
+    }
+
+    pub(crate) fn unlimited(future: F, responder: Arc<Responder>) -> Self {
+        Self::uncounted(State::Inner { future }, responder)
+    }
+
+    pub(crate) fn answered(response: Response<Answer>, responder: Arc<Responder>) -> Self {
+        let response = Some(response);
+        Self::uncounted(State::Answered { response }, responder)
     }
 }
 
@@ -247,29 +252,19 @@ where
             match this.state.as_mut().project() {
                 StateProj::Checking { check, pending } => {
                     let result = ready!(check.poll(cx));
-                    let Some(pending) = pending.take() else {
-                        unreachable!("ResponseFuture polled after completion");
-                    };
-                    let (mut inner, ticket, timer, limiter) = *pending;
-                    this.responder.observer().finish(timer);
-                    let (state, decision, hold) = next(
-                        this.responder,
-                        result,
-                        (&mut inner, false),
-                        ticket,
-                        &limiter,
-                    );
+                    let (mut inner, ticket) = *taken(pending);
+                    let (state, decision, hold) =
+                        next(this.responder, result, (&mut inner, false), ticket);
                     *this.refund = refund_for(this.refund.take(), decision.as_ref());
                     *this.decision = decision;
                     *this.hold = hold;
                     this.state.set(state);
                 }
-                StateProj::Delaying { sleep, delayed } => {
-                    ready!(sleep.poll(cx));
-                    let delayed = delayed.take();
-                    this.state.set(State::Readying { delayed });
-                }
-                StateProj::Readying { delayed } => {
+                StateProj::Readying { sleep, delayed } => {
+                    if let Some(delay) = sleep {
+                        ready!(Pin::new(delay).poll(cx));
+                        *sleep = None;
+                    }
                     let Some(waiting) = delayed else {
                         unreachable!("ResponseFuture polled after completion");
                     };
@@ -280,26 +275,23 @@ where
                         *this.hold = None;
                         return Poll::Ready(Err(error));
                     }
-                    let Some(delayed) = delayed.take() else {
-                        unreachable!("ResponseFuture polled after completion");
-                    };
-                    let Delayed { mut inner, req } = *delayed;
+                    let Delayed { mut inner, req } = *taken(delayed);
                     this.state.set(State::Inner {
                         future: inner.call(req),
                     });
                 }
                 StateProj::Inner { future } => {
                     let mut response = ready!(future.poll(cx))?;
-                    let refund = this.refund.take().zip(this.decision.as_ref());
-                    if let Some((refund, admission)) = refund {
-                        let (counts, unchanged) = this.responder.counts(response);
-                        response = unchanged;
+                    if let Some((refund, admission)) =
+                        this.refund.take().zip(this.decision.as_ref())
+                    {
+                        let counts;
+                        (counts, response) = this.responder.counts(response);
                         if !counts {
-                            let refund = refund.limiter.refund(refund.key, admission, refund.cost);
-                            this.state.set(State::Refunding {
-                                refund,
-                                response: Some(response),
-                            });
+                            let limiter = this.responder.limiter();
+                            let refund = limiter.refund(refund.key, admission, refund.cost);
+                            let response = Some(response);
+                            this.state.set(State::Refunding { refund, response });
                             continue;
                         }
                     }
@@ -307,9 +299,7 @@ where
                 }
                 StateProj::Refunding { refund, response } => {
                     let result = ready!(refund.poll(cx));
-                    let Some(response) = response.take() else {
-                        unreachable!("ResponseFuture polled after completion");
-                    };
+                    let response = taken(response);
                     match result {
                         // The headers tell the client where it stands after the refund.
                         Ok(standing) => {
@@ -324,10 +314,7 @@ where
                     return Poll::Ready(Ok(this.finish(response)));
                 }
                 StateProj::Answered { response } => {
-                    let Some(response) = response.take() else {
-                        unreachable!("ResponseFuture polled after completion");
-                    };
-                    return Poll::Ready(Ok(response.map(ResponseBody::answer)));
+                    return Poll::Ready(Ok(taken(response).map(ResponseBody::answer)));
                 }
             }
         }
@@ -349,8 +336,9 @@ impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
             Some(Err(unkept)) => return unkept.answer().map(ResponseBody::full),
         };
         if let Some(decision) = self.decision {
+            let decided_at = Some(*self.decided_at);
             self.responder
-                .add_headers_since(response.headers_mut(), decision, *self.decided_at);
+                .add_headers(response.headers_mut(), decision, decided_at);
         }
         response.map(|body| ResponseBody::held(body, hold))
     }

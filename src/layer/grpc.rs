@@ -14,8 +14,6 @@ pub(crate) static GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retr
 
 /// gRPC status RESOURCE_EXHAUSTED.
 pub(crate) const GRPC_RESOURCE_EXHAUSTED: &str = "8";
-/// gRPC status UNAVAILABLE.
-pub(crate) const GRPC_UNAVAILABLE: &str = "14";
 
 /// A request answered the gRPC way: HTTP 200, the outcome in `grpc-status`, and the content
 /// type the client speaks.
@@ -39,57 +37,41 @@ impl Grpc {
         }
         let value = req.headers().get(CONTENT_TYPE)?.as_bytes();
         // The media type, without parameters (`; charset=...`).
-        let end = value.iter().position(|&b| b == b';').unwrap_or(value.len());
-        let media = value[..end].trim_ascii();
+        let media = value.split(|&b| b == b';').next()?.trim_ascii();
         let rest = strip_prefix_ignore_case(media, b"application/grpc")?;
-        let (is_web, rest) = match strip_prefix_ignore_case(rest, b"-web-text") {
-            Some(rest) => (true, rest),
-            None => match strip_prefix_ignore_case(rest, b"-web") {
-                Some(rest) => (true, rest),
-                None => (false, rest),
-            },
-        };
-        let answered = if is_web {
-            web
-        } else {
-            req.version() == Version::HTTP_2
-        };
-        if !answered {
+        let web_rest = strip_prefix_ignore_case(rest, b"-web-text")
+            .or_else(|| strip_prefix_ignore_case(rest, b"-web"));
+        if !web_rest.map_or(req.version() == Version::HTTP_2, |_| web) {
             return None;
         }
         // Nothing more, or `+` and a subtype (`proto`, `json`, ...).
-        let common = match rest {
-            [] => true,
+        match web_rest.unwrap_or(rest) {
+            [] => {}
             [b'+', subtype @ ..] if !subtype.is_empty() && subtype.iter().all(|&b| is_tchar(b)) => {
-                subtype.eq_ignore_ascii_case(b"proto")
             }
             _ => return None,
-        };
-        let content_type = if common {
-            // The common types, without allocating.
-            let base = &media[..media.len() - rest.len()];
-            HeaderValue::from_static(common_type(base, rest.is_empty()))
-        } else {
-            HeaderValue::from_bytes(&media.to_ascii_lowercase()).ok()?
+        }
+        // The common types, without allocating.
+        let content_type = match COMMON
+            .iter()
+            .find(|t| t.as_bytes().eq_ignore_ascii_case(media))
+        {
+            Some(common) => HeaderValue::from_static(common),
+            None => HeaderValue::from_bytes(&media.to_ascii_lowercase()).ok()?,
         };
         Some(Self { content_type })
     }
 }
 
-/// `application/grpc`, `application/grpc-web` or `application/grpc-web-text` (as `base` is),
-/// bare or with `+proto`.
-fn common_type(base: &[u8], bare: bool) -> &'static str {
-    let web_text = base.len() == "application/grpc-web-text".len();
-    let web = base.len() == "application/grpc-web".len();
-    match (web_text, web, bare) {
-        (true, _, true) => "application/grpc-web-text",
-        (true, _, false) => "application/grpc-web-text+proto",
-        (_, true, true) => "application/grpc-web",
-        (_, true, false) => "application/grpc-web+proto",
-        (_, _, true) => "application/grpc",
-        (_, _, false) => "application/grpc+proto",
-    }
-}
+/// The gRPC content types answered without allocating.
+const COMMON: [&str; 6] = [
+    "application/grpc",
+    "application/grpc+proto",
+    "application/grpc-web",
+    "application/grpc-web+proto",
+    "application/grpc-web-text",
+    "application/grpc-web-text+proto",
+];
 
 fn strip_prefix_ignore_case<'a>(bytes: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
     let (head, rest) = bytes.split_at_checked(prefix.len())?;
@@ -119,7 +101,7 @@ pub(crate) fn grpc_code(status: StatusCode) -> &'static str {
         499 => "1",
         500 => "13",
         501 => "12",
-        502 | 503 => GRPC_UNAVAILABLE,
+        502 | 503 => "14",
         504 => "4",
         _ => "2",
     }

@@ -70,7 +70,8 @@ impl Handle {
         &self,
         key: impl Into<Key>,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'static {
-        let limiter = self.serving();
+        // The limiter the layer's own quotas are decided by now, bans included.
+        let limiter = self.live.lock().own();
         let key = key.into();
         async move { limiter.peek(key).await }
     }
@@ -102,15 +103,7 @@ impl Handle {
     ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         let key = key.into();
         self.live.held.lift(&key);
-        let (limiters, known) = self.live.lock().limiters();
-        let mut updates: Vec<Update> = limiters
-            .iter()
-            .map(|limiter| limiter.reset(key.clone()))
-            .collect();
-        if let Err(forgot) = known {
-            updates.push(Box::pin(std::future::ready(Err(forgot))));
-        }
-        all_of(updates)
+        self.each(move |limiter| limiter.reset(key.clone()))
     }
 
     /// Denies every request of `key` for `duration` from now, under the layer's quotas and
@@ -148,29 +141,32 @@ impl Handle {
         duration: Duration,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         let key = key.into();
-        let updates = {
-            let now = self.live.lock();
-            let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-            let at = now.limiter.now();
-            self.live.held.block(&key, at, at.saturating_add(nanos));
-            let (limiters, known) = now.limiters();
-            let mut updates: Vec<Update> = limiters
-                .iter()
-                .map(|limiter| limiter.block(key.clone(), duration))
-                .collect();
-            // The layer's own hold denies the key under every plan on this server, forgotten
-            // ones included; only the store's copy (for other servers) may miss one.
-            if let Err(forgot) = known {
-                updates.push(Box::pin(std::future::ready(Err(forgot))));
-            }
-            updates
-        };
-        all_of(updates)
+        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        let at = self.live.lock().limiter.now();
+        self.live.held.block(&key, at, at.saturating_add(nanos));
+        self.each(move |limiter| limiter.block(key.clone(), duration))
     }
 
-    /// The limiter the layer's own quotas are decided by now, bans included.
-    fn serving(&self) -> Arc<dyn Limiter> {
-        self.live.lock().own()
+    /// Runs `update` on every limiter of the layer, its own and every plan's, one after the
+    /// other, all of them whatever fails: the first error, if any. The layer's own hold denies
+    /// a blocked key under every plan on this server, forgotten ones included; only the
+    /// store's copy (for other servers) may miss one, which is an error.
+    fn each(
+        &self,
+        update: impl Fn(&Arc<dyn Limiter>) -> Update,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let (limiters, known) = self.live.lock().limiters();
+        let updates: Vec<Update> = limiters.iter().map(update).collect();
+        async move {
+            let mut outcome = Ok(());
+            for update in updates {
+                let result = update.await;
+                if outcome.is_ok() {
+                    outcome = result;
+                }
+            }
+            outcome.and(known)
+        }
     }
 
     /// The policy name the layer's limiter reports now.
@@ -318,17 +314,4 @@ impl Handle {
         let key = key.into();
         async move { limiter?.peek(key).await }
     }
-}
-
-/// Runs `updates` one after the other, all of them whatever fails; the first error, if any.
-async fn all_of(updates: Vec<crate::store::Update>) -> Result<(), Error> {
-    let mut outcome = Ok(());
-    for update in updates {
-        if let Err(error) = update.await {
-            if outcome.is_ok() {
-                outcome = Err(error);
-            }
-        }
-    }
-    outcome
 }

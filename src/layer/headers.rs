@@ -1,7 +1,6 @@
 //! The rate limit headers: which fields ([`HeaderStyle`]), on which responses
 //! ([`HeaderPlacement`]), and the writer that fills them in from a [`Decision`].
 
-use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::Entry;
@@ -13,13 +12,18 @@ use crate::{Decision, Quota};
 
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
-static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
-static RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
-static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// The limit, remaining and reset fields of draft 6 and of GitHub.
+static DRAFT6: [HeaderName; 3] = [
+    HeaderName::from_static("ratelimit-limit"),
+    HeaderName::from_static("ratelimit-remaining"),
+    HeaderName::from_static("ratelimit-reset"),
+];
+static GITHUB: [HeaderName; 3] = [
+    HeaderName::from_static("x-ratelimit-limit"),
+    HeaderName::from_static("x-ratelimit-remaining"),
+    HeaderName::from_static("x-ratelimit-reset"),
+];
 static X_USED: HeaderName = HeaderName::from_static("x-ratelimit-used");
-static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 /// The largest Structured Field Integer (RFC 9651 §3.3.1): larger figures are sent as this.
 const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
@@ -227,27 +231,23 @@ impl HeaderWriter {
     }
 
     fn of(policies: Box<[Policy]>, headers: Headers) -> Self {
-        let mut text = String::new();
-        for (i, p) in policies.iter().enumerate() {
-            if i > 0 {
-                text.push_str(", ");
-            }
+        let item = |p: &Policy| {
             let limit = sf_int(p.limit);
-            if headers.style == HeaderStyle::Ietf {
-                let _ = write!(text, "{};q={limit}", p.name);
-            } else {
-                let _ = write!(text, "{limit}");
-            }
-            let _ = match p.window {
-                Some(window) => write!(text, ";w={}", sf_int(window)),
-                None => write!(text, ";qu=\"concurrent-requests\""),
+            let quota = match headers.style {
+                HeaderStyle::Ietf => format!("{};q={limit}", p.name),
+                _ => limit.to_string(),
             };
-        }
+            match p.window {
+                Some(window) => format!("{quota};w={}", sf_int(window)),
+                None => format!("{quota};qu=\"concurrent-requests\""),
+            }
+        };
+        let items: Vec<String> = policies.iter().map(item).collect();
+        // Names are printable ASCII (checked by `Quota::named` or made by `Display`), so the
+        // value is always valid.
         let policy_value = match headers.style {
             HeaderStyle::Ietf | HeaderStyle::Draft7 | HeaderStyle::Draft6 => {
-                // Names are printable ASCII (checked by `Quota::named` or made by `Display`), so
-                // the value is always valid.
-                HeaderValue::try_from(text).ok()
+                HeaderValue::try_from(items.join(", ")).ok()
             }
             HeaderStyle::GitHub | HeaderStyle::None => None,
         };
@@ -300,7 +300,7 @@ impl HeaderWriter {
                         rate.push_int(sf_int(ceil_secs(left(d))));
                     }
                 }
-                append(out, &RATELIMIT, &rate);
+                append(out, &RATELIMIT, rate.as_bytes(), || rate.to_header_value());
             }
             HeaderStyle::Draft7 => {
                 let theirs = out
@@ -317,49 +317,49 @@ impl HeaderWriter {
                         rate.push(", reset=");
                         rate.push_int(reset);
                     }
-                    insert(out, &RATELIMIT, &rate);
+                    if let Some(value) = rate.to_header_value() {
+                        out.insert(RATELIMIT.clone(), value);
+                    }
                 }
             }
-            HeaderStyle::Draft6 => {
-                let theirs = int_field(out, &RATELIMIT_REMAINING)
-                    .map(|r| (r, int_field(out, &RATELIMIT_RESET)));
+            HeaderStyle::Draft6 | HeaderStyle::GitHub => {
+                let github = self.headers.style == HeaderStyle::GitHub;
+                let ([limit_field, remaining_field, reset_field], figures) = if github {
+                    // The only wall clock read in the crate: GitHub clients want an epoch time.
+                    let now = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap_or_default();
+                    let reset_at = timed.then(|| ceil_secs(now.saturating_add(left(decision))));
+                    (&GITHUB, (decision.limit, decision.remaining, reset_at))
+                } else {
+                    (&DRAFT6, (limit, remaining, reset))
+                };
+                let (limit, remaining, reset) = figures;
+                let theirs =
+                    int_field(out, remaining_field).map(|r| (r, int_field(out, reset_field)));
                 if !stricter(theirs, (remaining, reset)) {
-                    out.insert(RATELIMIT_LIMIT.clone(), int_value(limit));
-                    out.insert(RATELIMIT_REMAINING.clone(), int_value(remaining));
-                    put(out, &RATELIMIT_RESET, reset);
-                }
-            }
-            HeaderStyle::GitHub => {
-                // The only wall clock read in the crate: GitHub clients want an epoch time.
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .unwrap_or_default();
-                let reset_at = timed.then(|| ceil_secs(now.saturating_add(left(decision))));
-                let theirs = int_field(out, &X_REMAINING).map(|r| (r, int_field(out, &X_RESET)));
-                if !stricter(theirs, (decision.remaining, reset_at)) {
-                    // The capacity `Remaining` counts against (the burst, for the buckets), so
-                    // that `Used` is what of it is taken and the three add up.
-                    let used = decision.limit.saturating_sub(decision.remaining);
-                    out.insert(X_LIMIT.clone(), int_value(decision.limit));
-                    out.insert(X_REMAINING.clone(), int_value(decision.remaining));
-                    out.insert(X_USED.clone(), int_value(used));
-                    put(out, &X_RESET, reset_at);
+                    out.insert(limit_field.clone(), int_value(limit));
+                    out.insert(remaining_field.clone(), int_value(remaining));
+                    if github {
+                        // `Limit` is the capacity `Remaining` counts against (the burst, for the
+                        // buckets), so that `Used` is what of it is taken and the three add up.
+                        let used = limit.saturating_sub(remaining);
+                        out.insert(X_USED.clone(), int_value(used));
+                    }
+                    // Another layer's reset goes when this one has none.
+                    match reset {
+                        Some(reset) => out.insert(reset_field.clone(), int_value(reset)),
+                        None => out.remove(reset_field),
+                    };
                 }
             }
             HeaderStyle::None => {}
         }
-        if let Some(policy_value) = &self.policy_value {
-            // One lookup: the value is shared when no other layer wrote the field first.
-            match out.entry(&RATELIMIT_POLICY) {
-                Entry::Occupied(mut theirs) => {
-                    if let Some(both) = joined(theirs.get(), policy_value.as_bytes()) {
-                        theirs.insert(both);
-                    }
-                }
-                Entry::Vacant(room) => {
-                    room.insert(policy_value.clone());
-                }
-            }
+        if let Some(policy) = &self.policy_value {
+            // The value is shared when no other layer wrote the field first.
+            append(out, &RATELIMIT_POLICY, policy.as_bytes(), || {
+                Some(policy.clone())
+            });
         }
     }
 }
@@ -372,18 +372,6 @@ impl HeaderWriter {
 /// and reset, never one layer's figures beside another's.
 fn stricter(theirs: Option<(u64, Option<u64>)>, ours: (u64, Option<u64>)) -> bool {
     theirs.is_some_and(|(r, t)| r < ours.0 || (r == ours.0 && t.unwrap_or(0) > ours.1.unwrap_or(0)))
-}
-
-/// Sets the field `name` to `value`, or takes it away (another layer's) when there is none.
-fn put(out: &mut HeaderMap, name: &HeaderName, value: Option<u64>) {
-    match value {
-        Some(value) => {
-            out.insert(name.clone(), int_value(value));
-        }
-        None => {
-            out.remove(name);
-        }
-    }
 }
 
 /// An integer field another layer wrote.
@@ -403,34 +391,29 @@ fn draft7_figures(value: &str) -> Option<(u64, Option<u64>)> {
     Some((figure("remaining")?, figure("reset")))
 }
 
-/// Adds `value`'s items to the list field `name`, after those already there (one lookup).
-fn append(out: &mut HeaderMap, name: &HeaderName, value: &Text) {
+/// Adds the items `ours` to the list field `name`, after those already there, or sets it to
+/// `value()` when there are none (one lookup).
+fn append(
+    out: &mut HeaderMap,
+    name: &HeaderName,
+    ours: &[u8],
+    value: impl FnOnce() -> Option<HeaderValue>,
+) {
     match out.entry(name) {
         Entry::Occupied(mut theirs) => {
-            if let Some(both) = joined(theirs.get(), value.as_bytes()) {
+            let mut both = Vec::with_capacity(theirs.get().len() + 2 + ours.len());
+            both.extend_from_slice(theirs.get().as_bytes());
+            both.extend_from_slice(b", ");
+            both.extend_from_slice(ours);
+            if let Ok(both) = HeaderValue::from_bytes(&both) {
                 theirs.insert(both);
             }
         }
         Entry::Vacant(room) => {
-            if let Some(value) = value.to_header_value() {
+            if let Some(value) = value() {
                 room.insert(value);
             }
         }
-    }
-}
-
-/// The list `theirs` followed by the items `ours`.
-fn joined(theirs: &HeaderValue, ours: &[u8]) -> Option<HeaderValue> {
-    let mut both = Vec::with_capacity(theirs.len() + 2 + ours.len());
-    both.extend_from_slice(theirs.as_bytes());
-    both.extend_from_slice(b", ");
-    both.extend_from_slice(ours);
-    HeaderValue::from_bytes(&both).ok()
-}
-
-fn insert(out: &mut HeaderMap, name: &HeaderName, value: &Text) {
-    if let Some(value) = value.to_header_value() {
-        out.insert(name.clone(), value);
     }
 }
 
@@ -439,18 +422,11 @@ fn sf_int(n: u64) -> u64 {
     n.min(SF_INTEGER_MAX)
 }
 
-/// `name` as a Structured Field String: quoted, with `"` and `\` escaped.
+/// `name` as a Structured Field String: quoted, with `"` and `\` escaped. Names are printable
+/// ASCII (checked by `Quota::named` and `InFlightLayer::policy_name`, or made by `Display`),
+/// which `Debug` escapes just so.
 fn sf_string(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 2);
-    out.push('"');
-    for c in name.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
-    out
+    format!("{name:?}")
 }
 
 #[cfg(test)]

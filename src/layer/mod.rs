@@ -95,7 +95,6 @@ mod service;
 mod settings;
 mod shared;
 mod text;
-mod ticket;
 mod upgrade;
 
 pub use self::answer::{AnswerBody, BoxError};

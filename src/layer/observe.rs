@@ -28,9 +28,6 @@ use crate::{Decision, Key};
 #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
 const REPORT_EVERY: u64 = 10_000_000_000;
 
-/// The layer's clock, in nanoseconds, as a responder holds it.
-pub(crate) type Now = dyn Fn() -> u64 + Send + Sync;
-
 /// The denials of one layer (its own quotas and every plan's) since it last reported them.
 #[derive(Debug, Default)]
 #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
@@ -58,31 +55,16 @@ impl Denials {
     }
 }
 
-/// The outcome label of a decision.
-pub(crate) fn outcome(decision: &Decision, dry_run: bool) -> &'static str {
-    match (decision.allowed, dry_run) {
-        (true, _) if !decision.delay.is_zero() => "delayed",
-        (true, _) => "allowed",
-        (false, true) => "dry_run_denied",
-        (false, false) => "denied",
-    }
-}
-
 /// Per-policy instruments, made once per policy.
 #[derive(Debug, Clone)]
 pub(crate) struct Observer {
-    #[cfg(feature = "metrics")]
-    policy: metrics::SharedString,
     name: std::sync::Arc<str>,
 }
 
 impl Observer {
     pub(crate) fn new(policy: &str) -> Self {
-        let name: std::sync::Arc<str> = policy.into();
         Self {
-            #[cfg(feature = "metrics")]
-            policy: metrics::SharedString::from_shared(name.clone()),
-            name,
+            name: policy.into(),
         }
     }
 
@@ -97,11 +79,17 @@ impl Observer {
         &self.name
     }
 
+    /// The policy name as a metrics label, shared (no copy of the name).
+    #[cfg(feature = "metrics")]
+    fn label(&self) -> metrics::SharedString {
+        metrics::SharedString::from_shared(self.name.clone())
+    }
+
     /// Counts one outcome.
     #[inline]
     pub(crate) fn count(&self, outcome: &'static str) {
         #[cfg(feature = "metrics")]
-        metrics::counter!("tollgate_decisions_total", "policy" => self.policy.clone(), "outcome" => outcome)
+        metrics::counter!("tollgate_decisions_total", "policy" => self.label(), "outcome" => outcome)
             .increment(1);
         #[cfg(not(feature = "metrics"))]
         let _ = outcome;
@@ -109,7 +97,7 @@ impl Observer {
 
     /// Records a decision: counted, and logged at debug level with the key's kind; a denial
     /// also counts in the layer's `denials`, reported at `info` level on the layer's clock
-    /// (`now`; none is reported without it). `denials` is shared by the layer's plans, so
+    /// (`now`, read only then). `denials` is shared by the layer's plans, so
     /// that plans made again after their eviction, or many at once, do not multiply reports.
     #[inline]
     pub(crate) fn decision(
@@ -118,9 +106,14 @@ impl Observer {
         dry_run: bool,
         key_kind: &'static str,
         denials: &Denials,
-        now: Option<&Now>,
+        now: impl FnOnce() -> u64,
     ) {
-        let outcome = outcome(decision, dry_run);
+        let outcome = match (decision.allowed, dry_run) {
+            (true, _) if !decision.delay.is_zero() => "delayed",
+            (true, _) => "allowed",
+            (false, true) => "dry_run_denied",
+            (false, false) => "denied",
+        };
         self.count(outcome);
         #[cfg(feature = "tracing")]
         {
@@ -131,10 +124,8 @@ impl Observer {
                 remaining = decision.remaining,
                 "rate limit decision"
             );
-            if let (false, Some(now)) = (decision.allowed, now) {
-                if tracing::enabled!(tracing::Level::INFO) {
-                    self.denied(decision, dry_run, key_kind, denials, now);
-                }
+            if !decision.allowed && tracing::enabled!(tracing::Level::INFO) {
+                self.denied(decision, dry_run, key_kind, denials, now());
             }
         }
         #[cfg(not(feature = "tracing"))]
@@ -154,30 +145,24 @@ impl Observer {
         dry_run: bool,
         key_kind: &'static str,
         denials: &Denials,
-        now: &Now,
+        now: u64,
     ) {
-        let Some(denied) = denials.record(now()) else {
+        let Some(denied) = denials.record(now) else {
             return;
         };
         let retry_after_ms = decision.retry_after.map(crate::decision::ceil_millis);
-        if dry_run {
-            tracing::info!(
-                policy = self.policy(),
-                denied,
-                key_kind,
-                retry_after_ms,
-                "dry run: requests would have been rate limited (since the last report; \
-                 reported at most every 10 s)"
-            );
+        let what = if dry_run {
+            "dry run: requests would have been rate limited"
         } else {
-            tracing::info!(
-                policy = self.policy(),
-                denied,
-                key_kind,
-                retry_after_ms,
-                "requests rate limited (since the last report; reported at most every 10 s)"
-            );
-        }
+            "requests rate limited"
+        };
+        tracing::info!(
+            policy = self.policy(),
+            denied,
+            key_kind,
+            retry_after_ms,
+            "{what} (since the last report; reported at most every 10 s)"
+        );
     }
 
     /// Runs `f` (the check and what follows from it) in a debug-level `rate_limit` span with
@@ -189,18 +174,12 @@ impl Observer {
     #[inline]
     pub(crate) fn in_span<R>(&self, key_kind: &'static str, f: impl FnOnce() -> R) -> R {
         #[cfg(feature = "tracing")]
-        {
-            if tracing::level_enabled!(tracing::Level::DEBUG) {
-                tracing::debug_span!("rate_limit", policy = self.policy(), key_kind).in_scope(f)
-            } else {
-                f()
-            }
+        if tracing::level_enabled!(tracing::Level::DEBUG) {
+            return tracing::debug_span!("rate_limit", policy = self.policy(), key_kind)
+                .in_scope(f);
         }
-        #[cfg(not(feature = "tracing"))]
-        {
-            let _ = key_kind;
-            f()
-        }
+        let _ = key_kind;
+        f()
     }
 
     /// Starts timing a store call.
@@ -216,7 +195,7 @@ impl Observer {
     #[inline]
     pub(crate) fn finish(&self, timer: Timer) {
         #[cfg(feature = "metrics")]
-        metrics::histogram!("tollgate_store_latency_seconds", "policy" => self.policy.clone())
+        metrics::histogram!("tollgate_store_latency_seconds", "policy" => self.label())
             .record(timer.start.elapsed().as_secs_f64());
         #[cfg(not(feature = "metrics"))]
         let _ = timer;

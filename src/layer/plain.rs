@@ -1,45 +1,34 @@
-//! The answers the layer writes to a missing key and to a failed store, in plain HTTP or gRPC,
-//! and the plain-text form they share with denials.
+//! The answers the layer writes itself (denials, a missing key, a failed store), in plain
+//! HTTP or gRPC.
 
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE, WWW_AUTHENTICATE};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-use super::grpc::{grpc_code, grpc_response, Grpc, GRPC_UNAVAILABLE};
-use crate::key::KeyError;
-use crate::Error;
+use super::grpc::{grpc_response, Grpc};
 
-/// The body of the answer when the store failed to decide.
-const UNAVAILABLE: &str = "Rate limiting is unavailable; try again shortly.\n";
-
-/// The answer to a request whose key could not be found: the error's status and message, or
-/// for gRPC the status code of that HTTP status.
-/// A gRPC answer names no HTTP authentication scheme: it is no HTTP 401.
-pub(crate) fn key_error(error: &KeyError, grpc: Option<Grpc>) -> Response<Bytes> {
-    match grpc {
-        Some(form) => grpc_response(&form, grpc_code(error.status()), error.message().as_bytes()),
-        None => {
-            let body = Bytes::from(format!("{}\n", error.message()));
-            let mut response = plain(error.status(), body);
-            if let Some(challenge) = error.challenge() {
-                response
-                    .headers_mut()
-                    .insert(WWW_AUTHENTICATE, challenge.clone());
-            }
-            response
-        }
+/// The layer's own answer, not to be stored: for a gRPC request (`grpc`), trailers-only with
+/// the gRPC status `code` and `message`; else `status` with `message` as a line of plain text.
+pub(crate) fn own_answer(
+    status: StatusCode,
+    grpc: Option<&Grpc>,
+    code: &'static str,
+    message: &[u8],
+) -> Response<Bytes> {
+    if let Some(form) = grpc {
+        return grpc_response(form, code, message);
     }
-}
-
-/// The answer when the store failed to decide.
-pub(crate) fn store_error(_error: &Error, grpc: Option<Grpc>) -> Response<Bytes> {
-    match grpc {
-        Some(form) => grpc_response(&form, GRPC_UNAVAILABLE, UNAVAILABLE.trim_end().as_bytes()),
-        None => {
-            let body = Bytes::from_static(UNAVAILABLE.as_bytes());
-            plain(StatusCode::SERVICE_UNAVAILABLE, body)
-        }
-    }
+    // One allocation of the exact size, which `Bytes` keeps.
+    let mut response = Response::new(Bytes::from([message, b"\n"].concat()));
+    *response.status_mut() = status;
+    // Room for the fields a denial gets (content type, `Cache-Control`, `Retry-After`, the
+    // rate limit fields of any style) in one allocation.
+    let mut headers = HeaderMap::with_capacity(8);
+    let text = HeaderValue::from_static("text/plain; charset=utf-8");
+    headers.insert(CONTENT_TYPE, text);
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    *response.headers_mut() = headers;
+    response
 }
 
 /// Marks an answer the layer writes as one no cache may keep: a denial, a key error or a store
@@ -49,20 +38,4 @@ pub(crate) fn not_to_be_stored(headers: &mut HeaderMap) {
     if !headers.contains_key(CACHE_CONTROL) {
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
-}
-
-/// A plain-text response, not to be stored; `body` ends with a newline.
-pub(crate) fn plain(status: StatusCode, body: Bytes) -> Response<Bytes> {
-    let mut response = Response::new(body);
-    *response.status_mut() = status;
-    // Room for the fields a denial gets (content type, `Cache-Control`, `Retry-After`, the
-    // rate limit fields of any style) in one allocation.
-    let mut headers = HeaderMap::with_capacity(8);
-    headers.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    *response.headers_mut() = headers;
-    response
 }

@@ -1,7 +1,6 @@
 //! How one policy answers: the rate limit headers of each response, and the answers to its
 //! denials and key errors (in the forms of `plain` and `grpc`).
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,29 +9,23 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 
 use super::answer::Answer;
-use super::grpc::{grpc_response, Grpc, GRPC_PUSHBACK, GRPC_RESOURCE_EXHAUSTED};
+use super::grpc::{grpc_code, Grpc, GRPC_PUSHBACK, GRPC_RESOURCE_EXHAUSTED};
 use super::headers::HeaderWriter;
-use super::observe::{Now, Observer};
-use super::plain::{key_error, not_to_be_stored, plain, store_error};
+use super::observe::Observer;
+use super::plain::{not_to_be_stored, own_answer};
 use super::settings::Settings;
 use super::text::{int_value, Text};
 use crate::decision::{ceil_millis, ceil_secs};
 use crate::key::{KeyError, RequestHead};
 use crate::limiter::Limiter;
-use crate::{Decision, Error, Quota};
+use crate::{Decision, Decisions, Error, Quota};
 
 /// The message of an in-flight limit's denial: no one knows when a slot comes back.
 const BUSY: &str = "Too many requests in progress: retry once one has finished.";
+/// The message of the answer when the store failed to decide.
+const UNAVAILABLE: &str = "Rate limiting is unavailable; try again shortly.";
 /// The message of a denial that no wait would turn into an allowance.
 const TOO_LARGE: &str = "Request too large: it costs more than the rate limit ever allows.";
-
-/// What the layer does with a request once its check is done.
-pub(crate) enum Admission {
-    /// The request goes on to the inner service.
-    Allowed(Decision),
-    /// The layer answers the request itself.
-    Answered(Response<Answer>),
-}
 
 /// Answers for one policy: the rate limit headers in the layer's style, and denials.
 pub(crate) struct Responder {
@@ -40,64 +33,34 @@ pub(crate) struct Responder {
     observer: Observer,
     headers: HeaderWriter,
     settings: Settings,
-    /// The limiter's clock, read when a response leaves: its headers report what is left of
-    /// the waits decided earlier.
-    clock: Option<Arc<Now>>,
-    /// For an in-flight limit, its slots per key: its denials name no wait.
-    in_flight: Option<u64>,
-}
-
-impl fmt::Debug for Responder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Responder")
-            .field("observer", &self.observer)
-            .field("headers", &self.headers)
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
+    /// The limiter answered for, whose clock is read when a response leaves: its headers
+    /// report what is left of the waits decided earlier.
+    limiter: Arc<dyn Limiter>,
+    /// Whether the limiter is an in-flight limit: its denials name no wait.
+    in_flight: bool,
 }
 
 impl Responder {
-    /// The responder for a limiter's quotas (one, or each tier) under its policy name.
-    pub(crate) fn new(quotas: &[Quota], policy: &str, settings: Settings) -> Self {
-        let headers = match quotas {
-            [quota] => HeaderWriter::new([(quota, policy)], settings.headers),
-            tiers => {
+    /// The responder for `limiter`'s quotas (one, named by its policy, or each tier by its
+    /// own name) and policy.
+    pub(crate) fn for_limit(limiter: &Arc<dyn Limiter>, settings: Settings) -> Self {
+        let (policy, quotas) = (limiter.policy(), limiter.quotas());
+        let in_flight = limiter.in_flight();
+        let headers = match (in_flight, quotas) {
+            (Some(limit), _) => HeaderWriter::in_flight(policy, limit, settings.headers),
+            (None, [quota]) => HeaderWriter::new([(quota, policy)], settings.headers),
+            (None, tiers) => {
                 let names: Vec<String> = tiers.iter().map(Quota::name).collect();
-                HeaderWriter::new(
-                    tiers.iter().zip(names.iter().map(|n| &**n)),
-                    settings.headers,
-                )
+                let named = tiers.iter().zip(names.iter().map(|n| &**n));
+                HeaderWriter::new(named, settings.headers)
             }
         };
         Self {
             observer: Observer::new(policy),
             headers,
             settings,
-            clock: None,
-            in_flight: None,
-        }
-    }
-
-    /// The responder for `limiter`'s quotas and policy, reading its clock when a response
-    /// leaves.
-    pub(crate) fn for_limit(limiter: &Arc<dyn Limiter>, settings: Settings) -> Self {
-        let clock = limiter.clone();
-        let in_flight = limiter.in_flight();
-        let responder = match in_flight {
-            Some(limit) => Self {
-                observer: Observer::new(limiter.policy()),
-                headers: HeaderWriter::in_flight(limiter.policy(), limit, settings.headers),
-                settings,
-                clock: None,
-                in_flight: None,
-            },
-            None => Self::new(limiter.quotas(), limiter.policy(), settings),
-        };
-        Self {
-            clock: Some(Arc::new(move || clock.now())),
-            in_flight,
-            ..responder
+            limiter: limiter.clone(),
+            in_flight: in_flight.is_some(),
         }
     }
 
@@ -106,9 +69,20 @@ impl Responder {
         self.settings.dry_run
     }
 
-    /// The limiter's time now, in nanoseconds (0 without a clock).
+    /// Whether the limiter is an in-flight limit: its allowed requests hold what they took
+    /// until their response ends.
+    pub(crate) fn in_flight(&self) -> bool {
+        self.in_flight
+    }
+
+    /// The limiter answered for.
+    pub(crate) fn limiter(&self) -> &Arc<dyn Limiter> {
+        &self.limiter
+    }
+
+    /// The limiter's time now, in nanoseconds.
     pub(crate) fn now(&self) -> u64 {
-        self.clock.as_ref().map_or(0, |now| now())
+        self.limiter.now()
     }
 
     /// How `req` is answered: the gRPC way, with its content type, when it is a gRPC request
@@ -124,34 +98,49 @@ impl Responder {
     }
 
     /// Acts on a check's result: an allowed request gets the decision in its extensions and
-    /// goes on; any other gets the layer's own answer. `key_kind` is for logs.
+    /// goes on (`Ok`); any other gets the layer's own answer (`Err`). `key_kind` is for logs.
+    /// (Not boxed: the answer is built once, in place, and boxing it would allocate.)
+    #[allow(clippy::result_large_err)]
     pub(crate) fn admit<B>(
         &self,
         result: Result<Decision, Error>,
         req: &mut Request<B>,
         key_kind: &'static str,
-    ) -> Admission {
-        let dry_run = self.settings.dry_run;
-        match result {
-            Ok(decision) => {
-                let (denials, now) = (&self.settings.denials, self.clock.as_deref());
-                self.observer
-                    .decision(&decision, dry_run, key_kind, denials, now);
-                if decision.allowed || dry_run {
-                    // A dry run's would-be denials are reported by the observer, as denials.
-                    hand_on(req.extensions_mut(), &decision, self.observer.policy_name());
-                    Admission::Allowed(decision)
-                } else {
-                    Admission::Answered(self.limited(&decision, req))
-                }
-            }
+    ) -> Result<Decision, Response<Answer>> {
+        let decision = match result {
+            Ok(decision) => decision,
             Err(error) => {
-                self.observer.count("store_error");
                 #[cfg(feature = "tracing")]
                 tracing::error!(policy = self.observer.policy(), %error, "rate limit check failed");
-                Admission::Answered(store_error(&error, self.grpc(req)).map(Answer::Full))
+                return Err(self.store_error(&error, req));
             }
+        };
+        let dry_run = self.settings.dry_run;
+        let denials = &self.settings.denials;
+        let now = || self.now();
+        self.observer
+            .decision(&decision, dry_run, key_kind, denials, now);
+        if decision.allowed || dry_run {
+            // A dry run's would-be denials are reported by the observer, as denials.
+            hand_on(req.extensions_mut(), &decision, self.observer.policy_name());
+            Ok(decision)
+        } else {
+            Err(self.limited(&decision, req))
         }
+    }
+
+    /// The answer when the store failed to decide (counted).
+    pub(crate) fn store_error<B>(&self, _error: &Error, req: &Request<B>) -> Response<Answer> {
+        self.observer.count("store_error");
+        let status = StatusCode::SERVICE_UNAVAILABLE;
+        let grpc = self.grpc(req);
+        let answer = own_answer(
+            status,
+            grpc.as_ref(),
+            grpc_code(status),
+            UNAVAILABLE.as_bytes(),
+        );
+        answer.map(Answer::Full)
     }
 
     /// Whether the request that got `response` counts against the quota (always, without
@@ -168,7 +157,7 @@ impl Responder {
 
     /// How long an allowed request must wait before it goes on (shaping), if at all. A dry run
     /// never holds requests back.
-    pub(crate) fn delay(&self, decision: &Decision) -> Option<std::time::Duration> {
+    pub(crate) fn delay(&self, decision: &Decision) -> Option<Duration> {
         let wait = decision.allowed && !decision.delay.is_zero() && !self.settings.dry_run;
         wait.then_some(decision.delay)
     }
@@ -179,25 +168,18 @@ impl Responder {
     }
 
     /// Adds the rate limit fields describing `decision`, if the layer's placement wants them
-    /// on this response.
-    pub(crate) fn add_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
-        if self.headers.covers(decision) {
-            self.headers
-                .write(decision.tiers(), Duration::ZERO, headers);
-        }
-    }
-
-    /// [`add_headers`](Self::add_headers) for a response that leaves later than its decision
-    /// was made at `decided_at` (a shaping delay, a slow handler): the clock is read only for a
-    /// response that gets the fields.
-    pub(crate) fn add_headers_since(
+    /// on this response. A response that leaves later than its decision was made, at
+    /// `decided_at` (a shaping delay, a slow handler), reports what is left of its waits: the
+    /// clock is read only for a response that gets the fields.
+    pub(crate) fn add_headers(
         &self,
         headers: &mut HeaderMap,
         decision: &Decision,
-        decided_at: u64,
+        decided_at: Option<u64>,
     ) {
         if self.headers.covers(decision) {
-            let elapsed = Duration::from_nanos(self.now().saturating_sub(decided_at));
+            let elapsed = decided_at.map_or(0, |at| self.now().saturating_sub(at));
+            let elapsed = Duration::from_nanos(elapsed);
             self.headers.write(decision.tiers(), elapsed, headers);
         }
     }
@@ -214,83 +196,81 @@ impl Responder {
             let mut response = on_limited(&named, RequestHead::new(req));
             let headers = response.headers_mut();
             if let Some(secs) = decision.retry_after_secs() {
-                if !headers.contains_key(RETRY_AFTER) {
-                    headers.insert(RETRY_AFTER, int_value(secs));
-                }
+                headers
+                    .entry(RETRY_AFTER)
+                    .or_insert_with(|| int_value(secs));
             }
             not_to_be_stored(headers);
-            self.add_headers(headers, decision);
+            self.add_headers(headers, decision, None);
             return response;
+        }
+        // Formatted on the stack and copied once, into the body or the gRPC message: a client
+        // over its limit can ask for denials as fast as it likes, so they are kept cheap.
+        let mut message = Text::new();
+        // An in-flight denial with slots still to come back (not a request above the limit).
+        let busy = self.in_flight && decision.remaining < decision.limit;
+        match decision.retry_after_secs() {
+            Some(secs) => {
+                message.push("Too many requests: retry in ");
+                message.push_int(secs);
+                message.push(if secs == 1 { " second." } else { " seconds." });
+            }
+            None => message.push(if busy { BUSY } else { TOO_LARGE }),
         }
         let status = self
             .settings
             .status
             .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-        // Formatted on the stack and copied once, into the body or the gRPC message: a client
-        // over its limit can ask for denials as fast as it likes, so they are kept cheap.
-        let mut message = Text::new();
-        // An in-flight denial with slots still to come back (not a request above the limit).
-        let busy = self
-            .in_flight
-            .is_some_and(|_| decision.remaining < decision.limit);
-        match decision.retry_after {
-            Some(wait) => {
-                let secs = ceil_secs(wait);
-                message.push("Too many requests: retry in ");
-                message.push_int(secs);
-                message.push(if secs == 1 { " second." } else { " seconds." });
-            }
-            None if busy => message.push(BUSY),
-            None => message.push(TOO_LARGE),
-        }
-        let mut response = match &grpc {
-            Some(form) => grpc_response(form, GRPC_RESOURCE_EXHAUSTED, message.as_bytes()),
-            None => {
-                message.push("\n");
-                plain(status, message.to_bytes())
-            }
+        let code = GRPC_RESOURCE_EXHAUSTED;
+        let mut response = own_answer(status, grpc.as_ref(), code, message.as_bytes());
+        let wait = match (decision.retry_after, grpc.is_some()) {
+            (Some(wait), false) => Some((RETRY_AFTER, int_value(ceil_secs(wait)))),
+            (Some(wait), true) => Some((GRPC_PUSHBACK.clone(), int_value(ceil_millis(wait)))),
+            // A negative pushback tells gRPC clients not to retry; when no one knows when a
+            // slot comes back, the client retries on its own policy.
+            (None, true) if !busy => Some((GRPC_PUSHBACK.clone(), HeaderValue::from_static("-1"))),
+            (None, _) => None,
         };
         let headers = response.headers_mut();
-        match (decision.retry_after, grpc.is_some()) {
-            (Some(wait), false) => {
-                headers.insert(RETRY_AFTER, int_value(ceil_secs(wait)));
-            }
-            (Some(wait), true) => {
-                headers.insert(GRPC_PUSHBACK.clone(), int_value(ceil_millis(wait)));
-            }
-            // No one knows when a slot comes back: the client retries on its own policy.
-            (None, true) if busy => {}
-            // A negative pushback tells gRPC clients not to retry.
-            (None, true) => {
-                headers.insert(GRPC_PUSHBACK.clone(), HeaderValue::from_static("-1"));
-            }
-            (None, false) => {}
+        if let Some((name, value)) = wait {
+            headers.insert(name, value);
         }
-        self.add_headers(headers, decision);
+        self.add_headers(headers, decision, None);
         response.map(Answer::Full)
     }
 
-    /// The answer to a request whose key could not be found: `on_key_error`'s response for
-    /// HTTP, or else the error's status and message; for gRPC the status code of that HTTP
-    /// status. `on_key_error`'s response gets `Cache-Control: no-store` and, when it keeps a
-    /// 401, the error's challenge, unless it has its own.
+    /// The answer to a request whose key could not be found (counted): `on_key_error`'s
+    /// response for HTTP, or else the error's status and message; for gRPC the status code of
+    /// that HTTP status (and no HTTP authentication scheme: it is no HTTP 401). The HTTP
+    /// answer carries the error's challenge, as does `on_key_error`'s response when it keeps a
+    /// 401 and has none of its own; that response also gets `Cache-Control: no-store`.
     pub(crate) fn key_error<B>(&self, error: &KeyError, req: &Request<B>) -> Response<Answer> {
+        self.observer.count("key_error");
         let grpc = self.grpc(req);
-        match (&self.settings.on_key_error, grpc) {
-            (Some(on_key_error), None) => {
-                let mut response = on_key_error(error, RequestHead::new(req));
-                let unauthorized = response.status() == StatusCode::UNAUTHORIZED;
+        let Some(on_key_error) = self
+            .settings
+            .on_key_error
+            .as_ref()
+            .filter(|_| grpc.is_none())
+        else {
+            let (status, message) = (error.status(), error.message().as_bytes());
+            let mut response = own_answer(status, grpc.as_ref(), grpc_code(status), message);
+            if let (None, Some(challenge)) = (grpc, error.challenge()) {
                 let headers = response.headers_mut();
-                if let (true, Some(challenge)) = (unauthorized, error.challenge()) {
-                    if !headers.contains_key(WWW_AUTHENTICATE) {
-                        headers.insert(WWW_AUTHENTICATE, challenge.clone());
-                    }
-                }
-                not_to_be_stored(headers);
-                response
+                headers.insert(WWW_AUTHENTICATE, challenge.clone());
             }
-            (_, grpc) => key_error(error, grpc).map(Answer::Full),
+            return response.map(Answer::Full);
+        };
+        let mut response = on_key_error(error, RequestHead::new(req));
+        let unauthorized = response.status() == StatusCode::UNAUTHORIZED;
+        let headers = response.headers_mut();
+        if let (true, Some(challenge)) = (unauthorized, error.challenge()) {
+            headers
+                .entry(WWW_AUTHENTICATE)
+                .or_insert_with(|| challenge.clone());
         }
+        not_to_be_stored(headers);
+        response
     }
 }
 
@@ -341,24 +321,22 @@ pub fn problem_details(decision: &Decision, _head: RequestHead<'_>) -> Response<
 
 /// Puts this layer's decision in the request's extensions for the handler: as the
 /// [`Decision`] when no other layer decided, else the most restrictive of all as the
-/// `Decision` and every layer's in [`Decisions`](crate::Decisions), outermost first. A single
-/// layer allocates nothing here beyond the extension itself.
-fn hand_on(extensions: &mut http::Extensions, decision: &Decision, policy: &std::sync::Arc<str>) {
-    let ours = decision.clone().with_policy(policy.clone());
+/// `Decision` and every layer's in [`Decisions`], outermost first. A single layer allocates
+/// nothing here beyond the extension itself.
+fn hand_on(extensions: &mut http::Extensions, decision: &Decision, policy: &Arc<str>) {
+    let ours = || decision.clone().with_policy(policy.clone());
     // One lookup for the common case, a single layer: the insert says whether an outer layer
     // decided first.
-    let Some(outer) = extensions.insert(ours) else {
+    let Some(outer) = extensions.insert(ours()) else {
         return;
     };
-    let ours = decision.clone().with_policy(policy.clone());
-    let strictest = {
-        let pair = [outer.clone(), ours.clone()];
-        pair[Decision::most_restrictive(&pair)].clone()
-    };
-    match extensions.get_mut::<crate::Decisions>() {
+    let pair = [outer, ours()];
+    let strictest = pair[Decision::most_restrictive(&pair)].clone();
+    let [outer, ours] = pair;
+    match extensions.get_mut::<Decisions>() {
         Some(all) => all.push(ours),
         None => {
-            let mut all = crate::Decisions::default();
+            let mut all = Decisions::default();
             all.push(outer);
             all.push(ours);
             extensions.insert(all);

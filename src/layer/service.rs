@@ -8,11 +8,9 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::future::ResponseFuture;
+use super::future::{Refund, ResponseFuture, Ticket};
 use super::observe;
-use super::plain;
 use super::shared::Shared;
-use super::ticket::{Refund, Ticket};
 use super::upgrade;
 use crate::key::RequestHead;
 
@@ -27,6 +25,7 @@ use crate::key::RequestHead;
 /// check waits for the store gives it back while it waits and readies the inner service again
 /// once admitted, so an admitted request may wait there a second time, behind later ones;
 /// waiting for Redis, it holds nothing others need.
+#[derive(Clone)]
 pub struct RateLimit<S> {
     inner: S,
     shared: Arc<Shared>,
@@ -53,20 +52,11 @@ impl<S> RateLimit<S> {
     }
 }
 
-impl<S: Clone> Clone for RateLimit<S> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: self.shared.clone(),
-        }
-    }
-}
-
 impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
-            .field("policy", &self.shared.active.load().limiter.policy())
+            .field("policy", &self.shared.active.load().limiter().policy())
             .finish_non_exhaustive()
     }
 }
@@ -86,60 +76,45 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
-        let active = shared.active.load();
-        let responder = active.responder.clone();
+        let responder = shared.active.load_full();
         let key = match shared.key.extract(RequestHead::new(&req)) {
             Ok(Some(key)) => key,
             Ok(None) => {
-                let mut req = req;
-                if shared.holds {
+                if responder.in_flight() {
                     upgrade::pass_without_slot(&mut req);
                 }
                 return ResponseFuture::unlimited(self.inner.call(req), responder);
             }
             Err(error) => {
-                responder.observer().count("key_error");
                 log_key_error(&error);
                 // Answered here: the readiness `poll_ready` took (a permit) is given back.
                 self.inner = self.inner.clone();
                 return ResponseFuture::answered(responder.key_error(&error, &req), responder);
             }
         };
-        let policy = match &shared.per_key {
-            Some(per_key) => {
-                match per_key.policy(&key, RequestHead::new(&req)) {
-                    Ok(policy) => policy,
-                    // A plan the store refuses: refused as by a store that fails closed.
-                    Err(error) => {
-                        responder.observer().count("store_error");
-                        self.inner = self.inner.clone();
-                        let grpc = responder.grpc(&req);
-                        return ResponseFuture::answered(
-                            plain::store_error(&error, grpc).map(Into::into),
-                            responder,
-                        );
-                    }
-                }
+        let plan = shared.per_key.as_ref();
+        let responder = match plan.map(|p| p.policy(&key, RequestHead::new(&req))) {
+            Some(Ok(Some(policy))) => policy.responder.clone(),
+            Some(Ok(None)) | None => responder,
+            // A plan the store refuses: refused as by a store that fails closed.
+            Some(Err(error)) => {
+                self.inner = self.inner.clone();
+                return ResponseFuture::answered(responder.store_error(&error, &req), responder);
             }
-            None => None,
         };
-        let (limiter, responder) = match &policy {
-            Some(policy) => (&policy.limiter, policy.responder.clone()),
-            None => (&active.limiter, responder),
-        };
+        let limiter = responder.limiter();
         let cost = shared.cost(&key, RequestHead::new(&req));
         // With `count_if`, a request whose response does not count gives back what it took.
         let refund = (responder.counts_some() && cost > 0).then(|| Refund {
-            limiter: limiter.clone(),
             key: key.clone(),
             cost,
         });
         observe::trace_key(&key);
         let key_kind = key.kind();
         // An in-flight limit: the key of the slots the request will hold, to give them back.
-        let hold = (shared.holds && cost > 0).then(|| key.clone());
+        let hold = (responder.in_flight() && cost > 0).then(|| key.clone());
         let observer = responder.observer();
         let timer = observer.start();
         let now = limiter.now();
@@ -150,10 +125,9 @@ where
             key_kind,
             decided_at: now,
             hold,
-            in_flight: shared.holds,
+            timer,
         };
-        let inner = &mut self.inner;
-        ResponseFuture::new(check, inner, ticket, limiter, timer, refund, responder)
+        ResponseFuture::new(check, &mut self.inner, ticket, refund, responder)
     }
 }
 

@@ -1,7 +1,6 @@
 //! How a layer answers, as its builder set it: headers, the status of denials, answers of
 //! your own, gRPC, dry runs and which responses count.
 
-use std::fmt;
 use std::sync::Arc;
 
 use http::{Response, StatusCode};
@@ -55,20 +54,5 @@ impl Default for Settings {
             grpc_web: false,
             denials: Arc::default(),
         }
-    }
-}
-
-impl fmt::Debug for Settings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Settings")
-            .field("headers", &self.headers)
-            .field("status", &self.status)
-            .field("on_limited", &self.on_limited.is_some())
-            .field("on_key_error", &self.on_key_error.is_some())
-            .field("dry_run", &self.dry_run)
-            .field("count_if", &self.count_if.is_some())
-            .field("grpc", &self.grpc)
-            .field("grpc_web", &self.grpc_web)
-            .finish()
     }
 }

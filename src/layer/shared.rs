@@ -22,14 +22,11 @@ pub(crate) type Plans = PerKey<Arc<Responder>>;
 
 /// Everything a [`RateLimit`](super::RateLimit) service needs besides its inner service.
 pub(crate) struct Shared {
-    /// The limiter of now and its answers, replaced whole when the quotas change
+    /// The limiter of now, as its answers hold it, replaced whole when the quotas change
     /// ([`Handle::set_quotas`](super::Handle::set_quotas)).
-    pub(crate) active: ArcSwap<Active>,
+    pub(crate) active: ArcSwap<Responder>,
     /// The settings the answers are made with.
     settings: Settings,
-    /// Whether allowed requests hold what they took until their response ends (an in-flight
-    /// limit).
-    pub(crate) holds: bool,
     pub(crate) key: Arc<dyn KeyExtractor>,
     /// Per-key quotas, when the layer has a `quota_for` selector.
     pub(crate) per_key: Option<Arc<Plans>>,
@@ -45,19 +42,6 @@ pub(crate) struct Shared {
     kept: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
-/// A limiter and the answers made for its quotas and policy.
-pub(crate) struct Active {
-    pub(crate) limiter: Arc<dyn Limiter>,
-    pub(crate) responder: Arc<Responder>,
-}
-
-impl Active {
-    fn new(limiter: Arc<dyn Limiter>, settings: &Settings) -> Self {
-        let responder = Arc::new(Responder::for_limit(&limiter, settings.clone()));
-        Self { limiter, responder }
-    }
-}
-
 impl Shared {
     pub(crate) fn new(
         limiter: Arc<dyn Limiter>,
@@ -68,11 +52,9 @@ impl Shared {
         bans: Option<Bans>,
         held: Arc<Blocks>,
     ) -> Self {
-        let holds = limiter.in_flight().is_some();
         let limiter = guarded(&bans, &held, limiter);
         Self {
-            active: ArcSwap::from_pointee(Active::new(limiter, &settings)),
-            holds,
+            active: ArcSwap::from_pointee(Responder::for_limit(&limiter, settings.clone())),
             settings,
             key,
             per_key,
@@ -101,12 +83,12 @@ impl Serve for Shared {
     /// handle's blocks).
     fn put(&self, limiter: Arc<dyn Limiter>) {
         let limiter = guarded(&self.bans, &self.held, limiter);
-        self.active
-            .store(Arc::new(Active::new(limiter, &self.settings)));
+        let responder = Responder::for_limit(&limiter, self.settings.clone());
+        self.active.store(Arc::new(responder));
     }
 
     fn in_force(&self) -> Arc<dyn Limiter> {
-        self.active.load().limiter.clone()
+        self.active.load().limiter().clone()
     }
 
     fn plans(&self) -> Option<Arc<dyn LivePlans>> {

@@ -1,10 +1,9 @@
 //! Short texts the layer formats per response (header values, the denial body), built on the
 //! stack so that each costs one heap allocation of its exact size: the copy `HeaderValue` or
-//! `Bytes` keeps. (Formatting into a `String` first and converting it costs two.)
+//! the body keeps. (Formatting into a `String` first and converting it costs two.)
 
 use std::fmt;
 
-use bytes::Bytes;
 use http::HeaderValue;
 
 /// Bytes held on the stack; longer texts move to the heap.
@@ -49,11 +48,6 @@ impl Text {
     /// The text as a header value; `None` if it holds bytes a header value may not.
     pub(crate) fn to_header_value(&self) -> Option<HeaderValue> {
         HeaderValue::from_bytes(self.as_bytes()).ok()
-    }
-
-    /// The text as a response body.
-    pub(crate) fn to_bytes(&self) -> Bytes {
-        Bytes::copy_from_slice(self.as_bytes())
     }
 }
 
@@ -112,7 +106,6 @@ mod tests {
         }
         assert!(expected.len() > INLINE);
         assert_eq!(text.to_header_value().unwrap(), expected.as_str());
-        assert_eq!(text.to_bytes(), expected.as_bytes());
     }
 
     #[test]

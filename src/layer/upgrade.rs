@@ -4,12 +4,13 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE, UPGRADE};
-use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http::header::UPGRADE;
+use http::{Method, Request, Response, StatusCode};
 
+use super::plain::own_answer;
 use crate::limiter::Hold;
 
 /// The in-flight slot of a request that asks to switch protocols (a WebSocket, or any
@@ -117,35 +118,32 @@ struct Cell {
 }
 
 impl InFlightSlot {
-    /// Gives the slot back now, whatever clones are left.
-    fn give_back(&self) {
-        let hold = self
-            .cell
+    /// A slot holding `hold`, chained to `outer`.
+    fn new(hold: Option<Hold>, outer: Option<InFlightSlot>) -> Self {
+        let hold = Mutex::new(hold);
+        Self {
+            cell: Arc::new(Cell { hold, outer }),
+        }
+    }
+
+    /// The slot, until given back.
+    fn hold(&self) -> MutexGuard<'_, Option<Hold>> {
+        self.cell
             .hold
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        drop(hold);
     }
 
     /// The policy name of the limit whose slot this is, while it is held.
     fn policy(&self) -> String {
-        let hold = self
-            .cell
-            .hold
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let hold = self.hold();
         hold.as_ref()
             .map_or_else(String::new, |hold| hold.policy().to_owned())
     }
 
     /// Whether the slot is still held (not given back).
     fn is_held(&self) -> bool {
-        self.cell
-            .hold
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
+        self.hold().is_some()
     }
 }
 
@@ -161,6 +159,7 @@ impl fmt::Debug for InFlightSlot {
 /// The slots an admitted request holds while its response is on its way, given back when the
 /// response ends: the request's alone, or shared with its handler through an [`InFlightSlot`]
 /// (a request that may switch protocols).
+#[derive(Debug)]
 pub(crate) enum Held {
     Alone(Hold),
     Shared(Shared),
@@ -168,6 +167,7 @@ pub(crate) enum Held {
 
 /// The response's share of an [`InFlightSlot`]: dropped, it gives the slot back, unless the
 /// response switched protocols ([`Held::answered`]).
+#[derive(Debug)]
 pub(crate) struct Shared {
     slot: Option<InFlightSlot>,
     /// Whether the request is a `CONNECT`, which a `2xx` answer turns into a tunnel.
@@ -176,18 +176,9 @@ pub(crate) struct Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            slot.give_back();
-        }
-    }
-}
-
-impl fmt::Debug for Held {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Alone(hold) => f.debug_tuple("Alone").field(hold).finish(),
-            Self::Shared(shared) => f.debug_tuple("Shared").field(&shared.slot).finish(),
-        }
+        // Given back now, whatever clones are left.
+        let hold = self.slot.take().and_then(|slot| slot.hold().take());
+        drop(hold);
     }
 }
 
@@ -205,13 +196,7 @@ fn may_upgrade<B>(req: &Request<B>) -> bool {
 /// yet: a handler that keeps the slot finds one, as it does where the layer counts.
 pub(crate) fn pass_without_slot<B>(req: &mut Request<B>) {
     if may_upgrade(req) && req.extensions().get::<InFlightSlot>().is_none() {
-        let slot = InFlightSlot {
-            cell: Arc::new(Cell {
-                hold: Mutex::new(None),
-                outer: None,
-            }),
-        };
-        req.extensions_mut().insert(slot);
+        req.extensions_mut().insert(InFlightSlot::new(None, None));
     }
 }
 
@@ -226,13 +211,7 @@ impl Held {
         }
         let connect = req.method() == Method::CONNECT;
         let extensions = req.extensions_mut();
-        let outer = extensions.remove::<InFlightSlot>();
-        let slot = InFlightSlot {
-            cell: Arc::new(Cell {
-                hold: Mutex::new(Some(hold)),
-                outer,
-            }),
-        };
+        let slot = InFlightSlot::new(Some(hold), extensions.remove::<InFlightSlot>());
         extensions.insert(slot.clone());
         Self::Shared(Shared {
             slot: Some(slot),
@@ -251,21 +230,16 @@ impl Held {
         if !switches {
             return Ok(Some(self));
         }
-        let (kept, policy) = match self {
+        let policy = match self {
             // A request no server upgrades: its slot is in nobody's hands.
-            Self::Alone(hold) => (false, hold.policy().to_owned()),
+            Self::Alone(hold) => hold.policy().to_owned(),
             Self::Shared(mut shared) => match shared.slot.take() {
                 // The response's own clone is counted here: any other is the handler's.
-                Some(slot) if Arc::strong_count(&slot.cell) > 1 => (true, String::new()),
-                Some(slot) => (false, slot.policy()),
-                None => (false, String::new()),
+                Some(slot) if Arc::strong_count(&slot.cell) > 1 => return Ok(None),
+                slot => slot.map(|slot| slot.policy()).unwrap_or_default(),
             },
         };
-        if kept {
-            Ok(None)
-        } else {
-            Err(Unkept { policy })
-        }
+        Err(Unkept { policy })
     }
 }
 
@@ -273,7 +247,7 @@ impl Held {
 const UNKEPT: &str = "The server switched protocols without holding the in-flight slot of the \
     connection: the handler must keep the request's tollgate::InFlightSlot for the upgraded \
     connection's life (move it into the task that serves the connection), or the route must be \
-    skipped by the in-flight layer.\n";
+    skipped by the in-flight layer.";
 
 /// A response that switched protocols while no one kept the request's [`InFlightSlot`].
 #[derive(Debug)]
@@ -285,46 +259,34 @@ impl Unkept {
     /// In a dry run, the response goes out as it is and the connection goes uncounted: only
     /// logged, as the refusal is.
     pub(crate) fn let_through(self) {
-        log_unkept(&self.policy, true);
+        log_unkept(
+            &self.policy,
+            "dry run: an upgrade would have been refused (500)",
+        );
     }
 
     /// The layer's answer instead: `500`, with a body that says how to fix the server.
     pub(crate) fn answer(self) -> Response<Bytes> {
-        log_unkept(&self.policy, false);
-        let mut response = Response::new(Bytes::from_static(UNKEPT.as_bytes()));
-        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-        let headers = response.headers_mut();
-        headers.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        response
+        log_unkept(&self.policy, "upgrade refused (500)");
+        let status = StatusCode::INTERNAL_SERVER_ERROR;
+        own_answer(status, None, "", UNKEPT.as_bytes())
     }
 }
 
 /// Logs a refused upgrade: at error level the first time in this process (a misconfigured
 /// server refuses every upgrade alike), then at debug level.
-fn log_unkept(policy: &str, dry_run: bool) {
-    let refused = if dry_run {
-        "dry run: an upgrade would have been refused (500)"
-    } else {
-        "upgrade refused (500)"
-    };
+fn log_unkept(policy: &str, refused: &str) {
     static SEEN: AtomicBool = AtomicBool::new(false);
     let first = !SEEN.swap(true, Ordering::Relaxed);
     #[cfg(feature = "tracing")]
     if first {
-        tracing::error!(policy, "in-flight limit: {refused}. {}", UNKEPT.trim_end());
+        tracing::error!(policy, "in-flight limit: {refused}. {UNKEPT}");
     } else {
         tracing::debug!(policy, "in-flight limit: {refused}: no InFlightSlot kept");
     }
     #[cfg(not(feature = "tracing"))]
     if first {
-        eprintln!(
-            "in-flight limit {policy:?}: {refused}. {}",
-            UNKEPT.trim_end()
-        );
+        eprintln!("in-flight limit {policy:?}: {refused}. {UNKEPT}");
     }
 }
 
@@ -337,6 +299,7 @@ mod tests {
     use crate::store::in_flight::sealed::KeepsSlots;
     use crate::store::MemoryStore;
     use crate::{Decision, Key};
+    use http::header::CACHE_CONTROL;
 
     fn limiter(slots: u64) -> Arc<dyn Limiter> {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new());

@@ -104,12 +104,7 @@ impl Key {
     pub fn as_ip(&self) -> Option<IpAddr> {
         match self.0 {
             Repr::V4(w) => Some(IpAddr::V4(Ipv4Addr::from(w.to_ne_bytes()))),
-            Repr::V6([hi, lo]) => {
-                let mut octets = [0; 16];
-                octets[..8].copy_from_slice(&hi.to_ne_bytes());
-                octets[8..].copy_from_slice(&lo.to_ne_bytes());
-                Some(IpAddr::V6(Ipv6Addr::from(octets)))
-            }
+            Repr::V6(words) => Some(IpAddr::V6(Ipv6Addr::from(v6_octets(words)))),
             _ => None,
         }
     }
@@ -214,11 +209,7 @@ impl Key {
             let mut buf = [0; INLINE];
             buf[..bytes.len()].copy_from_slice(bytes);
             // The length fits in the low five bits: INLINE < 32.
-            let tuple = if domain == Domain::Tuple {
-                INLINE_TUPLE
-            } else {
-                0
-            };
+            let tuple = INLINE_TUPLE * u8::from(domain == Domain::Tuple);
             Self(Repr::Inline {
                 len: bytes.len() as u8 | tuple,
                 buf,
@@ -307,6 +298,15 @@ impl From<Ipv6Addr> for Key {
     }
 }
 
+/// The octets of an IPv6 key's words.
+#[inline]
+fn v6_octets([hi, lo]: [u64; 2]) -> [u8; 16] {
+    let mut octets = [0; 16];
+    octets[..8].copy_from_slice(&hi.to_ne_bytes());
+    octets[8..].copy_from_slice(&lo.to_ne_bytes());
+    octets
+}
+
 /// Eight bytes as a native-endian word.
 #[inline]
 fn word(bytes: &[u8]) -> u64 {
@@ -322,29 +322,18 @@ impl From<u64> for Key {
     }
 }
 
-impl From<&[u8]> for Key {
-    fn from(bytes: &[u8]) -> Self {
-        Self::from_bytes(bytes)
-    }
+/// Byte strings and text: their bytes, whatever their length.
+macro_rules! from_bytes {
+    ($($ty:ty),*) => {$(
+        impl From<$ty> for Key {
+            fn from(bytes: $ty) -> Self {
+                Self::from_bytes(AsRef::<[u8]>::as_ref(&bytes))
+            }
+        }
+    )*};
 }
 
-impl From<&str> for Key {
-    fn from(s: &str) -> Self {
-        Self::from_bytes(s.as_bytes())
-    }
-}
-
-impl From<String> for Key {
-    fn from(s: String) -> Self {
-        Self::from_bytes(s.as_bytes())
-    }
-}
-
-impl From<&String> for Key {
-    fn from(s: &String) -> Self {
-        Self::from_bytes(s.as_bytes())
-    }
-}
+from_bytes!(&[u8], &str, String, &String);
 
 impl From<&Key> for Key {
     fn from(key: &Key) -> Self {
@@ -365,20 +354,21 @@ impl fmt::Debug for Key {
         if let Some(n) = self.as_u64() {
             return write!(f, "Key({n})");
         }
-        let tuple = if self.is_tuple() { "tuple " } else { "" };
-        if let Some(digest) = self.as_digest() {
-            write!(f, "Key({tuple}sha256:")?;
-            hex(f, &digest[..8])?;
-            return f.write_str("…)");
-        }
-        let bytes = self.as_bytes().unwrap_or_default();
-        if self.is_tuple() {
-            f.write_str("Key(tuple ")?;
-            hex(f, bytes)?;
-            f.write_str(")")
+        f.write_str(if self.is_tuple() {
+            "Key(tuple "
         } else {
-            write!(f, "Key({:?})", String::from_utf8_lossy(bytes))
+            "Key("
+        })?;
+        match (self.as_digest(), self.as_bytes().unwrap_or_default()) {
+            (Some(digest), _) => {
+                f.write_str("sha256:")?;
+                hex(f, &digest[..8])?;
+                f.write_str("…")?;
+            }
+            (None, bytes) if self.is_tuple() => hex(f, bytes)?,
+            (None, bytes) => write!(f, "{:?}", String::from_utf8_lossy(bytes))?,
         }
+        f.write_str(")")
     }
 }
 

@@ -4,7 +4,7 @@
 #[cfg(feature = "redis")]
 use std::sync::Arc;
 
-use super::{Domain, Key, Repr, DIGEST};
+use super::{v6_octets, Domain, Key, Repr, DIGEST};
 
 /// The most bytes one key takes in a tuple's encoding: a tag, a length byte and at most
 /// [`Key::MAX_LEN`] bytes (a longer key takes its tag and its digest).
@@ -30,12 +30,7 @@ impl Key {
         };
         match &self.0 {
             Repr::V4(w) => put(1, &w.to_ne_bytes()),
-            Repr::V6([hi, lo]) => {
-                let mut octets = [0; 16];
-                octets[..8].copy_from_slice(&hi.to_ne_bytes());
-                octets[8..].copy_from_slice(&lo.to_ne_bytes());
-                put(2, &octets)
-            }
+            Repr::V6(words) => put(2, &v6_octets(*words)),
             Repr::U64(n) => put(3, &n.to_be_bytes()),
             Repr::Long(domain, _) | Repr::Digest(domain, _) => {
                 let tag = if *domain == Domain::Tuple { 7 } else { 5 };
@@ -63,16 +58,19 @@ impl Key {
         let mut rest = self.as_bytes()?;
         let mut parts = Vec::new();
         while let Some((&tag, after)) = rest.split_first() {
+            let domain = if tag >= 6 {
+                Domain::Tuple
+            } else {
+                Domain::Bytes
+            };
             let (part, next) = match tag {
                 1 => {
-                    let (w, next) = after.split_first_chunk::<4>()?;
-                    (Self(Repr::V4(u32::from_ne_bytes(*w))), next)
+                    let (octets, next) = after.split_first_chunk::<4>()?;
+                    (Self::from(std::net::Ipv4Addr::from(*octets)), next)
                 }
                 2 => {
-                    let (hi, next) = after.split_first_chunk::<8>()?;
-                    let (lo, next) = next.split_first_chunk::<8>()?;
-                    let halves = [u64::from_ne_bytes(*hi), u64::from_ne_bytes(*lo)];
-                    (Self(Repr::V6(halves)), next)
+                    let (octets, next) = after.split_first_chunk::<16>()?;
+                    (Self::from(std::net::Ipv6Addr::from(*octets)), next)
                 }
                 3 => {
                     let (n, next) = after.split_first_chunk::<8>()?;
@@ -81,20 +79,10 @@ impl Key {
                 4 | 6 => {
                     let (&len, after) = after.split_first()?;
                     let (bytes, next) = after.split_at_checked(usize::from(len))?;
-                    let domain = if tag == 6 {
-                        Domain::Tuple
-                    } else {
-                        Domain::Bytes
-                    };
                     (Self::from_bytes_in(domain, bytes), next)
                 }
                 5 | 7 => {
                     let (digest, next) = after.split_first_chunk::<DIGEST>()?;
-                    let domain = if tag == 7 {
-                        Domain::Tuple
-                    } else {
-                        Domain::Bytes
-                    };
                     (Self(Repr::Digest(domain, Arc::new(*digest))), next)
                 }
                 _ => return None,

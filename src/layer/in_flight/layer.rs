@@ -167,13 +167,7 @@ impl InFlightLayer {
     pub fn store<St: SlotStore>(mut self, store: St) -> Self {
         self.slots.store = Arc::new(store);
         #[cfg(feature = "redis")]
-        if let Some(on_failure) = &self.slots.on_failure {
-            self.slots.store = failing(
-                self.slots.store.failing(on_failure),
-                "InFlightLayer",
-                on_failure,
-            );
-        }
+        self.slots.fail();
         self.rebuilt("store")
     }
 
@@ -188,12 +182,8 @@ impl InFlightLayer {
     #[must_use]
     #[track_caller]
     pub fn on_failure(mut self, on_failure: crate::store::OnFailure) -> Self {
-        self.slots.store = failing(
-            self.slots.store.failing(&on_failure),
-            "InFlightLayer",
-            &on_failure,
-        );
         self.slots.on_failure = Some(on_failure);
+        self.slots.fail();
         self.rebuilt("on_failure")
     }
 
@@ -282,6 +272,17 @@ impl InFlightLayer {
 }
 
 impl Slots {
+    /// Puts the layer's own failure policy, if it has one, around the store, or panics when
+    /// the store cannot fail.
+    #[cfg(feature = "redis")]
+    #[track_caller]
+    fn fail(&mut self) {
+        if let Some(on_failure) = &self.on_failure {
+            let failed = self.store.failing(on_failure);
+            self.store = failing(failed, "InFlightLayer", on_failure);
+        }
+    }
+
     /// The limiter of the slots over the store, or a panic naming `method` and why the store
     /// cannot keep them.
     #[track_caller]
