@@ -8,7 +8,9 @@
 //! one that has ended, else the one that ends first.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
+
+use super::connection::lock;
 use std::time::Duration;
 
 use hashbrown::HashTable;
@@ -175,9 +177,7 @@ impl DenyCache {
     /// The shard of a key's hash: the hash's high bits (the tables use the low ones).
     fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, Shard> {
         let at = ((hash >> 32) as usize) & (self.shards.len() - 1);
-        self.shards[at]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.shards[at])
     }
 
     /// The denial of `key` that still holds at `now`, aged to `now`.
@@ -190,7 +190,7 @@ impl DenyCache {
             // first: a lookup that finds nothing to forget writes nothing shared).
             if self.holding.load(Ordering::Relaxed) && self.holding.swap(false, Ordering::Relaxed) {
                 for shard in &self.shards {
-                    let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                    let mut shard = lock(shard);
                     shard.forget_ended(now);
                 }
             }
@@ -252,24 +252,13 @@ impl DenyCache {
     /// How many denials the cache holds (ended ones included until they are looked up or
     /// evicted).
     pub(crate) fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                s.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .denials
-                    .len()
-            })
-            .sum()
+        self.shards.iter().map(|s| lock(s).denials.len()).sum()
     }
 
     /// How many denials the cache holds at most.
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).capacity)
-            .sum()
+        self.shards.iter().map(|s| lock(s).capacity).sum()
     }
 }
 

@@ -33,16 +33,8 @@ const BOUND: Duration = Duration::from_secs(1);
 /// cluster, one node) and warns when the policy can free a limited client. Says nothing when
 /// Redis refuses `CONFIG` or does not answer in time (logged at debug).
 pub(crate) async fn check(connection: &Connection) {
-    let mut get = redis::cmd("CONFIG");
-    get.arg("GET").arg("maxmemory*");
-    let query = async {
-        match connection.clone() {
-            Connection::Single(mut c) => get.query_async::<Value>(&mut c).await,
-            Connection::Cluster(mut c) => get.query_async::<Value>(&mut c).await,
-            Connection::Sentinel(mut c) => get.query_async::<Value>(&mut c).await,
-        }
-    };
-    match tokio::time::timeout(BOUND, query).await {
+    let get = redis::cmd("CONFIG").arg("GET").arg("maxmemory*").clone();
+    match tokio::time::timeout(BOUND, connection.query::<Value>(&get)).await {
         Ok(Ok(reply)) => {
             if let Some((policy, bytes)) = freeing(&settings(&reply)) {
                 warn(policy, bytes);

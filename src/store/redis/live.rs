@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use super::connection::bounded;
 use super::healths::Healths;
 use super::{errors, Connection, RedisStore};
 use crate::Error;
@@ -111,16 +112,7 @@ impl LiveRecord {
         if let Some(health) = self.health.down_at(&self.key) {
             return Err(health.error());
         }
-        let call = async {
-            match self.connection.clone() {
-                Connection::Single(mut c) => cmd.query_async(&mut c).await,
-                Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
-                Connection::Sentinel(mut c) => cmd.query_async(&mut c).await,
-            }
-        };
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(reply) => reply.map_err(errors::connecting),
-            Err(_) => Err(errors::timed_out(self.timeout)),
-        }
+        let call = self.connection.query(cmd);
+        bounded(self.timeout, call, errors::connecting).await
     }
 }

@@ -190,6 +190,7 @@ mod algorithms;
 mod bounds;
 mod carry;
 mod cluster;
+mod connection;
 mod deny_cache;
 mod errors;
 mod eviction;
@@ -210,7 +211,6 @@ mod slot_map;
 mod slots;
 mod table;
 mod version;
-mod warn;
 
 pub use self::algorithms::{RedisAlgorithm, RedisTier};
 pub use self::future::RedisFuture;
@@ -229,16 +229,10 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelNodeConnectionInfo;
 
 use self::cluster::Cluster;
+pub(crate) use self::connection::Connection;
 
 use super::{Store, Tie, Update};
 use crate::{Decision, Error, Key};
-
-#[derive(Clone)]
-pub(crate) enum Connection {
-    Single(ConnectionManager),
-    Cluster(Cluster),
-    Sentinel(sentinel::SentinelConnection),
-}
 
 /// Per-key state in Redis (single, behind Sentinel, or Redis Cluster), shared by every server
 /// that uses it.
@@ -623,7 +617,7 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
     /// [`Misconfigured`](crate::ErrorKind::Misconfigured) whose message names the figure, its
     /// value, the bound and how to bring it within.
     fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Result<RedisTable<A>, Error> {
-        RedisTable::new(self, policy, shared, algorithm)
+        RedisTable::new(self, policy, shared, algorithm, None)
     }
 
     fn check(table: &RedisTable<A>, key: Key, now: u64, cost: u64) -> RedisFuture {
@@ -641,8 +635,10 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
         table.run(key, now, cost, Some(receipts))
     }
 
+    /// A check of cost 0, never answered from the denials remembered here (a peek asks
+    /// Redis).
     fn peek(table: &RedisTable<A>, key: Key, now: u64) -> RedisFuture {
-        table.peek(key, now)
+        table.run(key, now, 0, None)
     }
 
     /// A table of the new quotas whose script, on each key's next check, first charges the key
@@ -664,7 +660,8 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
         algorithm: &A,
         now: u64,
     ) -> Result<RedisTable<A>, Error> {
-        RedisTable::succeeded(self, policy, previous, algorithm, now)
+        // The previous table's `shared` stands.
+        RedisTable::new(self, policy, false, algorithm, Some((previous, now)))
     }
 
     fn settle(&self, table: &RedisTable<A>, now: u64) -> RedisTable<A> {

@@ -76,14 +76,7 @@ pub(crate) fn require(found: Version) -> Result<(), String> {
 /// refuses the oldest when it is too old. A server that does not answer `INFO`, or answers
 /// without a version (a proxy, say), is taken as it is: the scripts will tell.
 pub(crate) async fn check(connection: &Connection) -> Result<(), Error> {
-    let mut info = redis::cmd("INFO");
-    info.arg("server");
-    let reply = match connection.clone() {
-        Connection::Single(mut c) => info.query_async::<Value>(&mut c).await,
-        Connection::Cluster(mut c) => info.query_async::<Value>(&mut c).await,
-        Connection::Sentinel(mut c) => info.query_async::<Value>(&mut c).await,
-    };
-    let reply = match reply {
+    let reply = match connection.query(redis::cmd("INFO").arg("server")).await {
         Ok(reply) => reply,
         // Refused by the server (INFO renamed away, a proxy): nothing to tell from.
         Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => return Ok(()),

@@ -30,9 +30,7 @@
 //! call that started it, whose timeout is short), one at a time; while they find none, at
 //! most every [`RETRY_MAX`], and only while calls come.
 
-use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,6 +44,7 @@ use redis::{
 
 use self::explain::{printable, without_credentials};
 use self::tally::Address;
+use super::connection::{lock, OnDrop};
 use super::errors;
 use crate::Error;
 
@@ -107,60 +106,44 @@ struct Primary {
     connection: MultiplexedConnection,
     /// Its host and port, as the sentinels name it.
     address: Option<Address>,
-    /// When the connection was made.
-    since: Instant,
-    /// When the primary last answered, in ns after `since`.
-    answered: AtomicU64,
-    /// When the first call sent after that answer was sent, in ns after `since` (at most
-    /// `answered` when every call sent has been answered since).
-    asked: AtomicU64,
-    /// When the sentinels are next asked whether they still name it, in ns after `since`.
-    next_check: AtomicU64,
+    times: Mutex<Times>,
+}
+
+/// When a primary went silent, and when the sentinels are next asked about it.
+struct Times {
+    /// When the first call sent after the primary's last answer was sent; `None` when every
+    /// call sent has been answered since.
+    silent_since: Option<Instant>,
+    /// When the sentinels are next asked whether they still name it.
+    next_check: Instant,
 }
 
 impl Primary {
     /// Notes an answer; whether the sentinels are due to be asked if they still name it.
     fn heard(&self) -> bool {
-        let nanos = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.answered.fetch_max(nanos, Ordering::Relaxed);
-        let next = self.next_check.load(Ordering::Relaxed);
-        let every = u64::try_from(RECHECK.as_nanos()).unwrap_or(u64::MAX);
-        nanos >= next
-            && self
-                .next_check
-                .compare_exchange(
-                    next,
-                    nanos.saturating_add(every),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
+        let mut times = lock(&self.times);
+        times.silent_since = None;
+        let now = Instant::now();
+        let due = now >= times.next_check;
+        if due {
+            times.next_check = now + RECHECK;
+        }
+        due
     }
 
     /// Notes a call sent: the start of a silence, unless one is already running.
     fn asked(&self) {
-        let asked = self.asked.load(Ordering::Relaxed);
-        if asked <= self.answered.load(Ordering::Relaxed) {
-            let nanos = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let _ = self.asked.compare_exchange(
-                asked,
-                nanos.max(asked.saturating_add(1)),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-        }
+        lock(&self.times)
+            .silent_since
+            .get_or_insert_with(Instant::now);
     }
 
     /// How long the primary has answered nothing while asked: since the first call sent
     /// after its last answer. (An idle primary is not silent: nothing was asked of it.)
     fn silent_for(&self) -> Duration {
-        let asked = self.asked.load(Ordering::Relaxed);
-        if asked <= self.answered.load(Ordering::Relaxed) {
-            return Duration::ZERO;
-        }
-        self.since
-            .elapsed()
-            .saturating_sub(Duration::from_nanos(asked))
+        lock(&self.times)
+            .silent_since
+            .map_or(Duration::ZERO, |since| since.elapsed())
     }
 }
 
@@ -259,7 +242,7 @@ impl SentinelConnection {
             return Ok(primary);
         }
         Shared::look_up(&self.shared);
-        let lookups = self.shared.lookups();
+        let lookups = lock(&self.shared.lookups);
         let mut message = format!(
             "no primary of Redis Sentinel master {:?} is known; the sentinels at {} are asked",
             self.shared.master, self.shared.sentinels
@@ -285,15 +268,26 @@ impl SentinelConnection {
         T: Send + 'a,
     {
         Box::pin(async move {
-            let primary = self.primary()?;
+            let (shared, primary) = (&self.shared, self.primary()?);
             primary.asked();
-            let mut watch = Watch {
-                shared: &self.shared,
-                primary: &primary,
-                answered: false,
-            };
+            // Dropped unanswered: the primary may have stalled.
+            let stalled = OnDrop::new(|| {
+                let silent = primary.silent_for();
+                if silent >= STALL_AFTER {
+                    let why = format!("the primary answered nothing for {silent:?} while asked");
+                    Shared::drop_primary(shared, primary.generation, why);
+                }
+            });
             let result = request(primary.connection.clone()).await;
-            watch.answered(result.as_ref().err());
+            stalled.defuse();
+            match result.as_ref() {
+                Err(error) if primary_gone(error) => {
+                    Shared::drop_primary(shared, primary.generation, error.to_string());
+                }
+                // Any other answer, an error reply included, came from the primary.
+                _ if primary.heard() => Shared::recheck(shared, &primary),
+                _ => {}
+            }
             result
         })
     }
@@ -325,50 +319,6 @@ impl ConnectionLike for SentinelConnection {
             .load()
             .as_ref()
             .map_or(0, |primary| primary.connection.get_db())
-    }
-}
-
-impl fmt::Debug for SentinelConnection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SentinelConnection")
-            .field("master", &self.shared.master)
-            .field("sentinels", &self.shared.sentinels)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Watches one call on a primary: what its answer says of the primary, or, when the call is
-/// dropped unanswered, how long the primary has been quiet.
-struct Watch<'a> {
-    shared: &'a Arc<Shared>,
-    primary: &'a Arc<Primary>,
-    answered: bool,
-}
-
-impl Watch<'_> {
-    fn answered(&mut self, error: Option<&RedisError>) {
-        self.answered = true;
-        match error {
-            Some(error) if primary_gone(error) => {
-                Shared::drop_primary(self.shared, self.primary.generation, error.to_string());
-            }
-            // Any other answer, an error reply included, came from the primary.
-            _ => {
-                if self.primary.heard() {
-                    Shared::recheck(self.shared, self.primary);
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Watch<'_> {
-    fn drop(&mut self) {
-        let silent = self.primary.silent_for();
-        if !self.answered && silent >= STALL_AFTER {
-            let why = format!("the primary answered nothing for {silent:?} while asked");
-            Shared::drop_primary(self.shared, self.primary.generation, why);
-        }
     }
 }
 

@@ -201,12 +201,6 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         };
         Ok(book.granted(key, ticket, now, deadline, decision, units, life))
     }
-
-    /// `key`'s standing: a check of cost 0, never answered from the denials remembered here
-    /// (a peek asks Redis).
-    pub(crate) fn peek(&self, key: Key, now: u64) -> RedisFuture {
-        self.run(key, now, 0, None)
-    }
 }
 
 /// Ends a lease call in the book when dropped.

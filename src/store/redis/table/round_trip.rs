@@ -6,10 +6,11 @@ use std::time::Instant;
 
 use super::{Inner, RedisTable};
 use crate::store::redis::algorithms::RedisAlgorithm;
+use crate::store::redis::connection::bounded;
 use crate::store::redis::family::Family;
 use crate::store::redis::leases::GiveBack;
 use crate::store::redis::reply::Figure;
-use crate::store::redis::{errors, version, Connection};
+use crate::store::redis::{errors, version};
 use crate::{Error, Key};
 
 /// Whether Redis answered that it does not have the script.
@@ -70,11 +71,8 @@ impl<A: RedisAlgorithm> RedisTable<A> {
     ) -> Result<Vec<Figure>, Error> {
         let inner = &self.inner;
         if !inner.version.is_done() {
-            match tokio::time::timeout(inner.timeout, version::check(&inner.connection)).await {
-                Ok(Ok(())) => inner.version.done(),
-                Ok(Err(error)) => return Err(error),
-                Err(_) => return Err(errors::timed_out(inner.timeout)),
-            }
+            bounded(inner.timeout, version::check(&inner.connection), |e| e).await?;
+            inner.version.done();
         }
         inner.list().await;
         // While the table carries over, a check and a refund name the old tables' keys too (a
@@ -134,10 +132,10 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         if let Some((carry, hold)) = carry {
             carry.arguments(&mut cmd, now, hold);
         }
-        match tokio::time::timeout(inner.timeout, inner.evaluate(&cmd)).await {
-            Ok(reply) => reply.map_err(|e| errors::deciding(&e, key)),
-            Err(_) => Err(errors::timed_out(inner.timeout)),
-        }
+        bounded(inner.timeout, inner.evaluate(&cmd), |e| {
+            errors::deciding(&e, key)
+        })
+        .await
     }
 }
 
@@ -149,7 +147,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// whoever finds it missing.
     async fn evaluate(&self, cmd: &redis::Cmd) -> redis::RedisResult<Vec<Figure>> {
         let seen = self.script_loads.load(Ordering::Acquire);
-        match self.query(cmd).await {
+        match self.connection.query(cmd).await {
             Err(error) if is_no_script(&error) => {}
             reply => return reply,
         }
@@ -160,10 +158,10 @@ impl<A: RedisAlgorithm> Inner<A> {
                 self.script_loads.fetch_add(1, Ordering::Release);
             }
         }
-        match self.query(cmd).await {
+        match self.connection.query(cmd).await {
             Err(error) if is_no_script(&error) => {
                 self.load_script().await?;
-                self.query(cmd).await
+                self.connection.query(cmd).await
             }
             reply => reply,
         }
@@ -182,7 +180,10 @@ impl<A: RedisAlgorithm> Inner<A> {
                 return;
             }
         }
-        let listed = tokio::time::timeout(self.timeout, self.query::<redis::Value>(&listing));
+        let listed = tokio::time::timeout(
+            self.timeout,
+            self.connection.query::<redis::Value>(&listing),
+        );
         if let (Ok(Ok(_)), Some(family)) = (listed.await, &self.family) {
             family.listed();
         }
@@ -194,26 +195,13 @@ impl<A: RedisAlgorithm> Inner<A> {
         cmd: &redis::Cmd,
         key: &Key,
     ) -> Result<T, Error> {
-        match tokio::time::timeout(self.timeout, self.query(cmd)).await {
-            Ok(reply) => reply.map_err(|e| errors::deciding(&e, key)),
-            Err(_) => Err(errors::timed_out(self.timeout)),
-        }
-    }
-
-    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-        match self.connection.clone() {
-            Connection::Single(mut c) => cmd.query_async(&mut c).await,
-            Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
-            Connection::Sentinel(mut c) => cmd.query_async(&mut c).await,
-        }
+        let call = self.connection.query(cmd);
+        bounded(self.timeout, call, |e| errors::deciding(&e, key)).await
     }
 
     /// `SCRIPT LOAD`; on a Redis Cluster, on every primary.
     async fn load_script(&self) -> redis::RedisResult<()> {
-        match self.connection.clone() {
-            Connection::Single(mut c) => self.script.load_async(&mut c).await.map(drop),
-            Connection::Cluster(mut c) => self.script.load_async(&mut c).await.map(drop),
-            Connection::Sentinel(mut c) => self.script.load_async(&mut c).await.map(drop),
-        }
+        let connection = &mut self.connection.clone();
+        self.script.load_async(connection).await.map(drop)
     }
 }

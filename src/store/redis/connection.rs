@@ -1,0 +1,114 @@
+//! The store's connection (one Redis, a Redis Cluster, or the primary behind Sentinel), and
+//! what every call on it shares: a bound by the store's timeout, locks that outlive a panic,
+//! tasks spawned when a runtime runs, and guards that act when a call is dropped.
+
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use super::cluster::Cluster;
+use super::errors;
+use super::sentinel::SentinelConnection;
+use crate::Error;
+
+/// A store's connection; clones share it.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    Single(ConnectionManager),
+    Cluster(Cluster),
+    Sentinel(SentinelConnection),
+}
+
+impl Connection {
+    /// `cmd`'s reply.
+    pub(crate) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> redis::RedisResult<T> {
+        cmd.query_async(&mut self.clone()).await
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+            Self::Sentinel(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+            Self::Sentinel(c) => c.get_db(),
+        }
+    }
+}
+
+/// `call`, bounded by `timeout`: its error made into the store's by `error`, or a timeout's.
+pub(crate) async fn bounded<T, E>(
+    timeout: Duration,
+    call: impl Future<Output = Result<T, E>>,
+    error: impl FnOnce(E) -> Error,
+) -> Result<T, Error> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(reply) => reply.map_err(error),
+        Err(_) => Err(errors::timed_out(timeout)),
+    }
+}
+
+/// `mutex`, locked: what a panic left behind is still the state.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `duration` in ns, saturated.
+pub(crate) fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Runs `task` on the current tokio runtime; `false` (and nothing runs) without one.
+pub(crate) fn spawn(task: impl Future<Output = ()> + Send + 'static) -> bool {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return false;
+    };
+    runtime.spawn(task);
+    true
+}
+
+/// Runs its action when dropped, unless [`defused`](Self::defuse) first.
+pub(crate) struct OnDrop<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> OnDrop<F> {
+    pub(crate) fn new(action: F) -> Self {
+        Self(Some(action))
+    }
+
+    /// Drops the guard without its action.
+    pub(crate) fn defuse(mut self) {
+        self.0 = None;
+    }
+}
+
+impl<F: FnOnce()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        if let Some(action) = self.0.take() {
+            action();
+        }
+    }
+}
