@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::connection::lock;
+use super::connection::{lock, nanos};
 use std::time::Duration;
 
 use hashbrown::HashTable;
@@ -217,9 +217,7 @@ impl DenyCache {
             return;
         }
         // Remembered briefly, so that a reset elsewhere soon reaches this server.
-        let retry_after = retry_after.min(super::RedisStore::DENY_CACHE_HOLD);
-        let wait = u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX);
-        let until = now.saturating_add(wait);
+        let until = now.saturating_add(nanos(retry_after.min(super::RedisStore::DENY_CACHE_HOLD)));
         if until <= now {
             return;
         }

@@ -220,6 +220,7 @@ pub use self::on_failure::OnFailure;
 pub use self::table::RedisTable;
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -250,8 +251,9 @@ pub struct RedisStore {
     leases: Option<Leases>,
     /// The layer whose tables this store makes, and which of them.
     tie: Option<Tie>,
-    /// Whether the server is recent enough, once known.
-    version: Arc<version::VersionCheck>,
+    /// Whether the server was found recent enough: when the store connects, or on its first
+    /// call when it was made over a connection of the caller's.
+    version: Arc<AtomicBool>,
     /// Whether Redis answers, as calls found it: of the one Redis, or of each master of a
     /// Redis Cluster (see [When Redis fails](self#when-redis-fails)).
     health: healths::Healths,
@@ -456,15 +458,15 @@ impl RedisStore {
     async fn verified(self) -> Result<Self, Error> {
         // As long as the connection itself may take to come up, and then some.
         let bound = Duration::from_secs(5);
-        match tokio::time::timeout(bound, version::check(&self.connection)).await {
-            Ok(checked) => checked?,
-            Err(_) => {
-                return Err(Error::timeout(format!(
-                    "Redis did not answer INFO within {bound:?} while connecting"
-                )))
-            }
-        }
-        self.version.done();
+        let error = |_| {
+            Error::timeout(format!(
+                "Redis did not answer INFO within {bound:?} while connecting"
+            ))
+        };
+        tokio::time::timeout(bound, version::check(&self.connection))
+            .await
+            .map_err(error)??;
+        self.version.store(true, Ordering::Release);
         eviction::check(&self.connection).await;
         Ok(self)
     }

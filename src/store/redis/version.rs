@@ -5,7 +5,6 @@
 //! between servers (`TIME`); from 5.0 it replicates the script's effects and allows them.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis::Value;
 
@@ -22,21 +21,6 @@ pub(crate) struct Version(pub(crate) u32, pub(crate) u32, pub(crate) u32);
 impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}.{}", self.0, self.1, self.2)
-    }
-}
-
-/// Whether a store's server was found recent enough: checked when the store connects, or on
-/// its first call when it was made over a connection of the caller's.
-#[derive(Debug, Default)]
-pub(crate) struct VersionCheck(AtomicBool);
-
-impl VersionCheck {
-    pub(crate) fn is_done(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn done(&self) {
-        self.0.store(true, Ordering::Release);
     }
 }
 

@@ -1,4 +1,4 @@
-use super::{bucket_leasable, bucket_lifetime, bucket_margin, RedisAlgorithm, RedisTier};
+use super::{bucket_lifetime, Leasing, RedisAlgorithm, RedisTier};
 use crate::algorithm::{Gcra, LeakyBucket};
 
 /// GCRA's script keeps times relative to the current second in doubles: with every figure at
@@ -14,7 +14,7 @@ impl RedisAlgorithm for Gcra {
     const LUA: &'static str = include_str!("../lua/gcra.lua");
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "gcra";
-    const LEASES: bool = true;
+    const LEASING: Leasing = Leasing::Bucket;
     const FIGURES: &'static [(&'static str, &'static str)] = &[
         ("emission interval (period / limit, in ns)", SHORTER_OR_MORE),
         ("tolerance (interval x burst, in ns)", SHORTER_OR_SMALLER),
@@ -30,14 +30,6 @@ impl RedisAlgorithm for Gcra {
     /// its own length past the TAT.
     fn lifetime(&self) -> u64 {
         bucket_lifetime(self.interval_nanos(), self.bound_nanos())
-    }
-
-    fn leasable(tier: &RedisTier) -> bool {
-        bucket_leasable(tier)
-    }
-
-    fn lease_margin(tier: &RedisTier) -> u64 {
-        bucket_margin(tier.params[0], tier.params[2])
     }
 }
 

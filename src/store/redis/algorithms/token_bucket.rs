@@ -1,4 +1,4 @@
-use super::{bucket_leasable, bucket_lifetime, bucket_margin, RedisAlgorithm, RedisTier};
+use super::{bucket_lifetime, Leasing, RedisAlgorithm, RedisTier};
 use crate::algorithm::TokenBucket;
 
 /// Every token bucket the store accepts (interval, capacity and capacity plus `max_delay` at
@@ -11,7 +11,7 @@ impl RedisAlgorithm for TokenBucket {
         include_str!("../lua/token_bucket.lua")
     );
     const NAME: &'static str = "token_bucket";
-    const LEASES: bool = true;
+    const LEASING: Leasing = Leasing::Bucket;
     const FIGURES: &'static [(&'static str, &'static str)] = &[
         (
             "emission interval (period / limit, in ns)",
@@ -43,13 +43,5 @@ impl RedisAlgorithm for TokenBucket {
     /// at most its own length past the refill.
     fn lifetime(&self) -> u64 {
         bucket_lifetime(self.interval_nanos(), self.bound_nanos())
-    }
-
-    fn leasable(tier: &RedisTier) -> bool {
-        bucket_leasable(tier)
-    }
-
-    fn lease_margin(tier: &RedisTier) -> u64 {
-        bucket_margin(tier.params[0], tier.params[2])
     }
 }

@@ -1,4 +1,4 @@
-use super::{RedisAlgorithm, RedisTier};
+use super::{Leasing, RedisAlgorithm, RedisTier};
 use crate::algorithm::{FixedWindow, SlidingLog, SlidingWindow};
 
 /// The window scripts keep counts and times (relative to the current second) in doubles, exact
@@ -28,7 +28,8 @@ impl RedisAlgorithm for FixedWindow {
     );
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "fixed_window";
-    const LEASES: bool = true;
+    /// Calendar windows start at multiples of the period, whatever a refund does.
+    const LEASING: Leasing = Leasing::Window { calendar: true };
     const FIGURES: &'static [(&'static str, &'static str)] = &[
         ("limit", "a smaller limit"),
         ("period (in ns)", "a shorter period"),
@@ -46,11 +47,6 @@ impl RedisAlgorithm for FixedWindow {
     /// A window ends a period after it starts.
     fn lifetime(&self) -> u64 {
         self.period_nanos()
-    }
-
-    /// Calendar windows start at multiples of the period, whatever a refund does.
-    fn leases_with_refunds(tier: &RedisTier) -> bool {
-        tier.params[2] == 1
     }
 }
 
@@ -72,7 +68,7 @@ impl RedisAlgorithm for SlidingWindow {
     );
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "sliding_window";
-    const LEASES: bool = true;
+    const LEASING: Leasing = Leasing::Window { calendar: false };
     const FIGURES: &'static [(&'static str, &'static str)] = &[
         ("limit", "a smaller limit"),
         ("period (in ns)", "a shorter period"),

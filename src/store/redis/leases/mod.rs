@@ -233,7 +233,7 @@ impl Leases {
     }
 
     pub(super) fn max_life_nanos(&self) -> u64 {
-        u64::try_from(self.max_life.as_nanos()).unwrap_or(u64::MAX)
+        super::connection::nanos(self.max_life)
     }
 }
 

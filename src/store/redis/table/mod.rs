@@ -19,7 +19,6 @@ use super::family::Family;
 use super::healths::Healths;
 use super::keys::KeyNames;
 use super::leases::LeaseBook;
-use super::version::VersionCheck;
 use super::{bounds, script, Connection, RedisStore};
 use crate::store::Role;
 use crate::{Error, Key};
@@ -75,7 +74,7 @@ struct Inner<A: RedisAlgorithm> {
     failures: FailureCounter,
     denials: DenyCache,
     /// This server's slices of hot keys' budgets, when the store leases and the algorithm
-    /// can be leased ([`RedisAlgorithm::LEASES`]).
+    /// can be leased ([`RedisAlgorithm::LEASING`]).
     leases: Option<LeaseBook>,
     /// Whether admissions are refunded ([`Store::expect_refunds`](crate::store::Store::expect_refunds)),
     /// and whether leases may go on then (calendar-aligned fixed windows: no refund moves
@@ -85,7 +84,7 @@ struct Inner<A: RedisAlgorithm> {
     /// Whether the table was asked to decide every request in Redis (a ban counter).
     exactly: AtomicBool,
     /// Whether the server's version was found good (checked once per store).
-    version: Arc<VersionCheck>,
+    version: Arc<AtomicBool>,
     /// Whether Redis answers (on a Redis Cluster, each master), shared by the store's tables
     /// and clones.
     health: Healths,
@@ -184,15 +183,16 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 leases: store
                     .leases
                     .as_ref()
-                    .filter(|_| A::LEASES && tiers.iter().all(A::leasable))
+                    .filter(|_| tiers.iter().all(|t| t.leasable(A::LEASING)))
                     .map(|leases| {
-                        let margin = tiers.iter().map(A::lease_margin).min().unwrap_or(0);
+                        let margin = tiers.iter().map(|t| t.lease_margin(A::LEASING)).min();
+                        let margin = margin.unwrap_or(0);
                         LeaseBook::new(leases, margin)
                     }),
                 refunding: AtomicBool::new(
                     old.is_some_and(|o| o.refunding.load(Ordering::Relaxed)),
                 ),
-                leases_with_refunds: tiers.iter().all(A::leases_with_refunds),
+                leases_with_refunds: tiers.iter().all(|t| t.leases_with_refunds(A::LEASING)),
                 exactly: AtomicBool::new(old.is_some_and(|o| o.exactly.load(Ordering::Relaxed))),
                 version: Arc::clone(&store.version),
                 health: store.health.clone(),

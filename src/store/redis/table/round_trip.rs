@@ -70,9 +70,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         mode: Mode<'_>,
     ) -> Result<Vec<Figure>, Error> {
         let inner = &self.inner;
-        if !inner.version.is_done() {
+        if !inner.version.load(Ordering::Acquire) {
             bounded(inner.timeout, version::check(&inner.connection), |e| e).await?;
-            inner.version.done();
+            inner.version.store(true, Ordering::Release);
         }
         inner.list().await;
         // While the table carries over, a check and a refund name the old tables' keys too (a

@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::round_trip::Mode;
 use super::RedisTable;
 use crate::store::redis::algorithms::RedisAlgorithm;
+use crate::store::redis::connection::nanos;
 use crate::store::redis::family::{self, Family};
 use crate::store::Update;
 use crate::{Error, Key};
@@ -63,7 +64,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
     /// clock), here and in the local fallback.
     pub(crate) fn block(&self, key: Key, now: u64, duration: Duration) -> Update {
         let table = self.clone();
-        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        let nanos = nanos(duration);
         Box::pin(async move {
             let inner = &table.inner;
             if let Some(book) = &inner.leases {
