@@ -97,6 +97,17 @@ pub trait RedisAlgorithm: MemoryAlgorithm + sealed::Sealed {
     }
 }
 
+/// A figure of a tier and how to make it smaller, for the message that refuses a policy whose
+/// figures are too large ([`RedisAlgorithm::FIGURES`]).
+type Figure = (&'static str, &'static str);
+const LIMIT: Figure = ("limit", "a smaller limit");
+const PERIOD: Figure = ("period (in ns)", "a shorter period");
+const INTERVAL: Figure = ("emission interval (period / limit, in ns)", SHORTER_OR_MORE);
+const CAPACITY: Figure = ("capacity (interval x burst, in ns)", SHORTER_OR_SMALLER);
+const SHORTER_OR_MORE: &str = "a shorter period or a larger limit";
+const SHORTER_OR_SMALLER: &str = "a shorter period or a smaller burst";
+const WITH_DELAY: &str = "a shorter period, a smaller burst or a shorter max_delay";
+
 /// The lease margin of a bucket whose emission interval is `interval` ns and bound `bound` ns:
 /// a sixteenth of the bound, at most 1 s, rounded down to whole intervals (`margin(p)` in
 /// `gcra.lua` and `token_bucket.lua`). 0 when that is less than one interval: such a bucket is

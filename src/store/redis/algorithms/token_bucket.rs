@@ -1,4 +1,5 @@
-use super::{bucket_lifetime, Leasing, RedisAlgorithm, RedisTier};
+use super::{bucket_lifetime, Figure, Leasing, RedisAlgorithm, RedisTier};
+use super::{CAPACITY, INTERVAL, WITH_DELAY};
 use crate::algorithm::TokenBucket;
 
 /// Every token bucket the store accepts (interval, capacity and capacity plus `max_delay` at
@@ -12,19 +13,10 @@ impl RedisAlgorithm for TokenBucket {
     );
     const NAME: &'static str = "token_bucket";
     const LEASING: Leasing = Leasing::Bucket;
-    const FIGURES: &'static [(&'static str, &'static str)] = &[
-        (
-            "emission interval (period / limit, in ns)",
-            "a shorter period or a larger limit",
-        ),
-        (
-            "capacity (interval x burst, in ns)",
-            "a shorter period or a smaller burst",
-        ),
-        (
-            "capacity plus max_delay (in ns)",
-            "a shorter period, a smaller burst or a shorter max_delay",
-        ),
+    const FIGURES: &'static [Figure] = &[
+        INTERVAL,
+        CAPACITY,
+        ("capacity plus max_delay (in ns)", WITH_DELAY),
         (
             "tokens in the capacity plus max_delay",
             "a smaller burst or a shorter max_delay",

@@ -113,7 +113,8 @@ impl Shared {
         let Some((named, voters)) = tally.majority() else {
             // Why none: the first sentinel (in the order given) whose primary answers as one
             // says best what is wrong (not a sentinel, an unknown master, none reachable).
-            let mut sentinel = self.sentinel.lock().await;
+            let mut sentinel =
+                Sentinel::build(self.sentinel_infos.clone()).map_err(Missed::Sentinels)?;
             sentinel
                 .async_master_for(&self.master, Some(&self.node))
                 .await

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
+use redis::sentinel::SentinelNodeConnectionInfo;
 use redis::{
     Cmd, ConnectionInfo, ErrorKind as RedisKind, IntoConnectionInfo, Pipeline, RedisError,
     RedisFuture, RedisResult, ServerErrorKind, Value,
@@ -45,7 +45,6 @@ use redis::{
 use self::explain::{printable, without_credentials};
 use self::tally::Address;
 use super::connection::{lock, OnDrop};
-use super::errors;
 use crate::Error;
 
 mod ask;
@@ -85,7 +84,6 @@ struct Shared {
     master: Box<str>,
     /// The sentinels' addresses (no credentials), for messages.
     sentinels: Box<str>,
-    sentinel: tokio::sync::Mutex<Sentinel>,
     /// The sentinels, for the checks of which primary they name.
     sentinel_infos: Vec<ConnectionInfo>,
     /// The connection to each sentinel, with its id (`SENTINEL MYID`), kept from one time
@@ -203,13 +201,11 @@ impl SentinelConnection {
             }
         }
         let sentinels = addresses.join(", ");
-        let sentinel = Sentinel::build(infos.clone()).map_err(errors::connecting)?;
         let shared = Arc::new(Shared {
             master: master.into(),
             sentinels: sentinels.into(),
-            sentinel: tokio::sync::Mutex::new(sentinel),
-            sentinel_infos: infos.clone(),
             checkers: tokio::sync::Mutex::new(vec![None; infos.len()]),
+            sentinel_infos: infos,
             node,
             primary: ArcSwapOption::empty(),
             lookups: Mutex::new(Lookups {
@@ -222,7 +218,7 @@ impl SentinelConnection {
         });
         let found = match tokio::time::timeout(LOOKUP_BOUND, shared.find()).await {
             Ok(Ok(connection)) => connection,
-            Ok(Err(error)) => return Err(shared.explain(error, &infos).await),
+            Ok(Err(error)) => return Err(shared.explain(error).await),
             Err(_) => {
                 return Err(Error::timeout(format!(
                     "RedisStore::sentinel: the sentinels at {} named no primary of master {:?} \
