@@ -463,7 +463,7 @@ impl RedisStore {
                 "Redis did not answer INFO within {bound:?} while connecting"
             ))
         };
-        tokio::time::timeout(bound, version::check(&self.connection))
+        tokio::time::timeout(bound, version::check(&mut self.connection.clone(), ""))
             .await
             .map_err(error)??;
         self.version.store(true, Ordering::Release);

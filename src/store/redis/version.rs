@@ -8,8 +8,8 @@ use std::fmt;
 
 use redis::Value;
 
-use super::Connection;
 use crate::Error;
+use redis::aio::ConnectionLike;
 
 /// The oldest Redis server the store works with.
 pub(crate) const MIN_VERSION: Version = Version(5, 0, 0);
@@ -57,10 +57,15 @@ pub(crate) fn require(found: Version) -> Result<(), String> {
 }
 
 /// Reads `INFO server` from every node the connection reaches (every master of a cluster) and
-/// refuses the oldest when it is too old. A server that does not answer `INFO`, or answers
-/// without a version (a proxy, say), is taken as it is: the scripts will tell.
-pub(crate) async fn check(connection: &Connection) -> Result<(), Error> {
-    let reply = match connection.query(redis::cmd("INFO").arg("server")).await {
+/// refuses the oldest when it is too old, the message naming `server` first. A server that
+/// does not answer `INFO`, or answers without a version (a proxy, say), is taken as it is:
+/// the scripts will tell.
+pub(crate) async fn check(connection: &mut impl ConnectionLike, server: &str) -> Result<(), Error> {
+    let reply = match redis::cmd("INFO")
+        .arg("server")
+        .query_async(connection)
+        .await
+    {
         Ok(reply) => reply,
         // Refused by the server (INFO renamed away, a proxy): nothing to tell from.
         Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => return Ok(()),
@@ -69,7 +74,7 @@ pub(crate) async fn check(connection: &Connection) -> Result<(), Error> {
     let mut texts = Vec::new();
     collect_texts(&reply, &mut texts);
     match texts.iter().filter_map(|t| parse(t)).min() {
-        Some(oldest) => require(oldest).map_err(Error::misconfigured),
+        Some(oldest) => require(oldest).map_err(|m| Error::misconfigured(format!("{server}{m}"))),
         None => Ok(()),
     }
 }

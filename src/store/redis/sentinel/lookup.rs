@@ -6,16 +6,13 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::Sentinel;
-use redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, ErrorKind as RedisKind, RedisError, RedisResult,
-};
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ErrorKind as RedisKind, RedisError};
 
 use super::explain::{printable, Missed};
 use super::tally::Address;
 use super::{Primary, Shared, Times, LOOKUP_BOUND, RECHECK, RECHECK_BOUND, RETRY_MAX, RETRY_MIN};
 use crate::store::redis::connection::{lock, spawn, OnDrop};
 use crate::store::redis::{errors, version};
-use crate::Error;
 
 impl Shared {
     /// Drops the primary of `generation` (if it is still the one calls go to) and starts a
@@ -130,25 +127,9 @@ impl Shared {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(|e| Missed::Primary(errors::connecting(e)))?;
-        let info: RedisResult<String> = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut connection)
-            .await;
-        match info {
-            Ok(info) => {
-                if let Some(found) = version::parse(&info) {
-                    version::require(found).map_err(|message| {
-                        Missed::Primary(Error::misconfigured(format!(
-                            "the primary of Redis Sentinel master {:?}: {message}",
-                            self.master
-                        )))
-                    })?;
-                }
-            }
-            // Refused by the server (INFO renamed away): nothing to tell from.
-            Err(e) if matches!(e.kind(), RedisKind::Server(_)) => {}
-            Err(e) => return Err(Missed::Primary(errors::connecting(e))),
-        }
+        let server = format!("the primary of Redis Sentinel master {:?}: ", self.master);
+        let checked = version::check(&mut connection, &server).await;
+        checked.map_err(Missed::Primary)?;
         Ok((connection, address(&client)))
     }
 

@@ -71,7 +71,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
     ) -> Result<Vec<Figure>, Error> {
         let inner = &self.inner;
         if !inner.version.load(Ordering::Acquire) {
-            bounded(inner.timeout, version::check(&inner.connection), |e| e).await?;
+            let connection = &mut inner.connection.clone();
+            let check = version::check(connection, "");
+            bounded(inner.timeout, check, |e| e).await?;
             inner.version.store(true, Ordering::Release);
         }
         inner.list().await;
