@@ -33,12 +33,16 @@ struct Denial {
     decided: u64,
     until: u64,
     decision: Decision,
+    /// How many denials the shard took before this one: of two that end together, the older
+    /// is evicted first.
+    seq: u64,
 }
 
 /// One shard: its denials, found by the key's hash, and how many it holds at most.
 struct Shard {
     denials: HashTable<Denial>,
     capacity: usize,
+    taken: u64,
 }
 
 impl Shard {
@@ -51,12 +55,13 @@ impl Shard {
 
     /// Adds `denial`, in place of the key's; a full shard first evicts, of the first
     /// [`PROBE`] denials it holds, one that has ended at `now`, else the one that ends first.
-    fn insert(&mut self, denial: Denial, now: u64) {
+    fn insert(&mut self, mut denial: Denial, now: u64) {
+        (denial.seq, self.taken) = (self.taken, self.taken + 1);
         self.remove(denial.hash, &denial.key);
         if self.denials.len() >= self.capacity {
             let first = self.denials.iter().take(PROBE);
             let victim = first.clone().find(|d| d.until <= now);
-            if let Some(victim) = victim.or_else(|| first.min_by_key(|d| d.until)) {
+            if let Some(victim) = victim.or_else(|| first.min_by_key(|d| (d.until, d.seq))) {
                 let (hash, key) = (victim.hash, victim.key.clone());
                 self.remove(hash, &key);
             }
@@ -100,7 +105,7 @@ impl DenyCache {
             .map(|i| {
                 let capacity = capacity / count + usize::from(i < capacity % count);
                 let denials = HashTable::new();
-                Mutex::new(Shard { denials, capacity })
+                Mutex::new(Shard { denials, capacity, taken: 0 })
             })
             .collect();
         Self {
@@ -166,6 +171,7 @@ impl DenyCache {
             decided: now,
             until,
             decision: decision.clone(),
+            seq: 0,
         };
         self.shard(hash).insert(denial, now);
     }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::reply::text;
 use super::Connection;
 
 /// The policies under which Redis may evict a limited client's state before the states of
@@ -116,16 +117,6 @@ fn collect(value: &Value, out: &mut Vec<(String, String)>) {
             }
         }
         _ => {}
-    }
-}
-
-fn text(value: &Value) -> Option<String> {
-    match value {
-        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(text) => Some(text.clone()),
-        Value::VerbatimString { text, .. } => Some(text.clone()),
-        Value::Int(n) => Some(n.to_string()),
-        _ => None,
     }
 }
 

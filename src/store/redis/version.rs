@@ -82,14 +82,11 @@ pub(crate) async fn check(connection: &mut impl ConnectionLike, server: &str) ->
 /// Every text in `value`: one reply, or one per node for a cluster (a map of node to reply).
 fn collect_texts(value: &Value, out: &mut Vec<String>) {
     match value {
-        Value::BulkString(bytes) => out.push(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(text) => out.push(text.clone()),
-        Value::VerbatimString { text, .. } => out.push(text.clone()),
         Value::Array(values) | Value::Set(values) => {
             values.iter().for_each(|v| collect_texts(v, out));
         }
         Value::Map(pairs) => pairs.iter().for_each(|(_, v)| collect_texts(v, out)),
-        _ => {}
+        value => out.extend(super::reply::text(value)),
     }
 }
 
