@@ -105,7 +105,11 @@ impl DenyCache {
             .map(|i| {
                 let capacity = capacity / count + usize::from(i < capacity % count);
                 let denials = HashTable::new();
-                Mutex::new(Shard { denials, capacity, taken: 0 })
+                Mutex::new(Shard {
+                    denials,
+                    capacity,
+                    taken: 0,
+                })
             })
             .collect();
         Self {

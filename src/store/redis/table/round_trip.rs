@@ -7,7 +7,6 @@ use std::time::Instant;
 use super::{Inner, RedisTable};
 use crate::store::redis::algorithms::RedisAlgorithm;
 use crate::store::redis::connection::bounded;
-use crate::store::redis::family::Family;
 use crate::store::redis::leases::GiveBack;
 use crate::store::redis::reply::Figure;
 use crate::store::redis::{errors, version};
@@ -173,20 +172,16 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// again before the next ones until it succeeds (within the timeout; a call that fails
     /// here fails in the script's call too, which the failure policy answers).
     async fn list(&self) {
-        let Some(listing) = self.family.as_ref().and_then(Family::listing) else {
+        let Some((family, listing)) = self.family.as_ref().and_then(|f| Some((f, f.listing()?)))
+        else {
             return;
         };
         // Not while the list's master is known down (on a Redis Cluster): the call goes on.
-        if let Some(family) = self.family.as_ref() {
-            if self.health.down_at(family.list()).is_some() {
-                return;
-            }
+        if self.health.down_at(family.list()).is_some() {
+            return;
         }
-        let listed = tokio::time::timeout(
-            self.timeout,
-            self.connection.query::<redis::Value>(&listing),
-        );
-        if let (Ok(Ok(_)), Some(family)) = (listed.await, &self.family) {
+        let listed = self.connection.query::<redis::Value>(&listing);
+        if let Ok(Ok(_)) = tokio::time::timeout(self.timeout, listed).await {
             family.listed();
         }
     }

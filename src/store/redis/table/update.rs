@@ -6,7 +6,7 @@ use super::round_trip::Mode;
 use super::RedisTable;
 use crate::store::redis::algorithms::RedisAlgorithm;
 use crate::store::redis::connection::nanos;
-use crate::store::redis::family::{self, Family};
+use crate::store::redis::family;
 use crate::store::Update;
 use crate::{Error, Key};
 
@@ -41,15 +41,12 @@ impl<A: RedisAlgorithm> RedisTable<A> {
     /// server has listed ([`family`]), each bounded by the timeout.
     async fn reset_family(&self, key: &Key) -> Result<(), Error> {
         let inner = &self.inner;
-        let Some(reading) = inner.family.as_ref().and_then(Family::reading) else {
+        let Some((family, reading)) = inner.family.as_ref().and_then(|f| Some((f, f.reading()?)))
+        else {
             return Ok(());
         };
         // The list's master known down (on a Redis Cluster): the reset fails at once.
-        if let Some(down) = inner
-            .family
-            .as_ref()
-            .and_then(|f| inner.health.down_at(f.list()))
-        {
+        if let Some(down) = inner.health.down_at(family.list()) {
             return Err(down.error());
         }
         let ends: Vec<Vec<u8>> = inner.bounded(&reading, key).await?;
