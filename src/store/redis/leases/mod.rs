@@ -135,7 +135,7 @@ mod book;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leases {
     max_slice: u64,
-    share: u64,
+    pub(super) share: u64,
     max_life: Duration,
     keys: usize,
 }
@@ -226,10 +226,6 @@ impl Leases {
         );
         self.keys = keys;
         self
-    }
-
-    pub(super) fn share_of_left(&self) -> u64 {
-        self.share
     }
 
     pub(super) fn max_life_nanos(&self) -> u64 {

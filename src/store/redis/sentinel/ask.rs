@@ -74,7 +74,7 @@ impl Shared {
                 // Failed, or no answer in time: counts as not answering, and is reached anew.
                 Ok(Err(_)) | Err(_) => *slot = None,
             }
-            if tally.has_majority() {
+            if tally.majority().is_some() {
                 // The others cannot change the outcome; they keep their connections.
                 break;
             }

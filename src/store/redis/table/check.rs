@@ -181,11 +181,11 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         ticket: u64,
     ) -> Result<Decision, Error> {
         let inner = &self.inner;
-        let leases = book.leases();
+        let share = book.leases().share;
         let mode = Mode::Lease {
             cost,
             want,
-            share: leases.share_of_left(),
+            share,
             back,
         };
         let sent = Instant::now();

@@ -152,12 +152,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                     old.limits.len(),
                     now,
                     old.lifetime,
-                    old.carry.as_ref().map(Carry::until),
+                    old.carry.as_ref().map(|c| c.until),
                 );
-                let earlier = old
-                    .carry
-                    .iter()
-                    .flat_map(|c| c.generations().iter().cloned());
+                let earlier = old.carry.iter().flat_map(|c| c.generations.iter().cloned());
                 let generations = std::iter::once(last).chain(earlier);
                 Carry::new(&names, limits.len(), generations, policy)?
             }

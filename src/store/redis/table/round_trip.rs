@@ -84,8 +84,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             .and_then(|carry| Some((carry, carry.hold(Instant::now())?)))
             .filter(|_| !matches!(mode, Mode::Block(_) | Mode::Lease { .. }));
         let carried = carry
-            .map(|(carry, _)| carry.generations())
-            .unwrap_or_default()
+            .map_or(&[][..], |(carry, _)| &carry.generations)
             .iter()
             .map(|generation| &generation.names);
         let keys = inner.names.call_keys(key, carried);
@@ -177,7 +176,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             return;
         };
         // Not while the list's master is known down (on a Redis Cluster): the call goes on.
-        if self.health.down_at(family.list()).is_some() {
+        if self.health.down_at(&family.list).is_some() {
             return;
         }
         let listed = self.connection.query::<redis::Value>(&listing);
