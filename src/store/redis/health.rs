@@ -227,31 +227,27 @@ async fn probe(health: Weak<Health>, connection: Option<Connection>, timeout: Du
             return;
         };
         let sent = health.now();
-        let connection = match (&health.master, &connection) {
-            (Some(master), _) => {
-                if master.probe(timeout).await {
-                    health.rose(sent);
-                    return;
-                }
-                continue;
+        let up = match (&health.master, &connection) {
+            (Some(master), _) => master.probe(timeout).await,
+            (None, Some(connection)) => {
+                // A connection found broken is made again by the call that finds it: the second
+                // `PING` goes over the new one, so a Redis back is found by the first probe
+                // after it.
+                let twice = async {
+                    match ping(connection).await {
+                        Err(error) if errors::kind(&error) == ErrorKind::Unreachable => {
+                            ping(connection).await
+                        }
+                        answer => answer,
+                    }
+                };
+                tokio::time::timeout(timeout, twice)
+                    .await
+                    .is_ok_and(answered)
             }
-            (None, Some(connection)) => connection,
             (None, None) => return,
         };
-        // A connection found broken is made again by the call that finds it: the second
-        // `PING` goes over the new one, so a Redis back is found by the first probe after it.
-        let twice = async {
-            match ping(connection).await {
-                Err(error) if errors::kind(&error) == ErrorKind::Unreachable => {
-                    ping(connection).await
-                }
-                answer => answer,
-            }
-        };
-        if tokio::time::timeout(timeout, twice)
-            .await
-            .is_ok_and(answered)
-        {
+        if up {
             health.rose(sent);
             return;
         }
