@@ -1,6 +1,6 @@
 //! The store's connection (one Redis, a Redis Cluster, or the primary behind Sentinel), and
-//! what every call on it shares: a bound by the store's timeout, locks that outlive a panic,
-//! tasks spawned when a runtime runs, and guards that act when a call is dropped.
+//! what its calls share: locks that outlive a panic, tasks spawned when a runtime runs, and
+//! guards that act when a call is dropped.
 
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -10,9 +10,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use super::cluster::Cluster;
-use super::errors;
 use super::sentinel::SentinelConnection;
-use crate::Error;
 
 /// A store's connection; clones share it.
 #[derive(Clone)]
@@ -57,18 +55,6 @@ impl ConnectionLike for Connection {
             Self::Cluster(c) => c.get_db(),
             Self::Sentinel(c) => c.get_db(),
         }
-    }
-}
-
-/// `call`, bounded by `timeout`: its error made into the store's by `error`, or a timeout's.
-pub(crate) async fn bounded<T, E>(
-    timeout: Duration,
-    call: impl Future<Output = Result<T, E>>,
-    error: impl FnOnce(E) -> Error,
-) -> Result<T, Error> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(reply) => reply.map_err(error),
-        Err(_) => Err(errors::timed_out(timeout)),
     }
 }
 

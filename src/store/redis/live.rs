@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use super::connection::bounded;
+use super::errors::bounded;
 use super::healths::Healths;
 use super::{errors, Connection, RedisStore};
 use crate::Error;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::{Inner, Keys, Lease, RedisSlots};
 use crate::store::in_flight::{Acquire, Slots, LOCAL_LEASE, NO_LEASE};
-use crate::store::redis::connection::{bounded, lock, spawn, OnDrop};
-use crate::store::redis::errors;
+use crate::store::redis::connection::{lock, spawn, OnDrop};
+use crate::store::redis::errors::{self, bounded};
 use crate::store::redis::fallback::Fallback;
 use crate::store::Update;
 use crate::{Decision, Error, Key};

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::{Inner, RedisTable};
 use crate::store::redis::algorithms::RedisAlgorithm;
-use crate::store::redis::connection::bounded;
+use crate::store::redis::errors::bounded;
 use crate::store::redis::leases::GiveBack;
 use crate::store::redis::reply::Figure;
 use crate::store::redis::{errors, version};
