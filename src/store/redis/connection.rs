@@ -31,8 +31,12 @@ impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Single(c) => c.req_packed_command(cmd),
-            Self::Cluster(c) => c.req_packed_command(cmd),
-            Self::Sentinel(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => {
+                c.on_current(move |mut c| async move { c.req_packed_command(cmd).await })
+            }
+            Self::Sentinel(c) => {
+                c.on_primary(move |mut c| async move { c.req_packed_command(cmd).await })
+            }
         }
     }
 
@@ -44,16 +48,20 @@ impl ConnectionLike for Connection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-            Self::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.on_current(move |mut c| async move {
+                c.req_packed_commands(pipeline, offset, count).await
+            }),
+            Self::Sentinel(c) => c.on_primary(move |mut c| async move {
+                c.req_packed_commands(pipeline, offset, count).await
+            }),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Self::Single(c) => c.get_db(),
-            Self::Cluster(c) => c.get_db(),
-            Self::Sentinel(c) => c.get_db(),
+            Self::Cluster(c) => c.db(),
+            Self::Sentinel(c) => c.db(),
         }
     }
 }

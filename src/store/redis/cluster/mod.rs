@@ -26,7 +26,7 @@ use arc_swap::ArcSwap;
 use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{ConnectionInfo, RedisFuture, RedisResult};
 use tokio::sync::mpsc;
 
 use self::link::watch;
@@ -97,6 +97,11 @@ impl Cluster {
         })
     }
 
+    /// The database of the connection in use.
+    pub(crate) fn db(&self) -> i64 {
+        self.current.load().get_db()
+    }
+
     /// What the store knows of each master, when the connection is watched.
     pub(crate) fn nodes(&self) -> Option<Nodes> {
         self.link.as_ref().map(|link| Arc::clone(&link.nodes))
@@ -105,7 +110,7 @@ impl Cluster {
     /// Runs `request` on the connection in use, telling the watch how it ended: a call that
     /// could not reach Redis, or one dropped before its end after waiting [`ABANDONED_AFTER`]
     /// or more (abandoned at the store's timeout), starts a round.
-    fn on_current<'a, T, F>(
+    pub(crate) fn on_current<'a, T, F>(
         &'a self,
         request: impl FnOnce(ClusterConnection) -> F + Send + 'a,
     ) -> RedisFuture<'a, T>
@@ -139,27 +144,6 @@ impl Cluster {
             }
             reply
         })
-    }
-}
-
-impl ConnectionLike for Cluster {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.on_current(move |mut c| async move { c.req_packed_command(cmd).await })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        self.on_current(
-            move |mut c| async move { c.req_packed_commands(pipeline, offset, count).await },
-        )
-    }
-
-    fn get_db(&self) -> i64 {
-        self.current.load().get_db()
     }
 }
 

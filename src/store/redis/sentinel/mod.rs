@@ -38,8 +38,8 @@ use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::sentinel::SentinelNodeConnectionInfo;
 use redis::{
-    Cmd, ConnectionInfo, ErrorKind as RedisKind, IntoConnectionInfo, Pipeline, RedisError,
-    RedisFuture, RedisResult, ServerErrorKind, Value,
+    ConnectionInfo, ErrorKind as RedisKind, IntoConnectionInfo, RedisError, RedisFuture,
+    RedisResult, ServerErrorKind,
 };
 
 use self::explain::{printable, without_credentials};
@@ -231,6 +231,14 @@ impl SentinelConnection {
         Ok(Self { shared })
     }
 
+    /// The database of the primary in use (0 while there is none).
+    pub(crate) fn db(&self) -> i64 {
+        let primary = self.shared.primary.load();
+        primary
+            .as_ref()
+            .map_or(0, |primary| primary.connection.get_db())
+    }
+
     /// The primary calls go to now, or the error that answers a call while there is none
     /// (and a lookup is started, if one may be).
     fn primary(&self) -> RedisResult<Arc<Primary>> {
@@ -255,7 +263,7 @@ impl SentinelConnection {
     /// Runs `request` on the primary: a failure that says the primary is gone drops it and
     /// starts a lookup; so does a call given up (dropped unanswered) while the primary has
     /// been quiet for [`STALL_AFTER`].
-    fn on_primary<'a, T, F>(
+    pub(crate) fn on_primary<'a, T, F>(
         &'a self,
         request: impl FnOnce(MultiplexedConnection) -> F + Send + 'a,
     ) -> RedisFuture<'a, T>
@@ -286,35 +294,6 @@ impl SentinelConnection {
             }
             result
         })
-    }
-}
-
-impl ConnectionLike for SentinelConnection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.on_primary(
-            move |mut connection| async move { connection.req_packed_command(cmd).await },
-        )
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        self.on_primary(move |mut connection| async move {
-            connection
-                .req_packed_commands(pipeline, offset, count)
-                .await
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        self.shared
-            .primary
-            .load()
-            .as_ref()
-            .map_or(0, |primary| primary.connection.get_db())
     }
 }
 
