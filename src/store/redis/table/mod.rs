@@ -103,12 +103,13 @@ impl<A: RedisAlgorithm> RedisTable<A> {
     /// The table of `policy` decided by `algorithm`, or a misconfiguration error when a figure
     /// of the policy is too large for the algorithm's script ([`bounds`]).
     ///
-    /// With `previous` (and the time), whose `shared` it keeps, the table of new quotas of the same shape that takes
-    /// over from it: each key's next check first carries over what it used there, and in the
-    /// tables `previous` was still carrying over from ([`carry`](super::carry)); an error when
-    /// the policy still carries over from as many earlier quotas as it follows at once. Its
-    /// keys are named by `policy`, as a server started with these quotas names them; blocks
-    /// kept under `previous`'s names are read too ([`KeyNames::after`]).
+    /// With `previous` (and the time), whose `shared` it keeps, the table of new quotas of the
+    /// same shape that takes over from it: each key's next check first carries over what it
+    /// used there, and in the tables `previous` was still carrying over from
+    /// ([`carry`](super::carry)); an error when the policy still carries over from as many
+    /// earlier quotas as it follows at once. Its keys are named by `policy`, as a server
+    /// started with these quotas names them; blocks kept under `previous`'s names are read too
+    /// ([`KeyNames::after`]).
     pub(crate) fn new(
         store: &RedisStore,
         policy: &str,
