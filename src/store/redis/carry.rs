@@ -68,7 +68,8 @@ fn margin(lifetime: u64) -> Duration {
 /// A table's carrying over: the tables it reads from, the latest first.
 #[derive(Debug)]
 pub(crate) struct Carry {
-    generations: Vec<Generation>,
+    /// The generations read from, the latest first, while they may live.
+    pub(crate) generations: Vec<Generation>,
     /// Every generation's parameters, in order.
     params: Vec<u64>,
     /// The id the table stamps its states with: 16 hex digits, random.
@@ -76,7 +77,7 @@ pub(crate) struct Carry {
     /// `n,m1,m2,...`: the table's tiers, then each generation's.
     counts: String,
     /// When the last generation's states are gone: the table then decides as any other.
-    until: Instant,
+    pub(crate) until: Instant,
 }
 
 impl Carry {
@@ -140,16 +141,6 @@ impl Carry {
             counts,
             until,
         }))
-    }
-
-    /// The generations read from, the latest first, while they may live.
-    pub(crate) fn generations(&self) -> &[Generation] {
-        &self.generations
-    }
-
-    /// Until when this table carries over: past it, no old state is left.
-    pub(crate) fn until(&self) -> Instant {
-        self.until
     }
 
     /// The whole ms this table's states are kept at least, from now; `None` once it no

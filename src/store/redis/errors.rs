@@ -50,7 +50,17 @@ pub(crate) fn deciding(error: &RedisError, key: &Key) -> Error {
     Error::new(kind(error), redact(&error.to_string(), key))
 }
 
-/// Redis did not answer within the store's timeout.
-pub(crate) fn timed_out(timeout: Duration) -> Error {
-    Error::timeout(format!("Redis did not answer within {timeout:?}"))
+/// `call`, bounded by `timeout`: its error made into the store's by `error`, or a timeout's
+/// when Redis did not answer in time.
+pub(crate) async fn bounded<T, E>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<T, E>>,
+    error: impl FnOnce(E) -> Error,
+) -> Result<T, Error> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(reply) => reply.map_err(error),
+        Err(_) => Err(Error::timeout(format!(
+            "Redis did not answer within {timeout:?}"
+        ))),
+    }
 }

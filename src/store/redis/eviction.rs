@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::reply::text;
 use super::Connection;
 
 /// The policies under which Redis may evict a limited client's state before the states of
@@ -33,16 +34,8 @@ const BOUND: Duration = Duration::from_secs(1);
 /// cluster, one node) and warns when the policy can free a limited client. Says nothing when
 /// Redis refuses `CONFIG` or does not answer in time (logged at debug).
 pub(crate) async fn check(connection: &Connection) {
-    let mut get = redis::cmd("CONFIG");
-    get.arg("GET").arg("maxmemory*");
-    let query = async {
-        match connection.clone() {
-            Connection::Single(mut c) => get.query_async::<Value>(&mut c).await,
-            Connection::Cluster(mut c) => get.query_async::<Value>(&mut c).await,
-            Connection::Sentinel(mut c) => get.query_async::<Value>(&mut c).await,
-        }
-    };
-    match tokio::time::timeout(BOUND, query).await {
+    let get = redis::cmd("CONFIG").arg("GET").arg("maxmemory*").clone();
+    match tokio::time::timeout(BOUND, connection.query::<Value>(&get)).await {
         Ok(Ok(reply)) => {
             if let Some((policy, bytes)) = freeing(&settings(&reply)) {
                 warn(policy, bytes);
@@ -124,16 +117,6 @@ fn collect(value: &Value, out: &mut Vec<(String, String)>) {
             }
         }
         _ => {}
-    }
-}
-
-fn text(value: &Value) -> Option<String> {
-    match value {
-        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(text) => Some(text.clone()),
-        Value::VerbatimString { text, .. } => Some(text.clone()),
-        Value::Int(n) => Some(n.to_string()),
-        _ => None,
     }
 }
 

@@ -1,15 +1,23 @@
-//! The count of failures the failure policy answered, `tollgate_store_failures_total{policy,
-//! on_failure}` (feature `metrics`): registered once per recorder rather than per failure, so
-//! that a check answered while Redis is down does not build the counter's key and labels.
+//! What a policy does with the failures its failure policy answered: counts them in
+//! `tollgate_store_failures_total{policy, on_failure}` (feature `metrics`), registered once per
+//! recorder rather than per failure, so that a check answered while Redis is down does not build
+//! the counter's key and labels; and logs a warning, at most one every ten seconds.
 
+use std::borrow::Borrow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// The failure counter of one policy and its failure policy.
+use crate::Error;
+
+/// How often a failing store logs its warning, at most: once per this many ns.
+const WARN_EVERY: u64 = 10_000_000_000;
+
+/// The failures of one policy and its failure policy.
 pub(crate) struct FailureCounter {
-    #[cfg(feature = "metrics")]
     policy: Arc<str>,
-    #[cfg(feature = "metrics")]
     on_failure: &'static str,
+    /// When the last failure was logged (the limiter's time, ns), plus one; 0 for never.
+    warned: AtomicU64,
     /// The counter as each of the first recorders it met registered it, beside the
     /// recorder's address: the one in force before a recorder is installed, the global one
     /// installed later, local ones. A recorder met after these has its counter registered
@@ -25,19 +33,75 @@ struct Registered {
 }
 
 impl FailureCounter {
-    /// The counter of failures of `policy` answered by `on_failure` (`open`, `closed` or
-    /// `local`).
+    /// The failures of `policy` answered by `on_failure` (`open`, `closed` or `local`).
     pub(crate) fn new(policy: &Arc<str>, on_failure: &'static str) -> Self {
-        #[cfg(not(feature = "metrics"))]
-        let _ = (policy, on_failure);
         Self {
-            #[cfg(feature = "metrics")]
             policy: Arc::clone(policy),
-            #[cfg(feature = "metrics")]
             on_failure,
+            warned: AtomicU64::new(0),
             #[cfg(feature = "metrics")]
             registered: Default::default(),
         }
+    }
+
+    /// The policy's name.
+    pub(crate) fn policy(&self) -> &Arc<str> {
+        &self.policy
+    }
+
+    /// Counts a failure at `now` and logs `error` (made only when logged), unless a failure
+    /// was logged less than ten seconds before.
+    #[inline]
+    pub(crate) fn note<E: Borrow<Error>>(&self, now: u64, error: impl FnOnce() -> E) {
+        self.increment();
+        if self.due(now) {
+            self.log(error().borrow(), self.on_failure);
+        }
+    }
+
+    /// Counts a failure that Redis refused as full (`closed`, whatever the failure policy),
+    /// and logs it as [`note`](Self::note) does.
+    pub(crate) fn note_full(&self, now: u64, error: &Error) {
+        #[cfg(feature = "metrics")]
+        metrics::counter!(
+            "tollgate_store_failures_total",
+            "policy" => metrics::SharedString::from_shared(self.policy.clone()),
+            "on_failure" => "closed"
+        )
+        .increment(1);
+        if self.due(now) {
+            self.log(error, "closed");
+        }
+    }
+
+    /// Whether a warning is due at `now` (none logged in the ten seconds before); if so, the
+    /// next is due ten seconds later.
+    fn due(&self, now: u64) -> bool {
+        let last = self.warned.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last - 1) >= WARN_EVERY;
+        due && self
+            .warned
+            .compare_exchange(
+                last,
+                now.saturating_add(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Logs `error`, failing `on_failure`. The message names the policy, never a key.
+    fn log(&self, error: &Error, on_failure: &str) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(
+            policy = &*self.policy,
+            on_failure,
+            kind = ?error.kind(),
+            "Redis rate limit store failed ({error}); failing {on_failure} until it answers \
+             again (logged at most every 10 s)"
+        );
+        #[cfg(not(feature = "tracing"))]
+        let _ = (error, on_failure);
     }
 
     /// The counter, registered with the recorder in force.

@@ -8,15 +8,38 @@ use arc_swap::ArcSwapOption;
 
 use super::algorithms::RedisAlgorithm;
 use super::OnFailure;
-use crate::store::{MemoryTable, Store};
+use crate::store::{MemoryStore, MemoryTable, Store};
 use crate::{Decision, Error, Key};
 
-/// One policy's failure policy, ready to answer.
-pub(crate) enum Fallback<A: RedisAlgorithm> {
+/// One policy's failure policy, ready to answer: for a table, `L` is its [`Local`] table; for
+/// the slots of a limit on requests in flight, local slots.
+pub(crate) enum Fallback<L> {
     Open,
     Closed,
-    /// The local table.
-    Local(Local<A>),
+    Local(L),
+}
+
+impl<L> Fallback<L> {
+    /// The fallback of `on_failure`, its local part made by `local`.
+    pub(crate) fn of(
+        on_failure: &OnFailure,
+        local: impl FnOnce(&MemoryStore) -> Result<L, Error>,
+    ) -> Result<Self, Error> {
+        Ok(match on_failure {
+            OnFailure::Open => Self::Open,
+            OnFailure::Closed => Self::Closed,
+            OnFailure::Local(memory) => Self::Local(local(memory)?),
+        })
+    }
+
+    /// The policy's name in logs and metrics: `open`, `closed` or `local`.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Closed => "closed",
+            Self::Local(_) => "local",
+        }
+    }
 }
 
 /// The local table of a failure policy, and while its quotas change, the same table still
@@ -53,43 +76,26 @@ impl<A: RedisAlgorithm> Local<A> {
     }
 }
 
-impl<A: RedisAlgorithm> Fallback<A> {
-    /// The fallback of `on_failure` for the policy `policy` decided by `algorithm`.
+impl<A: RedisAlgorithm> Fallback<Local<A>> {
+    /// The fallback of `on_failure` for the policy `policy` decided by `algorithm`; with
+    /// `previous`, the fallback of the table of the quotas before, a local table carries over
+    /// what each key used there.
     pub(crate) fn new(
         on_failure: &OnFailure,
         policy: &str,
         shared: bool,
         algorithm: &A,
+        previous: Option<&Self>,
     ) -> Result<Self, Error> {
-        Ok(match on_failure {
-            OnFailure::Open => Self::Open,
-            OnFailure::Closed => Self::Closed,
-            OnFailure::Local(memory) => {
-                Self::local(Store::<A>::table(memory, policy, shared, algorithm)?)
-            }
+        Self::of(on_failure, |memory| {
+            let table = match previous {
+                Some(Self::Local(p)) => {
+                    p.with(|p| Store::<A>::succeed(memory, policy, p, algorithm, 0))
+                }
+                _ => Store::<A>::table(memory, policy, shared, algorithm),
+            };
+            Ok(Local::new(table?))
         })
-    }
-
-    fn local(table: MemoryTable<A>) -> Self {
-        Self::Local(Local::new(table))
-    }
-
-    /// The fallback of a table of new quotas (`algorithm`) that takes over from the one
-    /// `self` belongs to: a local table carries over what each key used in `self`'s.
-    pub(crate) fn succeeded(
-        &self,
-        on_failure: &OnFailure,
-        policy: &str,
-        shared: bool,
-        algorithm: &A,
-    ) -> Result<Self, Error> {
-        match (self, on_failure) {
-            (Self::Local(previous), OnFailure::Local(memory)) => {
-                let table = previous.with(|p| Store::<A>::succeed(memory, policy, p, algorithm, 0));
-                Ok(Self::local(table?))
-            }
-            _ => Self::new(on_failure, policy, shared, algorithm),
-        }
     }
 
     /// Carries over every key the local table has not taken over yet, and lets the table of
@@ -102,15 +108,6 @@ impl<A: RedisAlgorithm> Fallback<A> {
                 local.is_carrying.store(false, Ordering::Release);
                 local.carrying.store(None);
             }
-        }
-    }
-
-    /// The policy's name in logs and metrics: `open`, `closed` or `local`.
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::Closed => "closed",
-            Self::Local(_) => "local",
         }
     }
 

@@ -29,8 +29,8 @@ const LIST: &str = "if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[1]) then re
 /// A table's part in its layer's family.
 #[derive(Debug)]
 pub(crate) struct Family {
-    /// `<prefix>:plans:<layer>`.
-    list: Vec<u8>,
+    /// `<prefix>:plans:<layer>`: the list's Redis key.
+    pub(crate) list: Vec<u8>,
     /// This table's key ends.
     ends: Vec<Vec<u8>>,
     /// Whether the ends are listed (by this server).
@@ -61,11 +61,6 @@ impl Family {
             cmd.arg(end);
         }
         Some(cmd)
-    }
-
-    /// `<prefix>:plans:<layer>`: the list's Redis key.
-    pub(crate) fn list(&self) -> &[u8] {
-        &self.list
     }
 
     /// The ends are listed.

@@ -9,9 +9,7 @@ use crate::{Decision, Error};
 /// The future of a check on the [`RedisStore`](super::RedisStore): ready at once when the
 /// answer is local (a remembered denial), otherwise one round trip.
 #[doc(hidden)]
-pub struct RedisFuture {
-    state: FutureState,
-}
+pub struct RedisFuture(FutureState);
 
 type Boxed = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>;
 
@@ -23,15 +21,11 @@ enum FutureState {
 impl RedisFuture {
     #[inline]
     pub(crate) fn ready(result: Result<Decision, Error>) -> Self {
-        Self {
-            state: FutureState::Ready(Some(result)),
-        }
+        Self(FutureState::Ready(Some(result)))
     }
 
     pub(crate) fn pending(future: Boxed) -> Self {
-        Self {
-            state: FutureState::Pending(future),
-        }
+        Self(FutureState::Pending(future))
     }
 }
 
@@ -46,7 +40,7 @@ impl Future for RedisFuture {
 
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.state {
+        match &mut self.0 {
             FutureState::Ready(result) => match result.take() {
                 Some(result) => Poll::Ready(result),
                 None => Poll::Ready(Err(Error::store("RedisFuture polled after it completed"))),

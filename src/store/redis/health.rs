@@ -19,9 +19,10 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use super::connection::{lock, nanos, spawn};
 use super::{errors, Connection};
 use crate::{Error, ErrorKind};
 
@@ -103,7 +104,7 @@ impl Health {
 
     /// Now, in ns after the epoch: when a call is sent.
     pub(crate) fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        nanos(self.epoch.elapsed())
     }
 
     /// Whether the store knows Redis is down.
@@ -114,7 +115,7 @@ impl Health {
     /// The error of a call answered while Redis is down: its message made once, when Redis
     /// was found down, and shared.
     pub(crate) fn error(&self) -> Error {
-        let message = Arc::clone(&self.reason.lock().unwrap_or_else(PoisonError::into_inner));
+        let message = Arc::clone(&lock(&self.reason));
         Error::unreachable(Down(message))
     }
 
@@ -194,19 +195,18 @@ impl Health {
         connection: &Connection,
         timeout: Duration,
     ) {
-        if sent < self.up_since.load(Ordering::Relaxed) {
+        // Without a runtime to probe on, each call goes on asking Redis.
+        if sent < self.up_since.load(Ordering::Relaxed)
+            || tokio::runtime::Handle::try_current().is_err()
+        {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime to probe on: each call goes on asking Redis.
-            return;
-        };
-        *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = self.message(&reason);
+        *lock(&self.reason) = self.message(&reason);
         if !self.down.swap(true, Ordering::AcqRel) {
             // A cluster master's probe holds no connection: the store's would keep its
             // cluster, and so this health, alive after the store is dropped.
             let connection = self.master.is_none().then(|| connection.clone());
-            runtime.spawn(probe(Arc::downgrade(self), connection, timeout));
+            spawn(probe(Arc::downgrade(self), connection, timeout));
         }
     }
 
@@ -227,31 +227,27 @@ async fn probe(health: Weak<Health>, connection: Option<Connection>, timeout: Du
             return;
         };
         let sent = health.now();
-        let connection = match (&health.master, &connection) {
-            (Some(master), _) => {
-                if master.probe(timeout).await {
-                    health.rose(sent);
-                    return;
-                }
-                continue;
+        let up = match (&health.master, &connection) {
+            (Some(master), _) => master.probe(timeout).await,
+            (None, Some(connection)) => {
+                // A connection found broken is made again by the call that finds it: the second
+                // `PING` goes over the new one, so a Redis back is found by the first probe
+                // after it.
+                let twice = async {
+                    match ping(connection).await {
+                        Err(error) if errors::kind(&error) == ErrorKind::Unreachable => {
+                            ping(connection).await
+                        }
+                        answer => answer,
+                    }
+                };
+                tokio::time::timeout(timeout, twice)
+                    .await
+                    .is_ok_and(answered)
             }
-            (None, Some(connection)) => connection,
             (None, None) => return,
         };
-        // A connection found broken is made again by the call that finds it: the second
-        // `PING` goes over the new one, so a Redis back is found by the first probe after it.
-        let twice = async {
-            match ping(connection.clone()).await {
-                Err(error) if errors::kind(&error) == ErrorKind::Unreachable => {
-                    ping(connection.clone()).await
-                }
-                answer => answer,
-            }
-        };
-        if tokio::time::timeout(timeout, twice)
-            .await
-            .is_ok_and(answered)
-        {
+        if up {
             health.rose(sent);
             return;
         }
@@ -270,13 +266,8 @@ pub(crate) fn answered(answer: redis::RedisResult<()>) -> bool {
     }
 }
 
-async fn ping(connection: Connection) -> redis::RedisResult<()> {
-    let cmd = redis::cmd("PING");
-    match connection {
-        Connection::Single(mut c) => cmd.query_async(&mut c).await,
-        Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
-        Connection::Sentinel(mut c) => cmd.query_async(&mut c).await,
-    }
+async fn ping(connection: &Connection) -> redis::RedisResult<()> {
+    connection.query(&redis::cmd("PING")).await
 }
 
 /// The error of calls answered while Redis is down, whose message they share.

@@ -36,38 +36,31 @@ impl Healths {
     /// The health that a call for `key` finds and tells: of the one Redis, or of the master of
     /// the key's slot (none when the slot map names none).
     pub(crate) fn of(&self, key: &Key) -> Option<Cow<'_, Arc<Health>>> {
-        match self {
-            Self::Unknown => None,
-            Self::One(health) => Some(Cow::Borrowed(health)),
-            Self::Masters(nodes) => nodes.load().of(slot(key)).cloned().map(Cow::Owned),
-        }
+        self.at(|| slot(key))
     }
 
     /// The health of `key`'s Redis, when it is known down.
     pub(crate) fn down(&self, key: &Key) -> Option<Cow<'_, Arc<Health>>> {
-        match self {
-            Self::Unknown => None,
-            Self::One(health) => health.is_down().then_some(Cow::Borrowed(health)),
-            // The slot is computed only while some master is down.
-            Self::Masters(nodes) => {
-                let map = nodes.load();
-                let health = map.any_down().then(|| map.of(slot(key)))??;
-                health.is_down().then(|| Cow::Owned(Arc::clone(health)))
-            }
+        // The slot is computed only while some master is down.
+        if matches!(self, Self::Masters(nodes) if !nodes.load().any_down()) {
+            return None;
         }
+        self.of(key).filter(|health| health.is_down())
     }
 
     /// The health of the Redis that holds the Redis key `name` (a key of no client's: a
     /// layer's list of its tables, its live record), when it is known down.
     pub(crate) fn down_at(&self, name: &[u8]) -> Option<Cow<'_, Arc<Health>>> {
+        self.at(|| slot_of_name(name))
+            .filter(|health| health.is_down())
+    }
+
+    /// The health of the one Redis, or of the master of the slot `slot` tells.
+    fn at(&self, slot: impl FnOnce() -> u16) -> Option<Cow<'_, Arc<Health>>> {
         match self {
             Self::Unknown => None,
-            Self::One(health) => health.is_down().then_some(Cow::Borrowed(health)),
-            Self::Masters(nodes) => {
-                let map = nodes.load();
-                let health = map.of(slot_of_name(name))?;
-                health.is_down().then(|| Cow::Owned(Arc::clone(health)))
-            }
+            Self::One(health) => Some(Cow::Borrowed(health)),
+            Self::Masters(nodes) => nodes.load().of(slot()).cloned().map(Cow::Owned),
         }
     }
 }

@@ -203,17 +203,12 @@ fn identity<A: RedisAlgorithm>(tiers: &[RedisTier]) -> String {
         hash.update(tier.limit.to_le_bytes());
     }
     let digest = hash.finalize();
-    let mut out = String::with_capacity(A::NAME.len() + 1 + 2 * FINGERPRINT);
-    out.push_str(A::NAME);
-    out.push('.');
-    for b in &digest[..FINGERPRINT] {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 15)]));
-    }
-    out
+    let hex: String = digest[..FINGERPRINT]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{}.{hex}", A::NAME)
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Writes `key` so that keys of different kinds never meet, no byte can end a hash tag, and
 /// `redis-cli --scan` shows it legibly (printable ASCII only): `ip:` + the address, `n:` + the
@@ -249,8 +244,7 @@ pub(crate) fn encode_key(key: &Key, out: &mut Vec<u8>) {
     if let Some(digest) = key.as_digest() {
         out.extend_from_slice(b"h:");
         for b in digest {
-            out.push(HEX[usize::from(b >> 4)]);
-            out.push(HEX[usize::from(b & 15)]);
+            let _ = write!(out, "{b:02x}");
         }
     } else if let Some(ip) = key.as_ip() {
         // Writes into a Vec cannot fail.

@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use super::errors::bounded;
 use super::healths::Healths;
 use super::{errors, Connection, RedisStore};
 use crate::Error;
@@ -19,25 +20,9 @@ use crate::Error;
 /// How often each server reads the version of each layer's record.
 pub(crate) const POLL_EVERY: Duration = Duration::from_millis(250);
 
-/// Adds a value (ARGV[2]) to a field's history (ARGV[1]: its values, the latest last, each
-/// after an empty line; the latest [`HISTORY`] kept) and increments the version; the new
-/// version. A new record's version starts at Redis's time in microseconds, so that a record
-/// made again (a Redis restarted empty) never goes back to a version a server has read.
-const WRITE: &str = "if redis.call('EXISTS', KEYS[1]) == 0 then \
-                       local t = redis.call('TIME') \
-                       redis.call('HSET', KEYS[1], 'v', t[1] .. string.sub('00000' .. t[2], -6)) \
-                     end \
-                     local old = redis.call('HGET', KEYS[1], ARGV[1]) \
-                     local parts = {} \
-                     if old then \
-                       for part in string.gmatch(old .. '\\n\\n', '(.-)\\n\\n') do \
-                         parts[#parts + 1] = part \
-                       end \
-                     end \
-                     parts[#parts + 1] = ARGV[2] \
-                     while #parts > tonumber(ARGV[3]) do table.remove(parts, 1) end \
-                     redis.call('HSET', KEYS[1], ARGV[1], table.concat(parts, '\\n\\n')) \
-                     return redis.call('HINCRBY', KEYS[1], 'v', 1)";
+/// Adds a value to a field's history (the latest [`HISTORY`] kept) and increments the version;
+/// the new version (the script says how).
+const WRITE: &str = include_str!("lua/live_write.lua");
 
 /// How many values a field's history keeps: as many quotas as a policy carries over from.
 const HISTORY: usize = 8;
@@ -111,16 +96,7 @@ impl LiveRecord {
         if let Some(health) = self.health.down_at(&self.key) {
             return Err(health.error());
         }
-        let call = async {
-            match self.connection.clone() {
-                Connection::Single(mut c) => cmd.query_async(&mut c).await,
-                Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
-                Connection::Sentinel(mut c) => cmd.query_async(&mut c).await,
-            }
-        };
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(reply) => reply.map_err(errors::connecting),
-            Err(_) => Err(errors::timed_out(self.timeout)),
-        }
+        let call = self.connection.query(cmd);
+        bounded(self.timeout, call, errors::connecting).await
     }
 }

@@ -190,6 +190,7 @@ mod algorithms;
 mod bounds;
 mod carry;
 mod cluster;
+mod connection;
 mod deny_cache;
 mod errors;
 mod eviction;
@@ -210,7 +211,6 @@ mod slot_map;
 mod slots;
 mod table;
 mod version;
-mod warn;
 
 pub use self::algorithms::{RedisAlgorithm, RedisTier};
 pub use self::future::RedisFuture;
@@ -220,6 +220,7 @@ pub use self::on_failure::OnFailure;
 pub use self::table::RedisTable;
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -229,16 +230,10 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelNodeConnectionInfo;
 
 use self::cluster::Cluster;
+pub(crate) use self::connection::Connection;
 
 use super::{Store, Tie, Update};
 use crate::{Decision, Error, Key};
-
-#[derive(Clone)]
-pub(crate) enum Connection {
-    Single(ConnectionManager),
-    Cluster(Cluster),
-    Sentinel(sentinel::SentinelConnection),
-}
 
 /// Per-key state in Redis (single, behind Sentinel, or Redis Cluster), shared by every server
 /// that uses it.
@@ -256,8 +251,9 @@ pub struct RedisStore {
     leases: Option<Leases>,
     /// The layer whose tables this store makes, and which of them.
     tie: Option<Tie>,
-    /// Whether the server is recent enough, once known.
-    version: Arc<version::VersionCheck>,
+    /// Whether the server was found recent enough: when the store connects, or on its first
+    /// call when it was made over a connection of the caller's.
+    version: Arc<AtomicBool>,
     /// Whether Redis answers, as calls found it: of the one Redis, or of each master of a
     /// Redis Cluster (see [When Redis fails](self#when-redis-fails)).
     health: healths::Healths,
@@ -462,15 +458,15 @@ impl RedisStore {
     async fn verified(self) -> Result<Self, Error> {
         // As long as the connection itself may take to come up, and then some.
         let bound = Duration::from_secs(5);
-        match tokio::time::timeout(bound, version::check(&self.connection)).await {
-            Ok(checked) => checked?,
-            Err(_) => {
-                return Err(Error::timeout(format!(
-                    "Redis did not answer INFO within {bound:?} while connecting"
-                )))
-            }
-        }
-        self.version.done();
+        let error = |_| {
+            Error::timeout(format!(
+                "Redis did not answer INFO within {bound:?} while connecting"
+            ))
+        };
+        tokio::time::timeout(bound, version::check(&mut self.connection.clone(), ""))
+            .await
+            .map_err(error)??;
+        self.version.store(true, Ordering::Release);
         eviction::check(&self.connection).await;
         Ok(self)
     }
@@ -623,7 +619,7 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
     /// [`Misconfigured`](crate::ErrorKind::Misconfigured) whose message names the figure, its
     /// value, the bound and how to bring it within.
     fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Result<RedisTable<A>, Error> {
-        RedisTable::new(self, policy, shared, algorithm)
+        RedisTable::new(self, policy, shared, algorithm, None)
     }
 
     fn check(table: &RedisTable<A>, key: Key, now: u64, cost: u64) -> RedisFuture {
@@ -641,8 +637,10 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
         table.run(key, now, cost, Some(receipts))
     }
 
+    /// A check of cost 0, never answered from the denials remembered here (a peek asks
+    /// Redis).
     fn peek(table: &RedisTable<A>, key: Key, now: u64) -> RedisFuture {
-        table.peek(key, now)
+        table.run(key, now, 0, None)
     }
 
     /// A table of the new quotas whose script, on each key's next check, first charges the key
@@ -664,7 +662,8 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
         algorithm: &A,
         now: u64,
     ) -> Result<RedisTable<A>, Error> {
-        RedisTable::succeeded(self, policy, previous, algorithm, now)
+        // The previous table's `shared` stands.
+        RedisTable::new(self, policy, false, algorithm, Some((previous, now)))
     }
 
     fn settle(&self, table: &RedisTable<A>, now: u64) -> RedisTable<A> {

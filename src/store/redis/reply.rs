@@ -73,6 +73,18 @@ pub(crate) fn decision(reply: &[Figure], limits: &[u64], tiered: bool) -> Result
     }
 }
 
+/// A reply that is one text or integer, as text.
+pub(crate) fn text(value: &redis::Value) -> Option<String> {
+    match value {
+        redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        redis::Value::SimpleString(text) | redis::Value::VerbatimString { text, .. } => {
+            Some(text.clone())
+        }
+        redis::Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -60,11 +60,7 @@ pub(crate) fn parse(reply: &Value) -> Option<Masters> {
             else {
                 return None;
             };
-            let host = match master.first()? {
-                Value::BulkString(host) => host.clone(),
-                Value::SimpleString(host) => host.clone().into_bytes(),
-                _ => return None,
-            };
+            let host = super::reply::text(master.first()?)?.into_bytes();
             let Value::Int(port) = master.get(1)? else {
                 return None;
             };

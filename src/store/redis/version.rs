@@ -5,12 +5,11 @@
 //! between servers (`TIME`); from 5.0 it replicates the script's effects and allows them.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis::Value;
 
-use super::Connection;
 use crate::Error;
+use redis::aio::ConnectionLike;
 
 /// The oldest Redis server the store works with.
 pub(crate) const MIN_VERSION: Version = Version(5, 0, 0);
@@ -22,21 +21,6 @@ pub(crate) struct Version(pub(crate) u32, pub(crate) u32, pub(crate) u32);
 impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}.{}", self.0, self.1, self.2)
-    }
-}
-
-/// Whether a store's server was found recent enough: checked when the store connects, or on
-/// its first call when it was made over a connection of the caller's.
-#[derive(Debug, Default)]
-pub(crate) struct VersionCheck(AtomicBool);
-
-impl VersionCheck {
-    pub(crate) fn is_done(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn done(&self) {
-        self.0.store(true, Ordering::Release);
     }
 }
 
@@ -73,17 +57,15 @@ pub(crate) fn require(found: Version) -> Result<(), String> {
 }
 
 /// Reads `INFO server` from every node the connection reaches (every master of a cluster) and
-/// refuses the oldest when it is too old. A server that does not answer `INFO`, or answers
-/// without a version (a proxy, say), is taken as it is: the scripts will tell.
-pub(crate) async fn check(connection: &Connection) -> Result<(), Error> {
-    let mut info = redis::cmd("INFO");
-    info.arg("server");
-    let reply = match connection.clone() {
-        Connection::Single(mut c) => info.query_async::<Value>(&mut c).await,
-        Connection::Cluster(mut c) => info.query_async::<Value>(&mut c).await,
-        Connection::Sentinel(mut c) => info.query_async::<Value>(&mut c).await,
-    };
-    let reply = match reply {
+/// refuses the oldest when it is too old, the message naming `server` first. A server that
+/// does not answer `INFO`, or answers without a version (a proxy, say), is taken as it is:
+/// the scripts will tell.
+pub(crate) async fn check(connection: &mut impl ConnectionLike, server: &str) -> Result<(), Error> {
+    let reply = match redis::cmd("INFO")
+        .arg("server")
+        .query_async(connection)
+        .await
+    {
         Ok(reply) => reply,
         // Refused by the server (INFO renamed away, a proxy): nothing to tell from.
         Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => return Ok(()),
@@ -92,7 +74,7 @@ pub(crate) async fn check(connection: &Connection) -> Result<(), Error> {
     let mut texts = Vec::new();
     collect_texts(&reply, &mut texts);
     match texts.iter().filter_map(|t| parse(t)).min() {
-        Some(oldest) => require(oldest).map_err(Error::misconfigured),
+        Some(oldest) => require(oldest).map_err(|m| Error::misconfigured(format!("{server}{m}"))),
         None => Ok(()),
     }
 }
@@ -100,14 +82,11 @@ pub(crate) async fn check(connection: &Connection) -> Result<(), Error> {
 /// Every text in `value`: one reply, or one per node for a cluster (a map of node to reply).
 fn collect_texts(value: &Value, out: &mut Vec<String>) {
     match value {
-        Value::BulkString(bytes) => out.push(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(text) => out.push(text.clone()),
-        Value::VerbatimString { text, .. } => out.push(text.clone()),
         Value::Array(values) | Value::Set(values) => {
             values.iter().for_each(|v| collect_texts(v, out));
         }
         Value::Map(pairs) => pairs.iter().for_each(|(_, v)| collect_texts(v, out)),
-        _ => {}
+        value => out.extend(super::reply::text(value)),
     }
 }
 

@@ -1,25 +1,21 @@
-use super::{bucket_leasable, bucket_lifetime, bucket_margin, RedisAlgorithm, RedisTier};
+use super::{bucket_lifetime, Figure, Leasing, RedisAlgorithm, RedisTier};
+use super::{CAPACITY, INTERVAL, SHORTER_OR_SMALLER, WITH_DELAY};
 use crate::algorithm::{Gcra, LeakyBucket};
 
 /// GCRA's script keeps times relative to the current second in doubles: with every figure at
 /// most 2^52 ns (52 days), a TAT up to a second plus the bound ahead stays exact.
 const MAX_FIGURE: u64 = 1 << 52;
 
-/// How to make each GCRA parameter smaller.
-const SHORTER_OR_MORE: &str = "a shorter period or a larger limit";
-const SHORTER_OR_SMALLER: &str = "a shorter period or a smaller burst";
-const WITH_DELAY: &str = "a shorter period, a smaller burst or a shorter max_delay";
-
 impl RedisAlgorithm for Gcra {
     const LUA: &'static str = include_str!("../lua/gcra.lua");
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "gcra";
-    const LEASES: bool = true;
-    const FIGURES: &'static [(&'static str, &'static str)] = &[
-        ("emission interval (period / limit, in ns)", SHORTER_OR_MORE),
+    const LEASING: Leasing = Leasing::Bucket;
+    const FIGURES: &'static [Figure] = &[
+        INTERVAL,
         ("tolerance (interval x burst, in ns)", SHORTER_OR_SMALLER),
         ("tolerance plus max_delay (in ns)", WITH_DELAY),
-        ("capacity (interval x burst, in ns)", SHORTER_OR_SMALLER),
+        CAPACITY,
     ];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
@@ -31,26 +27,15 @@ impl RedisAlgorithm for Gcra {
     fn lifetime(&self) -> u64 {
         bucket_lifetime(self.interval_nanos(), self.bound_nanos())
     }
-
-    fn leasable(tier: &RedisTier) -> bool {
-        bucket_leasable(tier)
-    }
-
-    fn lease_margin(tier: &RedisTier) -> u64 {
-        bucket_margin(tier.params[0], tier.params[2])
-    }
 }
+
+const QUEUE: Figure = ("queue length (interval x burst, in ns)", SHORTER_OR_SMALLER);
 
 impl RedisAlgorithm for LeakyBucket {
     const LUA: &'static str = include_str!("../lua/gcra.lua");
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "leaky_bucket";
-    const FIGURES: &'static [(&'static str, &'static str)] = &[
-        ("emission interval (period / limit, in ns)", SHORTER_OR_MORE),
-        ("emission interval (period / limit, in ns)", SHORTER_OR_MORE),
-        ("queue length (interval x burst, in ns)", SHORTER_OR_SMALLER),
-        ("queue length (interval x burst, in ns)", SHORTER_OR_SMALLER),
-    ];
+    const FIGURES: &'static [Figure] = &[INTERVAL, INTERVAL, QUEUE, QUEUE];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
         tiers.push(RedisTier::new(self, params(self.gcra())));

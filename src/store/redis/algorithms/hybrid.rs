@@ -1,4 +1,4 @@
-use super::{RedisAlgorithm, RedisTier};
+use super::{Figure, RedisAlgorithm, RedisTier, INTERVAL, LIMIT, PERIOD};
 use crate::algorithm::Hybrid;
 
 /// Every hybrid quota the store accepts (limit and period at most 2^53) decides exactly as in
@@ -12,14 +12,7 @@ impl RedisAlgorithm for Hybrid {
         include_str!("../lua/hybrid.lua")
     );
     const NAME: &'static str = "hybrid";
-    const FIGURES: &'static [(&'static str, &'static str)] = &[
-        ("limit", "a smaller limit"),
-        ("period (in ns)", "a shorter period"),
-        (
-            "emission interval (period / limit, in ns)",
-            "a shorter period or a larger limit",
-        ),
-    ];
+    const FIGURES: &'static [Figure] = &[LIMIT, PERIOD, INTERVAL];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
         let params = [self.limit(), self.period_nanos(), self.interval_nanos()];

@@ -15,7 +15,22 @@ mod sealed {
     /// Only the crate's algorithms have a Lua module: [`RedisAlgorithm`](super::RedisAlgorithm)
     /// is implemented for them and for tiers of them, and for nothing else.
     pub trait Sealed {}
+
+    /// How a module's tiers may be leased ([`Leases`](crate::store::Leases)).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Leasing {
+        /// Never: every request is decided in Redis.
+        Never,
+        /// To the end of the (sub-)window a slice was counted in; with `calendar`, a tier
+        /// whose third parameter is 1 has calendar-aligned windows, which no refund moves.
+        Window { calendar: bool },
+        /// Within the lease margin of a bucket (the module has `ALG.lease_life` and
+        /// `margin(p)`), unless it shapes.
+        Bucket,
+    }
 }
+
+pub(crate) use self::sealed::Leasing;
 
 impl sealed::Sealed for Gcra {}
 impl sealed::Sealed for LeakyBucket {}
@@ -39,34 +54,10 @@ pub trait RedisAlgorithm: MemoryAlgorithm + sealed::Sealed {
     #[doc(hidden)]
     const LUA: &'static str;
 
-    /// Whether a server may spend a slice of a key's budget after Redis counted it
+    /// Whether and how a server may spend a slice of a key's budget after Redis counted it
     /// ([`Leases`](crate::store::Leases)): the module has `ALG.lease_life`.
     #[doc(hidden)]
-    const LEASES: bool = false;
-
-    /// Whether a tier of a leased module may be leased: not when it shapes (a request taken
-    /// from a slice would pass without the wait the algorithm gives it).
-    #[doc(hidden)]
-    fn leasable(_tier: &RedisTier) -> bool {
-        Self::LEASES
-    }
-
-    /// The margin a tier is decided with while slices of it may be out, in ns (0 for none):
-    /// a bucket's slice lives no longer, and its bound is that much smaller meanwhile
-    /// (`margin(p)` in the module).
-    #[doc(hidden)]
-    fn lease_margin(_tier: &RedisTier) -> u64 {
-        0
-    }
-
-    /// Whether a tier may still be leased when its admissions are refunded: no refund moves
-    /// its windows (calendar-aligned fixed windows). Elsewhere a refund that empties a key
-    /// starts its window again at the next admission, which Redis cannot see while slices
-    /// are out.
-    #[doc(hidden)]
-    fn leases_with_refunds(_tier: &RedisTier) -> bool {
-        false
-    }
+    const LEASING: Leasing = Leasing::Never;
 
     /// Whether decisions list one decision per tier ([`Tiered`]).
     #[doc(hidden)]
@@ -107,6 +98,17 @@ pub trait RedisAlgorithm: MemoryAlgorithm + sealed::Sealed {
     }
 }
 
+/// A figure of a tier and how to make it smaller, for the message that refuses a policy whose
+/// figures are too large ([`RedisAlgorithm::FIGURES`]).
+type Figure = (&'static str, &'static str);
+const LIMIT: Figure = ("limit", "a smaller limit");
+const PERIOD: Figure = ("period (in ns)", "a shorter period");
+const INTERVAL: Figure = ("emission interval (period / limit, in ns)", SHORTER_OR_MORE);
+const CAPACITY: Figure = ("capacity (interval x burst, in ns)", SHORTER_OR_SMALLER);
+const SHORTER_OR_MORE: &str = "a shorter period or a larger limit";
+const SHORTER_OR_SMALLER: &str = "a shorter period or a smaller burst";
+const WITH_DELAY: &str = "a shorter period, a smaller burst or a shorter max_delay";
+
 /// The lease margin of a bucket whose emission interval is `interval` ns and bound `bound` ns:
 /// a sixteenth of the bound, at most 1 s, rounded down to whole intervals (`margin(p)` in
 /// `gcra.lua` and `token_bucket.lua`). 0 when that is less than one interval: such a bucket is
@@ -121,14 +123,6 @@ pub(crate) fn bucket_lifetime(interval: u64, bound: u64) -> u64 {
     bound.saturating_add(bucket_margin(interval, bound))
 }
 
-/// Whether a bucket's tier (GCRA's or the token bucket's parameters: the interval, the
-/// tolerance or capacity, the bound, ...) may be leased: not when it shapes (the bound is more
-/// than the tolerance: `max_delay`), and not when its margin is less than one interval (a
-/// burst below 16, or an interval over 1 s).
-pub(crate) fn bucket_leasable(tier: &RedisTier) -> bool {
-    tier.params[1] == tier.params[2] && bucket_margin(tier.params[0], tier.params[2]) > 0
-}
-
 /// One tier as the script sees it: its parameters, and the `limit` its decisions report.
 #[doc(hidden)]
 #[derive(Debug, Clone)]
@@ -138,6 +132,37 @@ pub struct RedisTier {
 }
 
 impl RedisTier {
+    /// Whether this tier of a module leased as `leasing` may be leased: never a bucket that
+    /// shapes (the bound is more than the tolerance: `max_delay`; a request taken from a slice
+    /// would pass without the wait the algorithm gives it), nor one whose margin is less than
+    /// one interval (a burst below 16, or an interval over 1 s).
+    pub(crate) fn leasable(&self, leasing: Leasing) -> bool {
+        match leasing {
+            Leasing::Never => false,
+            Leasing::Window { .. } => true,
+            Leasing::Bucket => self.params[1] == self.params[2] && self.lease_margin(leasing) > 0,
+        }
+    }
+
+    /// The margin the tier is decided with while slices of it may be out, in ns (0 for none):
+    /// a bucket's slice lives no longer, and its bound is that much smaller meanwhile
+    /// (`margin(p)` in the module; GCRA's and the token bucket's parameters are the interval,
+    /// the tolerance or capacity, the bound, ...).
+    pub(crate) fn lease_margin(&self, leasing: Leasing) -> u64 {
+        match leasing {
+            Leasing::Bucket => bucket_margin(self.params[0], self.params[2]),
+            _ => 0,
+        }
+    }
+
+    /// Whether the tier may still be leased when its admissions are refunded: no refund moves
+    /// its windows (calendar-aligned fixed windows). Elsewhere a refund that empties a key
+    /// starts its window again at the next admission, which Redis cannot see while slices
+    /// are out.
+    pub(crate) fn leases_with_refunds(&self, leasing: Leasing) -> bool {
+        leasing == (Leasing::Window { calendar: true }) && self.params[2] == 1
+    }
+
     /// A tier of `algorithm` decided by the script with `params`.
     pub(crate) fn new<A: Algorithm>(algorithm: &A, params: impl Into<Vec<u64>>) -> Self {
         // Every decision of one algorithm reports the same limit; a peek at a fresh key tells it.
@@ -152,19 +177,7 @@ impl RedisTier {
 impl<A: RedisAlgorithm> RedisAlgorithm for Tiered<A> {
     const LUA: &'static str = A::LUA;
     const TIERED: bool = true;
-    const LEASES: bool = A::LEASES;
-
-    fn leases_with_refunds(tier: &RedisTier) -> bool {
-        A::leases_with_refunds(tier)
-    }
-
-    fn leasable(tier: &RedisTier) -> bool {
-        A::leasable(tier)
-    }
-
-    fn lease_margin(tier: &RedisTier) -> u64 {
-        A::lease_margin(tier)
-    }
+    const LEASING: Leasing = A::LEASING;
     const MAX_FIGURE: u64 = A::MAX_FIGURE;
     const NAME: &'static str = A::NAME;
     const FIGURES: &'static [(&'static str, &'static str)] = A::FIGURES;

@@ -1,4 +1,5 @@
-use super::{bucket_leasable, bucket_lifetime, bucket_margin, RedisAlgorithm, RedisTier};
+use super::{bucket_lifetime, Figure, Leasing, RedisAlgorithm, RedisTier};
+use super::{CAPACITY, INTERVAL, WITH_DELAY};
 use crate::algorithm::TokenBucket;
 
 /// Every token bucket the store accepts (interval, capacity and capacity plus `max_delay` at
@@ -11,20 +12,11 @@ impl RedisAlgorithm for TokenBucket {
         include_str!("../lua/token_bucket.lua")
     );
     const NAME: &'static str = "token_bucket";
-    const LEASES: bool = true;
-    const FIGURES: &'static [(&'static str, &'static str)] = &[
-        (
-            "emission interval (period / limit, in ns)",
-            "a shorter period or a larger limit",
-        ),
-        (
-            "capacity (interval x burst, in ns)",
-            "a shorter period or a smaller burst",
-        ),
-        (
-            "capacity plus max_delay (in ns)",
-            "a shorter period, a smaller burst or a shorter max_delay",
-        ),
+    const LEASING: Leasing = Leasing::Bucket;
+    const FIGURES: &'static [Figure] = &[
+        INTERVAL,
+        CAPACITY,
+        ("capacity plus max_delay (in ns)", WITH_DELAY),
         (
             "tokens in the capacity plus max_delay",
             "a smaller burst or a shorter max_delay",
@@ -43,13 +35,5 @@ impl RedisAlgorithm for TokenBucket {
     /// at most its own length past the refill.
     fn lifetime(&self) -> u64 {
         bucket_lifetime(self.interval_nanos(), self.bound_nanos())
-    }
-
-    fn leasable(tier: &RedisTier) -> bool {
-        bucket_leasable(tier)
-    }
-
-    fn lease_margin(tier: &RedisTier) -> u64 {
-        bucket_margin(tier.params[0], tier.params[2])
     }
 }

@@ -1,16 +1,10 @@
-use super::{RedisAlgorithm, RedisTier};
+use super::{Figure, Leasing, RedisAlgorithm, RedisTier, LIMIT, PERIOD};
 use crate::algorithm::{FixedWindow, SlidingLog, SlidingWindow};
 
 /// The window scripts keep counts and times (relative to the current second) in doubles, exact
 /// to 2^53. With every figure below 2^53, a cost that is not exact as a number (2^53 + 1 reads
 /// as 2^53) is still above every limit, as it should be.
 const MAX_FIGURE: u64 = (1 << 53) - 1;
-
-/// A window's limit and period.
-const LIMIT_AND_PERIOD: &[(&str, &str)] = &[
-    ("limit", "a smaller limit"),
-    ("period (in ns)", "a shorter period"),
-];
 
 /// Parameters: the limit and the period (ns), each below 2^53 (104 days), and 1 for calendar
 /// windows ([`FixedWindow::aligned`]; the period is then at least 1 ms), else 0.
@@ -28,12 +22,9 @@ impl RedisAlgorithm for FixedWindow {
     );
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "fixed_window";
-    const LEASES: bool = true;
-    const FIGURES: &'static [(&'static str, &'static str)] = &[
-        ("limit", "a smaller limit"),
-        ("period (in ns)", "a shorter period"),
-        ("calendar flag", "no calendar windows"),
-    ];
+    /// Calendar windows start at multiples of the period, whatever a refund does.
+    const LEASING: Leasing = Leasing::Window { calendar: true };
+    const FIGURES: &'static [Figure] = &[LIMIT, PERIOD, ("calendar flag", "no calendar windows")];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
         let aligned = u64::from(self.is_aligned());
@@ -46,11 +37,6 @@ impl RedisAlgorithm for FixedWindow {
     /// A window ends a period after it starts.
     fn lifetime(&self) -> u64 {
         self.period_nanos()
-    }
-
-    /// Calendar windows start at multiples of the period, whatever a refund does.
-    fn leases_with_refunds(tier: &RedisTier) -> bool {
-        tier.params[2] == 1
     }
 }
 
@@ -72,10 +58,10 @@ impl RedisAlgorithm for SlidingWindow {
     );
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "sliding_window";
-    const LEASES: bool = true;
-    const FIGURES: &'static [(&'static str, &'static str)] = &[
-        ("limit", "a smaller limit"),
-        ("period (in ns)", "a shorter period"),
+    const LEASING: Leasing = Leasing::Window { calendar: false };
+    const FIGURES: &'static [Figure] = &[
+        LIMIT,
+        PERIOD,
         ("sub-window count", "fewer sub-windows"),
         (
             "horizon (period + period / sub-windows, in ns)",
@@ -117,7 +103,7 @@ impl RedisAlgorithm for SlidingLog {
     );
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "sliding_log";
-    const FIGURES: &'static [(&'static str, &'static str)] = LIMIT_AND_PERIOD;
+    const FIGURES: &'static [Figure] = &[LIMIT, PERIOD];
 
     fn redis_tiers(&self, tiers: &mut Vec<RedisTier>) {
         tiers.push(RedisTier::new(self, [self.limit(), self.period_nanos()]));

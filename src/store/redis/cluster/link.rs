@@ -1,7 +1,7 @@
 //! How a watched [`Cluster`](super::Cluster) connects again: the watch that reads the slot
 //! map after failures, and the store's map of the masters that follows each slot map.
 
-use std::sync::{Arc, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 
 use redis::cluster_async::ClusterConnection;
 use redis::{ConnectionAddr, ConnectionInfo};
@@ -9,16 +9,14 @@ use tokio::sync::mpsc;
 
 use super::node::Node;
 use super::{Link, CONNECT_BOUND, ROUND_GAP};
+use crate::store::redis::connection::lock;
 use crate::store::redis::health::Master;
 use crate::store::redis::healths::NodeMap;
 use crate::store::redis::slot_map::{masters, Masters};
 
 impl Link {
     pub(super) fn known(&self) -> Option<Masters> {
-        self.known
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.known).clone()
     }
 
     /// The masters connected with are `masters`: the store's map follows them, keeping what
@@ -45,7 +43,7 @@ impl Link {
             });
         let map = NodeMap::new(ranges, &self.nodes.load());
         self.nodes.store(Arc::new(map));
-        *self.known.lock().unwrap_or_else(PoisonError::into_inner) = masters;
+        *lock(&self.known) = masters;
     }
 
     /// Connects again, to `masters`, and sends every later call through the new connection;

@@ -18,6 +18,7 @@
 //! probe while the connection does not reach it yet (redis-rs tries a lost node again at most
 //! once a second) has the probe connect again before calls go back to it.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -25,10 +26,11 @@ use arc_swap::ArcSwap;
 use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{ConnectionInfo, RedisFuture, RedisResult};
 use tokio::sync::mpsc;
 
 use self::link::watch;
+use super::connection::OnDrop;
 use super::errors;
 use super::healths::Nodes;
 use super::slot_map::{masters, Masters};
@@ -95,88 +97,53 @@ impl Cluster {
         })
     }
 
+    /// The database of the connection in use.
+    pub(crate) fn db(&self) -> i64 {
+        self.current.load().get_db()
+    }
+
     /// What the store knows of each master, when the connection is watched.
     pub(crate) fn nodes(&self) -> Option<Nodes> {
         self.link.as_ref().map(|link| Arc::clone(&link.nodes))
     }
 
-    fn connection(&self) -> (ClusterConnection, Outcome<'_>) {
-        let connection = ClusterConnection::clone(&self.current.load());
-        let outcome = Outcome {
-            failed: self.failed.as_ref(),
-            sent: Instant::now(),
-            ended: false,
+    /// Runs `request` on the connection in use, telling the watch how it ended: a call that
+    /// could not reach Redis, or one dropped before its end after waiting [`ABANDONED_AFTER`]
+    /// or more (abandoned at the store's timeout), starts a round.
+    pub(crate) fn on_current<'a, T, F>(
+        &'a self,
+        request: impl FnOnce(ClusterConnection) -> F + Send + 'a,
+    ) -> RedisFuture<'a, T>
+    where
+        F: Future<Output = RedisResult<T>> + Send + 'a,
+        T: Send + 'a,
+    {
+        // Full: a round is due already. Closed: nothing watches any more.
+        let tell = move || {
+            if let Some(failed) = &self.failed {
+                let _ = failed.try_send(());
+            }
         };
-        (connection, outcome)
-    }
-}
-
-impl ConnectionLike for Cluster {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let (mut connection, mut outcome) = self.connection();
+        let sent = Instant::now();
+        let abandoned = OnDrop::new(move || {
+            if sent.elapsed() >= ABANDONED_AFTER {
+                tell();
+            }
+        });
+        let connection = ClusterConnection::clone(&self.current.load());
         Box::pin(async move {
-            let reply = connection.req_packed_command(cmd).await;
-            outcome.ended(&reply);
+            let reply = request(connection).await;
+            abandoned.defuse();
+            if reply.as_ref().is_err_and(|error| {
+                matches!(
+                    errors::kind(error),
+                    ErrorKind::Unreachable | ErrorKind::Timeout
+                )
+            }) {
+                tell();
+            }
             reply
         })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        let (mut connection, mut outcome) = self.connection();
-        Box::pin(async move {
-            let replies = connection
-                .req_packed_commands(pipeline, offset, count)
-                .await;
-            outcome.ended(&replies);
-            replies
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        self.current.load().get_db()
-    }
-}
-
-/// How one call ended, for the watch: a call dropped before its end after waiting
-/// [`ABANDONED_AFTER`] or more (abandoned at the store's timeout), or one that could not reach
-/// Redis, starts a round.
-struct Outcome<'a> {
-    failed: Option<&'a mpsc::Sender<()>>,
-    sent: Instant,
-    ended: bool,
-}
-
-impl Outcome<'_> {
-    fn ended<T>(&mut self, reply: &RedisResult<T>) {
-        self.ended = true;
-        if let Err(error) = reply {
-            if matches!(
-                errors::kind(error),
-                ErrorKind::Unreachable | ErrorKind::Timeout
-            ) {
-                self.tell();
-            }
-        }
-    }
-
-    fn tell(&self) {
-        if let Some(failed) = self.failed {
-            // Full: a round is due already. Closed: nothing watches any more.
-            let _ = failed.try_send(());
-        }
-    }
-}
-
-impl Drop for Outcome<'_> {
-    fn drop(&mut self) {
-        if !self.ended && self.sent.elapsed() >= ABANDONED_AFTER {
-            self.tell();
-        }
     }
 }
 

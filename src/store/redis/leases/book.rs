@@ -3,7 +3,9 @@
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use crate::store::redis::connection::lock;
 use std::time::{Duration, Instant};
 
 use hashbrown::HashMap;
@@ -142,9 +144,7 @@ impl LeaseBook {
     fn shard(&self, key: &Key) -> std::sync::MutexGuard<'_, Shard> {
         let hash = self.hasher.hash_one(key);
         let at = usize::try_from(hash % self.shards.len() as u64).unwrap_or(0);
-        self.shards[at]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.shards[at])
     }
 
     /// The decision for a request of `cost` admitted from the key's slice, when the slice
@@ -291,15 +291,7 @@ impl LeaseBook {
 
     /// How many keys the book tracks.
     pub(crate) fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                s.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .entries
-                    .len()
-            })
-            .sum()
+        self.shards.iter().map(|s| lock(s).entries.len()).sum()
     }
 
     /// Ends the key's slice here (a reset or block through this server); its units are not

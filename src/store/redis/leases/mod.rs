@@ -135,7 +135,7 @@ mod book;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leases {
     max_slice: u64,
-    share: u64,
+    pub(super) share: u64,
     max_life: Duration,
     keys: usize,
 }
@@ -228,12 +228,8 @@ impl Leases {
         self
     }
 
-    pub(super) fn share_of_left(&self) -> u64 {
-        self.share
-    }
-
     pub(super) fn max_life_nanos(&self) -> u64 {
-        u64::try_from(self.max_life.as_nanos()).unwrap_or(u64::MAX)
+        super::connection::nanos(self.max_life)
     }
 }
 

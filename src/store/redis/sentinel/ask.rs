@@ -8,16 +8,14 @@ use redis::{Client, ConnectionInfo, ErrorKind as RedisKind, RedisError, RedisRes
 
 use super::tally::{Address, Tally, MAX_ID};
 use super::{Primary, Shared, RECHECK_BOUND};
+use crate::store::redis::connection::spawn;
 
 impl Shared {
     /// Asks the sentinels, on the runtime, whether they still name `primary`; drops it unless
     /// it may stay ([`Tally::keeps`]: a majority names it, or no other is named by more).
     pub(super) fn recheck(this: &Arc<Self>, primary: &Arc<Primary>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let (shared, primary) = (Arc::clone(this), Arc::clone(primary));
-        runtime.spawn(async move {
+        spawn(async move {
             let tally = shared.tally().await;
             if !tally.keeps(primary.address.as_ref()) {
                 let why = format!("the sentinels no longer name it ({tally})");
@@ -76,7 +74,7 @@ impl Shared {
                 // Failed, or no answer in time: counts as not answering, and is reached anew.
                 Ok(Err(_)) | Err(_) => *slot = None,
             }
-            if tally.has_majority() {
+            if tally.majority().is_some() {
                 // The others cannot change the outcome; they keep their connections.
                 break;
             }

@@ -12,7 +12,7 @@ use crate::Error;
 
 impl Shared {
     /// The error of a store that found no primary when built, saying what was wrong.
-    pub(super) async fn explain(&self, missed: Missed, sentinels: &[ConnectionInfo]) -> Error {
+    pub(super) async fn explain(&self, missed: Missed) -> Error {
         let (master, at) = (&self.master, &self.sentinels);
         let error = match missed {
             Missed::Primary(error) => {
@@ -34,7 +34,7 @@ impl Shared {
         };
         match error.kind() {
             RedisKind::MasterNameNotFoundBySentinel => {
-                let monitored = monitored(sentinels).await;
+                let monitored = monitored(&self.sentinel_infos).await;
                 if monitored.is_empty() || monitored.iter().any(|name| **name == **master) {
                     Error::unreachable(format!(
                         "RedisStore::sentinel: the sentinels at {at} name no primary of master \

@@ -1,33 +1,26 @@
 //! How a [`SentinelConnection`](super::SentinelConnection) finds its primary again: one
 //! lookup at a time, on a task of its own, retried with a growing wait while it finds none.
 
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, PoisonError, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::Sentinel;
-use redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, ErrorKind as RedisKind, RedisError, RedisResult,
-};
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ErrorKind as RedisKind, RedisError};
 
 use super::explain::{printable, Missed};
 use super::tally::Address;
-use super::{Lookups, Primary, Shared, LOOKUP_BOUND, RECHECK, RECHECK_BOUND, RETRY_MAX, RETRY_MIN};
+use super::{Primary, Shared, Times, LOOKUP_BOUND, RECHECK, RECHECK_BOUND, RETRY_MAX, RETRY_MIN};
+use crate::store::redis::connection::{lock, spawn, OnDrop};
 use crate::store::redis::{errors, version};
-use crate::Error;
 
 impl Shared {
-    pub(super) fn lookups(&self) -> std::sync::MutexGuard<'_, Lookups> {
-        self.lookups.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Drops the primary of `generation` (if it is still the one calls go to) and starts a
     /// lookup.
     pub(super) fn drop_primary(this: &Arc<Self>, generation: u64, why: String) {
         let why = printable(&why);
         {
-            let mut lookups = this.lookups();
+            let mut lookups = lock(&this.lookups);
             let current = this.primary.load();
             if current.as_ref().map(|p| p.generation) != Some(generation) {
                 return;
@@ -51,19 +44,23 @@ impl Shared {
 
     /// Starts a lookup on the runtime, unless one runs or the last failed too recently.
     pub(super) fn look_up(this: &Arc<Self>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         {
-            let mut lookups = this.lookups();
+            let mut lookups = lock(&this.lookups);
             if lookups.running || Instant::now() < lookups.not_before {
                 return;
             }
             lookups.running = true;
         }
-        let running = Running(Arc::downgrade(this));
+        // The lookup is over when its task ends, however it ends (its runtime may shut down,
+        // or none runs).
+        let weak = Arc::downgrade(this);
+        let running = OnDrop::new(move || {
+            if let Some(shared) = weak.upgrade() {
+                lock(&shared.lookups).running = false;
+            }
+        });
         let shared = Arc::clone(this);
-        runtime.spawn(async move {
+        spawn(async move {
             let _running = running;
             let found = match tokio::time::timeout(LOOKUP_BOUND, shared.find()).await {
                 Ok(found) => found.map_err(|missed| missed.to_string()),
@@ -72,7 +69,7 @@ impl Shared {
             match found {
                 Ok(found) => shared.install(found),
                 Err(error) => {
-                    let mut lookups = shared.lookups();
+                    let mut lookups = lock(&shared.lookups);
                     lookups.not_before = Instant::now() + lookups.retry;
                     lookups.retry = (lookups.retry * 2).min(RETRY_MAX);
                     lookups.last_error = printable(&error);
@@ -83,7 +80,7 @@ impl Shared {
 
     /// Makes the connection found the primary calls go to.
     pub(super) fn install(&self, (connection, address): (MultiplexedConnection, Option<Address>)) {
-        let mut lookups = self.lookups();
+        let mut lookups = lock(&self.lookups);
         lookups.generation += 1;
         lookups.retry = RETRY_MIN;
         lookups.last_error.clear();
@@ -91,11 +88,11 @@ impl Shared {
             generation: lookups.generation,
             connection,
             address,
-            since: Instant::now(),
-            answered: AtomicU64::new(0),
-            asked: AtomicU64::new(0),
-            // The sentinels were just asked.
-            next_check: AtomicU64::new(u64::try_from(RECHECK.as_nanos()).unwrap_or(u64::MAX)),
+            times: Mutex::new(Times {
+                silent_since: None,
+                // The sentinels were just asked.
+                next_check: Instant::now() + RECHECK,
+            }),
         })));
         #[cfg(feature = "tracing")]
         tracing::info!(
@@ -113,7 +110,8 @@ impl Shared {
         let Some((named, voters)) = tally.majority() else {
             // Why none: the first sentinel (in the order given) whose primary answers as one
             // says best what is wrong (not a sentinel, an unknown master, none reachable).
-            let mut sentinel = self.sentinel.lock().await;
+            let mut sentinel =
+                Sentinel::build(self.sentinel_infos.clone()).map_err(Missed::Sentinels)?;
             sentinel
                 .async_master_for(&self.master, Some(&self.node))
                 .await
@@ -129,25 +127,9 @@ impl Shared {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(|e| Missed::Primary(errors::connecting(e)))?;
-        let info: RedisResult<String> = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut connection)
-            .await;
-        match info {
-            Ok(info) => {
-                if let Some(found) = version::parse(&info) {
-                    version::require(found).map_err(|message| {
-                        Missed::Primary(Error::misconfigured(format!(
-                            "the primary of Redis Sentinel master {:?}: {message}",
-                            self.master
-                        )))
-                    })?;
-                }
-            }
-            // Refused by the server (INFO renamed away): nothing to tell from.
-            Err(e) if matches!(e.kind(), RedisKind::Server(_)) => {}
-            Err(e) => return Err(Missed::Primary(errors::connecting(e))),
-        }
+        let server = format!("the primary of Redis Sentinel master {:?}: ", self.master);
+        let checked = version::check(&mut connection, &server).await;
+        checked.map_err(Missed::Primary)?;
         Ok((connection, address(&client)))
     }
 
@@ -193,16 +175,5 @@ fn address(client: &Client) -> Option<Address> {
             Some((host.clone(), *port))
         }
         _ => None,
-    }
-}
-
-/// Marks the lookup as over when its task ends, however it ends (its runtime may shut down).
-struct Running(Weak<Shared>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(shared) = self.0.upgrade() {
-            shared.lookups().running = false;
-        }
     }
 }

@@ -30,23 +30,21 @@
 //! call that started it, whose timeout is short), one at a time; while they find none, at
 //! most every [`RETRY_MAX`], and only while calls come.
 
-use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
+use redis::sentinel::SentinelNodeConnectionInfo;
 use redis::{
-    Cmd, ConnectionInfo, ErrorKind as RedisKind, IntoConnectionInfo, Pipeline, RedisError,
-    RedisFuture, RedisResult, ServerErrorKind, Value,
+    ConnectionInfo, ErrorKind as RedisKind, IntoConnectionInfo, RedisError, RedisFuture,
+    RedisResult, ServerErrorKind,
 };
 
 use self::explain::{printable, without_credentials};
 use self::tally::Address;
-use super::errors;
+use super::connection::{lock, OnDrop};
 use crate::Error;
 
 mod ask;
@@ -86,7 +84,6 @@ struct Shared {
     master: Box<str>,
     /// The sentinels' addresses (no credentials), for messages.
     sentinels: Box<str>,
-    sentinel: tokio::sync::Mutex<Sentinel>,
     /// The sentinels, for the checks of which primary they name.
     sentinel_infos: Vec<ConnectionInfo>,
     /// The connection to each sentinel, with its id (`SENTINEL MYID`), kept from one time
@@ -107,60 +104,44 @@ struct Primary {
     connection: MultiplexedConnection,
     /// Its host and port, as the sentinels name it.
     address: Option<Address>,
-    /// When the connection was made.
-    since: Instant,
-    /// When the primary last answered, in ns after `since`.
-    answered: AtomicU64,
-    /// When the first call sent after that answer was sent, in ns after `since` (at most
-    /// `answered` when every call sent has been answered since).
-    asked: AtomicU64,
-    /// When the sentinels are next asked whether they still name it, in ns after `since`.
-    next_check: AtomicU64,
+    times: Mutex<Times>,
+}
+
+/// When a primary went silent, and when the sentinels are next asked about it.
+struct Times {
+    /// When the first call sent after the primary's last answer was sent; `None` when every
+    /// call sent has been answered since.
+    silent_since: Option<Instant>,
+    /// When the sentinels are next asked whether they still name it.
+    next_check: Instant,
 }
 
 impl Primary {
     /// Notes an answer; whether the sentinels are due to be asked if they still name it.
     fn heard(&self) -> bool {
-        let nanos = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.answered.fetch_max(nanos, Ordering::Relaxed);
-        let next = self.next_check.load(Ordering::Relaxed);
-        let every = u64::try_from(RECHECK.as_nanos()).unwrap_or(u64::MAX);
-        nanos >= next
-            && self
-                .next_check
-                .compare_exchange(
-                    next,
-                    nanos.saturating_add(every),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
+        let mut times = lock(&self.times);
+        times.silent_since = None;
+        let now = Instant::now();
+        let due = now >= times.next_check;
+        if due {
+            times.next_check = now + RECHECK;
+        }
+        due
     }
 
     /// Notes a call sent: the start of a silence, unless one is already running.
     fn asked(&self) {
-        let asked = self.asked.load(Ordering::Relaxed);
-        if asked <= self.answered.load(Ordering::Relaxed) {
-            let nanos = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let _ = self.asked.compare_exchange(
-                asked,
-                nanos.max(asked.saturating_add(1)),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-        }
+        lock(&self.times)
+            .silent_since
+            .get_or_insert_with(Instant::now);
     }
 
     /// How long the primary has answered nothing while asked: since the first call sent
     /// after its last answer. (An idle primary is not silent: nothing was asked of it.)
     fn silent_for(&self) -> Duration {
-        let asked = self.asked.load(Ordering::Relaxed);
-        if asked <= self.answered.load(Ordering::Relaxed) {
-            return Duration::ZERO;
-        }
-        self.since
-            .elapsed()
-            .saturating_sub(Duration::from_nanos(asked))
+        lock(&self.times)
+            .silent_since
+            .map_or(Duration::ZERO, |since| since.elapsed())
     }
 }
 
@@ -220,13 +201,11 @@ impl SentinelConnection {
             }
         }
         let sentinels = addresses.join(", ");
-        let sentinel = Sentinel::build(infos.clone()).map_err(errors::connecting)?;
         let shared = Arc::new(Shared {
             master: master.into(),
             sentinels: sentinels.into(),
-            sentinel: tokio::sync::Mutex::new(sentinel),
-            sentinel_infos: infos.clone(),
             checkers: tokio::sync::Mutex::new(vec![None; infos.len()]),
+            sentinel_infos: infos,
             node,
             primary: ArcSwapOption::empty(),
             lookups: Mutex::new(Lookups {
@@ -239,7 +218,7 @@ impl SentinelConnection {
         });
         let found = match tokio::time::timeout(LOOKUP_BOUND, shared.find()).await {
             Ok(Ok(connection)) => connection,
-            Ok(Err(error)) => return Err(shared.explain(error, &infos).await),
+            Ok(Err(error)) => return Err(shared.explain(error).await),
             Err(_) => {
                 return Err(Error::timeout(format!(
                     "RedisStore::sentinel: the sentinels at {} named no primary of master {:?} \
@@ -252,6 +231,14 @@ impl SentinelConnection {
         Ok(Self { shared })
     }
 
+    /// The database of the primary in use (0 while there is none).
+    pub(crate) fn db(&self) -> i64 {
+        let primary = self.shared.primary.load();
+        primary
+            .as_ref()
+            .map_or(0, |primary| primary.connection.get_db())
+    }
+
     /// The primary calls go to now, or the error that answers a call while there is none
     /// (and a lookup is started, if one may be).
     fn primary(&self) -> RedisResult<Arc<Primary>> {
@@ -259,7 +246,7 @@ impl SentinelConnection {
             return Ok(primary);
         }
         Shared::look_up(&self.shared);
-        let lookups = self.shared.lookups();
+        let lookups = lock(&self.shared.lookups);
         let mut message = format!(
             "no primary of Redis Sentinel master {:?} is known; the sentinels at {} are asked",
             self.shared.master, self.shared.sentinels
@@ -276,7 +263,7 @@ impl SentinelConnection {
     /// Runs `request` on the primary: a failure that says the primary is gone drops it and
     /// starts a lookup; so does a call given up (dropped unanswered) while the primary has
     /// been quiet for [`STALL_AFTER`].
-    fn on_primary<'a, T, F>(
+    pub(crate) fn on_primary<'a, T, F>(
         &'a self,
         request: impl FnOnce(MultiplexedConnection) -> F + Send + 'a,
     ) -> RedisFuture<'a, T>
@@ -285,90 +272,28 @@ impl SentinelConnection {
         T: Send + 'a,
     {
         Box::pin(async move {
-            let primary = self.primary()?;
+            let (shared, primary) = (&self.shared, self.primary()?);
             primary.asked();
-            let mut watch = Watch {
-                shared: &self.shared,
-                primary: &primary,
-                answered: false,
-            };
+            // Dropped unanswered: the primary may have stalled.
+            let stalled = OnDrop::new(|| {
+                let silent = primary.silent_for();
+                if silent >= STALL_AFTER {
+                    let why = format!("the primary answered nothing for {silent:?} while asked");
+                    Shared::drop_primary(shared, primary.generation, why);
+                }
+            });
             let result = request(primary.connection.clone()).await;
-            watch.answered(result.as_ref().err());
+            stalled.defuse();
+            match result.as_ref() {
+                Err(error) if primary_gone(error) => {
+                    Shared::drop_primary(shared, primary.generation, error.to_string());
+                }
+                // Any other answer, an error reply included, came from the primary.
+                _ if primary.heard() => Shared::recheck(shared, &primary),
+                _ => {}
+            }
             result
         })
-    }
-}
-
-impl ConnectionLike for SentinelConnection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.on_primary(
-            move |mut connection| async move { connection.req_packed_command(cmd).await },
-        )
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        self.on_primary(move |mut connection| async move {
-            connection
-                .req_packed_commands(pipeline, offset, count)
-                .await
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        self.shared
-            .primary
-            .load()
-            .as_ref()
-            .map_or(0, |primary| primary.connection.get_db())
-    }
-}
-
-impl fmt::Debug for SentinelConnection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SentinelConnection")
-            .field("master", &self.shared.master)
-            .field("sentinels", &self.shared.sentinels)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Watches one call on a primary: what its answer says of the primary, or, when the call is
-/// dropped unanswered, how long the primary has been quiet.
-struct Watch<'a> {
-    shared: &'a Arc<Shared>,
-    primary: &'a Arc<Primary>,
-    answered: bool,
-}
-
-impl Watch<'_> {
-    fn answered(&mut self, error: Option<&RedisError>) {
-        self.answered = true;
-        match error {
-            Some(error) if primary_gone(error) => {
-                Shared::drop_primary(self.shared, self.primary.generation, error.to_string());
-            }
-            // Any other answer, an error reply included, came from the primary.
-            _ => {
-                if self.primary.heard() {
-                    Shared::recheck(self.shared, self.primary);
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Watch<'_> {
-    fn drop(&mut self) {
-        let silent = self.primary.silent_for();
-        if !self.answered && silent >= STALL_AFTER {
-            let why = format!("the primary answered nothing for {silent:?} while asked");
-            Shared::drop_primary(self.shared, self.primary.generation, why);
-        }
     }
 }
 

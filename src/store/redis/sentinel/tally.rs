@@ -78,14 +78,6 @@ impl Tally {
             .map_or(0, |(_, votes)| votes.len())
     }
 
-    /// Whether some primary is named by more than half of the sentinels given: the answers
-    /// not yet heard cannot change the outcome.
-    pub(super) fn has_majority(&self) -> bool {
-        self.named
-            .iter()
-            .any(|(_, votes)| 2 * votes.len() > self.asked)
-    }
-
     /// The primary more than half of the sentinels given name, if any, and the places (in
     /// the list given) of those that name it, in the order given (not the order they
     /// answered in, which a sentinel could race for).

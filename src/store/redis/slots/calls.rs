@@ -1,114 +1,160 @@
-//! The script calls of [`RedisSlots`](super::RedisSlots): one call on a key's leases, the
-//! decision of an acquire, blocks, and what the failure policy answers when Redis fails.
+//! [`RedisSlots`] as [`Slots`]: acquiring a lease, giving it back (also when the acquire is
+//! dropped before Redis answered), blocking a key, the failure policy's answer when Redis
+//! fails, and the task that renews the leases this server holds every third of their TTL, so
+//! a request may last longer than the TTL.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Fallback, Inner, Keys, Reply};
-use crate::store::in_flight::{LOCAL_LEASE, NO_LEASE};
-use crate::store::redis::{errors, Connection};
+use super::{Inner, Keys, Lease, RedisSlots};
+use crate::store::in_flight::{Acquire, Slots, LOCAL_LEASE, NO_LEASE};
+use crate::store::redis::connection::{lock, spawn, OnDrop};
+use crate::store::redis::errors::{self, bounded};
+use crate::store::redis::fallback::Fallback;
+use crate::store::Update;
 use crate::{Decision, Error, Key};
 
 /// The longest block the script keeps, in ms: 2^53, where its numbers stop being exact (some
 /// 285 000 years).
 const MAX_BLOCK_MS: u64 = 1 << 53;
 
-impl Inner {
-    /// The time the script decides at, in ms: the caller's, or `''` for Redis `TIME`.
-    fn now_arg(&self) -> String {
-        if self.caller_clock {
-            (self.clock.now_nanos() / 1_000_000).to_string()
-        } else {
-            String::new()
-        }
+impl Slots for RedisSlots {
+    /// Writes the block beside the key's leases, with a TTL to its end; every acquire reads
+    /// it in the same script call, so it holds on every server.
+    fn block(&self, key: Key, duration: Duration) -> Update {
+        let inner = self.0.clone();
+        Box::pin(async move { inner.update(key, "b", duration).await })
     }
 
-    /// One script call on `keys`, bounded by the timeout.
-    pub(super) async fn run(
+    /// Deletes the key's block in Redis.
+    fn lift(&self, key: Key) -> Update {
+        let inner = self.0.clone();
+        Box::pin(async move { inner.update(key, "x", Duration::ZERO).await })
+    }
+
+    fn acquire(&self, key: Key, _now: u64, cost: u64) -> Acquire {
+        let inner = self.0.clone();
+        let lease = inner.leases.fetch_add(1, Ordering::Relaxed) + 1;
+        Acquire::Waiting(Box::pin(async move {
+            let (keys, member) = (inner.keys(&key), inner.member(lease, cost));
+            // Until Redis answers, the script may have taken the lease: given back if the
+            // acquire fails or is dropped (the request went away). Cost 0 takes none.
+            let pending = (cost > 0).then(|| {
+                let held = Lease {
+                    key: key.clone(),
+                    keys: keys.clone(),
+                    cost,
+                };
+                let (inner, member) = (inner.clone(), member.clone());
+                OnDrop::new(move || inner.give_back(held, member))
+            });
+            let (taken, held, blocked) = match inner.run(&keys, "a", &member, cost, &key).await {
+                Ok(reply) => reply,
+                Err(error) => return inner.failed(error, key, cost),
+            };
+            pending.into_iter().for_each(OnDrop::defuse);
+            let (limit, remaining) = (inner.limit, inner.limit.saturating_sub(held));
+            if !blocked.is_zero() {
+                let denied = Decision::deny(limit, remaining, Duration::ZERO, None);
+                return Ok(denied.blocked_for(blocked));
+            }
+            if !taken {
+                return Ok(Decision::deny(limit, remaining, Duration::ZERO, None));
+            }
+            if cost > 0 {
+                lock(&inner.held).insert(lease, Lease { key, keys, cost });
+                inner.renew_from();
+            }
+            Ok(Decision::allow(limit, remaining, Duration::ZERO).with_receipt(lease))
+        }))
+    }
+
+    fn release(&self, key: &Key, cost: u64, lease: u64) {
+        let inner = &self.0;
+        match lease {
+            NO_LEASE => {}
+            LOCAL_LEASE => {
+                if let Fallback::Local(local) = &inner.fallback {
+                    local.give_back(key, cost);
+                }
+            }
+            lease => {
+                let held = lock(&inner.held).remove(&lease);
+                if let Some(held) = held {
+                    let member = inner.member(lease, held.cost);
+                    inner.give_back(held, member);
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// One script call on `keys`, bounded by the timeout: whether the lease was taken, given
+    /// back or renewed, the slots the key's leases hold afterwards, and what is left of the
+    /// key's block (zero: not blocked).
+    async fn run(
         &self,
         keys: &Keys,
         op: &str,
         member: &str,
         cost: u64,
         key: &Key,
-    ) -> Result<Reply, Error> {
+    ) -> Result<(bool, u64, Duration), Error> {
         let mut invocation = self.script.prepare_invoke();
         for k in keys {
-            invocation.key(&k[..]);
+            invocation.key(k);
         }
-        invocation
-            .arg(op)
-            .arg(member)
-            .arg(cost)
-            .arg(self.limit)
-            .arg(self.ttl_ms)
-            .arg(self.now_arg());
-        let call = async {
-            match self.connection.clone() {
-                Connection::Single(mut c) => {
-                    invocation.invoke_async::<(i64, i64, i64)>(&mut c).await
-                }
-                Connection::Cluster(mut c) => {
-                    invocation.invoke_async::<(i64, i64, i64)>(&mut c).await
-                }
-                Connection::Sentinel(mut c) => {
-                    invocation.invoke_async::<(i64, i64, i64)>(&mut c).await
-                }
-            }
+        // The time the script decides at, in ms: the caller's, or `''` for Redis `TIME`.
+        let now = match self.caller_clock {
+            true => (self.clock.now_nanos() / 1_000_000).to_string(),
+            false => String::new(),
         };
-        let (done, held, blocked) = match tokio::time::timeout(self.timeout, call).await {
-            Ok(reply) => reply.map_err(|e| errors::deciding(&e, key))?,
-            Err(_) => return Err(errors::timed_out(self.timeout)),
-        };
+        let args = (op, member, cost, self.limit, self.ttl_ms, now);
+        let connection = &mut self.connection.clone();
+        let call = invocation
+            .arg(args)
+            .invoke_async::<(i64, i64, i64)>(connection);
+        let (done, held, blocked) =
+            bounded(self.timeout, call, |e| errors::deciding(&e, key)).await?;
         let (Ok(held), Ok(blocked)) = (u64::try_from(held), u64::try_from(blocked)) else {
             return Err(Error::protocol(format!(
                 "unexpected reply from the in-flight script: {held}, {blocked}"
             )));
         };
-        Ok(Reply {
-            done: done == 1,
-            held,
-            blocked: Duration::from_millis(blocked),
-        })
+        Ok((done == 1, held, Duration::from_millis(blocked)))
     }
 
-    /// The decision of an acquire that Redis answered with `reply`.
-    pub(super) fn decision(&self, reply: &Reply, lease: u64) -> Decision {
-        let remaining = self.limit.saturating_sub(reply.held);
-        if !reply.blocked.is_zero() {
-            Decision::deny(self.limit, remaining, Duration::ZERO, None).blocked_for(reply.blocked)
-        } else if reply.done {
-            Decision::allow(self.limit, remaining, Duration::ZERO).with_receipt(lease)
-        } else {
-            Decision::deny(self.limit, remaining, Duration::ZERO, None)
-        }
+    /// Gives `lease` (the member `member`) back on the runtime, if one runs; else its expiry
+    /// does.
+    fn give_back(self: &Arc<Self>, Lease { key, keys, cost }: Lease, member: String) {
+        let inner = Arc::clone(self);
+        spawn(async move {
+            if let Err(_error) = inner.run(&keys, "r", &member, cost, &key).await {
+                #[cfg(feature = "tracing")]
+                tracing::debug!(policy = &**inner.failures.policy(), error = %_error, "in-flight lease not given back; it expires");
+            }
+        });
     }
 
     /// Blocks `key` for `duration` from now (`'b'`), or lifts its block (`'x'`), in Redis; an
     /// error is counted and logged as an acquire's would be, and handed back.
-    pub(super) async fn update(&self, key: Key, op: &str, duration: Duration) -> Result<(), Error> {
+    async fn update(&self, key: Key, op: &str, duration: Duration) -> Result<(), Error> {
         // Whole ms, rounded up: a block never ends before it was asked to.
         let ms = duration.as_nanos().div_ceil(1_000_000);
         let ms = u64::try_from(ms).unwrap_or(u64::MAX).min(MAX_BLOCK_MS);
-        match self.run(&self.keys(&key), op, "", ms, &key).await {
-            Ok(_) => Ok(()),
-            Err(error) => {
-                self.count_failure(&error);
-                Err(error)
-            }
+        let result = self.run(&self.keys(&key), op, "", ms, &key).await;
+        if let Err(error) = &result {
+            self.failures.note(self.clock.now_nanos(), || error);
         }
+        result.map(drop)
     }
 
-    /// Counts and logs (at most every ten seconds) a call Redis failed with `error`.
-    fn count_failure(&self, error: &Error) {
-        self.failures.increment();
-        let now = self.clock.now_nanos();
-        self.warnings
-            .warn(error, now, &self.policy, self.fallback.name());
-    }
-
-    /// What the failure policy answers for an acquire that Redis failed with `error`.
-    pub(super) fn failed(&self, error: Error, key: Key, cost: u64) -> Result<Decision, Error> {
-        self.count_failure(&error);
+    /// What the failure policy answers for an acquire that Redis failed with `error`; counted,
+    /// and logged at most every ten seconds.
+    fn failed(&self, error: Error, key: Key, cost: u64) -> Result<Decision, Error> {
+        self.failures.note(self.clock.now_nanos(), || &error);
         match &self.fallback {
             Fallback::Closed => Err(error),
             Fallback::Open => {
@@ -116,12 +162,59 @@ impl Inner {
             }
             Fallback::Local(local) => {
                 let decision = local.take(key, cost)?;
-                Ok(if decision.allowed {
-                    decision.with_receipt(LOCAL_LEASE)
-                } else {
-                    decision
+                Ok(match decision.allowed {
+                    true => decision.with_receipt(LOCAL_LEASE),
+                    false => decision,
                 })
             }
         }
+    }
+
+    /// Starts the task that renews this server's leases, if it does not run yet and a runtime
+    /// does. It stops once the policy is dropped.
+    fn renew_from(self: &Arc<Self>) {
+        if self.renewing.load(Ordering::Relaxed) || self.renewing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let every = Duration::from_millis((self.ttl_ms / 3).max(1));
+        let (weak, clock) = (Arc::downgrade(self), self.clock.clone());
+        // Ends with the task (the policy dropped, its runtime shut down, or none runs): the
+        // next lease taken starts another.
+        let stopped = weak.clone();
+        let stopped = OnDrop::new(move || {
+            if let Some(inner) = stopped.upgrade() {
+                inner.renewing.store(false, Ordering::Release);
+            }
+        });
+        spawn(async move {
+            let _stopped = stopped;
+            loop {
+                clock.sleep(every).await;
+                let Some(inner) = weak.upgrade() else { return };
+                inner.renew_all().await;
+            }
+        });
+    }
+
+    /// Renews every lease held now, each by its own call, together.
+    async fn renew_all(self: &Arc<Self>) {
+        let leases: Vec<(u64, Key, Keys)> = lock(&self.held)
+            .iter()
+            .map(|(&lease, l)| (lease, l.key.clone(), l.keys.clone()))
+            .collect();
+        let mut calls = tokio::task::JoinSet::new();
+        for (lease, key, keys) in leases {
+            let inner = self.clone();
+            calls.spawn(async move {
+                // Unless given back since the renewal began.
+                let Some(cost) = lock(&inner.held).get(&lease).map(|l| l.cost) else {
+                    return;
+                };
+                let member = inner.member(lease, cost);
+                // A failed renewal is tried again at the next round; the lease lasts a TTL.
+                let _ = inner.run(&keys, "n", &member, cost, &key).await;
+            });
+        }
+        while calls.join_next().await.is_some() {}
     }
 }

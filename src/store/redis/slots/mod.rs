@@ -11,6 +11,7 @@
 //! Redis Cluster slot.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,49 +19,26 @@ use std::time::Duration;
 use redis::Script;
 
 use super::failures::FailureCounter;
+use super::fallback::Fallback;
 use super::keys::encode_key;
-use super::warn::Warnings;
-use super::{Connection, OnFailure, RedisStore};
+use super::{Connection, RedisStore};
 use crate::clock::Clock;
 use crate::store::in_flight::sealed::KeepsSlots;
 use crate::store::in_flight::{SlotStore, Slots};
-use crate::store::MemorySlots;
+use crate::store::{MemorySlots, OnFailure};
 use crate::{Error, Key};
 
-mod acquire;
 mod calls;
-mod renew;
 
 const LUA: &str = include_str!("../lua/slots.lua");
 
-/// What an acquire answers when Redis could not.
-enum Fallback {
-    Open,
-    Closed,
-    Local(MemorySlots),
-}
-
-impl Fallback {
-    /// The failure policy's name, for logs and metrics.
-    fn name(&self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::Closed => "closed",
-            Self::Local(_) => "local",
-        }
-    }
-}
-
 /// The slots of one in-flight policy in Redis.
-pub(crate) struct RedisSlots {
-    inner: Arc<Inner>,
-}
+pub(crate) struct RedisSlots(Arc<Inner>);
 
 /// A lease this server holds, renewed until it is given back.
 struct Lease {
     /// The client's key, kept out of the errors of its calls.
     key: Key,
-    /// The Redis keys: the leases, their count, and the key's block.
     keys: Keys,
     cost: u64,
 }
@@ -68,27 +46,15 @@ struct Lease {
 /// A client key's Redis keys: its leases, the slots they hold, and its block.
 type Keys = [Vec<u8>; 3];
 
-/// What one script call answers.
-struct Reply {
-    /// Whether the lease was taken, given back or renewed.
-    done: bool,
-    /// The slots the key's leases hold afterwards.
-    held: u64,
-    /// What is left of the key's block (zero: not blocked).
-    blocked: Duration,
-}
-
 struct Inner {
     connection: Connection,
     script: Script,
-    policy: Arc<str>,
     /// `<prefix>:{`
     head: Vec<u8>,
-    /// `}:<policy>:in_flight.<limit>`
+    /// `}:<policy>:in_flight.<limit>`, which the keys of the leases (`:l`), of the slots they
+    /// hold (`:n`) and of the block (`:b`) end with: the block of the policy of this limit, as
+    /// its slots are (in-flight layers of other limits keep their blocks apart).
     tail: Vec<u8>,
-    /// `}:<policy>:in_flight.<limit>:b`: the block of the policy of this limit, as its slots
-    /// are (in-flight layers of other limits keep their blocks apart).
-    block_tail: Vec<u8>,
     limit: u64,
     ttl_ms: u64,
     timeout: Duration,
@@ -96,10 +62,10 @@ struct Inner {
     /// store decides on the caller's clock instead of Redis `TIME`.
     clock: Arc<dyn Clock>,
     caller_clock: bool,
-    fallback: Fallback,
+    /// What an acquire answers when Redis could not.
+    fallback: Fallback<MemorySlots>,
     /// The failures `fallback` answered.
     failures: FailureCounter,
-    warnings: Warnings,
     /// Tells this server's leases apart from every other's: random per table.
     server: u64,
     /// The last lease number handed out.
@@ -139,42 +105,26 @@ impl KeepsSlots for RedisStore {
                  decide on this clock (tests, simulations), or leave the clock out"
             )));
         }
-        let policy: Arc<str> = policy.into();
-        let fallback = match &self.on_failure {
-            OnFailure::Open => Fallback::Open,
-            OnFailure::Closed => Fallback::Closed,
-            OnFailure::Local(memory) => Fallback::Local(MemorySlots::new(limit, memory.max_keys())),
-        };
-        let mut head = Vec::with_capacity(self.prefix.len() + 2);
-        head.extend_from_slice(self.prefix.as_bytes());
-        head.extend_from_slice(b":{");
-        let server = {
-            use std::hash::BuildHasher;
-            std::hash::RandomState::new().hash_one(std::process::id())
-        };
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        Ok(Arc::new(RedisSlots {
-            inner: Arc::new(Inner {
-                connection: self.connection.clone(),
-                script: Script::new(LUA),
-                policy: Arc::clone(&policy),
-                head,
-                tail: format!("}}:{policy}:in_flight.{limit}").into_bytes(),
-                block_tail: format!("}}:{policy}:in_flight.{limit}:b").into_bytes(),
-                limit,
-                ttl_ms,
-                timeout: self.timeout,
-                clock,
-                caller_clock: self.caller_clock,
-                failures: FailureCounter::new(&policy, fallback.name()),
-                fallback,
-                warnings: Warnings::default(),
-                server,
-                leases: AtomicU64::new(0),
-                held: Mutex::default(),
-                renewing: AtomicBool::new(false),
-            }),
-        }))
+        let fallback = Fallback::of(&self.on_failure, |memory| {
+            Ok(MemorySlots::new(limit, memory.max_keys()))
+        })?;
+        Ok(Arc::new(RedisSlots(Arc::new(Inner {
+            connection: self.connection.clone(),
+            script: Script::new(LUA),
+            head: format!("{}:{{", self.prefix).into_bytes(),
+            tail: format!("}}:{policy}:in_flight.{limit}").into_bytes(),
+            limit,
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1),
+            timeout: self.timeout,
+            clock,
+            caller_clock: self.caller_clock,
+            failures: FailureCounter::new(&policy.into(), fallback.name()),
+            fallback,
+            server: std::hash::RandomState::new().hash_one(std::process::id()),
+            leases: AtomicU64::new(0),
+            held: Mutex::default(),
+            renewing: AtomicBool::new(false),
+        }))))
     }
 
     fn failing(&self, on_failure: &OnFailure) -> Option<Arc<dyn SlotStore>> {
@@ -184,19 +134,10 @@ impl KeepsSlots for RedisStore {
 
 impl Inner {
     fn keys(&self, key: &Key) -> Keys {
-        let mut client = Vec::with_capacity(self.head.len() + 2 * Key::MAX_LEN + 2);
-        client.extend_from_slice(&self.head);
-        encode_key(key, &mut client);
-        let with = |tail: &[&[u8]]| {
-            let mut k = client.clone();
-            tail.iter().for_each(|t| k.extend_from_slice(t));
-            k
-        };
-        [
-            with(&[&self.tail, b":l"]),
-            with(&[&self.tail, b":n"]),
-            with(&[&self.block_tail]),
-        ]
+        let mut base = self.head.clone();
+        encode_key(key, &mut base);
+        base.extend_from_slice(&self.tail);
+        [":l", ":n", ":b"].map(|end| [&base, end.as_bytes()].concat())
     }
 
     fn member(&self, lease: u64, cost: u64) -> String {

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use super::round_trip::Mode;
 use super::RedisTable;
 use crate::store::redis::algorithms::RedisAlgorithm;
+use crate::store::redis::connection::{nanos, OnDrop};
 use crate::store::redis::future::RedisFuture;
 use crate::store::redis::leases::{GiveBack, LeaseBook, Plan};
 use crate::store::redis::reply;
@@ -73,7 +74,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         };
         // A call that takes a slice ends in the book whatever becomes of it, even when its
         // future is dropped before it is first polled.
-        let done = Done::of(self, &key, &plan);
+        let done = self.done(&key, &plan);
         let table = self.clone();
         RedisFuture::pending(Box::pin(async move {
             let _done = done;
@@ -90,6 +91,19 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                     Ok(decision)
                 }
                 Err(error) => inner.failed(error, key, now, cost, refund.is_some()),
+            }
+        }))
+    }
+
+    /// When `plan`'s call takes a slice, a guard that ends it in the book when dropped.
+    fn done(&self, key: &Key, plan: &Plan) -> Option<OnDrop<impl FnOnce() + Send>> {
+        let Plan::Lease { ticket, .. } = *plan else {
+            return None;
+        };
+        let (table, key) = (self.clone(), key.clone());
+        Some(OnDrop::new(move || {
+            if let Some(book) = &table.inner.leases {
+                book.done(&key, ticket);
             }
         }))
     }
@@ -126,7 +140,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 let _ = tokio::time::timeout(inner.timeout, slice.changed()).await;
                 // The slice is spent no later than its end, counting the time that passed
                 // meanwhile. (The call below still names `now`: it began then.)
-                let waited = u64::try_from(waiting.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                let waited = nanos(waiting.elapsed());
                 let later = now.saturating_add(waited);
                 if let Some(decision) = book.spend(key, later, cost) {
                     return Ok(decision);
@@ -138,7 +152,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 let plan = book.plan(key, later, true);
                 // Whatever becomes of the call (an error, a drop mid-way), the checks that wait
                 // for it wake.
-                let done = Done::of(self, key, &plan);
+                let done = self.done(key, &plan);
                 (plan, done)
             }
             plan => (plan, None),
@@ -167,11 +181,11 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         ticket: u64,
     ) -> Result<Decision, Error> {
         let inner = &self.inner;
-        let leases = book.leases();
+        let share = book.leases().share;
         let mode = Mode::Lease {
             cost,
             want,
-            share: leases.share_of_left(),
+            share,
             back,
         };
         let sent = Instant::now();
@@ -200,40 +214,5 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             (life, sent.checked_add(Duration::from_nanos(life)))
         };
         Ok(book.granted(key, ticket, now, deadline, decision, units, life))
-    }
-
-    /// `key`'s standing: a check of cost 0, never answered from the denials remembered here
-    /// (a peek asks Redis).
-    pub(crate) fn peek(&self, key: Key, now: u64) -> RedisFuture {
-        self.run(key, now, 0, None)
-    }
-}
-
-/// Ends a lease call in the book when dropped.
-struct Done<A: RedisAlgorithm> {
-    table: RedisTable<A>,
-    key: Key,
-    ticket: u64,
-}
-
-impl<A: RedisAlgorithm> Done<A> {
-    /// The guard of `plan`'s call when it takes a slice.
-    fn of(table: &RedisTable<A>, key: &Key, plan: &Plan) -> Option<Self> {
-        match plan {
-            Plan::Lease { ticket, .. } => Some(Self {
-                table: table.clone(),
-                key: key.clone(),
-                ticket: *ticket,
-            }),
-            _ => None,
-        }
-    }
-}
-
-impl<A: RedisAlgorithm> Drop for Done<A> {
-    fn drop(&mut self) {
-        if let Some(book) = &self.table.inner.leases {
-            book.done(&self.key, self.ticket);
-        }
     }
 }

@@ -7,28 +7,10 @@ use crate::store::redis::health::Health;
 use crate::{Decision, Error, Key};
 
 impl<A: RedisAlgorithm> Inner<A> {
-    /// Counts a failure in `tollgate_store_failures_total`: answered by the failure policy, or
-    /// refused (`closed`) as Redis out of memory is whatever the policy.
-    fn counted(&self, full: bool) {
-        if !full {
-            self.failures.increment();
-            return;
-        }
-        #[cfg(feature = "metrics")]
-        metrics::counter!(
-            "tollgate_store_failures_total",
-            "policy" => metrics::SharedString::from_shared(self.policy.clone()),
-            "on_failure" => "closed"
-        )
-        .increment(1);
-    }
-
     /// A reset or block that Redis failed: counted and logged as a check's failure would be,
     /// and handed back (the local fallback has it already).
     pub(super) fn update_failed(&self, error: Error, now: u64) -> Error {
-        self.counted(false);
-        self.warnings
-            .warn(&error, now, &self.policy, self.fallback.name());
+        self.failures.note(now, || &error);
         error
     }
 
@@ -43,11 +25,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         cost: u64,
         refund: bool,
     ) -> Result<Decision, Error> {
-        let on_failure = self.fallback.name();
-        self.counted(false);
-        if self.warnings.due(now) {
-            self.warnings.log(&health.error(), &self.policy, on_failure);
-        }
+        self.failures.note(now, || health.error());
         self.fallback
             .answer(|| health.error(), &self.limits, key, now, cost, refund)
     }
@@ -63,14 +41,13 @@ impl<A: RedisAlgorithm> Inner<A> {
         refund: bool,
     ) -> Result<Decision, Error> {
         // Redis out of memory records nothing: an admission here (open, or on a local budget
-        // of this server's own) would go past the quota, so it is refused whatever the policy.
-        let full = error.kind() == crate::ErrorKind::Full;
-        let on_failure = if full { "closed" } else { self.fallback.name() };
-        self.counted(full);
-        self.warnings.warn(&error, now, &self.policy, on_failure);
-        if full {
+        // of this server's own) would go past the quota, so it is refused whatever the policy,
+        // and counted as `closed`.
+        if error.kind() == crate::ErrorKind::Full {
+            self.failures.note_full(now, &error);
             return Err(error);
         }
+        self.failures.note(now, || &error);
         self.fallback
             .answer(|| error, &self.limits, key, now, cost, refund)
     }

@@ -14,13 +14,11 @@ use super::algorithms::{RedisAlgorithm, RedisTier};
 use super::carry::{Carry, Generation};
 use super::deny_cache::DenyCache;
 use super::failures::FailureCounter;
-use super::fallback::Fallback;
+use super::fallback::{Fallback, Local};
 use super::family::Family;
 use super::healths::Healths;
 use super::keys::KeyNames;
 use super::leases::LeaseBook;
-use super::version::VersionCheck;
-use super::warn::Warnings;
 use super::{bounds, script, Connection, RedisStore};
 use crate::store::Role;
 use crate::{Error, Key};
@@ -47,7 +45,7 @@ impl<A: RedisAlgorithm> Clone for RedisTable<A> {
 impl<A: RedisAlgorithm> std::fmt::Debug for RedisTable<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisTable")
-            .field("policy", &self.inner.policy)
+            .field("policy", self.inner.failures.policy())
             .field("tiers", &self.inner.limits.len())
             .finish()
     }
@@ -60,7 +58,6 @@ struct Inner<A: RedisAlgorithm> {
     /// together they load it once per `NOSCRIPT` episode rather than once per caller.
     script_loads: AtomicU64,
     script_loading: tokio::sync::Mutex<()>,
-    policy: Arc<str>,
     /// The Redis keys of each tier, but for the client's part.
     names: KeyNames,
     params: Vec<u64>,
@@ -73,12 +70,12 @@ struct Inner<A: RedisAlgorithm> {
     lifetime: u64,
     /// What the table carries over from tables of other quotas it took over from.
     carry: Option<Carry>,
-    fallback: Fallback<A>,
-    /// The failures `fallback` answered.
+    fallback: Fallback<Local<A>>,
+    /// The failures `fallback` answered, and the policy's name.
     failures: FailureCounter,
     denials: DenyCache,
     /// This server's slices of hot keys' budgets, when the store leases and the algorithm
-    /// can be leased ([`RedisAlgorithm::LEASES`]).
+    /// can be leased ([`RedisAlgorithm::LEASING`]).
     leases: Option<LeaseBook>,
     /// Whether admissions are refunded ([`Store::expect_refunds`](crate::store::Store::expect_refunds)),
     /// and whether leases may go on then (calendar-aligned fixed windows: no refund moves
@@ -88,53 +85,15 @@ struct Inner<A: RedisAlgorithm> {
     /// Whether the table was asked to decide every request in Redis (a ban counter).
     exactly: AtomicBool,
     /// Whether the server's version was found good (checked once per store).
-    version: Arc<VersionCheck>,
+    version: Arc<AtomicBool>,
     /// Whether Redis answers (on a Redis Cluster, each master), shared by the store's tables
     /// and clones.
     health: Healths,
-    warnings: Warnings,
     /// The table's part in its layer's family, for a table of a layer's.
     family: Option<Family>,
 }
 
 impl<A: RedisAlgorithm> RedisTable<A> {
-    /// The table of `policy` decided by `algorithm`, or a misconfiguration error when a figure
-    /// of the policy is too large for the algorithm's script ([`bounds`]).
-    pub(crate) fn new(
-        store: &RedisStore,
-        policy: &str,
-        shared: bool,
-        algorithm: &A,
-    ) -> Result<Self, Error> {
-        Self::make(store, policy, shared, algorithm, None)
-    }
-
-    /// The table of `policy` decided by `algorithm` (new quotas of the same shape) that takes
-    /// over from `previous`: each key's next check first carries over what it used there, and
-    /// in the tables `previous` was still carrying over from ([`carry`](super::carry)). Its
-    /// keys are named by `policy`, as a server started with these quotas names them; blocks
-    /// kept under `previous`'s names are read too ([`KeyNames::after`]).
-    ///
-    /// # Errors
-    ///
-    /// As [`new`](Self::new); and when the policy still carries over from as many earlier
-    /// quotas as it follows at once.
-    pub(crate) fn succeeded(
-        store: &RedisStore,
-        policy: &str,
-        previous: &Self,
-        algorithm: &A,
-        now: u64,
-    ) -> Result<Self, Error> {
-        Self::make(
-            store,
-            policy,
-            previous.inner.shared,
-            algorithm,
-            Some((previous, now)),
-        )
-    }
-
     /// This table once the local fallback's table has carried over every key (the Redis
     /// states are carried over key by key, on each key's next check).
     pub(crate) fn settle(&self, now: u64) -> Self {
@@ -142,7 +101,17 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         self.clone()
     }
 
-    fn make(
+    /// The table of `policy` decided by `algorithm`, or a misconfiguration error when a figure
+    /// of the policy is too large for the algorithm's script ([`bounds`]).
+    ///
+    /// With `previous` (and the time), whose `shared` it keeps, the table of new quotas of the
+    /// same shape that takes over from it: each key's next check first carries over what it
+    /// used there, and in the tables `previous` was still carrying over from
+    /// ([`carry`](super::carry)); an error when the policy still carries over from as many
+    /// earlier quotas as it follows at once. Its keys are named by `policy`, as a server
+    /// started with these quotas names them; blocks kept under `previous`'s names are read too
+    /// ([`KeyNames::after`]).
+    pub(crate) fn new(
         store: &RedisStore,
         policy: &str,
         shared: bool,
@@ -168,42 +137,38 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             .tie
             .as_ref()
             .map(|tie| Family::new(&store.prefix, tie, names.ends()));
-        let (fallback, carry) = match previous {
-            None => (
-                Fallback::new(&store.on_failure, policy, shared, algorithm)?,
-                None,
-            ),
-            Some((previous, now)) => {
-                let old = &previous.inner;
+        let old = previous.map(|(previous, _)| &previous.inner);
+        let shared = old.map_or(shared, |old| old.shared);
+        let fallback = Fallback::new(
+            &store.on_failure,
+            policy,
+            shared,
+            algorithm,
+            old.map(|old| &old.fallback),
+        )?;
+        let carry = match (old, previous) {
+            (Some(old), Some((_, now))) => {
                 let last = Generation::new(
                     old.names.clone(),
                     old.params.clone(),
                     old.limits.len(),
                     now,
                     old.lifetime,
-                    old.carry.as_ref().map(Carry::until),
+                    old.carry.as_ref().map(|c| c.until),
                 );
-                let earlier = old
-                    .carry
-                    .iter()
-                    .flat_map(|c| c.generations().iter().cloned());
+                let earlier = old.carry.iter().flat_map(|c| c.generations.iter().cloned());
                 let generations = std::iter::once(last).chain(earlier);
-                (
-                    old.fallback
-                        .succeeded(&store.on_failure, policy, shared, algorithm)?,
-                    Carry::new(&names, limits.len(), generations, policy)?,
-                )
+                Carry::new(&names, limits.len(), generations, policy)?
             }
+            _ => None,
         };
-        let policy: Arc<str> = policy.into();
         Ok(Self {
             inner: Arc::new(Inner {
-                failures: FailureCounter::new(&policy, fallback.name()),
+                failures: FailureCounter::new(&policy.into(), fallback.name()),
                 connection: store.connection.clone(),
                 script: Script::new(&script::source::<A>()),
                 script_loads: AtomicU64::new(0),
                 script_loading: tokio::sync::Mutex::new(()),
-                policy,
                 names,
                 params,
                 limits,
@@ -217,21 +182,19 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 leases: store
                     .leases
                     .as_ref()
-                    .filter(|_| A::LEASES && tiers.iter().all(A::leasable))
+                    .filter(|_| tiers.iter().all(|t| t.leasable(A::LEASING)))
                     .map(|leases| {
-                        let margin = tiers.iter().map(A::lease_margin).min().unwrap_or(0);
+                        let margin = tiers.iter().map(|t| t.lease_margin(A::LEASING)).min();
+                        let margin = margin.unwrap_or(0);
                         LeaseBook::new(leases, margin)
                     }),
                 refunding: AtomicBool::new(
-                    previous.is_some_and(|(p, _)| p.inner.refunding.load(Ordering::Relaxed)),
+                    old.is_some_and(|o| o.refunding.load(Ordering::Relaxed)),
                 ),
-                leases_with_refunds: tiers.iter().all(A::leases_with_refunds),
-                exactly: AtomicBool::new(
-                    previous.is_some_and(|(p, _)| p.inner.exactly.load(Ordering::Relaxed)),
-                ),
+                leases_with_refunds: tiers.iter().all(|t| t.leases_with_refunds(A::LEASING)),
+                exactly: AtomicBool::new(old.is_some_and(|o| o.exactly.load(Ordering::Relaxed))),
                 version: Arc::clone(&store.version),
                 health: store.health.clone(),
-                warnings: Warnings::default(),
                 family,
             }),
         })

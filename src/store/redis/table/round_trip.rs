@@ -6,10 +6,10 @@ use std::time::Instant;
 
 use super::{Inner, RedisTable};
 use crate::store::redis::algorithms::RedisAlgorithm;
-use crate::store::redis::family::Family;
+use crate::store::redis::errors::bounded;
 use crate::store::redis::leases::GiveBack;
 use crate::store::redis::reply::Figure;
-use crate::store::redis::{errors, version, Connection};
+use crate::store::redis::{errors, version};
 use crate::{Error, Key};
 
 /// Whether Redis answered that it does not have the script.
@@ -69,12 +69,11 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         mode: Mode<'_>,
     ) -> Result<Vec<Figure>, Error> {
         let inner = &self.inner;
-        if !inner.version.is_done() {
-            match tokio::time::timeout(inner.timeout, version::check(&inner.connection)).await {
-                Ok(Ok(())) => inner.version.done(),
-                Ok(Err(error)) => return Err(error),
-                Err(_) => return Err(errors::timed_out(inner.timeout)),
-            }
+        if !inner.version.load(Ordering::Acquire) {
+            let connection = &mut inner.connection.clone();
+            let check = version::check(connection, "");
+            bounded(inner.timeout, check, |e| e).await?;
+            inner.version.store(true, Ordering::Release);
         }
         inner.list().await;
         // While the table carries over, a check and a refund name the old tables' keys too (a
@@ -85,8 +84,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             .and_then(|carry| Some((carry, carry.hold(Instant::now())?)))
             .filter(|_| !matches!(mode, Mode::Block(_) | Mode::Lease { .. }));
         let carried = carry
-            .map(|(carry, _)| carry.generations())
-            .unwrap_or_default()
+            .map_or(&[][..], |(carry, _)| &carry.generations)
             .iter()
             .map(|generation| &generation.names);
         let keys = inner.names.call_keys(key, carried);
@@ -134,10 +132,10 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         if let Some((carry, hold)) = carry {
             carry.arguments(&mut cmd, now, hold);
         }
-        match tokio::time::timeout(inner.timeout, inner.evaluate(&cmd)).await {
-            Ok(reply) => reply.map_err(|e| errors::deciding(&e, key)),
-            Err(_) => Err(errors::timed_out(inner.timeout)),
-        }
+        bounded(inner.timeout, inner.evaluate(&cmd), |e| {
+            errors::deciding(&e, key)
+        })
+        .await
     }
 }
 
@@ -149,7 +147,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// whoever finds it missing.
     async fn evaluate(&self, cmd: &redis::Cmd) -> redis::RedisResult<Vec<Figure>> {
         let seen = self.script_loads.load(Ordering::Acquire);
-        match self.query(cmd).await {
+        match self.connection.query(cmd).await {
             Err(error) if is_no_script(&error) => {}
             reply => return reply,
         }
@@ -160,10 +158,10 @@ impl<A: RedisAlgorithm> Inner<A> {
                 self.script_loads.fetch_add(1, Ordering::Release);
             }
         }
-        match self.query(cmd).await {
+        match self.connection.query(cmd).await {
             Err(error) if is_no_script(&error) => {
                 self.load_script().await?;
-                self.query(cmd).await
+                self.connection.query(cmd).await
             }
             reply => reply,
         }
@@ -173,17 +171,16 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// again before the next ones until it succeeds (within the timeout; a call that fails
     /// here fails in the script's call too, which the failure policy answers).
     async fn list(&self) {
-        let Some(listing) = self.family.as_ref().and_then(Family::listing) else {
+        let Some((family, listing)) = self.family.as_ref().and_then(|f| Some((f, f.listing()?)))
+        else {
             return;
         };
         // Not while the list's master is known down (on a Redis Cluster): the call goes on.
-        if let Some(family) = self.family.as_ref() {
-            if self.health.down_at(family.list()).is_some() {
-                return;
-            }
+        if self.health.down_at(&family.list).is_some() {
+            return;
         }
-        let listed = tokio::time::timeout(self.timeout, self.query::<redis::Value>(&listing));
-        if let (Ok(Ok(_)), Some(family)) = (listed.await, &self.family) {
+        let listed = self.connection.query::<redis::Value>(&listing);
+        if let Ok(Ok(_)) = tokio::time::timeout(self.timeout, listed).await {
             family.listed();
         }
     }
@@ -194,26 +191,13 @@ impl<A: RedisAlgorithm> Inner<A> {
         cmd: &redis::Cmd,
         key: &Key,
     ) -> Result<T, Error> {
-        match tokio::time::timeout(self.timeout, self.query(cmd)).await {
-            Ok(reply) => reply.map_err(|e| errors::deciding(&e, key)),
-            Err(_) => Err(errors::timed_out(self.timeout)),
-        }
-    }
-
-    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-        match self.connection.clone() {
-            Connection::Single(mut c) => cmd.query_async(&mut c).await,
-            Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
-            Connection::Sentinel(mut c) => cmd.query_async(&mut c).await,
-        }
+        let call = self.connection.query(cmd);
+        bounded(self.timeout, call, |e| errors::deciding(&e, key)).await
     }
 
     /// `SCRIPT LOAD`; on a Redis Cluster, on every primary.
     async fn load_script(&self) -> redis::RedisResult<()> {
-        match self.connection.clone() {
-            Connection::Single(mut c) => self.script.load_async(&mut c).await.map(drop),
-            Connection::Cluster(mut c) => self.script.load_async(&mut c).await.map(drop),
-            Connection::Sentinel(mut c) => self.script.load_async(&mut c).await.map(drop),
-        }
+        let connection = &mut self.connection.clone();
+        self.script.load_async(connection).await.map(drop)
     }
 }

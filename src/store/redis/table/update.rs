@@ -5,7 +5,8 @@ use std::time::Duration;
 use super::round_trip::Mode;
 use super::RedisTable;
 use crate::store::redis::algorithms::RedisAlgorithm;
-use crate::store::redis::family::{self, Family};
+use crate::store::redis::connection::nanos;
+use crate::store::redis::family;
 use crate::store::Update;
 use crate::{Error, Key};
 
@@ -40,15 +41,12 @@ impl<A: RedisAlgorithm> RedisTable<A> {
     /// server has listed ([`family`]), each bounded by the timeout.
     async fn reset_family(&self, key: &Key) -> Result<(), Error> {
         let inner = &self.inner;
-        let Some(reading) = inner.family.as_ref().and_then(Family::reading) else {
+        let Some((family, reading)) = inner.family.as_ref().and_then(|f| Some((f, f.reading()?)))
+        else {
             return Ok(());
         };
         // The list's master known down (on a Redis Cluster): the reset fails at once.
-        if let Some(down) = inner
-            .family
-            .as_ref()
-            .and_then(|f| inner.health.down_at(f.list()))
-        {
+        if let Some(down) = inner.health.down_at(&family.list) {
             return Err(down.error());
         }
         let ends: Vec<Vec<u8>> = inner.bounded(&reading, key).await?;
@@ -63,7 +61,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
     /// clock), here and in the local fallback.
     pub(crate) fn block(&self, key: Key, now: u64, duration: Duration) -> Update {
         let table = self.clone();
-        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        let nanos = nanos(duration);
         Box::pin(async move {
             let inner = &table.inner;
             if let Some(book) = &inner.leases {
