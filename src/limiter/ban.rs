@@ -1,17 +1,14 @@
 //! Bans of repeat offenders ([`RateLimitLayer::ban`](crate::layer::RateLimitLayer::ban)): a
 //! key denied too often is blocked for a while, through the limiter's own store.
 
-use std::any::Any;
-use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 
-use super::object::{BoxedDecision, DecisionFuture, Limiter};
+use super::object::{BoxedDecision, DecisionFuture, Limiter, Wrapper};
 use super::spec::{AlgorithmKind, Bind, LayerClock, Spec};
-use crate::clock::Sleep;
 use crate::store::{Role, Tie, Update};
 use crate::{Decision, Error, Key, Quota};
 
@@ -285,7 +282,11 @@ impl Reporter {
     }
 }
 
-impl Limiter for Banning {
+impl Wrapper for Banning {
+    fn inner(&self) -> &Arc<dyn Limiter> {
+        &self.0.limiter
+    }
+
     #[inline]
     fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
         let offender = key.clone();
@@ -302,14 +303,6 @@ impl Limiter for Banning {
         }
     }
 
-    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
-        self.0.limiter.refund(key, admission, cost)
-    }
-
-    fn peek(&self, key: Key) -> DecisionFuture {
-        self.0.limiter.peek(key)
-    }
-
     /// Resets the key and its count of denials.
     fn reset(&self, key: Key) -> Update {
         // Both started now, as the limiter's own reset is (the memory store resets at once):
@@ -321,56 +314,5 @@ impl Limiter for Banning {
             reset.await?;
             counted
         })
-    }
-
-    fn block(&self, key: Key, duration: Duration) -> Update {
-        self.0.limiter.block(key, duration)
-    }
-
-    #[inline]
-    fn now(&self) -> u64 {
-        self.0.limiter.now()
-    }
-
-    fn sleep(&self, delay: Duration) -> Sleep {
-        self.0.limiter.sleep(delay)
-    }
-
-    fn quotas(&self) -> &[Quota] {
-        self.0.limiter.quotas()
-    }
-
-    fn policy(&self) -> &str {
-        self.0.limiter.policy()
-    }
-
-    fn refunds(&self) -> bool {
-        self.0.limiter.refunds()
-    }
-
-    fn expect_refunds(&self) {
-        self.0.limiter.expect_refunds();
-    }
-
-    fn decide_exactly(&self) {
-        self.0.limiter.decide_exactly();
-    }
-
-    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.limiter.describe(f)
-    }
-
-    // New quotas are put in force under the bans: a live layer hands its services the
-    // limiter it makes, and they put the bans around it.
-    fn as_any(&self) -> &dyn Any {
-        self.0.limiter.as_any()
-    }
-
-    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
-        self.0.limiter.inherit(previous)
-    }
-
-    fn settled(&self) -> Arc<dyn Limiter> {
-        self.0.limiter.settled()
     }
 }

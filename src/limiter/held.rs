@@ -2,17 +2,13 @@
 //! through the handle is denied by the layer's limiter and every plan's, those made after the
 //! block included, whatever fills the stores' own blocks.
 
-use std::any::Any;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::ban::Bans;
-use super::object::{DecisionFuture, Limiter};
-use crate::clock::Sleep;
+use super::object::{DecisionFuture, Limiter, Wrapper};
 use crate::store::Blocks;
-use crate::store::Update;
-use crate::{Decision, Error, Key, Quota};
+use crate::{Decision, Error, Key};
 
 /// `limiter` (the layer's or a plan's) denying the keys `held` blocks.
 pub(crate) fn held(limiter: Arc<dyn Limiter>, held: Arc<Blocks>) -> Arc<dyn Limiter> {
@@ -73,7 +69,11 @@ impl Held {
     }
 }
 
-impl Limiter for Held {
+impl Wrapper for Held {
+    fn inner(&self) -> &Arc<dyn Limiter> {
+        &self.limiter
+    }
+
     #[inline]
     fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
         match self.left(&key, now) {
@@ -82,77 +82,10 @@ impl Limiter for Held {
         }
     }
 
-    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
-        self.limiter.refund(key, admission, cost)
-    }
-
     fn peek(&self, key: Key) -> DecisionFuture {
         match self.left(&key, self.limiter.now()) {
             Some(left) => self.denied(key, left),
             None => self.limiter.peek(key),
         }
-    }
-
-    fn reset(&self, key: Key) -> Update {
-        self.limiter.reset(key)
-    }
-
-    fn block(&self, key: Key, duration: Duration) -> Update {
-        self.limiter.block(key, duration)
-    }
-
-    #[inline]
-    fn now(&self) -> u64 {
-        self.limiter.now()
-    }
-
-    fn sleep(&self, delay: Duration) -> Sleep {
-        self.limiter.sleep(delay)
-    }
-
-    fn quotas(&self) -> &[Quota] {
-        self.limiter.quotas()
-    }
-
-    fn policy(&self) -> &str {
-        self.limiter.policy()
-    }
-
-    fn refunds(&self) -> bool {
-        self.limiter.refunds()
-    }
-
-    fn expect_refunds(&self) {
-        self.limiter.expect_refunds();
-    }
-
-    fn decide_exactly(&self) {
-        self.limiter.decide_exactly();
-    }
-
-    fn in_flight(&self) -> Option<u64> {
-        self.limiter.in_flight()
-    }
-
-    fn release(&self, key: &Key, cost: u64, lease: u64) {
-        self.limiter.release(key, cost, lease);
-    }
-
-    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.limiter.describe(f)
-    }
-
-    // New quotas are put in force under this wrapper: a live layer's services put it around
-    // the limiter they are handed, and a plan's limiter is never handed new quotas.
-    fn as_any(&self) -> &dyn Any {
-        self.limiter.as_any()
-    }
-
-    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
-        self.limiter.inherit(previous)
-    }
-
-    fn settled(&self) -> Arc<dyn Limiter> {
-        self.limiter.settled()
     }
 }

@@ -16,27 +16,10 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use tokio::sync::Notify;
 
 use crate::limiter::object::Limiter;
+use super::Live;
 use crate::limiter::spec::{Bind, Spec};
 use crate::store::{LiveRecord, POLL_EVERY};
 use crate::{Error, Quota};
-
-/// What the fleet changes on its server: the layer's live part.
-pub(crate) trait Apply: Send + Sync {
-    /// Puts `quotas` in force for the layer's own limiter, each key keeping what it used.
-    fn set_own(&self, quotas: &[Quota]) -> Result<(), Error>;
-
-    /// Checks that `plan` may be given `quotas`.
-    fn check_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error>;
-
-    /// Puts `quotas` in force for `plan`, each key keeping what it used.
-    fn set_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error>;
-
-    /// The layer's own limiter in force.
-    fn own(&self) -> Arc<dyn Limiter>;
-
-    /// The quotas in force for `plan`.
-    fn plan_quotas(&self, plan: &[Quota]) -> Arc<[Quota]>;
-}
 
 /// Puts in force, one after the other, the quotas of `history` (the latest last) that came
 /// after `now` (all of them when `now` is not among them), so that each key is charged what
@@ -67,7 +50,7 @@ type Field = (Vec<u8>, Vec<u8>);
 /// A layer's part in its fleet, on this server.
 pub(crate) struct Fleet {
     record: LiveRecord,
-    live: Weak<dyn Apply>,
+    live: Weak<Live>,
     /// The field of the layer's own quotas: `own` and the quotas it was built with, so that
     /// servers built with other quotas (another release) keep theirs.
     own: Vec<u8>,
@@ -87,7 +70,7 @@ impl Fleet {
     /// The fleet of the layer `live` that `spec` builds over `store`: `None` but for a
     /// layer with a spec over a `RedisStore`.
     pub(crate) fn of(
-        live: Weak<dyn Apply>,
+        live: Weak<Live>,
         spec: Option<&Spec>,
         store: Option<&dyn Bind>,
     ) -> Option<Arc<Self>> {
@@ -141,9 +124,9 @@ impl Fleet {
         }
     }
 
-    /// The layer's live part, which the fleet's changes are applied to.
-    pub(crate) fn applier(&self) -> Weak<dyn Apply> {
-        self.live.clone()
+    /// The layer's own limiter in force, while the layer lives.
+    pub(crate) fn own(&self) -> Option<Arc<dyn Limiter>> {
+        Some(self.live.upgrade()?.lock().limiter.clone())
     }
 
     /// Held while quotas change through a handle, so that the record is not applied
@@ -217,7 +200,7 @@ impl Fleet {
                 continue;
             };
             let applied = if *field == self.own {
-                let now = live.own().quotas().to_vec();
+                let now = live.lock().limiter.quotas().to_vec();
                 steps(&history, &now, |quotas| live.set_own(quotas))
             } else if let Some(plan) = field.strip_prefix(b"plan\t".as_slice()).and_then(decode) {
                 if history.iter().any(|q| live.check_plan(&plan, q).is_err()) {

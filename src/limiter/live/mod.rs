@@ -18,7 +18,7 @@ pub(crate) mod fleet;
 pub(crate) mod gate;
 
 #[cfg(feature = "redis")]
-use self::fleet::{Apply, Fleet};
+use self::fleet::Fleet;
 
 /// How many keys a layer's handle holds blocked at once
 /// ([`Handle::block`](crate::layer::Handle::block)); past that, the blocks that have ended go
@@ -361,28 +361,5 @@ impl Now {
             add(self.limiter.clone());
         }
         (all, known)
-    }
-}
-
-#[cfg(feature = "redis")]
-impl Apply for Live {
-    fn set_own(&self, quotas: &[Quota]) -> Result<(), Error> {
-        Live::set_own(self, quotas)
-    }
-
-    fn check_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
-        Live::check_plan(self, plan, quotas)
-    }
-
-    fn set_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
-        Live::set_plan(self, plan, quotas)
-    }
-
-    fn own(&self) -> Arc<dyn Limiter> {
-        self.lock().limiter.clone()
-    }
-
-    fn plan_quotas(&self, plan: &[Quota]) -> Arc<[Quota]> {
-        Live::plan_quotas(self, plan)
     }
 }
