@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 
+use super::bind::Recipe;
 use super::object::{BoxedDecision, DecisionFuture, Limiter, Wrapper};
-use super::spec::{AlgorithmKind, Bind, LayerClock, Spec};
+use super::spec::{AlgorithmKind, Spec};
 use crate::store::{Role, Tie, Update};
 use crate::{Decision, Error, Key, Quota};
 
@@ -99,26 +100,23 @@ impl Ban {
     /// Counted for the layer of `tie`, when the limiter is one of a layer's.
     fn counter(&self, policy: &str, tie: Option<&Tie>) -> Spec {
         let quota = Quota::new(self.denials, self.within).named(counter_name(policy));
+        let spec = Spec::new(AlgorithmKind::FixedWindow, vec![quota], false);
         Spec {
-            tie: tie.map(|tie| Tie {
-                layer: tie.layer.clone(),
-                role: Role::Counter,
-            }),
-            ..Spec::new(AlgorithmKind::FixedWindow, vec![quota], false)
+            tie: tie.cloned(),
+            ..spec
         }
+        .in_role(Role::Counter)
     }
 
-    /// The limiter that counts the denials of `limiter` (of the layer of `tie`), bound to
-    /// `store` on `clock`.
+    /// The limiter that counts the denials of `limiter`, made as `recipe` makes the layer's.
     pub(crate) fn bind(
         &self,
         limiter: &Arc<dyn Limiter>,
-        store: &dyn Bind,
-        clock: &LayerClock,
+        recipe: &Recipe,
         shared: bool,
-        tie: Option<&Tie>,
     ) -> Result<Arc<dyn Limiter>, Error> {
-        let counter = store.bind(&self.counter(limiter.policy(), tie), clock, shared)?;
+        let counter = self.counter(limiter.policy(), recipe.spec.tie.as_ref());
+        let counter = recipe.store.bind(&counter, &recipe.clock, shared)?;
         // Counted exactly: a ban comes after the stated number of denials on every server.
         counter.decide_exactly();
         Ok(counter)
@@ -150,11 +148,8 @@ fn counter_name(policy: &str) -> String {
         return format!("{policy}:ban");
     }
     let digest = Sha256::digest(policy.as_bytes());
-    let mut name = String::from("ban:");
-    for b in &digest[..8] {
-        name.push_str(&format!("{b:02x}"));
-    }
-    name
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("ban:{hex}")
 }
 
 /// A limiter whose denials are counted, and whose repeat offenders are blocked.

@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use foldhash::fast::RandomState;
 
 use super::ban::Ban;
+use super::bind::Recipe;
 use super::held::held;
 use super::object::Limiter;
 use super::plan::{PlanBook, Select};
-use super::spec::{Bind, LayerClock, Spec};
 use crate::key::RequestHead;
 use crate::store::{Blocks, Role};
 use crate::{Key, Quota};
@@ -61,9 +61,7 @@ pub(crate) type Respond<R> = dyn Fn(&Arc<dyn Limiter>) -> R + Send + Sync;
 /// How a layer makes the limiter of a plan: its algorithm and options, store and clock, and
 /// what it answers the plan's requests with.
 pub(crate) struct Maker<R> {
-    pub(crate) spec: Spec,
-    pub(crate) store: Arc<dyn Bind>,
-    pub(crate) clock: LayerClock,
+    pub(crate) recipe: Recipe,
     /// Makes what the layer answers a plan's requests with, for the plan's limiter.
     pub(crate) responder: Arc<Respond<R>>,
     /// Whether the layer refunds admissions (`count_if`): each plan's store is told so.
@@ -170,11 +168,9 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         quotas: &[Quota],
         shared: bool,
     ) -> Result<Arc<dyn Limiter>, crate::Error> {
-        let maker = &self.maker;
-        let spec = maker.spec.for_plan(quotas).in_role(Role::Plan);
-        let limiter = maker.store.bind(&spec, &maker.clock, shared)?;
+        let limiter = self.maker.recipe.bind_for(quotas, Role::Plan, shared)?;
         // Told of refunds as the layer's own limiter is.
-        if maker.expect_refunds {
+        if self.maker.expect_refunds {
             limiter.expect_refunds();
         }
         Ok(limiter)
@@ -187,10 +183,7 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         let maker = &self.maker;
         let mut bare = self.bind(plan, true)?;
         let counter = match &maker.ban {
-            Some(ban) => {
-                let tie = maker.spec.tie.as_ref();
-                Some(ban.bind(&bare, &*maker.store, &maker.clock, true, tie)?)
-            }
+            Some(ban) => Some(ban.bind(&bare, &maker.recipe, true)?),
             None => None,
         };
         if plan != quotas {
@@ -288,7 +281,7 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
     /// live is not: its keys keep their plan's limiter and what they used there, rather than
     /// moving to the layer's, which never saw them.
     pub(crate) fn lookup(&self, quotas: &[Quota]) -> Picked<R> {
-        if *quotas == *self.maker.spec.quotas {
+        if *quotas == *self.maker.recipe.spec.quotas {
             return Ok(None);
         }
         // A hit: a read lock, and a write to the entry once per policy made.

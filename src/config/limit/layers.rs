@@ -1,6 +1,8 @@
 //! The layers a [`LimitConfig`] makes: [`RateLimitLayer::from_config`] and
 //! [`InFlightLayer::from_config`], with the settings both take from it.
 
+use std::sync::Arc;
+
 use http::StatusCode;
 
 use super::{one_of, LimitConfig};
@@ -9,8 +11,7 @@ use crate::config::store::{Backend, ConfiguredStore};
 use crate::config::StoreConfig;
 use crate::config::{duration, ConfigError};
 use crate::limiter::in_flight::{MAX_LEASE_TTL, MIN_LEASE_TTL};
-#[cfg(feature = "redis")]
-use crate::limiter::Spec;
+use crate::limiter::{Bind, Binder, LayerClock, Recipe};
 use crate::quota::is_policy_name;
 use crate::{HeaderPlacement, HeaderStyle, InFlightLayer, RateLimitLayer};
 
@@ -118,21 +119,20 @@ impl RateLimitLayer {
         config: &LimitConfig,
         store: Option<&ConfiguredStore>,
     ) -> Result<Self, ConfigError> {
-        let recipe = config.recipe()?;
-        #[cfg(feature = "redis")]
-        if let Some(ConfiguredStore(Backend::Redis(redis))) = store {
-            refused_by(redis, &recipe)?;
-        }
-        let mut layer = Self::from_recipe(recipe);
-        if let Some(store) = store {
-            layer = match &store.0 {
-                Backend::Memory(memory) => layer.store(memory.clone()),
-                // Checked by `refused_by`: the store keeps these quotas, so `store` does not
-                // panic.
-                #[cfg(feature = "redis")]
-                Backend::Redis(redis) => layer.store(redis.clone()),
-            };
-        }
+        let spec = config.recipe()?;
+        let store: Arc<dyn Bind> = match store.map(|s| &s.0) {
+            None => Arc::new(Binder(crate::store::MemoryStore::new())),
+            Some(Backend::Memory(memory)) => Arc::new(Binder(memory.clone())),
+            #[cfg(feature = "redis")]
+            Some(Backend::Redis(redis)) => Arc::new(Binder(redis.clone())),
+        };
+        let texts: Vec<String> = spec.quotas.iter().map(ToString::to_string).collect();
+        let field = if spec.tiered { "quotas" } else { "quota" };
+        let clock = LayerClock::System;
+        let layer = Self::from_recipe(Recipe { spec, store, clock }).map_err(|e| {
+            ConfigError::text(field, &texts.join(", "), "the Redis store cannot keep it")
+                .caused_by(e)
+        })?;
         config.settings(layer)
     }
 }
@@ -288,24 +288,5 @@ impl LimitConfig {
             layer = layer.dry_run(dry_run);
         }
         Ok(layer)
-    }
-}
-
-/// Why the Redis store `redis` cannot keep `recipe`'s quotas, as an error naming them.
-#[cfg(feature = "redis")]
-fn refused_by(redis: &crate::store::RedisStore, recipe: &Spec) -> Result<(), ConfigError> {
-    use crate::limiter::{Bind, Binder, LayerClock};
-    use crate::Quota;
-
-    match Binder(redis.clone()).bind(recipe, &LayerClock::System, recipe.named()) {
-        Ok(_) => Ok(()),
-        Err(e) => {
-            let texts: Vec<String> = recipe.quotas.iter().map(Quota::to_string).collect();
-            let field = if recipe.tiered { "quotas" } else { "quota" };
-            Err(
-                ConfigError::text(field, &texts.join(", "), "the Redis store cannot keep it")
-                    .caused_by(e),
-            )
-        }
     }
 }

@@ -4,7 +4,6 @@
 use std::str::FromStr;
 
 use super::{one_of, LimitConfig};
-use crate::algorithm::FixedWindow;
 use crate::config::{duration, ConfigError};
 use crate::limiter::{AlgorithmKind, Spec};
 use crate::quota::is_policy_name;
@@ -116,67 +115,19 @@ impl LimitConfig {
             None => AlgorithmKind::Gcra,
         };
         let (quotas, tiered) = self.quotas()?;
-        let mut recipe = Spec::new(kind, quotas, tiered).own();
+        let mut recipe = Spec::new(kind, quotas, tiered);
         if let Some(text) = &self.max_delay {
-            if !kind.shapes() {
-                return Err(ConfigError::text(
-                    "max_delay",
-                    text,
-                    format!(
-                        "only gcra and token_bucket shape; this limit's algorithm is \"{}\" \
-                         (the leaky bucket always queues: its burst is the queue)",
-                        kind.name()
-                    ),
-                ));
-            }
-            recipe.max_delay = Some(duration::parse("max_delay", text)?);
+            let max_delay = duration::parse("max_delay", text)?;
+            let refused = |why| ConfigError::text("max_delay", text, why);
+            recipe = recipe.shaping(max_delay).map_err(refused)?;
         }
         if let Some(k) = self.sub_windows {
-            if kind != AlgorithmKind::SlidingWindow {
-                return Err(ConfigError::bare(
-                    "sub_windows",
-                    k,
-                    format!(
-                        "sub-windows are the sliding window's; this limit's algorithm is \"{}\"",
-                        kind.name()
-                    ),
-                ));
-            }
-            if !(1..=64).contains(&k) {
-                return Err(ConfigError::bare(
-                    "sub_windows",
-                    k,
-                    "the sliding window keeps 1 to 64 counters per period",
-                ));
-            }
-            recipe.sub_windows = Some(k);
+            let refused = |why| ConfigError::bare("sub_windows", k, why);
+            recipe = recipe.with_sub_windows(k).map_err(refused)?;
         }
         if self.aligned == Some(true) {
-            if kind != AlgorithmKind::FixedWindow {
-                return Err(ConfigError::bare(
-                    "aligned",
-                    true,
-                    format!(
-                        "calendar windows are the fixed window's; this limit's algorithm is \"{}\"",
-                        kind.name()
-                    ),
-                ));
-            }
-            if let Some(short) = recipe
-                .quotas
-                .iter()
-                .find(|q| q.period() < FixedWindow::MIN_ALIGNED_PERIOD)
-            {
-                return Err(ConfigError::bare(
-                    "aligned",
-                    true,
-                    format!(
-                        "the quota \"{short}\" has a period shorter than 1 ms, too short for \
-                         calendar windows; use a longer period or leave aligned unset"
-                    ),
-                ));
-            }
-            recipe.aligned = true;
+            let refused = |why| ConfigError::bare("aligned", true, why);
+            recipe = recipe.with_aligned().map_err(refused)?;
         }
         Ok(recipe)
     }

@@ -1,26 +1,16 @@
 //! The constructors of [`RateLimitLayer`]: one per algorithm, in memory, and one over a
 //! limiter built by hand.
 
-use std::any::Any;
+use std::any::TypeId;
 use std::sync::Arc;
 
-use super::super::handle::Live;
-use super::super::settings::Settings;
 use super::{bound, RateLimitLayer};
 use crate::algorithm::{Algorithm, Gcra, Quotas, Tiered};
 use crate::clock::Clock;
-use crate::key::PeerIp;
-use crate::limiter::Limiter;
-use crate::limiter::{AlgorithmKind, Bind, Binder, LayerClock, Spec};
+use crate::limiter::{AlgorithmKind, Binder, LayerClock, Limiter, Recipe, Spec};
 use crate::store::{MemoryStore, Store};
-use crate::{Quota, RateLimiter};
-
-/// The quotas of `quotas`, and whether they are decided as tiers.
-fn quota_list<Q: Quotas>(quotas: Q) -> (Vec<Quota>, bool) {
-    let (quotas, algorithm) = quotas.build(Gcra::new);
-    let tiered = (&algorithm as &dyn Any).is::<Tiered<Gcra>>();
-    (quotas, tiered)
-}
+use crate::Error;
+use crate::RateLimiter;
 
 impl RateLimitLayer {
     /// Limits each client IP with GCRA over `quotas` (one [`Quota`], or several that must all
@@ -75,37 +65,20 @@ impl RateLimitLayer {
 
     #[track_caller]
     fn of<Q: Quotas>(kind: AlgorithmKind, quotas: Q) -> Self {
-        let (quotas, tiered) = quota_list(quotas);
-        Self::from_recipe(Spec::new(kind, quotas, tiered).own())
+        let tiered = TypeId::of::<Q::Algorithm<Gcra>>() == TypeId::of::<Tiered<Gcra>>();
+        let spec = Spec::new(kind, quotas.into_quotas(), tiered);
+        let store = Arc::new(Binder(MemoryStore::new()));
+        let recipe = Recipe {
+            spec,
+            store,
+            clock: LayerClock::System,
+        };
+        Self::new(bound(&recipe), Some(recipe))
     }
 
-    /// A layer over `recipe`'s limiter, in a new memory store, on the system clock.
-    #[track_caller]
-    pub(crate) fn from_recipe(recipe: Spec) -> Self {
-        let store: Arc<dyn Bind> = Arc::new(Binder(MemoryStore::new()));
-        let clock = LayerClock::System;
-        let limiter = bound(&*store, &recipe, &clock);
-        let live = Live::new(
-            limiter.clone(),
-            Some(recipe.clone()),
-            Some(store.clone()),
-            clock.clone(),
-        );
-        Self {
-            recipe: Some(recipe),
-            limiter,
-            live,
-            store: Some(store),
-            clock,
-            key: Arc::new(PeerIp),
-            settings: Settings::default(),
-            select: None,
-            cost: None,
-            ban: None,
-            built: Arc::default(),
-            #[cfg(feature = "redis")]
-            on_failure: None,
-        }
+    /// A layer over `recipe`'s limiter, or the store's refusal.
+    pub(crate) fn from_recipe(recipe: Recipe) -> Result<Self, Error> {
+        Ok(Self::new(recipe.bind()?, Some(recipe)))
     }
 
     /// Limits each client IP with a limiter built by hand: an algorithm of your own, or a store
@@ -128,20 +101,6 @@ impl RateLimitLayer {
 
     /// A layer deciding by `limiter`, which it cannot make again.
     pub(crate) fn from_limit(limiter: Arc<dyn Limiter>) -> Self {
-        Self {
-            recipe: None,
-            live: Live::new(limiter.clone(), None, None, LayerClock::System),
-            limiter,
-            store: None,
-            clock: LayerClock::System,
-            key: Arc::new(PeerIp),
-            settings: Settings::default(),
-            select: None,
-            cost: None,
-            ban: None,
-            built: Arc::default(),
-            #[cfg(feature = "redis")]
-            on_failure: None,
-        }
+        Self::new(limiter, None)
     }
 }

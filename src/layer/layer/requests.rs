@@ -138,9 +138,7 @@ impl RateLimitLayer {
         );
         // A store that leases budgets stops where refunds could start a window again.
         self.limiter.expect_refunds();
-        let mut settings = self.settings.clone();
-        settings.count_if = Some(Arc::new(counts));
-        self.with_settings(settings)
+        self.set(|s| s.count_if = Some(Arc::new(counts)))
     }
 
     /// Leaves the requests `predicate` picks unlimited (no check, no rate limit headers), such

@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use tokio::sync::Notify;
 
-use crate::limiter::object::Limiter;
 use super::Live;
-use crate::limiter::spec::{Bind, Spec};
+use crate::limiter::bind::Recipe;
+use crate::limiter::object::Limiter;
 use crate::store::{LiveRecord, POLL_EVERY};
 use crate::{Error, Quota};
 
@@ -67,15 +67,11 @@ pub(crate) struct Fleet {
 }
 
 impl Fleet {
-    /// The fleet of the layer `live` that `spec` builds over `store`: `None` but for a
-    /// layer with a spec over a `RedisStore`.
-    pub(crate) fn of(
-        live: Weak<Live>,
-        spec: Option<&Spec>,
-        store: Option<&dyn Bind>,
-    ) -> Option<Arc<Self>> {
-        let spec = spec?;
-        let record = store?.record(&spec.tie.as_ref()?.layer)?;
+    /// The fleet of the layer `live` that `recipe` builds: `None` but for a layer with a
+    /// recipe over a `RedisStore`.
+    pub(crate) fn of(live: Weak<Live>, recipe: Option<&Recipe>) -> Option<Arc<Self>> {
+        let spec = &recipe?.spec;
+        let record = recipe?.store.record(&spec.tie.as_ref()?.layer)?;
         Some(Arc::new(Self {
             record,
             live,
