@@ -2,7 +2,6 @@
 //! key denied too often is blocked for a while, through the limiter's own store.
 
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
@@ -197,16 +196,9 @@ impl Judge {
             return DecisionFuture::Ready(Some(Ok(decision)));
         }
         let judge = Arc::clone(self);
-        let mut banning: BoxedDecision =
-            Box::pin(async move { Ok(judge.ban(key, decision).await) });
+        let banning: BoxedDecision = Box::pin(async move { Ok(judge.ban(key, decision).await) });
         // The memory store answers at once: no task has to come back for it.
-        match banning
-            .as_mut()
-            .poll(&mut Context::from_waker(Waker::noop()))
-        {
-            Poll::Ready(result) => DecisionFuture::Ready(Some(result)),
-            Poll::Pending => DecisionFuture::Waiting(banning),
-        }
+        DecisionFuture::of(banning)
     }
 
     /// Bans `key`, denied by `decision` once too often: blocks it (but in a dry run), logs and

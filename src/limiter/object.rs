@@ -45,7 +45,7 @@ impl DecisionFuture {
     /// polled here with a waker that does nothing is polled again, with the task's waker,
     /// before anyone waits on it.
     #[inline]
-    fn of<F>(mut future: F) -> Self
+    pub(crate) fn of<F>(mut future: F) -> Self
     where
         F: Future<Output = Result<Decision, Error>> + Send + Unpin + 'static,
     {
@@ -210,11 +210,7 @@ where
     }
 
     fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimiter")
-            .field("policy", &RateLimiter::policy(self))
-            .field("quotas", &RateLimiter::quotas(self))
-            .field("algorithm", self.algorithm())
-            .finish_non_exhaustive()
+        fmt::Debug::fmt(self, f)
     }
 }
 

@@ -35,12 +35,6 @@ impl AlgorithmKind {
         ("hybrid", AlgorithmKind::Hybrid),
     ];
 
-    /// The algorithm named `name` in configuration.
-    #[cfg(feature = "serde")]
-    pub(crate) fn from_name(name: &str) -> Option<AlgorithmKind> {
-        Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, k)| *k)
-    }
-
     /// The name configuration files give it.
     pub(crate) fn name(self) -> &'static str {
         Self::ALL
@@ -105,7 +99,7 @@ impl Spec {
 
     /// The policy is shared under its name when every quota was named.
     pub(crate) fn named(&self) -> bool {
-        self.quotas.iter().all(|q| q.explicit_name().is_some())
+        super::typed::named(&self.quotas)
     }
 
     /// This spec shaping up to `max_delay`, or why its algorithm cannot shape.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use http::StatusCode;
 
-use super::{one_of, LimitConfig};
+use super::{by_name, LimitConfig};
 use crate::config::store::{Backend, ConfiguredStore};
 #[cfg(doc)]
 use crate::config::StoreConfig;
@@ -30,23 +30,6 @@ const PLACEMENTS: [(&str, HeaderPlacement); 3] = [
     ("allowed", HeaderPlacement::Allowed),
     ("denied", HeaderPlacement::Denied),
 ];
-
-/// The value named `name` in `names`, or an error naming `field` and the accepted names.
-fn by_name<T: Copy>(
-    field: &str,
-    name: &str,
-    names: &[(&str, T)],
-    what: &str,
-) -> Result<T, ConfigError> {
-    match names.iter().find(|(n, _)| *n == name) {
-        Some((_, value)) => Ok(*value),
-        None => Err(ConfigError::text(
-            field,
-            name,
-            format!("unknown {what}; expected {}", one_of(names)),
-        )),
-    }
-}
 
 impl RateLimitLayer {
     /// The layer `config` describes, over a new memory store (see [`LimitConfig`] for the
@@ -246,22 +229,18 @@ impl LimitConfig {
 
     /// `layer` with this limit's key, headers, status and dry run, each checked.
     fn settings(&self, mut layer: RateLimitLayer) -> Result<RateLimitLayer, ConfigError> {
-        let style = match &self.headers {
-            Some(name) => Some(by_name("headers", name, &STYLES, "header style")?),
-            None => None,
-        };
-        let placement = match &self.headers_on {
-            Some(name) => Some(by_name(
-                "headers_on",
-                name,
-                &PLACEMENTS,
-                "header placement",
-            )?),
-            None => None,
-        };
-        let status = match self.status {
-            Some(code) => match StatusCode::from_u16(code) {
-                Ok(status) if status.is_client_error() || status.is_server_error() => Some(status),
+        if let Some(name) = &self.headers {
+            layer = layer.headers(by_name("headers", name, &STYLES, "header style")?);
+        }
+        if let Some(name) = &self.headers_on {
+            let placement = by_name("headers_on", name, &PLACEMENTS, "header placement")?;
+            layer = layer.headers_on(placement);
+        }
+        if let Some(code) = self.status {
+            match StatusCode::from_u16(code) {
+                Ok(status) if status.is_client_error() || status.is_server_error() => {
+                    layer = layer.status(status);
+                }
                 _ => {
                     return Err(ConfigError::bare(
                         "status",
@@ -269,20 +248,10 @@ impl LimitConfig {
                         "denials are answered with a 4xx or 5xx status, such as 429 or 503",
                     ))
                 }
-            },
-            None => None,
-        };
+            }
+        }
         if let Some(key) = &self.key {
             layer = key.apply(layer, "key")?;
-        }
-        if let Some(style) = style {
-            layer = layer.headers(style);
-        }
-        if let Some(placement) = placement {
-            layer = layer.headers_on(placement);
-        }
-        if let Some(status) = status {
-            layer = layer.status(status);
         }
         if let Some(dry_run) = self.dry_run {
             layer = layer.dry_run(dry_run);

@@ -3,7 +3,7 @@
 
 use std::str::FromStr;
 
-use super::{one_of, LimitConfig};
+use super::{by_name, LimitConfig};
 use crate::config::{duration, ConfigError};
 use crate::limiter::{AlgorithmKind, Spec};
 use crate::quota::is_policy_name;
@@ -12,17 +12,13 @@ use crate::Quota;
 impl LimitConfig {
     /// The quotas, named, and whether they are tiers.
     fn quotas(&self) -> Result<(Vec<Quota>, bool), ConfigError> {
-        let parse = |field: String, text: &str| {
+        let parse = |(field, text): (String, &String)| {
             Quota::from_str(text).map_err(|e| {
-                ConfigError::text(
-                    field,
-                    text,
-                    "not a quota such as \"100/min\" or \"10/s;burst=20\"",
-                )
-                .caused_by(e)
+                let reason = "not a quota such as \"100/min\" or \"10/s;burst=20\"";
+                ConfigError::text(field, text, reason).caused_by(e)
             })
         };
-        let (mut quotas, tiered) =
+        let (texts, tiered) =
             match (&self.quota, &self.quotas) {
                 (Some(_), Some(_)) => {
                     return Err(ConfigError::missing(
@@ -38,51 +34,46 @@ impl LimitConfig {
                      tiers)",
                     ))
                 }
-                (Some(text), None) => (vec![parse("quota".into(), text)?], false),
+                (Some(text), None) => (vec![("quota".to_owned(), text)], false),
                 (None, Some(texts)) if texts.is_empty() => return Err(ConfigError::missing(
                     "quotas",
                     "the list is empty: list at least one quota, such as [\"10/s\", \"1000/h\"]",
                 )),
                 (None, Some(texts)) => {
-                    let mut quotas = Vec::with_capacity(texts.len());
-                    for (i, text) in texts.iter().enumerate() {
-                        quotas.push(parse(format!("quotas[{i}]"), text)?);
-                    }
-                    (quotas, true)
+                    let fields = (0..).map(|i| format!("quotas[{i}]"));
+                    (fields.zip(texts).collect(), true)
                 }
             };
-        if let Some(name) = &self.name {
-            let tier_name = |n: usize| {
-                if tiered {
-                    format!("{name}-{n}")
-                } else {
-                    name.clone()
-                }
+        let quotas = texts
+            .into_iter()
+            .map(parse)
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(name) = &self.name else {
+            return Ok((quotas, tiered));
+        };
+        let tier_name = |n: usize| match tiered {
+            true => format!("{name}-{n}"),
+            false => name.clone(),
+        };
+        if !is_policy_name(&tier_name(quotas.len())) {
+            let tiers = match tiered {
+                true => format!(" (tiers add \"-{}\")", quotas.len()),
+                false => String::new(),
             };
-            let longest = tier_name(quotas.len());
-            if !is_policy_name(&longest) {
-                let tiers = if tiered {
-                    format!(" (tiers add \"-{}\")", quotas.len())
-                } else {
-                    String::new()
-                };
-                return Err(ConfigError::text(
-                    "name",
-                    name,
-                    format!(
-                        "a policy name is 1 to 64 printable ASCII characters{tiers}, as it is \
-                         sent in headers"
-                    ),
-                ));
-            }
-            quotas = quotas
-                .into_iter()
-                .enumerate()
-                .map(|(i, quota)| quota.named(tier_name(i + 1)))
-                .collect();
+            return Err(ConfigError::text(
+                "name",
+                name,
+                format!(
+                    "a policy name is 1 to 64 printable ASCII characters{tiers}, as it is \
+                     sent in headers"
+                ),
+            ));
         }
-        Ok((quotas, tiered))
+        let named = quotas.into_iter().enumerate();
+        let named = named.map(|(i, quota)| quota.named(tier_name(i + 1)));
+        Ok((named.collect(), tiered))
     }
+
     /// The recipe of the limiter: algorithm, quotas and options, each checked.
     pub(super) fn recipe(&self) -> Result<Spec, ConfigError> {
         if let Some(slots) = self.in_flight {
@@ -102,16 +93,7 @@ impl LimitConfig {
             ));
         }
         let kind = match &self.algorithm {
-            Some(name) => AlgorithmKind::from_name(name).ok_or_else(|| {
-                ConfigError::text(
-                    "algorithm",
-                    name,
-                    format!(
-                        "unknown algorithm; expected {}",
-                        one_of(&AlgorithmKind::ALL)
-                    ),
-                )
-            })?,
+            Some(name) => by_name("algorithm", name, &AlgorithmKind::ALL, "algorithm")?,
             None => AlgorithmKind::Gcra,
         };
         let (quotas, tiered) = self.quotas()?;

@@ -12,16 +12,26 @@ use crate::store::{MemoryStore, Store};
 use crate::Error;
 use crate::RateLimiter;
 
-impl RateLimitLayer {
+/// The layer's constructor for each algorithm: `$name(quotas)` limits each client IP with
+/// `AlgorithmKind::$kind` over `quotas`, in memory.
+macro_rules! constructors {
+    ($($(#[$doc:meta])* $name:ident => $kind:ident;)*) => {
+        impl RateLimitLayer {$(
+            $(#[$doc])*
+            pub fn $name<Q: Quotas>(quotas: Q) -> Self {
+                Self::of(AlgorithmKind::$kind, quotas)
+            }
+        )*}
+    };
+}
+
+constructors! {
     /// Limits each client IP with GCRA over `quotas` (one [`Quota`], or several that must all
     /// allow a request), in memory.
     ///
     /// A smooth rate with bursts: a fresh client may make `burst` requests at once, then one
     /// every `period / limit`. See [`Gcra`].
-    pub fn gcra<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::Gcra, quotas)
-    }
-
+    gcra => Gcra;
     /// Limits each client IP with a leaky bucket over `quotas`, in memory: requests reach the
     /// service one every `period / limit`, never in a burst. A request that finds others
     /// queued waits its turn in the layer before the service is called; one that finds the
@@ -29,40 +39,25 @@ impl RateLimitLayer {
     /// request never reaches the service. A waiting request holds nothing of the inner
     /// service's readiness (see [the module docs](crate::layer#the-inner-services-readiness)). See
     /// [`LeakyBucket`](crate::algorithm::LeakyBucket).
-    pub fn leaky_bucket<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::LeakyBucket, quotas)
-    }
-
+    leaky_bucket => LeakyBucket;
     /// Limits each client IP with a token bucket over `quotas`, in memory; the same decisions
     /// as [`gcra`](Self::gcra). See [`RateLimiter::token_bucket`].
-    pub fn token_bucket<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::TokenBucket, quotas)
-    }
-
+    token_bucket => TokenBucket;
     /// Limits each client IP to `limit` per window, the window starting at the client's first
     /// request, in memory. See [`RateLimiter::fixed_window`].
-    pub fn fixed_window<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::FixedWindow, quotas)
-    }
-
+    fixed_window => FixedWindow;
     /// Limits each client IP with a sliding window estimate, in memory. See
     /// [`RateLimiter::sliding_window`].
-    pub fn sliding_window<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::SlidingWindow, quotas)
-    }
-
+    sliding_window => SlidingWindow;
     /// Limits each client IP to exactly `limit` in any `period`, in memory. See
     /// [`RateLimiter::sliding_log`].
-    pub fn sliding_log<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::SlidingLog, quotas)
-    }
-
+    sliding_log => SlidingLog;
     /// Limits each client IP with the hybrid quota-linear limiter, in memory. See
     /// [`RateLimiter::hybrid`].
-    pub fn hybrid<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::Hybrid, quotas)
-    }
+    hybrid => Hybrid;
+}
 
+impl RateLimitLayer {
     #[track_caller]
     fn of<Q: Quotas>(kind: AlgorithmKind, quotas: Q) -> Self {
         let tiered = TypeId::of::<Q::Algorithm<Gcra>>() == TypeId::of::<Tiered<Gcra>>();

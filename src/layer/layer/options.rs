@@ -55,9 +55,8 @@ impl RateLimitLayer {
     #[must_use]
     #[track_caller]
     pub fn sub_windows(self, k: usize) -> Self {
-        self.option(&format!("sub_windows({k})"), |spec| {
-            spec.with_sub_windows(k)
-        })
+        let call = format!("sub_windows({k})");
+        self.option("sub_windows", &call, |spec| spec.with_sub_windows(k))
     }
 
     /// Calendar windows for a fixed window: every window starts at a whole multiple of its
@@ -82,7 +81,7 @@ impl RateLimitLayer {
     #[must_use]
     #[track_caller]
     pub fn aligned(self) -> Self {
-        self.option("aligned", Spec::with_aligned)
+        self.option("aligned", "aligned", Spec::with_aligned)
     }
 
     /// Shapes instead of rejecting (nginx's `burst` without `nodelay`): a request that could
@@ -101,19 +100,21 @@ impl RateLimitLayer {
     #[must_use]
     #[track_caller]
     pub fn max_delay(self, max_delay: std::time::Duration) -> Self {
-        self.option(&format!("max_delay({max_delay:?})"), |spec| {
-            spec.shaping(max_delay)
-        })
+        let call = format!("max_delay({max_delay:?})");
+        self.option("max_delay", &call, |spec| spec.shaping(max_delay))
     }
 
-    /// The same layer with its algorithm's options changed by `set`, or a panic naming
-    /// `method` and why the algorithm has no such option.
+    /// The same layer with its algorithm's options changed by `set`, or a panic naming the
+    /// `call` and why the algorithm has no such option.
     #[track_caller]
-    fn option(self, method: &str, set: impl FnOnce(Spec) -> Result<Spec, String>) -> Self {
+    fn option<F>(self, method: &str, call: &str, set: F) -> Self
+    where
+        F: FnOnce(Spec) -> Result<Spec, String>,
+    {
         let recipe = self.recipe_for(method);
         match set(recipe.spec.clone()) {
             Ok(spec) => self.rebuilt(method, Recipe { spec, ..recipe }),
-            Err(why) => panic!("RateLimitLayer::{method}: {why}"),
+            Err(why) => panic!("RateLimitLayer::{call}: {why}"),
         }
     }
 }

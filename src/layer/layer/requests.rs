@@ -13,8 +13,13 @@ use crate::{Quota, RateLimiter};
 impl RateLimitLayer {
     /// Counts requests against the key `extractor` finds, instead of the peer IP.
     #[must_use]
-    pub fn key<K: KeyExtractor>(mut self, extractor: K) -> Self {
-        self.key = Arc::new(extractor);
+    pub fn key<K: KeyExtractor>(self, extractor: K) -> Self {
+        self.keyed(Arc::new(extractor))
+    }
+
+    /// Counts requests against the key `extractor` finds.
+    pub(crate) fn keyed(mut self, extractor: Arc<dyn KeyExtractor>) -> Self {
+        self.key = extractor;
         self.changed()
     }
 

@@ -275,11 +275,8 @@ fn decode(bytes: &[u8]) -> Option<Vec<Quota>> {
                 None => (line, None),
             };
             let quota: Quota = figures.parse().ok()?;
-            let valid = |n: &str| {
-                !n.is_empty() && n.len() <= 64 && n.bytes().all(|b| (0x20..0x7f).contains(&b))
-            };
             match name {
-                Some(name) if valid(name) => Some(quota.named(name)),
+                Some(name) if crate::quota::is_policy_name(name) => Some(quota.named(name)),
                 Some(_) => None,
                 None => Some(quota),
             }
