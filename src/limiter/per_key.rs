@@ -4,13 +4,15 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use foldhash::fast::RandomState;
 
 use super::ban::Ban;
 use super::bind::Recipe;
 use super::held::held;
+#[cfg(feature = "redis")]
+use super::live::gate::gated;
 use super::object::Limiter;
 use super::plan::{PlanBook, Select};
 use crate::key::RequestHead;
@@ -49,11 +51,14 @@ pub(super) struct Entry<R> {
 /// the store refuses the plan.
 pub(crate) type Picked<R> = Result<Option<Arc<Policy<R>>>, crate::Error>;
 
-/// The policies of the plans dropped to make room, by their quotas.
-pub(super) type Evicted<R> = HashMap<Box<[Quota]>, Arc<Policy<R>>, RandomState>;
-
-/// The policies of the plans picked lately, by their quotas.
-pub(super) type Policies<R> = HashMap<Box<[Quota]>, Entry<R>, RandomState>;
+/// The policies made for plans, by their quotas.
+pub(super) struct Made<R> {
+    /// Those of the plans picked lately.
+    pub(super) held: HashMap<Box<[Quota]>, Entry<R>, RandomState>,
+    /// Those of the plans dropped from `held` to make room, and not made again since: their
+    /// state stays in the store, where a handle's reset and block must still reach it.
+    pub(super) evicted: HashMap<Box<[Quota]>, Arc<Policy<R>>, RandomState>,
+}
 
 /// Makes what the layer answers a plan's requests with, for the plan's limiter.
 pub(crate) type Respond<R> = dyn Fn(&Arc<dyn Limiter>) -> R + Send + Sync;
@@ -83,11 +88,7 @@ pub(crate) struct Maker<R> {
 pub(crate) struct PerKey<R> {
     select: Arc<Select>,
     maker: Maker<R>,
-    pub(super) policies: RwLock<Policies<R>>,
-    /// The limiters of the plans dropped from `policies` to make room, and not made again
-    /// since: their state stays in the store, where a handle's reset and block must still
-    /// reach it.
-    pub(super) evicted: Mutex<Evicted<R>>,
+    made_for: RwLock<Made<R>>,
     /// Whether some plan was dropped past [`MAX_EVICTED_PLANS`]: a reset or block may miss it.
     forgot: AtomicBool,
     /// How many policies have been made: entries used since the last one share its count.
@@ -108,8 +109,10 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         Self {
             select,
             maker,
-            policies: RwLock::new(HashMap::default()),
-            evicted: Mutex::new(HashMap::default()),
+            made_for: RwLock::new(Made {
+                held: HashMap::default(),
+                evicted: HashMap::default(),
+            }),
             forgot: AtomicBool::new(false),
             made: AtomicU64::new(0),
             warned_evicting: AtomicBool::new(false),
@@ -139,15 +142,10 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
     /// `Err` when some plan was dropped past [`MAX_EVICTED_PLANS`]: the limiters are those
     /// known, and a reset or block through them may miss a client of a forgotten plan.
     pub(crate) fn limiters(&self) -> (Vec<Arc<dyn Limiter>>, Result<(), crate::Error>) {
-        let mut limiters: Vec<Arc<dyn Limiter>> = {
-            let policies = self.policies.read().unwrap_or_else(PoisonError::into_inner);
-            policies
-                .values()
-                .map(|entry| entry.policy.limiter.clone())
-                .collect()
-        };
-        let evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
-        limiters.extend(evicted.values().map(|policy| policy.limiter.clone()));
+        let made = self.read();
+        let held = made.held.values().map(|entry| &entry.policy);
+        let all = held.chain(made.evicted.values());
+        let limiters = all.map(|policy| policy.limiter.clone()).collect();
         let known = if self.forgot.load(Ordering::Relaxed) {
             Err(crate::Error::misconfigured(
                 "quota_for picked more than 4352 distinct plans, and the layer forgot some: a \
@@ -224,20 +222,16 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         book.get(plan).cloned()
     }
 
-    /// Keeps the policy of the plan of `quotas`, dropped to make room.
-    fn evicted(&self, quotas: Box<[Quota]>, policy: Arc<Policy<R>>) {
-        let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
-        if evicted.len() < MAX_EVICTED_PLANS {
-            evicted.insert(quotas, policy);
-        } else {
-            // Warned once: when the layer first forgets a plan.
-            Self::warn_once(
-                &self.forgot,
-                "quota_for picked more than 4352 distinct plans; a handle's reset and block no \
-                 longer reach every plan dropped to make room. If the selector makes quotas up \
-                 from request data, bound it",
-            );
-        }
+    /// The policies made, read.
+    pub(super) fn read(&self) -> RwLockReadGuard<'_, Made<R>> {
+        self.made_for.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The policies made, to change.
+    pub(super) fn write(&self) -> RwLockWriteGuard<'_, Made<R>> {
+        self.made_for
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The policy of this request's plan, made on first use with the layer's algorithm
@@ -255,14 +249,8 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
                 if !fleet.ready() {
                     let per_key = self.clone();
                     let plan: Box<[Quota]> = quotas.into();
-                    let limiter =
-                        super::live::gate::gate_plan(fleet, picked.limiter.clone(), move || {
-                            per_key
-                                .lookup(&plan)
-                                .ok()
-                                .flatten()
-                                .map(|p| p.limiter.clone())
-                        });
+                    let then = move || Some(per_key.lookup(&plan).ok()??.limiter.clone());
+                    let limiter = gated(fleet, picked.limiter.clone(), then, false);
                     let responder = picked.responder.clone();
                     policy = Ok(Some(Arc::new(Policy {
                         limiter,
@@ -286,17 +274,17 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         }
         // A hit: a read lock, and a write to the entry once per policy made.
         let made = self.made.load(Ordering::Relaxed);
-        if let Some(entry) = self
-            .policies
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(quotas)
-        {
-            if entry.used.load(Ordering::Relaxed) != made {
-                entry.used.store(made, Ordering::Relaxed);
+        let evicted = {
+            let made_for = self.read();
+            if let Some(entry) = made_for.held.get(quotas) {
+                if entry.used.load(Ordering::Relaxed) != made {
+                    entry.used.store(made, Ordering::Relaxed);
+                }
+                return Ok(Some(entry.policy.clone()));
             }
-            return Ok(Some(entry.policy.clone()));
-        }
+            // A plan dropped to make room comes back with its limiter (and what its keys used).
+            made_for.evicted.get(quotas).cloned()
+        };
         if quotas.is_empty() {
             Self::warn_once(
                 &self.warned_empty,
@@ -304,13 +292,6 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             );
             return Ok(None);
         }
-        // A plan dropped to make room comes back with its limiter (and what its keys used).
-        let evicted = self
-            .evicted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(quotas)
-            .cloned();
         let in_force = self.in_force(quotas);
         let policy = match evicted {
             Some(policy) => Ok(policy),
@@ -331,43 +312,48 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
                 return Err(refused);
             }
         };
-        let mut policies = self
-            .policies
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(entry) = policies.get(quotas) {
+        let mut made_for = self.write();
+        if let Some(entry) = made_for.held.get(quotas) {
             return Ok(Some(entry.policy.clone()));
         }
         if self.in_force(quotas) != in_force {
             // The plan's quotas changed meanwhile: made again with them.
-            drop(policies);
+            drop(made_for);
             return self.lookup(quotas);
         }
-        if policies.len() >= MAX_PLANS {
+        let Made { held, evicted } = &mut *made_for;
+        if held.len() >= MAX_PLANS {
             Self::warn_once(
                 &self.warned_evicting,
                 "quota_for picked more than 256 distinct plans; the least recently used \
                  plans' limiters are made again when next needed (their state is kept in \
                  the store). If the selector makes quotas up from request data, bound it",
             );
-            let oldest = policies
+            let oldest = held
                 .iter()
                 .min_by_key(|(_, entry)| entry.used.load(Ordering::Relaxed))
                 .map(|(quotas, _)| quotas.clone());
-            if let Some((oldest, entry)) = oldest.and_then(|q| policies.remove_entry(&q)) {
-                self.evicted(oldest, entry.policy);
+            if let Some((oldest, entry)) = oldest.and_then(|q| held.remove_entry(&q)) {
+                if evicted.len() < MAX_EVICTED_PLANS {
+                    evicted.insert(oldest, entry.policy);
+                } else {
+                    // Warned once: when the layer first forgets a plan.
+                    Self::warn_once(
+                        &self.forgot,
+                        "quota_for picked more than 4352 distinct plans; a handle's reset and \
+                         block no longer reach every plan dropped to make room. If the \
+                         selector makes quotas up from request data, bound it",
+                    );
+                }
             }
         }
-        self.evicted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(quotas);
+        evicted.remove(quotas);
         let made = self.made.fetch_add(1, Ordering::Relaxed) + 1;
         let entry = Entry {
             policy: policy.clone(),
             used: AtomicU64::new(made),
         };
-        policies.insert(quotas.into(), entry);
+        held.insert(quotas.into(), entry);
         Ok(Some(policy))
     }
 }

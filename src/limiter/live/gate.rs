@@ -18,17 +18,9 @@ pub(crate) fn gate(fleet: &Arc<Fleet>, limiter: Arc<dyn Limiter>) -> Arc<dyn Lim
     gated(fleet, limiter, move || own.own(), true)
 }
 
-/// A plan's limiter, which first waits for the record (until read once) then decides by what
-/// `then` gives (`limiter` when nothing).
-pub(crate) fn gate_plan(
-    fleet: &Arc<Fleet>,
-    limiter: Arc<dyn Limiter>,
-    then: impl Fn() -> Option<Arc<dyn Limiter>> + Send + Sync + 'static,
-) -> Arc<dyn Limiter> {
-    gated(fleet, limiter, then, false)
-}
-
-fn gated(
+/// `inner` (the layer's own limiter when `in_force`, else a plan's), which first waits for the
+/// record (until read once) then decides by what `then` gives (`inner` when nothing).
+pub(crate) fn gated(
     fleet: &Arc<Fleet>,
     inner: Arc<dyn Limiter>,
     then: impl Fn() -> Option<Arc<dyn Limiter>> + Send + Sync + 'static,
