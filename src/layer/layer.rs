@@ -1,4 +1,5 @@
 use std::fmt;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use tower_layer::Layer;
@@ -108,7 +109,7 @@ impl RateLimitLayer {
             layer.limiter.expect_refunds();
         }
         if layer.select.is_some() {
-            layer.live.picks_plans();
+            layer.live.picks_plans.store(true, Ordering::Relaxed);
         }
         if let Some((ban, _)) = layer.ban.take() {
             let counter = ban_counter(&ban, &layer.limiter, &recipe);
@@ -137,7 +138,7 @@ impl RateLimitLayer {
         make: impl FnOnce() -> Arc<dyn Limiter>,
     ) -> Self {
         assert!(
-            !self.live.handed_out(),
+            !self.live.handed_out.load(Ordering::Relaxed),
             "{method}: a Handle was taken from this layer before, and would not reach the \
              limiter this makes (its changes and blocks would do nothing); take the handle \
              after the algorithm's options, the store and the clock are set"
@@ -188,7 +189,7 @@ impl RateLimitLayer {
     /// # Ok::<(), tollgate::Error>(())
     /// ```
     pub fn handle(&self) -> Handle {
-        self.live.hand_out();
+        self.live.handed_out.store(true, Ordering::Relaxed);
         Handle {
             live: self.live.clone(),
         }
@@ -214,10 +215,7 @@ impl RateLimitLayer {
                                 expect_refunds: self.settings.count_if.is_some(),
                                 dry_run: self.settings.dry_run,
                                 ban: self.ban.as_ref().map(|(ban, _)| *ban),
-                                held: self.live.held(),
-                                book: self.live.plans.clone(),
-                                #[cfg(feature = "redis")]
-                                fleet: self.live.fleet.clone(),
+                                live: self.live.clone(),
                             };
                             Some(Arc::new(PerKey::new(select.clone(), maker)))
                         }
@@ -231,7 +229,7 @@ impl RateLimitLayer {
                             per_key,
                             self.cost.clone(),
                             ban,
-                            self.live.held(),
+                            self.live.held.clone(),
                         )
                         .keeping(self.live.clone()),
                     )

@@ -7,7 +7,7 @@ use std::time::Duration;
 use sha2::{Digest as _, Sha256};
 
 use super::bind::Recipe;
-use super::object::{BoxedDecision, DecisionFuture, Limiter, Wrapper};
+use super::object::{BoxedDecision, DecisionFuture, Limiter};
 use super::spec::{AlgorithmKind, Spec};
 use crate::store::{Role, Tie, Update};
 use crate::{Decision, Error, Key, Quota};
@@ -121,21 +121,21 @@ impl Ban {
         Ok(counter)
     }
 
-    /// `limiter` with this ban: its denials counted by `counter` (from [`bind`](Self::bind)).
-    pub(crate) fn wrap(
+    /// The judge of `limiter`'s denials under this ban, counted by `counter` (from
+    /// [`bind`](Self::bind)).
+    pub(crate) fn judge(
         &self,
-        limiter: Arc<dyn Limiter>,
+        limiter: &Arc<dyn Limiter>,
         counter: Arc<dyn Limiter>,
         dry_run: bool,
-    ) -> Arc<dyn Limiter> {
-        let observer = Reporter::new(limiter.policy());
-        Arc::new(Banning(Arc::new(Judge {
-            limiter,
+    ) -> Arc<Judge> {
+        Arc::new(Judge {
+            limiter: limiter.clone(),
             counter,
             duration: self.duration,
             dry_run,
-            observer,
-        })))
+            observer: Reporter::new(limiter.policy()),
+        })
     }
 }
 
@@ -151,10 +151,8 @@ fn counter_name(policy: &str) -> String {
     format!("ban:{hex}")
 }
 
-/// A limiter whose denials are counted, and whose repeat offenders are blocked.
-struct Banning(Arc<Judge>);
-
-struct Judge {
+/// Counts a limiter's denials, and blocks its repeat offenders.
+pub(crate) struct Judge {
     limiter: Arc<dyn Limiter>,
     counter: Arc<dyn Limiter>,
     duration: Duration,
@@ -269,18 +267,15 @@ impl Reporter {
     }
 }
 
-impl Wrapper for Banning {
-    fn inner(&self) -> &Arc<dyn Limiter> {
-        &self.0.limiter
-    }
-
+impl Judge {
+    /// Decides a request as the limiter does, counting its denial.
     #[inline]
-    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
+    pub(crate) fn check(self: &Arc<Self>, key: Key, now: u64, cost: u64) -> DecisionFuture {
         let offender = key.clone();
-        match self.0.limiter.check(key, now, cost) {
-            DecisionFuture::Ready(Some(Ok(decision))) => self.0.judge(offender, now, decision),
+        match self.limiter.check(key, now, cost) {
+            DecisionFuture::Ready(Some(Ok(decision))) => self.judge(offender, now, decision),
             DecisionFuture::Waiting(checking) => {
-                let judge = Arc::clone(&self.0);
+                let judge = Arc::clone(self);
                 DecisionFuture::Waiting(Box::pin(async move {
                     let decision = checking.await?;
                     judge.judge(offender, now, decision).await
@@ -291,11 +286,11 @@ impl Wrapper for Banning {
     }
 
     /// Resets the key and its count of denials.
-    fn reset(&self, key: Key) -> Update {
+    pub(crate) fn reset(&self, key: Key) -> Update {
         // Both started now, as the limiter's own reset is (the memory store resets at once):
         // a reset awaited later still reaches the table in force when it was asked for.
-        let counted = self.0.counter.reset(key.clone());
-        let reset = self.0.limiter.reset(key);
+        let counted = self.counter.reset(key.clone());
+        let reset = self.limiter.reset(key);
         Box::pin(async move {
             let counted = counted.await;
             reset.await?;

@@ -5,34 +5,32 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ban::Bans;
+use super::ban::{Bans, Judge};
 use super::object::{DecisionFuture, Limiter, Wrapper};
-use crate::store::Blocks;
+use crate::store::{Blocks, Update};
 use crate::{Decision, Error, Key};
 
-/// `limiter` (the layer's or a plan's) denying the keys `held` blocks.
-pub(crate) fn held(limiter: Arc<dyn Limiter>, held: Arc<Blocks>) -> Arc<dyn Limiter> {
-    Arc::new(Held { limiter, held })
-}
-
-/// `limiter` with `bans` around it, if any, and the handle's blocks (`held`) around that: a
-/// key the operator blocked is denied before its request is judged, so it is never counted
-/// towards a ban, and blocks only the operator makes can never be crowded out by bans.
+/// `limiter` (the layer's or a plan's) with `bans` around it, if any, and the handle's blocks
+/// (`held`) around that: a key the operator blocked is denied before its request is judged, so
+/// it is never counted towards a ban, and blocks only the operator makes can never be crowded
+/// out by bans.
 pub(crate) fn guarded(
     bans: &Option<Bans>,
     held: &Arc<Blocks>,
     limiter: Arc<dyn Limiter>,
 ) -> Arc<dyn Limiter> {
-    let limiter = match bans {
-        Some((ban, counter, dry_run)) => ban.wrap(limiter, counter.clone(), *dry_run),
-        None => limiter,
-    };
-    self::held(limiter, held.clone())
+    let ban = bans
+        .as_ref()
+        .map(|(ban, counter, dry_run)| ban.judge(&limiter, counter.clone(), *dry_run));
+    let held = held.clone();
+    Arc::new(Held { limiter, held, ban })
 }
 
+/// A limiter under the handle's blocks and the layer's bans.
 struct Held {
     limiter: Arc<dyn Limiter>,
     held: Arc<Blocks>,
+    ban: Option<Arc<Judge>>,
 }
 
 impl Held {
@@ -78,7 +76,10 @@ impl Wrapper for Held {
     fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
         match self.left(&key, now) {
             Some(left) => self.denied(key, left),
-            None => self.limiter.check(key, now, cost),
+            None => match &self.ban {
+                Some(judge) => judge.check(key, now, cost),
+                None => self.limiter.check(key, now, cost),
+            },
         }
     }
 
@@ -86,6 +87,13 @@ impl Wrapper for Held {
         match self.left(&key, self.limiter.now()) {
             Some(left) => self.denied(key, left),
             None => self.limiter.peek(key),
+        }
+    }
+
+    fn reset(&self, key: Key) -> Update {
+        match &self.ban {
+            Some(judge) => judge.reset(key),
+            None => self.limiter.reset(key),
         }
     }
 }

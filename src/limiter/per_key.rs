@@ -10,13 +10,14 @@ use foldhash::fast::RandomState;
 
 use super::ban::Ban;
 use super::bind::Recipe;
-use super::held::held;
+use super::held::guarded;
 #[cfg(feature = "redis")]
 use super::live::gate::gated;
+use super::live::Live;
 use super::object::Limiter;
-use super::plan::{PlanBook, Select};
+use super::plan::Select;
 use crate::key::RequestHead;
-use crate::store::{Blocks, Role};
+use crate::store::Role;
 use crate::{Key, Quota};
 
 /// How many plans one layer keeps limiters for at once. Past this, the least recently used
@@ -75,13 +76,10 @@ pub(crate) struct Maker<R> {
     pub(crate) dry_run: bool,
     /// The layer's bans, applied to each plan under the plan's policy.
     pub(crate) ban: Option<Ban>,
-    /// The keys blocked through the layer's handle, which every plan denies.
-    pub(crate) held: Arc<Blocks>,
-    /// The quotas in force for the plans changed live.
-    pub(crate) book: Arc<PlanBook>,
-    /// The servers sharing the layer's Redis, whose record a plan's first requests wait for.
-    #[cfg(feature = "redis")]
-    pub(crate) fleet: Option<Arc<super::live::fleet::Fleet>>,
+    /// The layer's live part: the keys blocked through its handle, which every plan denies,
+    /// the quotas in force for the plans changed live, and the servers sharing its Redis,
+    /// whose record a plan's first requests wait for.
+    pub(crate) live: Arc<Live>,
 }
 
 /// The plan selector and the limiters made for the plans it picked lately.
@@ -198,11 +196,11 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         counter: Option<Arc<dyn Limiter>>,
     ) -> Policy<R> {
         let maker = &self.maker;
-        let limiter = match (&maker.ban, &counter) {
-            (Some(ban), Some(counter)) => ban.wrap(bare.clone(), counter.clone(), maker.dry_run),
-            _ => bare.clone(),
-        };
-        let limiter = held(limiter, maker.held.clone());
+        let bans = maker
+            .ban
+            .zip(counter.clone())
+            .map(|(b, c)| (b, c, maker.dry_run));
+        let limiter = guarded(&bans, &maker.live.held, bare.clone());
         let responder = (maker.responder)(&limiter);
         Policy {
             limiter,
@@ -214,12 +212,10 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
 
     /// The quotas in force for `plan`.
     fn in_force(&self, plan: &[Quota]) -> Option<Arc<[Quota]>> {
-        let book = self
-            .maker
-            .book
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        book.get(plan).cloned()
+        let book = self.maker.live.plans.lock();
+        book.unwrap_or_else(PoisonError::into_inner)
+            .get(plan)
+            .cloned()
     }
 
     /// The policies made, read.
@@ -245,7 +241,7 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             // Until the fleet's record was read, the plan's quotas may be about to change:
             // the request waits for it.
             #[cfg(feature = "redis")]
-            if let (Ok(Some(picked)), Some(fleet)) = (&policy, &self.maker.fleet) {
+            if let (Ok(Some(picked)), Some(fleet)) = (&policy, &self.maker.live.fleet) {
                 if !fleet.ready() {
                     let per_key = self.clone();
                     let plan: Box<[Quota]> = quotas.into();

@@ -9,6 +9,7 @@ use crate::algorithm::{Algorithm, Gcra, Quotas, Tiered};
 use crate::clock::Clock;
 use crate::limiter::{AlgorithmKind, Binder, LayerClock, Limiter, Recipe, Spec};
 use crate::store::{MemoryStore, Store};
+#[cfg(feature = "serde")]
 use crate::Error;
 use crate::RateLimiter;
 
@@ -72,6 +73,7 @@ impl RateLimitLayer {
     }
 
     /// A layer over `recipe`'s limiter, or the store's refusal.
+    #[cfg(feature = "serde")]
     pub(crate) fn from_recipe(recipe: Recipe) -> Result<Self, Error> {
         Ok(Self::new(recipe.bind()?, Some(recipe)))
     }

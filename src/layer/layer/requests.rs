@@ -1,6 +1,7 @@
 //! Which requests count, and how much: the key, plans, costs, `count_if`, and the requests
 //! left unlimited.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::RateLimitLayer;
@@ -71,7 +72,7 @@ impl RateLimitLayer {
     {
         self.recipe_for("quota_for");
         self.select = Some(plan::select(select));
-        self.live.picks_plans();
+        self.live.picks_plans.store(true, Ordering::Relaxed);
         self.changed()
     }
 

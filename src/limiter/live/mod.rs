@@ -36,9 +36,9 @@ pub(crate) struct Live {
     now: Mutex<Now>,
     /// Whether a handle was taken: the layer may then no longer make itself a new limiter
     /// (a new store, clock or algorithm option), which the handle would not reach.
-    handed_out: AtomicBool,
+    pub(crate) handed_out: AtomicBool,
     /// Whether the layer picks plans (`quota_for`).
-    picks_plans: AtomicBool,
+    pub(crate) picks_plans: AtomicBool,
     pub(crate) plans: Arc<PlanBook>,
     /// The servers sharing the layer's Redis, `None` for other stores.
     #[cfg(feature = "redis")]
@@ -94,21 +94,6 @@ impl Live {
         })
     }
 
-    /// Marks that a handle was taken.
-    pub(crate) fn hand_out(&self) {
-        self.handed_out.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether a handle was taken.
-    pub(crate) fn handed_out(&self) -> bool {
-        self.handed_out.load(Ordering::Relaxed)
-    }
-
-    /// Marks that the layer picks plans.
-    pub(crate) fn picks_plans(&self) {
-        self.picks_plans.store(true, Ordering::Relaxed);
-    }
-
     /// The limiter of now and the services; with Redis, the fleet's record is read from
     /// then on (once inside a runtime).
     pub(crate) fn lock(&self) -> MutexGuard<'_, Now> {
@@ -117,11 +102,6 @@ impl Live {
             fleet.start();
         }
         self.now.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The keys blocked through the layer's handles, for its plans' limiters.
-    pub(crate) fn held(&self) -> Arc<Blocks> {
-        self.held.clone()
     }
 
     /// Makes the services' shared part with the limiter of now (`make`, given it as the
