@@ -514,15 +514,12 @@ where
 
 /// The policy name of `quotas`: the quota's name, or the tiers' names joined by `+`.
 pub(crate) fn policy_of(quotas: &[Quota]) -> Arc<str> {
-    match quotas {
-        [quota] => quota.name().into(),
-        tiers => tiers
-            .iter()
-            .map(Quota::name)
-            .collect::<Vec<_>>()
-            .join("+")
-            .into(),
-    }
+    quotas
+        .iter()
+        .map(Quota::name)
+        .collect::<Vec<_>>()
+        .join("+")
+        .into()
 }
 
 /// Whether every quota was named ([`Quota::named`]): the policy's state is then shared under

@@ -7,7 +7,6 @@ use http::StatusCode;
 
 use super::{by_name, LimitConfig};
 use crate::config::store::{Backend, ConfiguredStore};
-#[cfg(doc)]
 use crate::config::StoreConfig;
 use crate::config::{duration, ConfigError};
 use crate::limiter::in_flight::{MAX_LEASE_TTL, MIN_LEASE_TTL};
@@ -65,10 +64,7 @@ impl RateLimitLayer {
     /// fix it. Every condition under which a builder method would panic is an error here:
     /// this never panics, whatever the configuration.
     pub fn from_config(config: &LimitConfig) -> Result<Self, ConfigError> {
-        match &config.store {
-            None => Self::configured(config, None),
-            Some(store) => Self::configured(config, Some(&store.memory()?)),
-        }
+        Self::from_config_in(config, &config.own_store()?)
     }
 
     /// The layer `config` describes, over `store`: a store shared by many layers (policies
@@ -95,19 +91,11 @@ impl RateLimitLayer {
         config: &LimitConfig,
         store: &ConfiguredStore,
     ) -> Result<Self, ConfigError> {
-        Self::configured(config, Some(store))
-    }
-
-    fn configured(
-        config: &LimitConfig,
-        store: Option<&ConfiguredStore>,
-    ) -> Result<Self, ConfigError> {
         let spec = config.recipe()?;
-        let store: Arc<dyn Bind> = match store.map(|s| &s.0) {
-            None => Arc::new(Binder(crate::store::MemoryStore::new())),
-            Some(Backend::Memory(memory)) => Arc::new(Binder(memory.clone())),
+        let store: Arc<dyn Bind> = match &store.0 {
+            Backend::Memory(memory) => Arc::new(Binder(memory.clone())),
             #[cfg(feature = "redis")]
-            Some(Backend::Redis(redis)) => Arc::new(Binder(redis.clone())),
+            Backend::Redis(redis) => Arc::new(Binder(redis.clone())),
         };
         let texts: Vec<String> = spec.quotas.iter().map(ToString::to_string).collect();
         let field = if spec.tiered { "quotas" } else { "quota" };
@@ -130,10 +118,7 @@ impl InFlightLayer {
     /// When a field cannot be used, or `config` is a rate limit (no `in_flight`): the error
     /// names the field and says how to fix it. This never panics.
     pub fn from_config(config: &LimitConfig) -> Result<Self, ConfigError> {
-        match &config.store {
-            None => Self::from_config_in(config, &crate::store::MemoryStore::new().into()),
-            Some(store) => Self::from_config_in(config, &store.memory()?),
-        }
+        Self::from_config_in(config, &config.own_store()?)
     }
 
     /// The same over `store`, already connected ([`RateLimitLayer::from_config_in`]).
@@ -165,6 +150,12 @@ impl InFlightLayer {
 }
 
 impl LimitConfig {
+    /// The limit's own store: its `store`, or a new memory store.
+    fn own_store(&self) -> Result<ConfiguredStore, ConfigError> {
+        let memory = || Ok(crate::store::MemoryStore::new().into());
+        self.store.as_ref().map_or_else(memory, StoreConfig::memory)
+    }
+
     /// The in-flight layer of `slots` requests per key, each field checked.
     fn in_flight_layer(&self) -> Result<InFlightLayer, ConfigError> {
         let Some(slots) = self.in_flight else {

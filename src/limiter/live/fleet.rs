@@ -141,9 +141,14 @@ impl Fleet {
         self.publish(field("plan", plan), encode(quotas));
     }
 
+    /// The changes made here that Redis has not taken yet.
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<Field>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn publish(self: &Arc<Self>, field: Vec<u8>, value: Vec<u8>) {
         {
-            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut pending = self.pending();
             pending.retain(|(f, _)| *f != field);
             pending.push((field, value));
         }
@@ -155,16 +160,11 @@ impl Fleet {
     /// `known`, and applies what differs.
     async fn tick(&self, known: &mut Option<u64>) -> Result<(), Error> {
         loop {
-            let next = self
-                .pending
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .first()
-                .cloned();
+            let next = self.pending().first().cloned();
             let Some((field, value)) = next else { break };
             self.record.write(&field, &value).await?;
-            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-            pending.retain(|written| *written != (field.clone(), value.clone()));
+            let written = (field, value);
+            self.pending().retain(|pending| *pending != written);
         }
         if known.is_some() && Some(self.record.version().await?) == *known {
             return Ok(());
@@ -183,12 +183,7 @@ impl Fleet {
             return true;
         };
         let _changing = self.changing();
-        if !self
-            .pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
-        {
+        if !self.pending().is_empty() {
             return false;
         }
         for (field, value) in fields {
