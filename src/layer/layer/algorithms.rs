@@ -82,11 +82,13 @@ impl RateLimitLayer {
     /// that keeps only some algorithms. The layer uses the limiter's store, clock and algorithm
     /// options as they are.
     ///
-    /// Such a layer has no recipe to make its limiter again, so [`store`](Self::store),
-    /// [`clock`](Self::clock), [`max_delay`](Self::max_delay),
-    /// [`sub_windows`](Self::sub_windows) and [`quota_for`](Self::quota_for) panic on it:
-    /// set the store and clock on the limiter (`with_store`, `with_clock`), or build the layer
-    /// with an algorithm constructor such as [`RateLimitLayer::gcra`].
+    /// The options that keep the limiter work as on any layer (the key, costs, `count_if`,
+    /// answers, headers, a handle's block, reset and peek). Those that make the limiter again
+    /// ([`store`](Self::store), `on_failure`, [`clock`](Self::clock),
+    /// the algorithm's options, [`ban`](Self::ban), [`quota_for`](Self::quota_for)) panic, and a
+    /// handle cannot change its quotas: the layer cannot remake an algorithm or a store of your
+    /// own. Set them on the limiter, or build the layer with a constructor such as
+    /// [`RateLimitLayer::gcra`].
     pub fn from_limiter<A, St, C>(limiter: RateLimiter<A, St, C>) -> Self
     where
         A: Algorithm,
