@@ -19,7 +19,7 @@ use crate::Quota;
 ///
 /// Built with one constructor per algorithm, such as [`RateLimitLayer::gcra`], then adjusted with
 /// builder methods: [`key`](Self::key) (default [`PeerIp`](struct@crate::key::PeerIp)), [`store`](Self::store) (default a
-/// new [`MemoryStore`]) and [`clock`](Self::clock) (default [`SystemClock`](crate::clock::SystemClock)).
+/// new [`MemoryStore`](crate::store::MemoryStore)) and [`clock`](Self::clock) (default [`SystemClock`](crate::clock::SystemClock)).
 ///
 /// One type, whatever the algorithm, key, store and clock: layers can be kept in a `Vec`, a
 /// struct field or a map, and chosen at run time (from a configuration file, say).

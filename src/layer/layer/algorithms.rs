@@ -27,7 +27,7 @@ macro_rules! constructors {
 }
 
 constructors! {
-    /// Limits each client IP with GCRA over `quotas` (one [`Quota`], or several that must all
+    /// Limits each client IP with GCRA over `quotas` (one [`Quota`](crate::Quota), or several that must all
     /// allow a request), in memory.
     ///
     /// A smooth rate with bursts: a fresh client may make `burst` requests at once, then one
