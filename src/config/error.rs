@@ -19,23 +19,18 @@ use std::fmt;
 #[derive(Debug)]
 pub struct ConfigError {
     field: String,
-    value: Option<Value>,
+    /// The rejected value, as given, and whether it is text (shown quoted; numbers and
+    /// booleans are shown bare).
+    value: Option<(String, bool)>,
     reason: String,
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
-}
-
-/// A rejected value, as given: text is shown quoted, numbers and booleans bare.
-#[derive(Debug)]
-enum Value {
-    Text(String),
-    Bare(String),
 }
 
 impl ConfigError {
     /// `field` holds the text `value`, which cannot be used: `reason` says why and how to fix
     /// it.
     pub(crate) fn text(field: impl Into<String>, value: &str, reason: impl Into<String>) -> Self {
-        Self::new(field, Some(Value::Text(value.to_owned())), reason)
+        Self::new(field, Some((value.to_owned(), true)), reason)
     }
 
     /// `field` holds the number (or boolean) `value`, which cannot be used.
@@ -44,7 +39,7 @@ impl ConfigError {
         value: impl fmt::Display,
         reason: impl Into<String>,
     ) -> Self {
-        Self::new(field, Some(Value::Bare(value.to_string())), reason)
+        Self::new(field, Some((value.to_string(), false)), reason)
     }
 
     /// `field` is missing, or set where it does not apply: `reason` says what to write.
@@ -52,7 +47,11 @@ impl ConfigError {
         Self::new(field, None, reason)
     }
 
-    fn new(field: impl Into<String>, value: Option<Value>, reason: impl Into<String>) -> Self {
+    fn new(
+        field: impl Into<String>,
+        value: Option<(String, bool)>,
+        reason: impl Into<String>,
+    ) -> Self {
         Self {
             field: field.into(),
             value,
@@ -89,18 +88,15 @@ impl ConfigError {
     /// The rejected value as it was given (a Redis URL with its password hidden); `None` when
     /// the field is missing, or set where it does not apply.
     pub fn value(&self) -> Option<&str> {
-        match &self.value {
-            Some(Value::Text(v) | Value::Bare(v)) => Some(v),
-            None => None,
-        }
+        self.value.as_ref().map(|(value, _)| value.as_str())
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.value {
-            Some(Value::Text(value)) => write!(f, "{} = {value:?}: {}", self.field, self.reason)?,
-            Some(Value::Bare(value)) => write!(f, "{} = {value}: {}", self.field, self.reason)?,
+            Some((value, true)) => write!(f, "{} = {value:?}: {}", self.field, self.reason)?,
+            Some((value, false)) => write!(f, "{} = {value}: {}", self.field, self.reason)?,
             None => write!(f, "{}: {}", self.field, self.reason)?,
         }
         match &self.source {
@@ -112,9 +108,6 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.source {
-            Some(source) => Some(&**source),
-            None => None,
-        }
+        self.source.as_deref().map(|source| source as _)
     }
 }

@@ -98,44 +98,6 @@ pub struct ClientIpConfig {
     pub ipv6_prefix: Option<u8>,
 }
 
-/// An extractor read from configuration, checked, ready to give to a layer.
-enum Extractor {
-    PeerIp,
-    BearerToken,
-    Route,
-    Method,
-    Global,
-    Header(Header),
-    ClientIp(ClientIp),
-}
-
-impl Extractor {
-    fn boxed(self) -> Box<dyn KeyExtractor> {
-        match self {
-            Self::PeerIp => Box::new(PeerIp),
-            Self::BearerToken => Box::new(BearerToken),
-            Self::Route => Box::new(Route),
-            Self::Method => Box::new(Method),
-            Self::Global => Box::new(Global),
-            Self::Header(header) => Box::new(header),
-            Self::ClientIp(client_ip) => Box::new(client_ip),
-        }
-    }
-
-    /// `layer` keyed by this extractor, itself (not boxed).
-    fn key(self, layer: RateLimitLayer) -> RateLimitLayer {
-        match self {
-            Self::PeerIp => layer.key(PeerIp),
-            Self::BearerToken => layer.key(BearerToken),
-            Self::Route => layer.key(Route),
-            Self::Method => layer.key(Method),
-            Self::Global => layer.key(Global),
-            Self::Header(header) => layer.key(header),
-            Self::ClientIp(client_ip) => layer.key(client_ip),
-        }
-    }
-}
-
 impl KeyConfig {
     /// `layer` keyed as configured; `field` is where this key was read (`key`).
     pub(crate) fn apply(
@@ -144,7 +106,7 @@ impl KeyConfig {
         field: &str,
     ) -> Result<RateLimitLayer, ConfigError> {
         match self {
-            Self::One(part) => Ok(part.extractor(field)?.key(layer)),
+            Self::One(part) => Ok(layer.keyed(part.extractor(field)?.into())),
             Self::Tuple(parts) => {
                 let count = parts.len();
                 if !(2..=DynTuple::MAX_PARTS).contains(&count) {
@@ -160,7 +122,7 @@ impl KeyConfig {
                 }
                 let mut boxed = Vec::with_capacity(count);
                 for (i, part) in parts.iter().enumerate() {
-                    boxed.push(part.extractor(&format!("{field}[{i}]"))?.boxed());
+                    boxed.push(part.extractor(&format!("{field}[{i}]"))?);
                 }
                 match DynTuple::new(boxed) {
                     Some(tuple) => Ok(layer.key(tuple)),
@@ -175,21 +137,19 @@ impl KeyConfig {
 }
 
 impl KeyPart {
-    fn extractor(&self, field: &str) -> Result<Extractor, ConfigError> {
+    fn extractor(&self, field: &str) -> Result<Box<dyn KeyExtractor>, ConfigError> {
         Ok(match self {
-            Self::PeerIp => Extractor::PeerIp,
-            Self::BearerToken => Extractor::BearerToken,
-            Self::Route => Extractor::Route,
-            Self::Method => Extractor::Method,
-            Self::Global => Extractor::Global,
+            Self::PeerIp => Box::new(PeerIp),
+            Self::BearerToken => Box::new(BearerToken),
+            Self::Route => Box::new(Route),
+            Self::Method => Box::new(Method),
+            Self::Global => Box::new(Global),
             Self::Header(name) => {
                 header_name(&format!("{field}.header"), name)?;
                 // The name is valid (checked just above), so `Header::new` does not panic.
-                Extractor::Header(Header::new(name))
+                Box::new(Header::new(name))
             }
-            Self::ClientIp(config) => {
-                Extractor::ClientIp(config.extractor(&format!("{field}.client_ip"))?)
-            }
+            Self::ClientIp(config) => Box::new(config.extractor(&format!("{field}.client_ip"))?),
         })
     }
 }
@@ -386,7 +346,7 @@ mod tests {
     fn configured_key(parts: &[P], req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
         let boxed = parts
             .iter()
-            .map(|p| p.config().extractor("key").unwrap().boxed())
+            .map(|p| p.config().extractor("key").unwrap())
             .collect();
         DynTuple::new(boxed).unwrap().extract(req)
     }
@@ -448,7 +408,7 @@ mod tests {
         let req = request("192.0.2.1:1", "/a", "GET", Some(b"k"), None, None);
         let head = RequestHead::new(&req);
         for p in PARTS {
-            let configured = p.config().extractor("key").unwrap().boxed();
+            let configured = p.config().extractor("key").unwrap();
             assert_eq!(configured.extract(head), p.extract(head), "{p:?}");
         }
     }

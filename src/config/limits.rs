@@ -112,13 +112,9 @@ impl Limits {
                     "every limit of the file uses the file's [store]; move these settings there",
                 ));
             }
-            let mut named;
-            let limit = if limit.name.is_none() {
-                named = limit.clone();
-                named.name = Some(name.clone());
-                &named
-            } else {
-                limit
+            let limit = &LimitConfig {
+                name: limit.name.clone().or_else(|| Some(name.clone())),
+                ..limit.clone()
             };
             let under = |e: ConfigError| e.under(&prefix);
             if limit.in_flight.is_some() {

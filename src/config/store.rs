@@ -113,9 +113,6 @@ impl From<RedisStore> for ConfiguredStore {
     }
 }
 
-/// The fields only the Redis store reads.
-const REDIS_ONLY: [&str; 4] = ["prefix", "timeout", "on_failure", "deny_cache"];
-
 impl StoreConfig {
     /// Whether this is a Redis store (`url` or `urls` is set), which must
     /// [`connect`](Self::connect).
@@ -159,7 +156,14 @@ impl StoreConfig {
                  `Limits::layers().await`)",
             ));
         }
-        if let Some(field) = REDIS_ONLY.iter().find(|f| self.is_set(f)) {
+        // The fields only the Redis store reads.
+        let redis_only = [
+            ("prefix", self.prefix.is_some()),
+            ("timeout", self.timeout.is_some()),
+            ("on_failure", self.on_failure.is_some()),
+            ("deny_cache", self.deny_cache.is_some()),
+        ];
+        if let Some((field, _)) = redis_only.iter().find(|(_, set)| *set) {
             return Err(ConfigError::missing(
                 format!("store.{field}"),
                 "applies to the Redis store only; set store.url (or store.urls for a Redis \
@@ -167,16 +171,6 @@ impl StoreConfig {
             ));
         }
         Ok(ConfiguredStore(Backend::Memory(self.local()?)))
-    }
-
-    fn is_set(&self, field: &str) -> bool {
-        match field {
-            "prefix" => self.prefix.is_some(),
-            "timeout" => self.timeout.is_some(),
-            "on_failure" => self.on_failure.is_some(),
-            "deny_cache" => self.deny_cache.is_some(),
-            _ => false,
-        }
     }
 
     /// A memory store with `max_keys`.

@@ -1,4 +1,5 @@
 use std::fmt;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use tower_layer::Layer;
@@ -9,16 +10,16 @@ use super::settings::Settings;
 use super::shared::{Cost, Shared};
 use super::RateLimit;
 use crate::key::KeyExtractor;
+use crate::key::PeerIp;
 use crate::limiter::{Ban, Limiter};
-use crate::limiter::{Bind, Binder, LayerClock, Maker, PerKey, Select, Spec};
-use crate::store::MemoryStore;
+use crate::limiter::{Maker, PerKey, Recipe, Select};
 use crate::Quota;
 
 /// Applies a rate limit to every request of a service. See the [module docs](super).
 ///
 /// Built with one constructor per algorithm, such as [`RateLimitLayer::gcra`], then adjusted with
 /// builder methods: [`key`](Self::key) (default [`PeerIp`](struct@crate::key::PeerIp)), [`store`](Self::store) (default a
-/// new [`MemoryStore`]) and [`clock`](Self::clock) (default [`SystemClock`](crate::clock::SystemClock)).
+/// new [`MemoryStore`](crate::store::MemoryStore)) and [`clock`](Self::clock) (default [`SystemClock`](crate::clock::SystemClock)).
 ///
 /// One type, whatever the algorithm, key, store and clock: layers can be kept in a `Vec`, a
 /// struct field or a map, and chosen at run time (from a configuration file, say).
@@ -40,16 +41,11 @@ use crate::Quota;
 /// against the same limit.
 #[derive(Clone)]
 pub struct RateLimitLayer {
-    /// How the limiter is made; `None` for a limiter built by hand ([`from_limiter`](Self::from_limiter)).
-    recipe: Option<Spec>,
     /// The limiter as the layer was built (its quotas may have changed since: `live`).
     limiter: Arc<dyn Limiter>,
-    /// The limiter of now, shared with the layer's [`Handle`]s and services; made again when
-    /// the algorithm, store or clock change.
+    /// The limiter of now and how it is made, shared with the layer's [`Handle`]s and
+    /// services; made again when the algorithm, store or clock change.
     live: Arc<Live>,
-    /// The store, as a maker of limiters (for a new clock, options, or plans).
-    store: Option<Arc<dyn Bind>>,
-    clock: LayerClock,
     key: Arc<dyn KeyExtractor>,
     settings: Settings,
     select: Option<Arc<Select>>,
@@ -74,11 +70,27 @@ mod store;
 pub(crate) use self::store::failing;
 
 impl RateLimitLayer {
+    /// A layer deciding by `limiter`, made by `recipe` (`None`: a limiter built by hand).
+    fn new(limiter: Arc<dyn Limiter>, recipe: Option<Recipe>) -> Self {
+        Self {
+            live: Live::new(limiter.clone(), recipe),
+            limiter,
+            key: Arc::new(PeerIp),
+            settings: Settings::default(),
+            select: None,
+            cost: None,
+            ban: None,
+            built: Arc::default(),
+            #[cfg(feature = "redis")]
+            on_failure: None,
+        }
+    }
+
     /// The recipe of this layer's limiter, for a builder method that makes it again.
     #[track_caller]
-    fn recipe_for(&self, method: &str) -> &Spec {
-        match &self.recipe {
-            Some(recipe) => recipe,
+    fn recipe_for(&self, method: &str) -> Recipe {
+        match &self.live.recipe {
+            Some(recipe) => recipe.clone(),
             None => panic!(
                 "RateLimitLayer::{method}: this layer was made by from_limiter, which keeps the \
                  limiter as it was built; set the store and clock on the RateLimiter \
@@ -88,32 +100,22 @@ impl RateLimitLayer {
         }
     }
 
-    /// The same layer whose limiter is made from `recipe`, over `store` on `clock`.
+    /// The same layer whose limiter is made from `recipe`.
     #[track_caller]
-    fn rebuilt(
-        mut self,
-        method: &str,
-        recipe: Spec,
-        store: Arc<dyn Bind>,
-        clock: LayerClock,
-    ) -> Self {
-        self.recipe = Some(recipe.clone());
-        self.store = Some(store.clone());
-        self.clock = clock.clone();
-        self = self.limited_by(&format!("RateLimitLayer::{method}"), || {
-            bound(&*store, &recipe, &clock)
-        });
-        if self.settings.count_if.is_some() {
-            self.limiter.expect_refunds();
+    fn rebuilt(self, method: &str, recipe: Recipe) -> Self {
+        let method = format!("RateLimitLayer::{method}");
+        let mut layer = self.remade(&method, Some(recipe.clone()), || bound(&recipe));
+        if layer.settings.count_if.is_some() {
+            layer.limiter.expect_refunds();
         }
-        if self.select.is_some() {
-            self.live.picks_plans();
+        if layer.select.is_some() {
+            layer.live.picks_plans.store(true, Ordering::Relaxed);
         }
-        if let Some((ban, _)) = self.ban.take() {
-            let counter = ban_counter(&ban, &self.limiter, &*store, &recipe, &clock);
-            self.ban = Some((ban, counter));
+        if let Some((ban, _)) = layer.ban.take() {
+            let counter = ban_counter(&ban, &layer.limiter, &recipe);
+            layer.ban = Some((ban, counter));
         }
-        self.changed()
+        layer
     }
 
     /// The same layer deciding by the limiter `make` makes, `method` naming what made it.
@@ -122,24 +124,27 @@ impl RateLimitLayer {
     ///
     /// When a handle was taken before: it would not reach the new limiter.
     #[track_caller]
-    pub(crate) fn limited_by(
+    pub(crate) fn limited_by(self, method: &str, make: impl FnOnce() -> Arc<dyn Limiter>) -> Self {
+        let recipe = self.live.recipe.clone();
+        self.remade(method, recipe, make)
+    }
+
+    /// [`limited_by`](Self::limited_by), the new limiter made by `recipe`.
+    #[track_caller]
+    fn remade(
         mut self,
         method: &str,
+        recipe: Option<Recipe>,
         make: impl FnOnce() -> Arc<dyn Limiter>,
     ) -> Self {
         assert!(
-            !self.live.handed_out(),
+            !self.live.handed_out.load(Ordering::Relaxed),
             "{method}: a Handle was taken from this layer before, and would not reach the \
              limiter this makes (its changes and blocks would do nothing); take the handle \
              after the algorithm's options, the store and the clock are set"
         );
         self.limiter = make();
-        self.live = Live::new(
-            self.limiter.clone(),
-            self.recipe.clone(),
-            self.store.clone(),
-            self.clock.clone(),
-        );
+        self.live = Live::new(self.limiter.clone(), recipe);
         self.changed()
     }
 
@@ -149,20 +154,11 @@ impl RateLimitLayer {
         self
     }
 
-    /// The store and clock, for a layer with a recipe.
-    fn parts(&self) -> (Arc<dyn Bind>, LayerClock) {
-        let store = match &self.store {
-            Some(store) => store.clone(),
-            None => Arc::new(Binder(MemoryStore::new())),
-        };
-        (store, self.clock.clone())
-    }
-
-    fn with_settings(mut self, settings: Settings) -> Self {
-        self.settings = settings;
+    /// The same layer with its settings changed by `change`.
+    fn set(mut self, change: impl FnOnce(&mut Settings)) -> Self {
+        change(&mut self.settings);
         self.changed()
     }
-
     /// The policy name shown to clients and used to separate state in the store, as the layer
     /// was built ([`Handle::policy`] once its quotas change live).
     pub fn policy(&self) -> &str {
@@ -193,7 +189,7 @@ impl RateLimitLayer {
     /// # Ok::<(), tollgate::Error>(())
     /// ```
     pub fn handle(&self) -> Handle {
-        self.live.hand_out();
+        self.live.handed_out.store(true, Ordering::Relaxed);
         Handle {
             live: self.live.clone(),
         }
@@ -208,24 +204,18 @@ impl RateLimitLayer {
                     .as_ref()
                     .map(|(ban, counter)| (*ban, counter.clone(), self.settings.dry_run));
                 self.live.serve(|limiter| {
-                    let per_key = match (&self.select, &self.recipe) {
+                    let per_key = match (&self.select, &self.live.recipe) {
                         (Some(select), Some(recipe)) => {
-                            let (store, clock) = self.parts();
                             let settings = self.settings.clone();
                             let maker = Maker {
-                                spec: recipe.clone(),
-                                store,
-                                clock,
+                                recipe: recipe.clone(),
                                 responder: Arc::new(move |limiter| {
                                     Arc::new(Responder::for_limit(limiter, settings.clone()))
                                 }),
                                 expect_refunds: self.settings.count_if.is_some(),
                                 dry_run: self.settings.dry_run,
                                 ban: self.ban.as_ref().map(|(ban, _)| *ban),
-                                held: self.live.held(),
-                                book: self.live.plans.clone(),
-                                #[cfg(feature = "redis")]
-                                fleet: self.live.fleet.clone(),
+                                live: self.live.clone(),
                             };
                             Some(Arc::new(PerKey::new(select.clone(), maker)))
                         }
@@ -239,7 +229,7 @@ impl RateLimitLayer {
                             per_key,
                             self.cost.clone(),
                             ban,
-                            self.live.held(),
+                            self.live.held.clone(),
                         )
                         .keeping(self.live.clone()),
                     )
@@ -249,10 +239,10 @@ impl RateLimitLayer {
     }
 }
 
-/// The limiter of `recipe` over `store`, or a panic naming why the store refuses it.
+/// The limiter of `recipe`, or a panic naming why the store refuses it.
 #[track_caller]
-fn bound(store: &dyn Bind, recipe: &Spec, clock: &LayerClock) -> Arc<dyn Limiter> {
-    match store.bind(recipe, clock, recipe.named()) {
+fn bound(recipe: &Recipe) -> Arc<dyn Limiter> {
+    match recipe.bind() {
         Ok(limiter) => limiter,
         Err(error) => panic!("RateLimitLayer: {error}"),
     }
@@ -261,14 +251,8 @@ fn bound(store: &dyn Bind, recipe: &Spec, clock: &LayerClock) -> Arc<dyn Limiter
 /// The limiter that counts `limiter`'s denials for `ban`, over `store`, or a panic naming why
 /// the store refuses it.
 #[track_caller]
-fn ban_counter(
-    ban: &Ban,
-    limiter: &Arc<dyn Limiter>,
-    store: &dyn Bind,
-    recipe: &Spec,
-    clock: &LayerClock,
-) -> Arc<dyn Limiter> {
-    match ban.bind(limiter, store, clock, recipe.named(), recipe.tie.as_ref()) {
+fn ban_counter(ban: &Ban, limiter: &Arc<dyn Limiter>, recipe: &Recipe) -> Arc<dyn Limiter> {
+    match ban.bind(limiter, recipe, recipe.spec.named()) {
         Ok(counter) => counter,
         Err(error) => panic!("RateLimitLayer::ban: {error}"),
     }

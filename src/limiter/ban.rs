@@ -1,17 +1,14 @@
 //! Bans of repeat offenders ([`RateLimitLayer::ban`](crate::layer::RateLimitLayer::ban)): a
 //! key denied too often is blocked for a while, through the limiter's own store.
 
-use std::any::Any;
-use std::fmt;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 
+use super::bind::Recipe;
 use super::object::{BoxedDecision, DecisionFuture, Limiter};
-use super::spec::{AlgorithmKind, Bind, LayerClock, Spec};
-use crate::clock::Sleep;
+use super::spec::{AlgorithmKind, Spec};
 use crate::store::{Role, Tie, Update};
 use crate::{Decision, Error, Key, Quota};
 
@@ -102,46 +99,43 @@ impl Ban {
     /// Counted for the layer of `tie`, when the limiter is one of a layer's.
     fn counter(&self, policy: &str, tie: Option<&Tie>) -> Spec {
         let quota = Quota::new(self.denials, self.within).named(counter_name(policy));
+        let spec = Spec::new(AlgorithmKind::FixedWindow, vec![quota], false);
         Spec {
-            tie: tie.map(|tie| Tie {
-                layer: tie.layer.clone(),
-                role: Role::Counter,
-            }),
-            ..Spec::new(AlgorithmKind::FixedWindow, vec![quota], false)
+            tie: tie.cloned(),
+            ..spec
         }
+        .in_role(Role::Counter)
     }
 
-    /// The limiter that counts the denials of `limiter` (of the layer of `tie`), bound to
-    /// `store` on `clock`.
+    /// The limiter that counts the denials of `limiter`, made as `recipe` makes the layer's.
     pub(crate) fn bind(
         &self,
         limiter: &Arc<dyn Limiter>,
-        store: &dyn Bind,
-        clock: &LayerClock,
+        recipe: &Recipe,
         shared: bool,
-        tie: Option<&Tie>,
     ) -> Result<Arc<dyn Limiter>, Error> {
-        let counter = store.bind(&self.counter(limiter.policy(), tie), clock, shared)?;
+        let counter = self.counter(limiter.policy(), recipe.spec.tie.as_ref());
+        let counter = recipe.store.bind(&counter, &recipe.clock, shared)?;
         // Counted exactly: a ban comes after the stated number of denials on every server.
         counter.decide_exactly();
         Ok(counter)
     }
 
-    /// `limiter` with this ban: its denials counted by `counter` (from [`bind`](Self::bind)).
-    pub(crate) fn wrap(
+    /// The judge of `limiter`'s denials under this ban, counted by `counter` (from
+    /// [`bind`](Self::bind)).
+    pub(crate) fn judge(
         &self,
-        limiter: Arc<dyn Limiter>,
+        limiter: &Arc<dyn Limiter>,
         counter: Arc<dyn Limiter>,
         dry_run: bool,
-    ) -> Arc<dyn Limiter> {
-        let observer = Reporter::new(limiter.policy());
-        Arc::new(Banning(Arc::new(Judge {
-            limiter,
+    ) -> Arc<Judge> {
+        Arc::new(Judge {
+            limiter: limiter.clone(),
             counter,
             duration: self.duration,
             dry_run,
-            observer,
-        })))
+            observer: Reporter::new(limiter.policy()),
+        })
     }
 }
 
@@ -153,17 +147,12 @@ fn counter_name(policy: &str) -> String {
         return format!("{policy}:ban");
     }
     let digest = Sha256::digest(policy.as_bytes());
-    let mut name = String::from("ban:");
-    for b in &digest[..8] {
-        name.push_str(&format!("{b:02x}"));
-    }
-    name
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("ban:{hex}")
 }
 
-/// A limiter whose denials are counted, and whose repeat offenders are blocked.
-struct Banning(Arc<Judge>);
-
-struct Judge {
+/// Counts a limiter's denials, and blocks its repeat offenders.
+pub(crate) struct Judge {
     limiter: Arc<dyn Limiter>,
     counter: Arc<dyn Limiter>,
     duration: Duration,
@@ -205,16 +194,9 @@ impl Judge {
             return DecisionFuture::Ready(Some(Ok(decision)));
         }
         let judge = Arc::clone(self);
-        let mut banning: BoxedDecision =
-            Box::pin(async move { Ok(judge.ban(key, decision).await) });
+        let banning: BoxedDecision = Box::pin(async move { Ok(judge.ban(key, decision).await) });
         // The memory store answers at once: no task has to come back for it.
-        match banning
-            .as_mut()
-            .poll(&mut Context::from_waker(Waker::noop()))
-        {
-            Poll::Ready(result) => DecisionFuture::Ready(Some(result)),
-            Poll::Pending => DecisionFuture::Waiting(banning),
-        }
+        DecisionFuture::of(banning)
     }
 
     /// Bans `key`, denied by `decision` once too often: blocks it (but in a dry run), logs and
@@ -285,14 +267,15 @@ impl Reporter {
     }
 }
 
-impl Limiter for Banning {
+impl Judge {
+    /// Decides a request as the limiter does, counting its denial.
     #[inline]
-    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
+    pub(crate) fn check(self: &Arc<Self>, key: Key, now: u64, cost: u64) -> DecisionFuture {
         let offender = key.clone();
-        match self.0.limiter.check(key, now, cost) {
-            DecisionFuture::Ready(Some(Ok(decision))) => self.0.judge(offender, now, decision),
+        match self.limiter.check(key, now, cost) {
+            DecisionFuture::Ready(Some(Ok(decision))) => self.judge(offender, now, decision),
             DecisionFuture::Waiting(checking) => {
-                let judge = Arc::clone(&self.0);
+                let judge = Arc::clone(self);
                 DecisionFuture::Waiting(Box::pin(async move {
                     let decision = checking.await?;
                     judge.judge(offender, now, decision).await
@@ -302,75 +285,16 @@ impl Limiter for Banning {
         }
     }
 
-    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
-        self.0.limiter.refund(key, admission, cost)
-    }
-
-    fn peek(&self, key: Key) -> DecisionFuture {
-        self.0.limiter.peek(key)
-    }
-
     /// Resets the key and its count of denials.
-    fn reset(&self, key: Key) -> Update {
+    pub(crate) fn reset(&self, key: Key) -> Update {
         // Both started now, as the limiter's own reset is (the memory store resets at once):
         // a reset awaited later still reaches the table in force when it was asked for.
-        let counted = self.0.counter.reset(key.clone());
-        let reset = self.0.limiter.reset(key);
+        let counted = self.counter.reset(key.clone());
+        let reset = self.limiter.reset(key);
         Box::pin(async move {
             let counted = counted.await;
             reset.await?;
             counted
         })
-    }
-
-    fn block(&self, key: Key, duration: Duration) -> Update {
-        self.0.limiter.block(key, duration)
-    }
-
-    #[inline]
-    fn now(&self) -> u64 {
-        self.0.limiter.now()
-    }
-
-    fn sleep(&self, delay: Duration) -> Sleep {
-        self.0.limiter.sleep(delay)
-    }
-
-    fn quotas(&self) -> &[Quota] {
-        self.0.limiter.quotas()
-    }
-
-    fn policy(&self) -> &str {
-        self.0.limiter.policy()
-    }
-
-    fn refunds(&self) -> bool {
-        self.0.limiter.refunds()
-    }
-
-    fn expect_refunds(&self) {
-        self.0.limiter.expect_refunds();
-    }
-
-    fn decide_exactly(&self) {
-        self.0.limiter.decide_exactly();
-    }
-
-    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.limiter.describe(f)
-    }
-
-    // New quotas are put in force under the bans: a live layer hands its services the
-    // limiter it makes, and they put the bans around it.
-    fn as_any(&self) -> &dyn Any {
-        self.0.limiter.as_any()
-    }
-
-    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
-        self.0.limiter.inherit(previous)
-    }
-
-    fn settled(&self) -> Arc<dyn Limiter> {
-        self.0.limiter.settled()
     }
 }

@@ -14,7 +14,23 @@ use crate::clock::SystemClock;
 use crate::store::{MemoryAlgorithm, MemoryStore};
 use crate::Quota;
 
-impl RateLimiter<Gcra> {
+/// RateLimiter's constructor for each algorithm: `$name(quotas)` decides each quota by
+/// `$algorithm::new`, in memory, on the system clock.
+macro_rules! constructors {
+    ($($(#[$doc:meta])* $name:ident => $algorithm:ident;)*) => {
+        impl RateLimiter<Gcra> {$(
+            $(#[$doc])*
+            pub fn $name<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<$algorithm>>
+            where
+                Q::Algorithm<$algorithm>: MemoryAlgorithm,
+            {
+                RateLimiter::build(quotas, $algorithm::new)
+            }
+        )*}
+    };
+}
+
+constructors! {
     /// GCRA over `quotas` (one [`Quota`], or several that must all allow a request), in memory,
     /// on the system clock.
     ///
@@ -30,13 +46,7 @@ impl RateLimiter<Gcra> {
     /// assert_eq!(decision.tiers().len(), 2);
     /// assert_eq!(decision.remaining, 4);
     /// ```
-    pub fn gcra<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<Gcra>>
-    where
-        Q::Algorithm<Gcra>: MemoryAlgorithm,
-    {
-        RateLimiter::build(quotas, Gcra::new)
-    }
-
+    gcra => Gcra;
     /// A leaky bucket over `quotas`, as a queue, in memory, on the system clock.
     ///
     /// Requests leave one every `period / limit`, never in a burst: a request that finds others
@@ -56,63 +66,28 @@ impl RateLimiter<Gcra> {
     /// assert_eq!(delays[2].delay, Duration::from_millis(200));
     /// assert!(!delays[3].allowed); // the queue holds 3
     /// ```
-    pub fn leaky_bucket<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<LeakyBucket>>
-    where
-        Q::Algorithm<LeakyBucket>: MemoryAlgorithm,
-    {
-        RateLimiter::build(quotas, LeakyBucket::new)
-    }
-
+    leaky_bucket => LeakyBucket;
     /// A token bucket over `quotas`: `burst` tokens, refilled continuously at `limit` per
     /// `period`, starting full; a request takes `cost` tokens. It decides exactly as
     /// [`gcra`](Self::gcra) for the same quota, for those who think in tokens. See
     /// [`TokenBucket`].
-    pub fn token_bucket<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<TokenBucket>>
-    where
-        Q::Algorithm<TokenBucket>: MemoryAlgorithm,
-    {
-        RateLimiter::build(quotas, TokenBucket::new)
-    }
-
+    token_bucket => TokenBucket;
     /// A fixed window over `quotas`: `limit` per `period`, the window starting at the key's
     /// first request (keys do not all reset at once). A hard quota per window, but a client may
     /// pass `2 × limit` across a window's edge. See [`FixedWindow`].
-    pub fn fixed_window<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<FixedWindow>>
-    where
-        Q::Algorithm<FixedWindow>: MemoryAlgorithm,
-    {
-        RateLimiter::build(quotas, FixedWindow::new)
-    }
-
+    fixed_window => FixedWindow;
     /// A sliding window over `quotas`: the previous window's count, weighted by how much of it
     /// the last `period` still covers, plus the current window's. Close to a true sliding
     /// window in a few words per key; [`sub_windows`](RateLimiter::sub_windows) makes it
     /// closer. See [`SlidingWindow`].
-    pub fn sliding_window<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<SlidingWindow>>
-    where
-        Q::Algorithm<SlidingWindow>: MemoryAlgorithm,
-    {
-        RateLimiter::build(quotas, SlidingWindow::new)
-    }
-
+    sliding_window => SlidingWindow;
     /// A sliding log over `quotas`: exact, at most `limit` in any `period`, from the times of
     /// the admitted requests (memory per key grows with `limit`). See [`SlidingLog`].
-    pub fn sliding_log<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<SlidingLog>>
-    where
-        Q::Algorithm<SlidingLog>: MemoryAlgorithm,
-    {
-        RateLimiter::build(quotas, SlidingLog::new)
-    }
-
+    sliding_log => SlidingLog;
     /// The hybrid quota-linear limiter over `quotas`: a whole quota per fixed window for
     /// clients that stay under it, a smooth rate (with a penalty for the rest of the window)
     /// for clients that use it all, until they slow down. See [`Hybrid`].
-    pub fn hybrid<Q: Quotas>(quotas: Q) -> RateLimiter<Q::Algorithm<Hybrid>>
-    where
-        Q::Algorithm<Hybrid>: MemoryAlgorithm,
-    {
-        RateLimiter::build(quotas, Hybrid::new)
-    }
+    hybrid => Hybrid;
 }
 
 impl<A: MemoryAlgorithm> RateLimiter<A> {

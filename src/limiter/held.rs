@@ -2,41 +2,35 @@
 //! through the handle is denied by the layer's limiter and every plan's, those made after the
 //! block included, whatever fills the stores' own blocks.
 
-use std::any::Any;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ban::Bans;
-use super::object::{DecisionFuture, Limiter};
-use crate::clock::Sleep;
-use crate::store::Blocks;
-use crate::store::Update;
-use crate::{Decision, Error, Key, Quota};
+use super::ban::{Bans, Judge};
+use super::object::{DecisionFuture, Limiter, Wrapper};
+use crate::store::{Blocks, Update};
+use crate::{Decision, Error, Key};
 
-/// `limiter` (the layer's or a plan's) denying the keys `held` blocks.
-pub(crate) fn held(limiter: Arc<dyn Limiter>, held: Arc<Blocks>) -> Arc<dyn Limiter> {
-    Arc::new(Held { limiter, held })
-}
-
-/// `limiter` with `bans` around it, if any, and the handle's blocks (`held`) around that: a
-/// key the operator blocked is denied before its request is judged, so it is never counted
-/// towards a ban, and blocks only the operator makes can never be crowded out by bans.
+/// `limiter` (the layer's or a plan's) with `bans` around it, if any, and the handle's blocks
+/// (`held`) around that: a key the operator blocked is denied before its request is judged, so
+/// it is never counted towards a ban, and blocks only the operator makes can never be crowded
+/// out by bans.
 pub(crate) fn guarded(
     bans: &Option<Bans>,
     held: &Arc<Blocks>,
     limiter: Arc<dyn Limiter>,
 ) -> Arc<dyn Limiter> {
-    let limiter = match bans {
-        Some((ban, counter, dry_run)) => ban.wrap(limiter, counter.clone(), *dry_run),
-        None => limiter,
-    };
-    self::held(limiter, held.clone())
+    let ban = bans
+        .as_ref()
+        .map(|(ban, counter, dry_run)| ban.judge(&limiter, counter.clone(), *dry_run));
+    let held = held.clone();
+    Arc::new(Held { limiter, held, ban })
 }
 
+/// A limiter under the handle's blocks and the layer's bans.
 struct Held {
     limiter: Arc<dyn Limiter>,
     held: Arc<Blocks>,
+    ban: Option<Arc<Judge>>,
 }
 
 impl Held {
@@ -73,17 +67,20 @@ impl Held {
     }
 }
 
-impl Limiter for Held {
+impl Wrapper for Held {
+    fn inner(&self) -> &Arc<dyn Limiter> {
+        &self.limiter
+    }
+
     #[inline]
     fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
         match self.left(&key, now) {
             Some(left) => self.denied(key, left),
-            None => self.limiter.check(key, now, cost),
+            None => match &self.ban {
+                Some(judge) => judge.check(key, now, cost),
+                None => self.limiter.check(key, now, cost),
+            },
         }
-    }
-
-    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
-        self.limiter.refund(key, admission, cost)
     }
 
     fn peek(&self, key: Key) -> DecisionFuture {
@@ -94,65 +91,9 @@ impl Limiter for Held {
     }
 
     fn reset(&self, key: Key) -> Update {
-        self.limiter.reset(key)
-    }
-
-    fn block(&self, key: Key, duration: Duration) -> Update {
-        self.limiter.block(key, duration)
-    }
-
-    #[inline]
-    fn now(&self) -> u64 {
-        self.limiter.now()
-    }
-
-    fn sleep(&self, delay: Duration) -> Sleep {
-        self.limiter.sleep(delay)
-    }
-
-    fn quotas(&self) -> &[Quota] {
-        self.limiter.quotas()
-    }
-
-    fn policy(&self) -> &str {
-        self.limiter.policy()
-    }
-
-    fn refunds(&self) -> bool {
-        self.limiter.refunds()
-    }
-
-    fn expect_refunds(&self) {
-        self.limiter.expect_refunds();
-    }
-
-    fn decide_exactly(&self) {
-        self.limiter.decide_exactly();
-    }
-
-    fn in_flight(&self) -> Option<u64> {
-        self.limiter.in_flight()
-    }
-
-    fn release(&self, key: &Key, cost: u64, lease: u64) {
-        self.limiter.release(key, cost, lease);
-    }
-
-    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.limiter.describe(f)
-    }
-
-    // New quotas are put in force under this wrapper: a live layer's services put it around
-    // the limiter they are handed, and a plan's limiter is never handed new quotas.
-    fn as_any(&self) -> &dyn Any {
-        self.limiter.as_any()
-    }
-
-    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
-        self.limiter.inherit(previous)
-    }
-
-    fn settled(&self) -> Arc<dyn Limiter> {
-        self.limiter.settled()
+        match &self.ban {
+            Some(judge) => judge.reset(key),
+            None => self.limiter.reset(key),
+        }
     }
 }

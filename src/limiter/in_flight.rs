@@ -57,10 +57,7 @@ impl Limiter for InFlight {
             let never = Decision::deny(self.limit, self.limit, Duration::ZERO, None);
             return DecisionFuture::Ready(Some(Ok(never)));
         }
-        match self.slots.acquire(key, now, cost) {
-            Acquire::Ready(result) => DecisionFuture::Ready(Some(result)),
-            Acquire::Waiting(future) => DecisionFuture::Waiting(future),
-        }
+        answer(self.slots.acquire(key, now, cost))
     }
 
     fn refund(&self, _key: Key, _admission: &Decision, _cost: u64) -> DecisionFuture {
@@ -72,10 +69,7 @@ impl Limiter for InFlight {
 
     /// The slots of `key` free now, taking none.
     fn peek(&self, key: Key) -> DecisionFuture {
-        match self.slots.acquire(key, self.now(), 0) {
-            Acquire::Ready(result) => DecisionFuture::Ready(Some(result)),
-            Acquire::Waiting(future) => DecisionFuture::Waiting(future),
-        }
+        answer(self.slots.acquire(key, self.now(), 0))
     }
 
     // A layer's handle also holds blocks of an in-flight limit itself (in this process); a
@@ -142,6 +136,14 @@ impl Limiter for InFlight {
     }
 }
 
+/// The store's answer to an acquisition, as a limiter's.
+fn answer(acquired: Acquire) -> DecisionFuture {
+    match acquired {
+        Acquire::Ready(result) => DecisionFuture::Ready(Some(result)),
+        Acquire::Waiting(future) => DecisionFuture::Waiting(future),
+    }
+}
+
 /// The slots an admitted request holds, given back exactly once: when the response body ends,
 /// or when whatever holds this is dropped (the body, the response, or the request's future
 /// when the client goes away, a timeout drops it, or the handler panics).
@@ -168,9 +170,7 @@ impl Hold {
             lease: admission.receipt(),
         })
     }
-}
 
-impl Hold {
     /// The policy name of the limit whose slots these are.
     pub(crate) fn policy(&self) -> &str {
         self.limiter.policy()

@@ -5,6 +5,7 @@
 //! limiters from.
 
 mod ban;
+mod bind;
 mod constructors;
 mod held;
 pub(crate) mod in_flight;
@@ -18,6 +19,8 @@ mod typed;
 
 pub use self::ban::Ban;
 pub(crate) use self::ban::Bans;
+pub use self::bind::LayerStore;
+pub(crate) use self::bind::{Bind, Binder, Recipe};
 pub(crate) use self::held::guarded;
 pub(crate) use self::in_flight::Hold;
 pub(crate) use self::live::{Live, LivePlans, Serve};
@@ -25,6 +28,5 @@ pub(crate) use self::object::{DecisionFuture, Limiter};
 pub(crate) use self::per_key::{Maker, PerKey};
 pub use self::plan::Plan;
 pub(crate) use self::plan::{sealed, Select};
-pub use self::spec::LayerStore;
-pub(crate) use self::spec::{AlgorithmKind, Bind, Binder, LayerClock, Spec};
+pub(crate) use self::spec::{AlgorithmKind, LayerClock, Spec};
 pub use self::typed::RateLimiter;

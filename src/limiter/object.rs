@@ -45,7 +45,7 @@ impl DecisionFuture {
     /// polled here with a waker that does nothing is polled again, with the task's waker,
     /// before anyone waits on it.
     #[inline]
-    fn of<F>(mut future: F) -> Self
+    pub(crate) fn of<F>(mut future: F) -> Self
     where
         F: Future<Output = Result<Decision, Error>> + Send + Unpin + 'static,
     {
@@ -210,11 +210,118 @@ where
     }
 
     fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimiter")
-            .field("policy", &RateLimiter::policy(self))
-            .field("quotas", &RateLimiter::quotas(self))
-            .field("algorithm", self.algorithm())
-            .finish_non_exhaustive()
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A limiter around another ([`inner`](Self::inner)): it changes the operations it overrides,
+/// and every other is the inner limiter's.
+pub(crate) trait Wrapper: Send + Sync + 'static {
+    /// The limiter wrapped.
+    fn inner(&self) -> &Arc<dyn Limiter>;
+
+    /// [`Limiter::check`].
+    #[inline]
+    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
+        self.inner().check(key, now, cost)
+    }
+
+    /// [`Limiter::refund`].
+    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
+        self.inner().refund(key, admission, cost)
+    }
+
+    /// [`Limiter::peek`].
+    fn peek(&self, key: Key) -> DecisionFuture {
+        self.inner().peek(key)
+    }
+
+    /// [`Limiter::reset`].
+    fn reset(&self, key: Key) -> Update {
+        self.inner().reset(key)
+    }
+
+    /// [`Limiter::block`].
+    fn block(&self, key: Key, duration: Duration) -> Update {
+        self.inner().block(key, duration)
+    }
+}
+
+// New quotas are put in force under a wrapper (`as_any`, `inherit`, `settled` are the inner
+// limiter's): a live layer's services put the wrappers around the limiter they are handed.
+impl<W: Wrapper> Limiter for W {
+    #[inline]
+    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
+        Wrapper::check(self, key, now, cost)
+    }
+
+    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
+        Wrapper::refund(self, key, admission, cost)
+    }
+
+    fn peek(&self, key: Key) -> DecisionFuture {
+        Wrapper::peek(self, key)
+    }
+
+    fn reset(&self, key: Key) -> Update {
+        Wrapper::reset(self, key)
+    }
+
+    fn block(&self, key: Key, duration: Duration) -> Update {
+        Wrapper::block(self, key, duration)
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        self.inner().now()
+    }
+
+    fn sleep(&self, delay: Duration) -> Sleep {
+        self.inner().sleep(delay)
+    }
+
+    fn quotas(&self) -> &[Quota] {
+        self.inner().quotas()
+    }
+
+    fn policy(&self) -> &str {
+        self.inner().policy()
+    }
+
+    fn refunds(&self) -> bool {
+        self.inner().refunds()
+    }
+
+    fn expect_refunds(&self) {
+        self.inner().expect_refunds();
+    }
+
+    fn decide_exactly(&self) {
+        self.inner().decide_exactly();
+    }
+
+    fn in_flight(&self) -> Option<u64> {
+        self.inner().in_flight()
+    }
+
+    fn release(&self, key: &Key, cost: u64, lease: u64) {
+        self.inner().release(key, cost, lease);
+    }
+
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner().describe(f)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self.inner().as_any()
+    }
+
+    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
+        self.inner().inherit(previous)
+    }
+
+    fn settled(&self) -> Arc<dyn Limiter> {
+        self.inner().settled()
     }
 }
 

@@ -4,17 +4,20 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use foldhash::fast::RandomState;
 
 use super::ban::Ban;
-use super::held::held;
+use super::bind::Recipe;
+use super::held::guarded;
+#[cfg(feature = "redis")]
+use super::live::gate::gated;
+use super::live::Live;
 use super::object::Limiter;
-use super::plan::{PlanBook, Select};
-use super::spec::{Bind, LayerClock, Spec};
+use super::plan::Select;
 use crate::key::RequestHead;
-use crate::store::{Blocks, Role};
+use crate::store::Role;
 use crate::{Key, Quota};
 
 /// How many plans one layer keeps limiters for at once. Past this, the least recently used
@@ -49,11 +52,14 @@ pub(super) struct Entry<R> {
 /// the store refuses the plan.
 pub(crate) type Picked<R> = Result<Option<Arc<Policy<R>>>, crate::Error>;
 
-/// The policies of the plans dropped to make room, by their quotas.
-pub(super) type Evicted<R> = HashMap<Box<[Quota]>, Arc<Policy<R>>, RandomState>;
-
-/// The policies of the plans picked lately, by their quotas.
-pub(super) type Policies<R> = HashMap<Box<[Quota]>, Entry<R>, RandomState>;
+/// The policies made for plans, by their quotas.
+pub(super) struct Made<R> {
+    /// Those of the plans picked lately.
+    pub(super) held: HashMap<Box<[Quota]>, Entry<R>, RandomState>,
+    /// Those of the plans dropped from `held` to make room, and not made again since: their
+    /// state stays in the store, where a handle's reset and block must still reach it.
+    pub(super) evicted: HashMap<Box<[Quota]>, Arc<Policy<R>>, RandomState>,
+}
 
 /// Makes what the layer answers a plan's requests with, for the plan's limiter.
 pub(crate) type Respond<R> = dyn Fn(&Arc<dyn Limiter>) -> R + Send + Sync;
@@ -61,9 +67,7 @@ pub(crate) type Respond<R> = dyn Fn(&Arc<dyn Limiter>) -> R + Send + Sync;
 /// How a layer makes the limiter of a plan: its algorithm and options, store and clock, and
 /// what it answers the plan's requests with.
 pub(crate) struct Maker<R> {
-    pub(crate) spec: Spec,
-    pub(crate) store: Arc<dyn Bind>,
-    pub(crate) clock: LayerClock,
+    pub(crate) recipe: Recipe,
     /// Makes what the layer answers a plan's requests with, for the plan's limiter.
     pub(crate) responder: Arc<Respond<R>>,
     /// Whether the layer refunds admissions (`count_if`): each plan's store is told so.
@@ -72,24 +76,17 @@ pub(crate) struct Maker<R> {
     pub(crate) dry_run: bool,
     /// The layer's bans, applied to each plan under the plan's policy.
     pub(crate) ban: Option<Ban>,
-    /// The keys blocked through the layer's handle, which every plan denies.
-    pub(crate) held: Arc<Blocks>,
-    /// The quotas in force for the plans changed live.
-    pub(crate) book: Arc<PlanBook>,
-    /// The servers sharing the layer's Redis, whose record a plan's first requests wait for.
-    #[cfg(feature = "redis")]
-    pub(crate) fleet: Option<Arc<super::live::fleet::Fleet>>,
+    /// The layer's live part: the keys blocked through its handle, which every plan denies,
+    /// the quotas in force for the plans changed live, and the servers sharing its Redis,
+    /// whose record a plan's first requests wait for.
+    pub(crate) live: Arc<Live>,
 }
 
 /// The plan selector and the limiters made for the plans it picked lately.
 pub(crate) struct PerKey<R> {
     select: Arc<Select>,
     maker: Maker<R>,
-    pub(super) policies: RwLock<Policies<R>>,
-    /// The limiters of the plans dropped from `policies` to make room, and not made again
-    /// since: their state stays in the store, where a handle's reset and block must still
-    /// reach it.
-    pub(super) evicted: Mutex<Evicted<R>>,
+    made_for: RwLock<Made<R>>,
     /// Whether some plan was dropped past [`MAX_EVICTED_PLANS`]: a reset or block may miss it.
     forgot: AtomicBool,
     /// How many policies have been made: entries used since the last one share its count.
@@ -110,8 +107,10 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         Self {
             select,
             maker,
-            policies: RwLock::new(HashMap::default()),
-            evicted: Mutex::new(HashMap::default()),
+            made_for: RwLock::new(Made {
+                held: HashMap::default(),
+                evicted: HashMap::default(),
+            }),
             forgot: AtomicBool::new(false),
             made: AtomicU64::new(0),
             warned_evicting: AtomicBool::new(false),
@@ -141,15 +140,10 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
     /// `Err` when some plan was dropped past [`MAX_EVICTED_PLANS`]: the limiters are those
     /// known, and a reset or block through them may miss a client of a forgotten plan.
     pub(crate) fn limiters(&self) -> (Vec<Arc<dyn Limiter>>, Result<(), crate::Error>) {
-        let mut limiters: Vec<Arc<dyn Limiter>> = {
-            let policies = self.policies.read().unwrap_or_else(PoisonError::into_inner);
-            policies
-                .values()
-                .map(|entry| entry.policy.limiter.clone())
-                .collect()
-        };
-        let evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
-        limiters.extend(evicted.values().map(|policy| policy.limiter.clone()));
+        let made = self.read();
+        let held = made.held.values().map(|entry| &entry.policy);
+        let all = held.chain(made.evicted.values());
+        let limiters = all.map(|policy| policy.limiter.clone()).collect();
         let known = if self.forgot.load(Ordering::Relaxed) {
             Err(crate::Error::misconfigured(
                 "quota_for picked more than 4352 distinct plans, and the layer forgot some: a \
@@ -170,11 +164,9 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         quotas: &[Quota],
         shared: bool,
     ) -> Result<Arc<dyn Limiter>, crate::Error> {
-        let maker = &self.maker;
-        let spec = maker.spec.for_plan(quotas).in_role(Role::Plan);
-        let limiter = maker.store.bind(&spec, &maker.clock, shared)?;
+        let limiter = self.maker.recipe.bind_for(quotas, Role::Plan, shared)?;
         // Told of refunds as the layer's own limiter is.
-        if maker.expect_refunds {
+        if self.maker.expect_refunds {
             limiter.expect_refunds();
         }
         Ok(limiter)
@@ -187,10 +179,7 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         let maker = &self.maker;
         let mut bare = self.bind(plan, true)?;
         let counter = match &maker.ban {
-            Some(ban) => {
-                let tie = maker.spec.tie.as_ref();
-                Some(ban.bind(&bare, &*maker.store, &maker.clock, true, tie)?)
-            }
+            Some(ban) => Some(ban.bind(&bare, &maker.recipe, true)?),
             None => None,
         };
         if plan != quotas {
@@ -207,11 +196,11 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         counter: Option<Arc<dyn Limiter>>,
     ) -> Policy<R> {
         let maker = &self.maker;
-        let limiter = match (&maker.ban, &counter) {
-            (Some(ban), Some(counter)) => ban.wrap(bare.clone(), counter.clone(), maker.dry_run),
-            _ => bare.clone(),
-        };
-        let limiter = held(limiter, maker.held.clone());
+        let bans = maker
+            .ban
+            .zip(counter.clone())
+            .map(|(b, c)| (b, c, maker.dry_run));
+        let limiter = guarded(&bans, &maker.live.held, bare.clone());
         let responder = (maker.responder)(&limiter);
         Policy {
             limiter,
@@ -223,28 +212,22 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
 
     /// The quotas in force for `plan`.
     fn in_force(&self, plan: &[Quota]) -> Option<Arc<[Quota]>> {
-        let book = self
-            .maker
-            .book
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        book.get(plan).cloned()
+        let book = self.maker.live.plans.lock();
+        book.unwrap_or_else(PoisonError::into_inner)
+            .get(plan)
+            .cloned()
     }
 
-    /// Keeps the policy of the plan of `quotas`, dropped to make room.
-    fn evicted(&self, quotas: Box<[Quota]>, policy: Arc<Policy<R>>) {
-        let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
-        if evicted.len() < MAX_EVICTED_PLANS {
-            evicted.insert(quotas, policy);
-        } else {
-            // Warned once: when the layer first forgets a plan.
-            Self::warn_once(
-                &self.forgot,
-                "quota_for picked more than 4352 distinct plans; a handle's reset and block no \
-                 longer reach every plan dropped to make room. If the selector makes quotas up \
-                 from request data, bound it",
-            );
-        }
+    /// The policies made, read.
+    pub(super) fn read(&self) -> RwLockReadGuard<'_, Made<R>> {
+        self.made_for.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The policies made, to change.
+    pub(super) fn write(&self) -> RwLockWriteGuard<'_, Made<R>> {
+        self.made_for
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The policy of this request's plan, made on first use with the layer's algorithm
@@ -258,18 +241,12 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             // Until the fleet's record was read, the plan's quotas may be about to change:
             // the request waits for it.
             #[cfg(feature = "redis")]
-            if let (Ok(Some(picked)), Some(fleet)) = (&policy, &self.maker.fleet) {
+            if let (Ok(Some(picked)), Some(fleet)) = (&policy, &self.maker.live.fleet) {
                 if !fleet.ready() {
                     let per_key = self.clone();
                     let plan: Box<[Quota]> = quotas.into();
-                    let limiter =
-                        super::live::gate::gate_plan(fleet, picked.limiter.clone(), move || {
-                            per_key
-                                .lookup(&plan)
-                                .ok()
-                                .flatten()
-                                .map(|p| p.limiter.clone())
-                        });
+                    let then = move || Some(per_key.lookup(&plan).ok()??.limiter.clone());
+                    let limiter = gated(fleet, picked.limiter.clone(), then, false);
                     let responder = picked.responder.clone();
                     policy = Ok(Some(Arc::new(Policy {
                         limiter,
@@ -288,22 +265,22 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
     /// live is not: its keys keep their plan's limiter and what they used there, rather than
     /// moving to the layer's, which never saw them.
     pub(crate) fn lookup(&self, quotas: &[Quota]) -> Picked<R> {
-        if *quotas == *self.maker.spec.quotas {
+        if *quotas == *self.maker.recipe.spec.quotas {
             return Ok(None);
         }
         // A hit: a read lock, and a write to the entry once per policy made.
         let made = self.made.load(Ordering::Relaxed);
-        if let Some(entry) = self
-            .policies
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(quotas)
-        {
-            if entry.used.load(Ordering::Relaxed) != made {
-                entry.used.store(made, Ordering::Relaxed);
+        let evicted = {
+            let made_for = self.read();
+            if let Some(entry) = made_for.held.get(quotas) {
+                if entry.used.load(Ordering::Relaxed) != made {
+                    entry.used.store(made, Ordering::Relaxed);
+                }
+                return Ok(Some(entry.policy.clone()));
             }
-            return Ok(Some(entry.policy.clone()));
-        }
+            // A plan dropped to make room comes back with its limiter (and what its keys used).
+            made_for.evicted.get(quotas).cloned()
+        };
         if quotas.is_empty() {
             Self::warn_once(
                 &self.warned_empty,
@@ -311,13 +288,6 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             );
             return Ok(None);
         }
-        // A plan dropped to make room comes back with its limiter (and what its keys used).
-        let evicted = self
-            .evicted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(quotas)
-            .cloned();
         let in_force = self.in_force(quotas);
         let policy = match evicted {
             Some(policy) => Ok(policy),
@@ -338,43 +308,48 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
                 return Err(refused);
             }
         };
-        let mut policies = self
-            .policies
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(entry) = policies.get(quotas) {
+        let mut made_for = self.write();
+        if let Some(entry) = made_for.held.get(quotas) {
             return Ok(Some(entry.policy.clone()));
         }
         if self.in_force(quotas) != in_force {
             // The plan's quotas changed meanwhile: made again with them.
-            drop(policies);
+            drop(made_for);
             return self.lookup(quotas);
         }
-        if policies.len() >= MAX_PLANS {
+        let Made { held, evicted } = &mut *made_for;
+        if held.len() >= MAX_PLANS {
             Self::warn_once(
                 &self.warned_evicting,
                 "quota_for picked more than 256 distinct plans; the least recently used \
                  plans' limiters are made again when next needed (their state is kept in \
                  the store). If the selector makes quotas up from request data, bound it",
             );
-            let oldest = policies
+            let oldest = held
                 .iter()
                 .min_by_key(|(_, entry)| entry.used.load(Ordering::Relaxed))
                 .map(|(quotas, _)| quotas.clone());
-            if let Some((oldest, entry)) = oldest.and_then(|q| policies.remove_entry(&q)) {
-                self.evicted(oldest, entry.policy);
+            if let Some((oldest, entry)) = oldest.and_then(|q| held.remove_entry(&q)) {
+                if evicted.len() < MAX_EVICTED_PLANS {
+                    evicted.insert(oldest, entry.policy);
+                } else {
+                    // Warned once: when the layer first forgets a plan.
+                    Self::warn_once(
+                        &self.forgot,
+                        "quota_for picked more than 4352 distinct plans; a handle's reset and \
+                         block no longer reach every plan dropped to make room. If the \
+                         selector makes quotas up from request data, bound it",
+                    );
+                }
             }
         }
-        self.evicted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(quotas);
+        evicted.remove(quotas);
         let made = self.made.fetch_add(1, Ordering::Relaxed) + 1;
         let entry = Entry {
             policy: policy.clone(),
             used: AtomicU64::new(made),
         };
-        policies.insert(quotas.into(), entry);
+        held.insert(quotas.into(), entry);
         Ok(Some(policy))
     }
 }

@@ -2,11 +2,11 @@
 //! the plan's limiter is replaced by one of the new quotas that takes over from it, each key
 //! keeping what it used, wherever the layer keeps it (held, or dropped to make room).
 
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use super::live::LivePlans;
 use super::object::Limiter;
-use super::per_key::{PerKey, Policy};
+use super::per_key::{Made, PerKey, Policy};
 use crate::Quota;
 
 impl<R: Clone + Send + Sync + 'static> PerKey<R> {
@@ -37,31 +37,21 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
 
     /// The policy made for `plan`, held or dropped to make room.
     fn made(&self, plan: &[Quota]) -> Option<Arc<Policy<R>>> {
-        let policies = self.policies.read().unwrap_or_else(PoisonError::into_inner);
-        if let Some(entry) = policies.get(plan) {
-            return Some(entry.policy.clone());
-        }
-        let evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
-        evicted.get(plan).cloned()
+        let made = self.read();
+        let held = made.held.get(plan).map(|entry| entry.policy.clone());
+        held.or_else(|| made.evicted.get(plan).cloned())
     }
 
     /// Puts `next` in `current`'s place for `plan`, unless another took it meanwhile.
     fn replace(&self, plan: &[Quota], current: &Arc<Policy<R>>, next: Arc<Policy<R>>) {
-        let mut policies = self
-            .policies
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(entry) = policies.get_mut(plan) {
-            if Arc::ptr_eq(&entry.policy, current) {
-                entry.policy = next;
-            }
-            return;
-        }
-        let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(policy) = evicted.get_mut(plan) {
-            if Arc::ptr_eq(policy, current) {
-                *policy = next;
-            }
+        let mut made = self.write();
+        let Made { held, evicted } = &mut *made;
+        let policy = match held.get_mut(plan) {
+            Some(entry) => Some(&mut entry.policy),
+            None => evicted.get_mut(plan),
+        };
+        if let Some(policy) = policy.filter(|policy| Arc::ptr_eq(policy, current)) {
+            *policy = next;
         }
     }
 }

@@ -6,14 +6,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::object::Limiter;
-use super::typed::RateLimiter;
-use crate::algorithm::{
-    FixedWindow, Gcra, Hybrid, LeakyBucket, SlidingLog, SlidingWindow, Tiered, TokenBucket,
-};
+use crate::algorithm::FixedWindow;
 use crate::clock::{Clock, Sleep, SystemClock};
-use crate::store::{Role, Store, Tie};
-use crate::{Error, Quota};
+use crate::store::{Role, Tie};
+use crate::Quota;
 
 /// The crate's algorithms, by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,23 +35,12 @@ impl AlgorithmKind {
         ("hybrid", AlgorithmKind::Hybrid),
     ];
 
-    /// The algorithm named `name` in configuration.
-    #[cfg(feature = "serde")]
-    pub(crate) fn from_name(name: &str) -> Option<AlgorithmKind> {
-        Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, k)| *k)
-    }
-
     /// The name configuration files give it.
     pub(crate) fn name(self) -> &'static str {
         Self::ALL
             .iter()
             .find(|(_, k)| *k == self)
             .map_or("", |(n, _)| n)
-    }
-
-    /// Whether `max_delay` applies: the algorithms that can shape.
-    pub(crate) fn shapes(self) -> bool {
-        matches!(self, AlgorithmKind::Gcra | AlgorithmKind::TokenBucket)
     }
 }
 
@@ -72,13 +57,14 @@ pub(crate) struct Spec {
     pub(crate) sub_windows: Option<usize>,
     /// Calendar windows (the fixed window).
     pub(crate) aligned: bool,
-    /// Which of a layer's limiters this is, for a store shared by servers; `None` until the
-    /// spec is a layer's own ([`own`](Self::own)).
+    /// Which of a layer's limiters this is, for a store shared by servers.
     pub(crate) tie: Option<Tie>,
 }
 
 impl Spec {
+    /// The spec of a layer's own limiter: the layer is named by its quotas' policy.
     pub(crate) fn new(kind: AlgorithmKind, quotas: Vec<Quota>, tiered: bool) -> Self {
+        let layer = super::typed::policy_of(&quotas);
         Self {
             kind,
             tiered,
@@ -86,7 +72,10 @@ impl Spec {
             max_delay: None,
             sub_windows: None,
             aligned: false,
-            tie: None,
+            tie: Some(Tie {
+                layer,
+                role: Role::Own,
+            }),
         }
     }
 
@@ -100,18 +89,6 @@ impl Spec {
         }
     }
 
-    /// This spec as a layer's own limiter: the layer is named by its quotas' policy.
-    pub(crate) fn own(self) -> Self {
-        let layer = super::typed::policy_of(&self.quotas);
-        Self {
-            tie: Some(Tie {
-                layer,
-                role: Role::Own,
-            }),
-            ..self
-        }
-    }
-
     /// The same spec in `role` for the same layer.
     pub(crate) fn in_role(mut self, role: Role) -> Self {
         if let Some(tie) = &mut self.tie {
@@ -122,47 +99,62 @@ impl Spec {
 
     /// The policy is shared under its name when every quota was named.
     pub(crate) fn named(&self) -> bool {
-        self.quotas.iter().all(|q| q.explicit_name().is_some())
+        super::typed::named(&self.quotas)
     }
-}
 
-/// A store that keeps every algorithm of the crate, alone and in tiers: what
-/// [`RateLimitLayer::store`](crate::layer::RateLimitLayer::store) takes. `MemoryStore` and
-/// `RedisStore` are; so is any store of your own that implements [`Store`] for each.
-pub trait LayerStore:
-    Store<Gcra>
-    + Store<Tiered<Gcra>>
-    + Store<TokenBucket>
-    + Store<Tiered<TokenBucket>>
-    + Store<LeakyBucket>
-    + Store<Tiered<LeakyBucket>>
-    + Store<FixedWindow>
-    + Store<Tiered<FixedWindow>>
-    + Store<SlidingWindow>
-    + Store<Tiered<SlidingWindow>>
-    + Store<SlidingLog>
-    + Store<Tiered<SlidingLog>>
-    + Store<Hybrid>
-    + Store<Tiered<Hybrid>>
-{
-}
+    /// This spec shaping up to `max_delay`, or why its algorithm cannot shape.
+    pub(crate) fn shaping(self, max_delay: Duration) -> Result<Self, String> {
+        let shapes = matches!(self.kind, AlgorithmKind::Gcra | AlgorithmKind::TokenBucket);
+        self.only(
+            shapes,
+            "only gcra and token_bucket shape",
+            " (the leaky bucket always queues: its burst is the queue)",
+        )?;
+        let max_delay = Some(max_delay);
+        Ok(Self { max_delay, ..self })
+    }
 
-impl<T> LayerStore for T where
-    T: Store<Gcra>
-        + Store<Tiered<Gcra>>
-        + Store<TokenBucket>
-        + Store<Tiered<TokenBucket>>
-        + Store<LeakyBucket>
-        + Store<Tiered<LeakyBucket>>
-        + Store<FixedWindow>
-        + Store<Tiered<FixedWindow>>
-        + Store<SlidingWindow>
-        + Store<Tiered<SlidingWindow>>
-        + Store<SlidingLog>
-        + Store<Tiered<SlidingLog>>
-        + Store<Hybrid>
-        + Store<Tiered<Hybrid>>
-{
+    /// This spec keeping `k` counters per period, or why it cannot.
+    pub(crate) fn with_sub_windows(self, k: usize) -> Result<Self, String> {
+        let sliding = self.kind == AlgorithmKind::SlidingWindow;
+        self.only(sliding, "sub-windows are the sliding window's", "")?;
+        if !(1..=64).contains(&k) {
+            return Err("the sliding window keeps 1 to 64 counters per period".into());
+        }
+        let sub_windows = Some(k);
+        Ok(Self {
+            sub_windows,
+            ..self
+        })
+    }
+
+    /// This spec with calendar windows, or why it cannot have them.
+    pub(crate) fn with_aligned(self) -> Result<Self, String> {
+        let fixed = self.kind == AlgorithmKind::FixedWindow;
+        self.only(fixed, "calendar windows are the fixed window's", "")?;
+        let short = |q: &&Quota| q.period() < FixedWindow::MIN_ALIGNED_PERIOD;
+        if let Some(short) = self.quotas.iter().find(short) {
+            return Err(format!(
+                "the quota \"{short}\" has a period shorter than 1 ms, too short for calendar \
+                 windows; use a longer period or leave aligned unset"
+            ));
+        }
+        Ok(Self {
+            aligned: true,
+            ..self
+        })
+    }
+
+    /// `Ok` when an option `applies` to this algorithm, else the `rule` it breaks.
+    fn only(&self, applies: bool, rule: &str, note: &str) -> Result<(), String> {
+        match applies {
+            true => Ok(()),
+            false => Err(format!(
+                "{rule}; this layer's algorithm is {}{note}",
+                self.kind.name()
+            )),
+        }
+    }
 }
 
 /// A layer's clock: the system clock without a virtual call, or any other.
@@ -181,157 +173,40 @@ impl fmt::Debug for LayerClock {
     }
 }
 
+/// `$body` with `$clock` the layer's clock, the system clock without a virtual call.
+macro_rules! on_clock {
+    ($layer:expr, $clock:ident => $body:expr) => {
+        match $layer {
+            LayerClock::System => {
+                let $clock = &SystemClock;
+                $body
+            }
+            LayerClock::Other($clock) => $body,
+        }
+    };
+}
+
 impl Clock for LayerClock {
     #[inline]
     fn now(&self) -> Duration {
-        match self {
-            LayerClock::System => SystemClock.now(),
-            LayerClock::Other(clock) => clock.now(),
-        }
+        on_clock!(self, clock => clock.now())
     }
 
     #[inline]
     fn now_nanos(&self) -> u64 {
-        match self {
-            LayerClock::System => SystemClock.now_nanos(),
-            LayerClock::Other(clock) => clock.now_nanos(),
-        }
+        on_clock!(self, clock => clock.now_nanos())
     }
 
     fn sleep(&self, duration: Duration) -> Sleep {
-        match self {
-            LayerClock::System => SystemClock.sleep(duration),
-            LayerClock::Other(clock) => clock.sleep(duration),
-        }
+        on_clock!(self, clock => clock.sleep(duration))
     }
 
     #[inline]
     fn wall_nanos(&self) -> u64 {
-        match self {
-            LayerClock::System => SystemClock.wall_nanos(),
-            LayerClock::Other(clock) => clock.wall_nanos(),
-        }
+        on_clock!(self, clock => clock.wall_nanos())
     }
 
     fn follows_system_time(&self) -> bool {
-        match self {
-            LayerClock::System => true,
-            LayerClock::Other(clock) => clock.follows_system_time(),
-        }
-    }
-}
-
-/// Makes limiters from specs over one store.
-pub(crate) trait Bind: Send + Sync + 'static {
-    /// The limiter of `spec` on `clock`, its state shared under its policy name when
-    /// `shared`; an error when the store cannot keep its quotas.
-    fn bind(
-        &self,
-        spec: &Spec,
-        clock: &LayerClock,
-        shared: bool,
-    ) -> Result<Arc<dyn Limiter>, Error>;
-
-    /// This store with `on_failure` as its failure policy; `None` for a store that has none
-    /// (only a `RedisStore` fails over).
-    #[cfg(feature = "redis")]
-    fn failing(&self, on_failure: &crate::store::OnFailure) -> Option<Arc<dyn Bind>>;
-
-    /// The record of the layer named `layer`'s quotas changed live, which every server
-    /// sharing the store follows; `None` for a store of one server (only a `RedisStore` is
-    /// shared).
-    #[cfg(feature = "redis")]
-    fn record(&self, layer: &str) -> Option<crate::store::LiveRecord>;
-}
-
-/// A copy of `store` whose tables serve `tie` (a `RedisStore`; other stores keep nothing of
-/// it: a memory store is one server's, whose layer holds its blocks itself).
-fn tied<St: Clone + 'static>(store: &St, tie: Option<&Tie>) -> St {
-    #[allow(unused_mut)]
-    let mut store = store.clone();
-    #[cfg(feature = "redis")]
-    if let (Some(tie), Some(redis)) = (
-        tie,
-        (&mut store as &mut dyn std::any::Any).downcast_mut::<crate::store::RedisStore>(),
-    ) {
-        redis.tie(tie.clone());
-    }
-    #[cfg(not(feature = "redis"))]
-    let _ = tie;
-    store
-}
-
-/// A store, as a maker of limiters.
-pub(crate) struct Binder<St>(pub(crate) St);
-
-/// The limiter of `$spec`, each quota decided by the algorithm `$make` builds for it.
-macro_rules! limiter {
-    ($spec:expr, $store:expr, $clock:expr, $shared:expr, $make:expr) => {{
-        let (spec, make) = ($spec, $make);
-        let quotas = spec.quotas.clone();
-        let limit: Arc<dyn Limiter> = if spec.tiered {
-            let algorithm = Tiered::new(quotas.iter().map(make));
-            Arc::new(RateLimiter::try_bind(
-                quotas, algorithm, $store, $clock, $shared,
-            )?)
-        } else {
-            let algorithm = make(&quotas[0]);
-            Arc::new(RateLimiter::try_bind(
-                quotas, algorithm, $store, $clock, $shared,
-            )?)
-        };
-        limit
-    }};
-}
-
-impl<St: LayerStore> Bind for Binder<St> {
-    #[cfg(feature = "redis")]
-    fn failing(&self, on_failure: &crate::store::OnFailure) -> Option<Arc<dyn Bind>> {
-        let redis = (&self.0 as &dyn std::any::Any).downcast_ref::<crate::store::RedisStore>()?;
-        let store = redis.clone().on_failure(on_failure.clone());
-        Some(Arc::new(Binder(store)))
-    }
-
-    #[cfg(feature = "redis")]
-    fn record(&self, layer: &str) -> Option<crate::store::LiveRecord> {
-        let redis = (&self.0 as &dyn std::any::Any).downcast_ref::<crate::store::RedisStore>()?;
-        Some(crate::store::LiveRecord::of(redis, layer))
-    }
-
-    fn bind(
-        &self,
-        spec: &Spec,
-        clock: &LayerClock,
-        shared: bool,
-    ) -> Result<Arc<dyn Limiter>, Error> {
-        let (store, clock) = (tied(&self.0, spec.tie.as_ref()), clock.clone());
-        let max_delay = spec.max_delay;
-        let sub_windows = spec.sub_windows;
-        let aligned = spec.aligned;
-        Ok(match spec.kind {
-            AlgorithmKind::Gcra => limiter!(spec, store, clock, shared, |q: &Quota| {
-                let gcra = Gcra::new(q);
-                max_delay.map_or(gcra, |d| gcra.max_delay(d))
-            }),
-            AlgorithmKind::TokenBucket => limiter!(spec, store, clock, shared, |q: &Quota| {
-                let bucket = TokenBucket::new(q);
-                max_delay.map_or(bucket, |d| bucket.max_delay(d))
-            }),
-            AlgorithmKind::LeakyBucket => limiter!(spec, store, clock, shared, LeakyBucket::new),
-            AlgorithmKind::FixedWindow => limiter!(spec, store, clock, shared, |q: &Quota| {
-                let window = FixedWindow::new(q);
-                if aligned {
-                    window.aligned()
-                } else {
-                    window
-                }
-            }),
-            AlgorithmKind::SlidingWindow => limiter!(spec, store, clock, shared, |q: &Quota| {
-                let window = SlidingWindow::new(q);
-                sub_windows.map_or(window, |k| window.sub_windows(k))
-            }),
-            AlgorithmKind::SlidingLog => limiter!(spec, store, clock, shared, SlidingLog::new),
-            AlgorithmKind::Hybrid => limiter!(spec, store, clock, shared, Hybrid::new),
-        })
+        on_clock!(self, clock => clock.follows_system_time())
     }
 }

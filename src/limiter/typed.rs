@@ -38,6 +38,7 @@ use crate::{Decision, Key, Quota};
 /// # Ok(())
 /// # }
 /// ```
+#[derive(Clone)]
 pub struct RateLimiter<A = Gcra, St = MemoryStore, C = SystemClock>
 where
     A: Algorithm,
@@ -70,7 +71,7 @@ where
     /// (the figure and how to fix it).
     #[track_caller]
     pub(crate) fn bind(quotas: Arc<[Quota]>, algorithm: A, store: St, clock: C) -> Self {
-        let shared = quotas.iter().all(|q| q.explicit_name().is_some());
+        let shared = named(&quotas);
         match Self::try_bind(quotas, algorithm, store, clock, shared) {
             Ok(limiter) => limiter,
             Err(error) => panic!("{error}"),
@@ -139,7 +140,7 @@ where
         self,
         store: St2,
     ) -> Result<RateLimiter<A, St2, C>, crate::Error> {
-        let shared = self.quotas.iter().all(|q| q.explicit_name().is_some());
+        let shared = named(&self.quotas);
         RateLimiter::try_bind(self.quotas, self.algorithm, store, self.clock, shared)
     }
 
@@ -157,16 +158,9 @@ where
         if let Err(error) = ignored_clock(&self.store, &clock, &self.policy) {
             panic!("RateLimiter::with_clock: {error}");
         }
-        let Self {
-            quotas,
-            policy,
-            algorithm,
-            store,
-            table,
-            wall,
-            ..
-        } = self;
         first_reading(&clock);
+        let (quotas, policy, algorithm) = (self.quotas, self.policy, self.algorithm);
+        let (store, table, wall) = (self.store, self.table, self.wall);
         RateLimiter {
             quotas,
             policy,
@@ -504,25 +498,6 @@ impl<A: Algorithm, St: Store<A>, C> RateLimiter<A, St, C> {
     }
 }
 
-impl<A, St, C> Clone for RateLimiter<A, St, C>
-where
-    A: Algorithm,
-    St: Store<A>,
-    C: Clone,
-{
-    fn clone(&self) -> Self {
-        Self {
-            quotas: self.quotas.clone(),
-            policy: self.policy.clone(),
-            algorithm: self.algorithm.clone(),
-            store: self.store.clone(),
-            table: self.table.clone(),
-            clock: self.clock.clone(),
-            wall: self.wall,
-        }
-    }
-}
-
 impl<A, St, C> fmt::Debug for RateLimiter<A, St, C>
 where
     A: Algorithm + fmt::Debug,
@@ -539,13 +514,16 @@ where
 
 /// The policy name of `quotas`: the quota's name, or the tiers' names joined by `+`.
 pub(crate) fn policy_of(quotas: &[Quota]) -> Arc<str> {
-    match quotas {
-        [quota] => quota.name().into(),
-        tiers => tiers
-            .iter()
-            .map(Quota::name)
-            .collect::<Vec<_>>()
-            .join("+")
-            .into(),
-    }
+    quotas
+        .iter()
+        .map(Quota::name)
+        .collect::<Vec<_>>()
+        .join("+")
+        .into()
+}
+
+/// Whether every quota was named ([`Quota::named`]): the policy's state is then shared under
+/// its name.
+pub(crate) fn named(quotas: &[Quota]) -> bool {
+    quotas.iter().all(|q| q.explicit_name().is_some())
 }

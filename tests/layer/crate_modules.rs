@@ -450,7 +450,7 @@ fn limiter_modules_import_one_way() {
     assert!(graph.len() >= 8, "read too few modules: {graph:?}");
     // The reader sees known edges.
     assert!(graph["ban"].contains("object"), "{graph:?}");
-    assert!(graph["per_key"].contains("spec"), "{graph:?}");
+    assert!(graph["per_key"].contains("bind"), "{graph:?}");
     assert!(graph["per_key"].contains("live"), "{graph:?}");
     assert!(graph["plan_change"].contains("per_key"), "{graph:?}");
     if let Some(cycle) = cycle {

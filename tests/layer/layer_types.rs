@@ -139,6 +139,102 @@ async fn a_hand_built_limiter_is_the_layers_limiter() {
     assert!(limiter.check_now(tollgate::Key::from(0u64)).allowed);
 }
 
+/// A limiter built by hand (over a shared store, on a manual clock) works with every option
+/// that keeps it: the key, costs, `count_if`, headers, the status, and a handle's block,
+/// reset and peek, all on the limiter's own state.
+#[tokio::test]
+async fn a_hand_built_limiter_takes_the_options_that_keep_it() {
+    let clock = ManualClock::new();
+    let store = MemoryStore::new();
+    let limiter = RateLimiter::sliding_log(Quota::per_minute(4).named("hand"))
+        .with_store(store.clone())
+        .with_clock(clock.clone());
+    let layer = RateLimitLayer::from_limiter(limiter.clone())
+        .key(Header::new("x-api-key"))
+        .cost(|_key: &tollgate::Key, head| if head.uri().path() == "/bulk" { 2 } else { 1 })
+        .count_if(|response| response.status != StatusCode::NO_CONTENT)
+        .headers(tollgate::HeaderStyle::GitHub)
+        .status(StatusCode::SERVICE_UNAVAILABLE);
+    let handle = layer.handle();
+    let mut svc = layer.layer(BoxCloneSyncService::new(tower::service_fn(
+        |req: Request<String>| async move {
+            let status = match req.uri().path() {
+                "/free" => StatusCode::NO_CONTENT,
+                _ => StatusCode::OK,
+            };
+            let mut response = Response::new(String::new());
+            *response.status_mut() = status;
+            Ok::<_, Infallible>(response)
+        },
+    )));
+    let call = |path: &'static str, key: &'static str| {
+        let mut req = request(key);
+        *req.uri_mut() = path.parse().unwrap();
+        req
+    };
+    // Responses that do not count give their capacity back; a bulk request costs 2.
+    for _ in 0..3 {
+        let resp = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(call("/free", "a"))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    }
+    let resp = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(call("/bulk", "a"))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["x-ratelimit-remaining"], "2");
+    // The limiter outside the layer reads the same state, keyed as the layer keys.
+    let key = tollgate::Key::from("a");
+    assert_eq!(limiter.peek(key.clone()).await.unwrap().remaining, 2);
+    assert_eq!(handle.peek("a").await.unwrap().remaining, 2);
+    let resp = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(call("/bulk", "a"))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(call("/", "a"))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // The handle resets and blocks the key on the limiter's state.
+    handle.reset("a").await.unwrap();
+    assert_eq!(limiter.peek(key.clone()).await.unwrap().remaining, 4);
+    handle.block("b", Duration::from_secs(60)).await.unwrap();
+    let resp = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(call("/", "b"))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    clock.advance(Duration::from_secs(60));
+    let resp = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(call("/", "b"))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
 /// A plan of tiers on a layer built with one quota: since plans are no longer tied to the
 /// layer's type, a selector may return several quotas for any layer. Each tier must hold: a
 /// client on the plan [10/s, 3/min] gets 3 a minute however it spaces them, and its requests

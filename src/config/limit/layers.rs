@@ -1,16 +1,16 @@
 //! The layers a [`LimitConfig`] makes: [`RateLimitLayer::from_config`] and
 //! [`InFlightLayer::from_config`], with the settings both take from it.
 
+use std::sync::Arc;
+
 use http::StatusCode;
 
-use super::{one_of, LimitConfig};
+use super::{by_name, LimitConfig};
 use crate::config::store::{Backend, ConfiguredStore};
-#[cfg(doc)]
 use crate::config::StoreConfig;
 use crate::config::{duration, ConfigError};
 use crate::limiter::in_flight::{MAX_LEASE_TTL, MIN_LEASE_TTL};
-#[cfg(feature = "redis")]
-use crate::limiter::Spec;
+use crate::limiter::{Bind, Binder, LayerClock, Recipe};
 use crate::quota::is_policy_name;
 use crate::{HeaderPlacement, HeaderStyle, InFlightLayer, RateLimitLayer};
 
@@ -29,23 +29,6 @@ const PLACEMENTS: [(&str, HeaderPlacement); 3] = [
     ("allowed", HeaderPlacement::Allowed),
     ("denied", HeaderPlacement::Denied),
 ];
-
-/// The value named `name` in `names`, or an error naming `field` and the accepted names.
-fn by_name<T: Copy>(
-    field: &str,
-    name: &str,
-    names: &[(&str, T)],
-    what: &str,
-) -> Result<T, ConfigError> {
-    match names.iter().find(|(n, _)| *n == name) {
-        Some((_, value)) => Ok(*value),
-        None => Err(ConfigError::text(
-            field,
-            name,
-            format!("unknown {what}; expected {}", one_of(names)),
-        )),
-    }
-}
 
 impl RateLimitLayer {
     /// The layer `config` describes, over a new memory store (see [`LimitConfig`] for the
@@ -81,10 +64,7 @@ impl RateLimitLayer {
     /// fix it. Every condition under which a builder method would panic is an error here:
     /// this never panics, whatever the configuration.
     pub fn from_config(config: &LimitConfig) -> Result<Self, ConfigError> {
-        match &config.store {
-            None => Self::configured(config, None),
-            Some(store) => Self::configured(config, Some(&store.memory()?)),
-        }
+        Self::from_config_in(config, &config.own_store()?)
     }
 
     /// The layer `config` describes, over `store`: a store shared by many layers (policies
@@ -111,28 +91,19 @@ impl RateLimitLayer {
         config: &LimitConfig,
         store: &ConfiguredStore,
     ) -> Result<Self, ConfigError> {
-        Self::configured(config, Some(store))
-    }
-
-    fn configured(
-        config: &LimitConfig,
-        store: Option<&ConfiguredStore>,
-    ) -> Result<Self, ConfigError> {
-        let recipe = config.recipe()?;
-        #[cfg(feature = "redis")]
-        if let Some(ConfiguredStore(Backend::Redis(redis))) = store {
-            refused_by(redis, &recipe)?;
-        }
-        let mut layer = Self::from_recipe(recipe);
-        if let Some(store) = store {
-            layer = match &store.0 {
-                Backend::Memory(memory) => layer.store(memory.clone()),
-                // Checked by `refused_by`: the store keeps these quotas, so `store` does not
-                // panic.
-                #[cfg(feature = "redis")]
-                Backend::Redis(redis) => layer.store(redis.clone()),
-            };
-        }
+        let spec = config.recipe()?;
+        let store: Arc<dyn Bind> = match &store.0 {
+            Backend::Memory(memory) => Arc::new(Binder(memory.clone())),
+            #[cfg(feature = "redis")]
+            Backend::Redis(redis) => Arc::new(Binder(redis.clone())),
+        };
+        let texts: Vec<String> = spec.quotas.iter().map(ToString::to_string).collect();
+        let field = if spec.tiered { "quotas" } else { "quota" };
+        let clock = LayerClock::System;
+        let layer = Self::from_recipe(Recipe { spec, store, clock }).map_err(|e| {
+            ConfigError::text(field, &texts.join(", "), "the Redis store cannot keep it")
+                .caused_by(e)
+        })?;
         config.settings(layer)
     }
 }
@@ -147,10 +118,7 @@ impl InFlightLayer {
     /// When a field cannot be used, or `config` is a rate limit (no `in_flight`): the error
     /// names the field and says how to fix it. This never panics.
     pub fn from_config(config: &LimitConfig) -> Result<Self, ConfigError> {
-        match &config.store {
-            None => Self::from_config_in(config, &crate::store::MemoryStore::new().into()),
-            Some(store) => Self::from_config_in(config, &store.memory()?),
-        }
+        Self::from_config_in(config, &config.own_store()?)
     }
 
     /// The same over `store`, already connected ([`RateLimitLayer::from_config_in`]).
@@ -182,6 +150,12 @@ impl InFlightLayer {
 }
 
 impl LimitConfig {
+    /// The limit's own store: its `store`, or a new memory store.
+    fn own_store(&self) -> Result<ConfiguredStore, ConfigError> {
+        let memory = || Ok(crate::store::MemoryStore::new().into());
+        self.store.as_ref().map_or_else(memory, StoreConfig::memory)
+    }
+
     /// The in-flight layer of `slots` requests per key, each field checked.
     fn in_flight_layer(&self) -> Result<InFlightLayer, ConfigError> {
         let Some(slots) = self.in_flight else {
@@ -246,22 +220,18 @@ impl LimitConfig {
 
     /// `layer` with this limit's key, headers, status and dry run, each checked.
     fn settings(&self, mut layer: RateLimitLayer) -> Result<RateLimitLayer, ConfigError> {
-        let style = match &self.headers {
-            Some(name) => Some(by_name("headers", name, &STYLES, "header style")?),
-            None => None,
-        };
-        let placement = match &self.headers_on {
-            Some(name) => Some(by_name(
-                "headers_on",
-                name,
-                &PLACEMENTS,
-                "header placement",
-            )?),
-            None => None,
-        };
-        let status = match self.status {
-            Some(code) => match StatusCode::from_u16(code) {
-                Ok(status) if status.is_client_error() || status.is_server_error() => Some(status),
+        if let Some(name) = &self.headers {
+            layer = layer.headers(by_name("headers", name, &STYLES, "header style")?);
+        }
+        if let Some(name) = &self.headers_on {
+            let placement = by_name("headers_on", name, &PLACEMENTS, "header placement")?;
+            layer = layer.headers_on(placement);
+        }
+        if let Some(code) = self.status {
+            match StatusCode::from_u16(code) {
+                Ok(status) if status.is_client_error() || status.is_server_error() => {
+                    layer = layer.status(status);
+                }
                 _ => {
                     return Err(ConfigError::bare(
                         "status",
@@ -269,43 +239,14 @@ impl LimitConfig {
                         "denials are answered with a 4xx or 5xx status, such as 429 or 503",
                     ))
                 }
-            },
-            None => None,
-        };
+            }
+        }
         if let Some(key) = &self.key {
             layer = key.apply(layer, "key")?;
-        }
-        if let Some(style) = style {
-            layer = layer.headers(style);
-        }
-        if let Some(placement) = placement {
-            layer = layer.headers_on(placement);
-        }
-        if let Some(status) = status {
-            layer = layer.status(status);
         }
         if let Some(dry_run) = self.dry_run {
             layer = layer.dry_run(dry_run);
         }
         Ok(layer)
-    }
-}
-
-/// Why the Redis store `redis` cannot keep `recipe`'s quotas, as an error naming them.
-#[cfg(feature = "redis")]
-fn refused_by(redis: &crate::store::RedisStore, recipe: &Spec) -> Result<(), ConfigError> {
-    use crate::limiter::{Bind, Binder, LayerClock};
-    use crate::Quota;
-
-    match Binder(redis.clone()).bind(recipe, &LayerClock::System, recipe.named()) {
-        Ok(_) => Ok(()),
-        Err(e) => {
-            let texts: Vec<String> = recipe.quotas.iter().map(Quota::to_string).collect();
-            let field = if recipe.tiered { "quotas" } else { "quota" };
-            Err(
-                ConfigError::text(field, &texts.join(", "), "the Redis store cannot keep it")
-                    .caused_by(e),
-            )
-        }
     }
 }

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::store::StoreConfig;
-use super::KeyConfig;
+use super::{ConfigError, KeyConfig};
 #[cfg(doc)]
 use crate::{HeaderPlacement, HeaderStyle, InFlightLayer, Quota, RateLimitLayer};
 
@@ -110,4 +110,21 @@ fn one_of<T>(names: &[(&str, T)]) -> String {
         Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
         None => String::new(),
     }
+}
+
+/// The value named `name` in `names`, or an error naming `field` and the accepted names.
+fn by_name<T: Copy>(
+    field: &str,
+    name: &str,
+    names: &[(&str, T)],
+    what: &str,
+) -> Result<T, ConfigError> {
+    let found = names
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, value)| *value);
+    found.ok_or_else(|| {
+        let reason = format!("unknown {what}; expected {}", one_of(names));
+        ConfigError::text(field, name, reason)
+    })
 }

@@ -3,8 +3,7 @@
 
 use std::str::FromStr;
 
-use super::{one_of, LimitConfig};
-use crate::algorithm::FixedWindow;
+use super::{by_name, LimitConfig};
 use crate::config::{duration, ConfigError};
 use crate::limiter::{AlgorithmKind, Spec};
 use crate::quota::is_policy_name;
@@ -13,17 +12,13 @@ use crate::Quota;
 impl LimitConfig {
     /// The quotas, named, and whether they are tiers.
     fn quotas(&self) -> Result<(Vec<Quota>, bool), ConfigError> {
-        let parse = |field: String, text: &str| {
+        let parse = |(field, text): (String, &String)| {
             Quota::from_str(text).map_err(|e| {
-                ConfigError::text(
-                    field,
-                    text,
-                    "not a quota such as \"100/min\" or \"10/s;burst=20\"",
-                )
-                .caused_by(e)
+                let reason = "not a quota such as \"100/min\" or \"10/s;burst=20\"";
+                ConfigError::text(field, text, reason).caused_by(e)
             })
         };
-        let (mut quotas, tiered) =
+        let (texts, tiered) =
             match (&self.quota, &self.quotas) {
                 (Some(_), Some(_)) => {
                     return Err(ConfigError::missing(
@@ -39,51 +34,46 @@ impl LimitConfig {
                      tiers)",
                     ))
                 }
-                (Some(text), None) => (vec![parse("quota".into(), text)?], false),
+                (Some(text), None) => (vec![("quota".to_owned(), text)], false),
                 (None, Some(texts)) if texts.is_empty() => return Err(ConfigError::missing(
                     "quotas",
                     "the list is empty: list at least one quota, such as [\"10/s\", \"1000/h\"]",
                 )),
                 (None, Some(texts)) => {
-                    let mut quotas = Vec::with_capacity(texts.len());
-                    for (i, text) in texts.iter().enumerate() {
-                        quotas.push(parse(format!("quotas[{i}]"), text)?);
-                    }
-                    (quotas, true)
+                    let fields = (0..).map(|i| format!("quotas[{i}]"));
+                    (fields.zip(texts).collect(), true)
                 }
             };
-        if let Some(name) = &self.name {
-            let tier_name = |n: usize| {
-                if tiered {
-                    format!("{name}-{n}")
-                } else {
-                    name.clone()
-                }
+        let quotas = texts
+            .into_iter()
+            .map(parse)
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(name) = &self.name else {
+            return Ok((quotas, tiered));
+        };
+        let tier_name = |n: usize| match tiered {
+            true => format!("{name}-{n}"),
+            false => name.clone(),
+        };
+        if !is_policy_name(&tier_name(quotas.len())) {
+            let tiers = match tiered {
+                true => format!(" (tiers add \"-{}\")", quotas.len()),
+                false => String::new(),
             };
-            let longest = tier_name(quotas.len());
-            if !is_policy_name(&longest) {
-                let tiers = if tiered {
-                    format!(" (tiers add \"-{}\")", quotas.len())
-                } else {
-                    String::new()
-                };
-                return Err(ConfigError::text(
-                    "name",
-                    name,
-                    format!(
-                        "a policy name is 1 to 64 printable ASCII characters{tiers}, as it is \
-                         sent in headers"
-                    ),
-                ));
-            }
-            quotas = quotas
-                .into_iter()
-                .enumerate()
-                .map(|(i, quota)| quota.named(tier_name(i + 1)))
-                .collect();
+            return Err(ConfigError::text(
+                "name",
+                name,
+                format!(
+                    "a policy name is 1 to 64 printable ASCII characters{tiers}, as it is \
+                     sent in headers"
+                ),
+            ));
         }
-        Ok((quotas, tiered))
+        let named = quotas.into_iter().enumerate();
+        let named = named.map(|(i, quota)| quota.named(tier_name(i + 1)));
+        Ok((named.collect(), tiered))
     }
+
     /// The recipe of the limiter: algorithm, quotas and options, each checked.
     pub(super) fn recipe(&self) -> Result<Spec, ConfigError> {
         if let Some(slots) = self.in_flight {
@@ -103,80 +93,23 @@ impl LimitConfig {
             ));
         }
         let kind = match &self.algorithm {
-            Some(name) => AlgorithmKind::from_name(name).ok_or_else(|| {
-                ConfigError::text(
-                    "algorithm",
-                    name,
-                    format!(
-                        "unknown algorithm; expected {}",
-                        one_of(&AlgorithmKind::ALL)
-                    ),
-                )
-            })?,
+            Some(name) => by_name("algorithm", name, &AlgorithmKind::ALL, "algorithm")?,
             None => AlgorithmKind::Gcra,
         };
         let (quotas, tiered) = self.quotas()?;
-        let mut recipe = Spec::new(kind, quotas, tiered).own();
+        let mut recipe = Spec::new(kind, quotas, tiered);
         if let Some(text) = &self.max_delay {
-            if !kind.shapes() {
-                return Err(ConfigError::text(
-                    "max_delay",
-                    text,
-                    format!(
-                        "only gcra and token_bucket shape; this limit's algorithm is \"{}\" \
-                         (the leaky bucket always queues: its burst is the queue)",
-                        kind.name()
-                    ),
-                ));
-            }
-            recipe.max_delay = Some(duration::parse("max_delay", text)?);
+            let max_delay = duration::parse("max_delay", text)?;
+            let refused = |why| ConfigError::text("max_delay", text, why);
+            recipe = recipe.shaping(max_delay).map_err(refused)?;
         }
         if let Some(k) = self.sub_windows {
-            if kind != AlgorithmKind::SlidingWindow {
-                return Err(ConfigError::bare(
-                    "sub_windows",
-                    k,
-                    format!(
-                        "sub-windows are the sliding window's; this limit's algorithm is \"{}\"",
-                        kind.name()
-                    ),
-                ));
-            }
-            if !(1..=64).contains(&k) {
-                return Err(ConfigError::bare(
-                    "sub_windows",
-                    k,
-                    "the sliding window keeps 1 to 64 counters per period",
-                ));
-            }
-            recipe.sub_windows = Some(k);
+            let refused = |why| ConfigError::bare("sub_windows", k, why);
+            recipe = recipe.with_sub_windows(k).map_err(refused)?;
         }
         if self.aligned == Some(true) {
-            if kind != AlgorithmKind::FixedWindow {
-                return Err(ConfigError::bare(
-                    "aligned",
-                    true,
-                    format!(
-                        "calendar windows are the fixed window's; this limit's algorithm is \"{}\"",
-                        kind.name()
-                    ),
-                ));
-            }
-            if let Some(short) = recipe
-                .quotas
-                .iter()
-                .find(|q| q.period() < FixedWindow::MIN_ALIGNED_PERIOD)
-            {
-                return Err(ConfigError::bare(
-                    "aligned",
-                    true,
-                    format!(
-                        "the quota \"{short}\" has a period shorter than 1 ms, too short for \
-                         calendar windows; use a longer period or leave aligned unset"
-                    ),
-                ));
-            }
-            recipe.aligned = true;
+            let refused = |why| ConfigError::bare("aligned", true, why);
+            recipe = recipe.with_aligned().map_err(refused)?;
         }
         Ok(recipe)
     }

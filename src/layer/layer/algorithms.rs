@@ -1,37 +1,38 @@
 //! The constructors of [`RateLimitLayer`]: one per algorithm, in memory, and one over a
 //! limiter built by hand.
 
-use std::any::Any;
+use std::any::TypeId;
 use std::sync::Arc;
 
-use super::super::handle::Live;
-use super::super::settings::Settings;
 use super::{bound, RateLimitLayer};
 use crate::algorithm::{Algorithm, Gcra, Quotas, Tiered};
 use crate::clock::Clock;
-use crate::key::PeerIp;
-use crate::limiter::Limiter;
-use crate::limiter::{AlgorithmKind, Bind, Binder, LayerClock, Spec};
+use crate::limiter::{AlgorithmKind, Binder, LayerClock, Limiter, Recipe, Spec};
 use crate::store::{MemoryStore, Store};
-use crate::{Quota, RateLimiter};
+#[cfg(feature = "serde")]
+use crate::Error;
+use crate::RateLimiter;
 
-/// The quotas of `quotas`, and whether they are decided as tiers.
-fn quota_list<Q: Quotas>(quotas: Q) -> (Vec<Quota>, bool) {
-    let (quotas, algorithm) = quotas.build(Gcra::new);
-    let tiered = (&algorithm as &dyn Any).is::<Tiered<Gcra>>();
-    (quotas, tiered)
+/// The layer's constructor for each algorithm: `$name(quotas)` limits each client IP with
+/// `AlgorithmKind::$kind` over `quotas`, in memory.
+macro_rules! constructors {
+    ($($(#[$doc:meta])* $name:ident => $kind:ident;)*) => {
+        impl RateLimitLayer {$(
+            $(#[$doc])*
+            pub fn $name<Q: Quotas>(quotas: Q) -> Self {
+                Self::of(AlgorithmKind::$kind, quotas)
+            }
+        )*}
+    };
 }
 
-impl RateLimitLayer {
-    /// Limits each client IP with GCRA over `quotas` (one [`Quota`], or several that must all
+constructors! {
+    /// Limits each client IP with GCRA over `quotas` (one [`Quota`](crate::Quota), or several that must all
     /// allow a request), in memory.
     ///
     /// A smooth rate with bursts: a fresh client may make `burst` requests at once, then one
     /// every `period / limit`. See [`Gcra`].
-    pub fn gcra<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::Gcra, quotas)
-    }
-
+    gcra => Gcra;
     /// Limits each client IP with a leaky bucket over `quotas`, in memory: requests reach the
     /// service one every `period / limit`, never in a burst. A request that finds others
     /// queued waits its turn in the layer before the service is called; one that finds the
@@ -39,84 +40,55 @@ impl RateLimitLayer {
     /// request never reaches the service. A waiting request holds nothing of the inner
     /// service's readiness (see [the module docs](crate::layer#the-inner-services-readiness)). See
     /// [`LeakyBucket`](crate::algorithm::LeakyBucket).
-    pub fn leaky_bucket<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::LeakyBucket, quotas)
-    }
-
+    leaky_bucket => LeakyBucket;
     /// Limits each client IP with a token bucket over `quotas`, in memory; the same decisions
     /// as [`gcra`](Self::gcra). See [`RateLimiter::token_bucket`].
-    pub fn token_bucket<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::TokenBucket, quotas)
-    }
-
+    token_bucket => TokenBucket;
     /// Limits each client IP to `limit` per window, the window starting at the client's first
     /// request, in memory. See [`RateLimiter::fixed_window`].
-    pub fn fixed_window<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::FixedWindow, quotas)
-    }
-
+    fixed_window => FixedWindow;
     /// Limits each client IP with a sliding window estimate, in memory. See
     /// [`RateLimiter::sliding_window`].
-    pub fn sliding_window<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::SlidingWindow, quotas)
-    }
-
+    sliding_window => SlidingWindow;
     /// Limits each client IP to exactly `limit` in any `period`, in memory. See
     /// [`RateLimiter::sliding_log`].
-    pub fn sliding_log<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::SlidingLog, quotas)
-    }
-
+    sliding_log => SlidingLog;
     /// Limits each client IP with the hybrid quota-linear limiter, in memory. See
     /// [`RateLimiter::hybrid`].
-    pub fn hybrid<Q: Quotas>(quotas: Q) -> Self {
-        Self::of(AlgorithmKind::Hybrid, quotas)
-    }
+    hybrid => Hybrid;
+}
 
+impl RateLimitLayer {
     #[track_caller]
     fn of<Q: Quotas>(kind: AlgorithmKind, quotas: Q) -> Self {
-        let (quotas, tiered) = quota_list(quotas);
-        Self::from_recipe(Spec::new(kind, quotas, tiered).own())
+        let tiered = TypeId::of::<Q::Algorithm<Gcra>>() == TypeId::of::<Tiered<Gcra>>();
+        let spec = Spec::new(kind, quotas.into_quotas(), tiered);
+        let store = Arc::new(Binder(MemoryStore::new()));
+        let recipe = Recipe {
+            spec,
+            store,
+            clock: LayerClock::System,
+        };
+        Self::new(bound(&recipe), Some(recipe))
     }
 
-    /// A layer over `recipe`'s limiter, in a new memory store, on the system clock.
-    #[track_caller]
-    pub(crate) fn from_recipe(recipe: Spec) -> Self {
-        let store: Arc<dyn Bind> = Arc::new(Binder(MemoryStore::new()));
-        let clock = LayerClock::System;
-        let limiter = bound(&*store, &recipe, &clock);
-        let live = Live::new(
-            limiter.clone(),
-            Some(recipe.clone()),
-            Some(store.clone()),
-            clock.clone(),
-        );
-        Self {
-            recipe: Some(recipe),
-            limiter,
-            live,
-            store: Some(store),
-            clock,
-            key: Arc::new(PeerIp),
-            settings: Settings::default(),
-            select: None,
-            cost: None,
-            ban: None,
-            built: Arc::default(),
-            #[cfg(feature = "redis")]
-            on_failure: None,
-        }
+    /// A layer over `recipe`'s limiter, or the store's refusal.
+    #[cfg(feature = "serde")]
+    pub(crate) fn from_recipe(recipe: Recipe) -> Result<Self, Error> {
+        Ok(Self::new(recipe.bind()?, Some(recipe)))
     }
 
     /// Limits each client IP with a limiter built by hand: an algorithm of your own, or a store
     /// that keeps only some algorithms. The layer uses the limiter's store, clock and algorithm
     /// options as they are.
     ///
-    /// Such a layer has no recipe to make its limiter again, so [`store`](Self::store),
-    /// [`clock`](Self::clock), [`max_delay`](Self::max_delay),
-    /// [`sub_windows`](Self::sub_windows) and [`quota_for`](Self::quota_for) panic on it:
-    /// set the store and clock on the limiter (`with_store`, `with_clock`), or build the layer
-    /// with an algorithm constructor such as [`RateLimitLayer::gcra`].
+    /// The options that keep the limiter work as on any layer (the key, costs, `count_if`,
+    /// answers, headers, a handle's block, reset and peek). Those that make the limiter again
+    /// ([`store`](Self::store), `on_failure`, [`clock`](Self::clock),
+    /// the algorithm's options, [`ban`](Self::ban), [`quota_for`](Self::quota_for)) panic, and a
+    /// handle cannot change its quotas: the layer cannot remake an algorithm or a store of your
+    /// own. Set them on the limiter, or build the layer with a constructor such as
+    /// [`RateLimitLayer::gcra`].
     pub fn from_limiter<A, St, C>(limiter: RateLimiter<A, St, C>) -> Self
     where
         A: Algorithm,
@@ -128,20 +100,6 @@ impl RateLimitLayer {
 
     /// A layer deciding by `limiter`, which it cannot make again.
     pub(crate) fn from_limit(limiter: Arc<dyn Limiter>) -> Self {
-        Self {
-            recipe: None,
-            live: Live::new(limiter.clone(), None, None, LayerClock::System),
-            limiter,
-            store: None,
-            clock: LayerClock::System,
-            key: Arc::new(PeerIp),
-            settings: Settings::default(),
-            select: None,
-            cost: None,
-            ban: None,
-            built: Arc::default(),
-            #[cfg(feature = "redis")]
-            on_failure: None,
-        }
+        Self::new(limiter, None)
     }
 }

@@ -2,7 +2,7 @@
 //! offenders: each makes the layer's limiter again.
 
 use super::{ban_counter, RateLimitLayer};
-use crate::limiter::{AlgorithmKind, Ban, Spec};
+use crate::limiter::{Ban, Recipe, Spec};
 #[cfg(doc)]
 use crate::RateLimiter;
 
@@ -40,9 +40,8 @@ impl RateLimitLayer {
         if let Some(refusal) = ban.refusal() {
             panic!("{refusal}");
         }
-        let recipe = self.recipe_for("ban").clone();
-        let (store, clock) = self.parts();
-        let counter = ban_counter(&ban, &self.limiter, &*store, &recipe, &clock);
+        let recipe = self.recipe_for("ban");
+        let counter = ban_counter(&ban, &self.limiter, &recipe);
         self.ban = Some((ban, counter));
         self.changed()
     }
@@ -56,19 +55,8 @@ impl RateLimitLayer {
     #[must_use]
     #[track_caller]
     pub fn sub_windows(self, k: usize) -> Self {
-        let recipe = self.recipe_for("sub_windows");
-        assert!(
-            recipe.kind == AlgorithmKind::SlidingWindow,
-            "RateLimitLayer::sub_windows({k}): sub-windows are the sliding window's; this layer's \
-             algorithm is {}",
-            recipe.kind.name()
-        );
-        let recipe = Spec {
-            sub_windows: Some(k),
-            ..recipe.clone()
-        };
-        let (store, clock) = self.parts();
-        self.rebuilt("sub_windows", recipe, store, clock)
+        let call = format!("sub_windows({k})");
+        self.option("sub_windows", &call, |spec| spec.with_sub_windows(k))
     }
 
     /// Calendar windows for a fixed window: every window starts at a whole multiple of its
@@ -93,19 +81,7 @@ impl RateLimitLayer {
     #[must_use]
     #[track_caller]
     pub fn aligned(self) -> Self {
-        let recipe = self.recipe_for("aligned");
-        assert!(
-            recipe.kind == AlgorithmKind::FixedWindow,
-            "RateLimitLayer::aligned: calendar windows are the fixed window's; this layer's \
-             algorithm is {}",
-            recipe.kind.name()
-        );
-        let recipe = Spec {
-            aligned: true,
-            ..recipe.clone()
-        };
-        let (store, clock) = self.parts();
-        self.rebuilt("aligned", recipe, store, clock)
+        self.option("aligned", "aligned", Spec::with_aligned)
     }
 
     /// Shapes instead of rejecting (nginx's `burst` without `nodelay`): a request that could
@@ -124,18 +100,21 @@ impl RateLimitLayer {
     #[must_use]
     #[track_caller]
     pub fn max_delay(self, max_delay: std::time::Duration) -> Self {
-        let recipe = self.recipe_for("max_delay");
-        assert!(
-            recipe.kind.shapes(),
-            "RateLimitLayer::max_delay({max_delay:?}): only gcra and token_bucket shape; this \
-             layer's algorithm is {} (the leaky bucket always queues: its burst is the queue)",
-            recipe.kind.name()
-        );
-        let recipe = Spec {
-            max_delay: Some(max_delay),
-            ..recipe.clone()
-        };
-        let (store, clock) = self.parts();
-        self.rebuilt("max_delay", recipe, store, clock)
+        let call = format!("max_delay({max_delay:?})");
+        self.option("max_delay", &call, |spec| spec.shaping(max_delay))
+    }
+
+    /// The same layer with its algorithm's options changed by `set`, or a panic naming the
+    /// `call` and why the algorithm has no such option.
+    #[track_caller]
+    fn option<F>(self, method: &str, call: &str, set: F) -> Self
+    where
+        F: FnOnce(Spec) -> Result<Spec, String>,
+    {
+        let recipe = self.recipe_for(method);
+        match set(recipe.spec.clone()) {
+            Ok(spec) => self.rebuilt(method, Recipe { spec, ..recipe }),
+            Err(why) => panic!("RateLimitLayer::{call}: {why}"),
+        }
     }
 }

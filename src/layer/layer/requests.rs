@@ -1,6 +1,7 @@
 //! Which requests count, and how much: the key, plans, costs, `count_if`, and the requests
 //! left unlimited.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::RateLimitLayer;
@@ -13,8 +14,13 @@ use crate::{Quota, RateLimiter};
 impl RateLimitLayer {
     /// Counts requests against the key `extractor` finds, instead of the peer IP.
     #[must_use]
-    pub fn key<K: KeyExtractor>(mut self, extractor: K) -> Self {
-        self.key = Arc::new(extractor);
+    pub fn key<K: KeyExtractor>(self, extractor: K) -> Self {
+        self.keyed(Arc::new(extractor))
+    }
+
+    /// Counts requests against the key `extractor` finds.
+    pub(crate) fn keyed(mut self, extractor: Arc<dyn KeyExtractor>) -> Self {
+        self.key = extractor;
         self.changed()
     }
 
@@ -66,7 +72,7 @@ impl RateLimitLayer {
     {
         self.recipe_for("quota_for");
         self.select = Some(plan::select(select));
-        self.live.picks_plans();
+        self.live.picks_plans.store(true, Ordering::Relaxed);
         self.changed()
     }
 
@@ -138,9 +144,7 @@ impl RateLimitLayer {
         );
         // A store that leases budgets stops where refunds could start a window again.
         self.limiter.expect_refunds();
-        let mut settings = self.settings.clone();
-        settings.count_if = Some(Arc::new(counts));
-        self.with_settings(settings)
+        self.set(|s| s.count_if = Some(Arc::new(counts)))
     }
 
     /// Leaves the requests `predicate` picks unlimited (no check, no rate limit headers), such

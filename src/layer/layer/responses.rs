@@ -25,24 +25,19 @@ impl RateLimitLayer {
     /// ```
     #[must_use]
     pub fn headers(self, style: HeaderStyle) -> Self {
-        let mut settings = self.settings.clone();
-        settings.headers = Headers {
-            style,
-            ..settings.headers
-        };
-        self.with_settings(settings)
+        self.set(|s| s.headers = Headers { style, ..s.headers })
     }
 
     /// Writes the rate limit headers only on some responses: allowed ones, denied ones, or all
     /// (the default). See [`HeaderPlacement`].
     #[must_use]
     pub fn headers_on(self, placement: HeaderPlacement) -> Self {
-        let mut settings = self.settings.clone();
-        settings.headers = Headers {
-            placement,
-            ..settings.headers
-        };
-        self.with_settings(settings)
+        self.set(|s| {
+            s.headers = Headers {
+                placement,
+                ..s.headers
+            }
+        })
     }
 
     /// Answers denied HTTP requests with `status` instead of `429 Too Many Requests`, such as
@@ -60,9 +55,7 @@ impl RateLimitLayer {
             status.is_client_error() || status.is_server_error(),
             "RateLimitLayer::status({status}): denials must be answered with a 4xx or 5xx status"
         );
-        let mut settings = self.settings.clone();
-        settings.status = Some(status);
-        self.with_settings(settings)
+        self.set(|s| s.status = Some(status))
     }
 
     /// Whether gRPC requests get gRPC answers (on by default): HTTP 200 with `grpc-status`
@@ -90,9 +83,7 @@ impl RateLimitLayer {
     /// ```
     #[must_use]
     pub fn grpc(self, enabled: bool) -> Self {
-        let mut settings = self.settings.clone();
-        settings.grpc = enabled;
-        self.with_settings(settings)
+        self.set(|s| s.grpc = enabled)
     }
 
     /// Whether gRPC-Web requests get gRPC answers too (off by default): a `POST` with
@@ -114,9 +105,7 @@ impl RateLimitLayer {
     /// [`guide::responses`](crate::guide::responses#what-grpc-clients-and-http11-clients-get).
     #[must_use]
     pub fn grpc_web(self, enabled: bool) -> Self {
-        let mut settings = self.settings.clone();
-        settings.grpc_web = enabled;
-        self.with_settings(settings)
+        self.set(|s| s.grpc_web = enabled)
     }
 
     /// Answers denied HTTP requests with the response `f` makes from the decision and the
@@ -149,11 +138,9 @@ impl RateLimitLayer {
         F: Fn(&Decision, RequestHead<'_>) -> Response<T> + Send + Sync + 'static,
         T: AnswerBody,
     {
-        let mut settings = self.settings.clone();
         let f: Arc<OnLimited> =
             Arc::new(move |decision: &Decision, head: RequestHead<'_>| answer(f(decision, head)));
-        settings.on_limited = Some(f);
-        self.with_settings(settings)
+        self.set(|s| s.on_limited = Some(f))
     }
 
     /// Answers HTTP requests whose key cannot be found (the key extractor's [`KeyError`], such
@@ -184,11 +171,9 @@ impl RateLimitLayer {
         F: Fn(&KeyError, RequestHead<'_>) -> Response<T> + Send + Sync + 'static,
         T: AnswerBody,
     {
-        let mut settings = self.settings.clone();
         let f: Arc<OnKeyError> =
             Arc::new(move |error: &KeyError, head: RequestHead<'_>| answer(f(error, head)));
-        settings.on_key_error = Some(f);
-        self.with_settings(settings)
+        self.set(|s| s.on_key_error = Some(f))
     }
 
     /// Never denies: every request goes on, with the would-be decision in its extensions and
@@ -197,8 +182,6 @@ impl RateLimitLayer {
     /// real traffic before enforcing it. Allowed requests still use up the quota, as they would.
     #[must_use]
     pub fn dry_run(self, enabled: bool) -> Self {
-        let mut settings = self.settings.clone();
-        settings.dry_run = enabled;
-        self.with_settings(settings)
+        self.set(|s| s.dry_run = enabled)
     }
 }

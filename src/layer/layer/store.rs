@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::RateLimitLayer;
 use crate::clock::Clock;
-use crate::limiter::{Bind, Binder, LayerClock, LayerStore};
+use crate::limiter::{Bind, Binder, LayerClock, LayerStore, Recipe};
 #[cfg(doc)]
 use crate::store::MemoryStore;
 
@@ -41,15 +41,14 @@ impl RateLimitLayer {
     #[must_use]
     #[track_caller]
     pub fn store<St: LayerStore>(self, store: St) -> Self {
-        let recipe = self.recipe_for("store").clone();
-        let clock = self.clock.clone();
+        let recipe = self.recipe_for("store");
         let store: Arc<dyn Bind> = Arc::new(Binder(store));
         #[cfg(feature = "redis")]
         let store = match &self.on_failure {
             Some(on_failure) => failing(store.failing(on_failure), "RateLimitLayer", on_failure),
             None => store,
         };
-        self.rebuilt("store", recipe, store, clock)
+        self.rebuilt("store", Recipe { store, ..recipe })
     }
 
     /// Answers as `on_failure` says when the layer's `RedisStore` fails or does not answer
@@ -80,11 +79,11 @@ impl RateLimitLayer {
     #[must_use]
     #[track_caller]
     pub fn on_failure(mut self, on_failure: crate::store::OnFailure) -> Self {
-        let recipe = self.recipe_for("on_failure").clone();
-        let (store, clock) = self.parts();
-        let store = failing(store.failing(&on_failure), "RateLimitLayer", &on_failure);
+        let recipe = self.recipe_for("on_failure");
+        let store = recipe.store.failing(&on_failure);
+        let store = failing(store, "RateLimitLayer", &on_failure);
         self.on_failure = Some(on_failure);
-        self.rebuilt("on_failure", recipe, store, clock)
+        self.rebuilt("on_failure", Recipe { store, ..recipe })
     }
 
     /// Reads time from `clock`, such as a [`ManualClock`](crate::clock::ManualClock) in tests.
@@ -96,8 +95,8 @@ impl RateLimitLayer {
     #[must_use]
     #[track_caller]
     pub fn clock<C: Clock + Clone>(self, clock: C) -> Self {
-        let recipe = self.recipe_for("clock").clone();
-        let (store, _) = self.parts();
-        self.rebuilt("clock", recipe, store, LayerClock::Other(Arc::new(clock)))
+        let recipe = self.recipe_for("clock");
+        let clock = LayerClock::Other(Arc::new(clock));
+        self.rebuilt("clock", Recipe { clock, ..recipe })
     }
 }

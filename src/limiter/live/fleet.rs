@@ -15,28 +15,11 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use tokio::sync::Notify;
 
+use super::Live;
+use crate::limiter::bind::Recipe;
 use crate::limiter::object::Limiter;
-use crate::limiter::spec::{Bind, Spec};
 use crate::store::{LiveRecord, POLL_EVERY};
 use crate::{Error, Quota};
-
-/// What the fleet changes on its server: the layer's live part.
-pub(crate) trait Apply: Send + Sync {
-    /// Puts `quotas` in force for the layer's own limiter, each key keeping what it used.
-    fn set_own(&self, quotas: &[Quota]) -> Result<(), Error>;
-
-    /// Checks that `plan` may be given `quotas`.
-    fn check_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error>;
-
-    /// Puts `quotas` in force for `plan`, each key keeping what it used.
-    fn set_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error>;
-
-    /// The layer's own limiter in force.
-    fn own(&self) -> Arc<dyn Limiter>;
-
-    /// The quotas in force for `plan`.
-    fn plan_quotas(&self, plan: &[Quota]) -> Arc<[Quota]>;
-}
 
 /// Puts in force, one after the other, the quotas of `history` (the latest last) that came
 /// after `now` (all of them when `now` is not among them), so that each key is charged what
@@ -67,7 +50,7 @@ type Field = (Vec<u8>, Vec<u8>);
 /// A layer's part in its fleet, on this server.
 pub(crate) struct Fleet {
     record: LiveRecord,
-    live: Weak<dyn Apply>,
+    live: Weak<Live>,
     /// The field of the layer's own quotas: `own` and the quotas it was built with, so that
     /// servers built with other quotas (another release) keep theirs.
     own: Vec<u8>,
@@ -84,15 +67,11 @@ pub(crate) struct Fleet {
 }
 
 impl Fleet {
-    /// The fleet of the layer `live` that `spec` builds over `store`: `None` but for a
-    /// layer with a spec over a `RedisStore`.
-    pub(crate) fn of(
-        live: Weak<dyn Apply>,
-        spec: Option<&Spec>,
-        store: Option<&dyn Bind>,
-    ) -> Option<Arc<Self>> {
-        let spec = spec?;
-        let record = store?.record(&spec.tie.as_ref()?.layer)?;
+    /// The fleet of the layer `live` that `recipe` builds: `None` but for a layer with a
+    /// recipe over a `RedisStore`.
+    pub(crate) fn of(live: Weak<Live>, recipe: Option<&Recipe>) -> Option<Arc<Self>> {
+        let spec = &recipe?.spec;
+        let record = recipe?.store.record(&spec.tie.as_ref()?.layer)?;
         Some(Arc::new(Self {
             record,
             live,
@@ -141,9 +120,9 @@ impl Fleet {
         }
     }
 
-    /// The layer's live part, which the fleet's changes are applied to.
-    pub(crate) fn applier(&self) -> Weak<dyn Apply> {
-        self.live.clone()
+    /// The layer's own limiter in force, while the layer lives.
+    pub(crate) fn own(&self) -> Option<Arc<dyn Limiter>> {
+        Some(self.live.upgrade()?.lock().limiter.clone())
     }
 
     /// Held while quotas change through a handle, so that the record is not applied
@@ -162,9 +141,14 @@ impl Fleet {
         self.publish(field("plan", plan), encode(quotas));
     }
 
+    /// The changes made here that Redis has not taken yet.
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<Field>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn publish(self: &Arc<Self>, field: Vec<u8>, value: Vec<u8>) {
         {
-            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut pending = self.pending();
             pending.retain(|(f, _)| *f != field);
             pending.push((field, value));
         }
@@ -176,16 +160,11 @@ impl Fleet {
     /// `known`, and applies what differs.
     async fn tick(&self, known: &mut Option<u64>) -> Result<(), Error> {
         loop {
-            let next = self
-                .pending
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .first()
-                .cloned();
+            let next = self.pending().first().cloned();
             let Some((field, value)) = next else { break };
             self.record.write(&field, &value).await?;
-            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-            pending.retain(|written| *written != (field.clone(), value.clone()));
+            let written = (field, value);
+            self.pending().retain(|pending| *pending != written);
         }
         if known.is_some() && Some(self.record.version().await?) == *known {
             return Ok(());
@@ -204,12 +183,7 @@ impl Fleet {
             return true;
         };
         let _changing = self.changing();
-        if !self
-            .pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
-        {
+        if !self.pending().is_empty() {
             return false;
         }
         for (field, value) in fields {
@@ -217,7 +191,7 @@ impl Fleet {
                 continue;
             };
             let applied = if *field == self.own {
-                let now = live.own().quotas().to_vec();
+                let now = live.lock().limiter.quotas().to_vec();
                 steps(&history, &now, |quotas| live.set_own(quotas))
             } else if let Some(plan) = field.strip_prefix(b"plan\t".as_slice()).and_then(decode) {
                 if history.iter().any(|q| live.check_plan(&plan, q).is_err()) {
@@ -296,11 +270,8 @@ fn decode(bytes: &[u8]) -> Option<Vec<Quota>> {
                 None => (line, None),
             };
             let quota: Quota = figures.parse().ok()?;
-            let valid = |n: &str| {
-                !n.is_empty() && n.len() <= 64 && n.bytes().all(|b| (0x20..0x7f).contains(&b))
-            };
             match name {
-                Some(name) if valid(name) => Some(quota.named(name)),
+                Some(name) if crate::quota::is_policy_name(name) => Some(quota.named(name)),
                 Some(_) => None,
                 None => Some(quota),
             }

@@ -2,37 +2,25 @@
 //! for the read, then is decided by the limiter in force, so that a server started after a
 //! change never decides on the figures it was built with.
 
-use std::any::Any;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::fleet::Fleet;
-use crate::clock::Sleep;
-use crate::limiter::object::{DecisionFuture, Limiter};
+use crate::limiter::object::{DecisionFuture, Limiter, Wrapper};
 use crate::store::Update;
-use crate::{Decision, Error, Key, Quota};
+use crate::{Decision, Key};
 
 /// The layer's own limiter, which first waits for the record (until read once) then decides
 /// by the layer's limiter in force. The services hold it in their limiter's place, and are
 /// handed another when the quotas change: `limiter` is the one in force.
 pub(crate) fn gate(fleet: &Arc<Fleet>, limiter: Arc<dyn Limiter>) -> Arc<dyn Limiter> {
-    let live = fleet.applier();
-    let then = move || live.upgrade().map(|live| live.own());
-    gated(fleet, limiter, then, true)
+    let own = fleet.clone();
+    gated(fleet, limiter, move || own.own(), true)
 }
 
-/// A plan's limiter, which first waits for the record (until read once) then decides by what
-/// `then` gives (`limiter` when nothing).
-pub(crate) fn gate_plan(
-    fleet: &Arc<Fleet>,
-    limiter: Arc<dyn Limiter>,
-    then: impl Fn() -> Option<Arc<dyn Limiter>> + Send + Sync + 'static,
-) -> Arc<dyn Limiter> {
-    gated(fleet, limiter, then, false)
-}
-
-fn gated(
+/// `inner` (the layer's own limiter when `in_force`, else a plan's), which first waits for the
+/// record (until read once) then decides by what `then` gives (`inner` when nothing).
+pub(crate) fn gated(
     fleet: &Arc<Fleet>,
     inner: Arc<dyn Limiter>,
     then: impl Fn() -> Option<Arc<dyn Limiter>> + Send + Sync + 'static,
@@ -90,7 +78,11 @@ impl Gate {
     }
 }
 
-impl Limiter for Gate {
+impl Wrapper for Gate {
+    fn inner(&self) -> &Arc<dyn Limiter> {
+        &self.inner
+    }
+
     fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
         if self.in_force && self.fleet.ready() {
             return self.inner.check(key, now, cost);
@@ -112,49 +104,5 @@ impl Limiter for Gate {
 
     fn block(&self, key: Key, duration: Duration) -> Update {
         self.now_in_force().block(key, duration)
-    }
-
-    fn now(&self) -> u64 {
-        self.inner.now()
-    }
-
-    fn sleep(&self, delay: Duration) -> Sleep {
-        self.inner.sleep(delay)
-    }
-
-    fn quotas(&self) -> &[Quota] {
-        self.inner.quotas()
-    }
-
-    fn policy(&self) -> &str {
-        self.inner.policy()
-    }
-
-    fn refunds(&self) -> bool {
-        self.inner.refunds()
-    }
-
-    fn expect_refunds(&self) {
-        self.inner.expect_refunds();
-    }
-
-    fn decide_exactly(&self) {
-        self.inner.decide_exactly();
-    }
-
-    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.inner.describe(f)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self.inner.as_any()
-    }
-
-    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
-        self.inner.inherit(previous)
-    }
-
-    fn settled(&self) -> Arc<dyn Limiter> {
-        self.inner.settled()
     }
 }

@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
+use crate::limiter::bind::Recipe;
 use crate::limiter::object::Limiter;
 use crate::limiter::plan::PlanBook;
-use crate::limiter::spec::{Bind, LayerClock, Spec};
 use crate::store::{Blocks, Role};
 use crate::{Error, Quota};
 
@@ -18,7 +18,7 @@ pub(crate) mod fleet;
 pub(crate) mod gate;
 
 #[cfg(feature = "redis")]
-use self::fleet::{Apply, Fleet};
+use self::fleet::Fleet;
 
 /// How many keys a layer's handle holds blocked at once
 /// ([`Handle::block`](crate::layer::Handle::block)); past that, the blocks that have ended go
@@ -28,19 +28,17 @@ const MAX_HELD: usize = 100_000;
 /// What a layer's handle and services share: how to make the limiter, the limiter of now, and
 /// the services to hand a new one to.
 pub(crate) struct Live {
-    /// `None` for a layer made from a limiter built by hand.
-    pub(crate) spec: Option<Spec>,
-    pub(crate) store: Option<Arc<dyn Bind>>,
-    pub(crate) clock: LayerClock,
+    /// How the layer makes its limiters; `None` for a limiter built by hand.
+    pub(crate) recipe: Option<Recipe>,
     /// The keys blocked through a handle, which every limiter of the layer checks first
     /// ([`Handle::block`](crate::layer::Handle::block)): the layer's own, and every plan's.
     pub(crate) held: Arc<Blocks>,
     now: Mutex<Now>,
     /// Whether a handle was taken: the layer may then no longer make itself a new limiter
     /// (a new store, clock or algorithm option), which the handle would not reach.
-    handed_out: AtomicBool,
+    pub(crate) handed_out: AtomicBool,
     /// Whether the layer picks plans (`quota_for`).
-    picks_plans: AtomicBool,
+    pub(crate) picks_plans: AtomicBool,
     pub(crate) plans: Arc<PlanBook>,
     /// The servers sharing the layer's Redis, `None` for other stores.
     #[cfg(feature = "redis")]
@@ -80,18 +78,11 @@ pub(crate) struct Now {
 }
 
 impl Live {
-    pub(crate) fn new(
-        limiter: Arc<dyn Limiter>,
-        spec: Option<Spec>,
-        store: Option<Arc<dyn Bind>>,
-        clock: LayerClock,
-    ) -> Arc<Self> {
+    pub(crate) fn new(limiter: Arc<dyn Limiter>, recipe: Option<Recipe>) -> Arc<Self> {
         Arc::new_cyclic(|_live: &Weak<Live>| Self {
             #[cfg(feature = "redis")]
-            fleet: Fleet::of(_live.clone(), spec.as_ref(), store.as_deref()),
-            spec,
-            store,
-            clock,
+            fleet: Fleet::of(_live.clone(), recipe.as_ref()),
+            recipe,
             held: Arc::new(Blocks::new(MAX_HELD)),
             now: Mutex::new(Now {
                 limiter,
@@ -103,21 +94,6 @@ impl Live {
         })
     }
 
-    /// Marks that a handle was taken.
-    pub(crate) fn hand_out(&self) {
-        self.handed_out.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether a handle was taken.
-    pub(crate) fn handed_out(&self) -> bool {
-        self.handed_out.load(Ordering::Relaxed)
-    }
-
-    /// Marks that the layer picks plans.
-    pub(crate) fn picks_plans(&self) {
-        self.picks_plans.store(true, Ordering::Relaxed);
-    }
-
     /// The limiter of now and the services; with Redis, the fleet's record is read from
     /// then on (once inside a runtime).
     pub(crate) fn lock(&self) -> MutexGuard<'_, Now> {
@@ -126,11 +102,6 @@ impl Live {
             fleet.start();
         }
         self.now.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The keys blocked through the layer's handles, for its plans' limiters.
-    pub(crate) fn held(&self) -> Arc<Blocks> {
-        self.held.clone()
     }
 
     /// Makes the services' shared part with the limiter of now (`make`, given it as the
@@ -199,7 +170,7 @@ impl Live {
     /// Puts `quotas` in force for the layer's own limiter, each key keeping what it used;
     /// nothing to do when they are in force already.
     pub(crate) fn set_own(&self, quotas: &[Quota]) -> Result<(), Error> {
-        let (Some(spec), Some(store)) = (&self.spec, &self.store) else {
+        let Some(recipe) = &self.recipe else {
             let why = if self.lock().limiter.in_flight().is_some() {
                 "an in-flight limit has slots, not quotas; its number of slots is set where the \
                  layer is built (InFlightLayer::new)"
@@ -215,9 +186,8 @@ impl Live {
             // as it is, not converted to whole requests.
             return Ok(());
         }
-        let spec = spec.for_plan(quotas);
         // Bound privately: the next limiter reads the old one's keys, never another layer's.
-        let next = store.bind(&spec, &self.clock, false)?;
+        let next = recipe.bind_for(quotas, Role::Own, false)?;
         let mut now = self.lock();
         let next = next.inherit(&*now.limiter)?;
         // In force at once: a key's first request carries its usage over.
@@ -234,7 +204,7 @@ impl Live {
                 "Handle::set_plan_quotas: {why}"
             )))
         };
-        let Some(spec) = &self.spec else {
+        let Some(spec) = self.recipe.as_ref().map(|r| &r.spec) else {
             return fail("this layer (an InFlightLayer, or made by RateLimitLayer::from_limiter) picks no plans; build it with an algorithm constructor and quota_for");
         };
         if !self.picks_plans.load(Ordering::Relaxed) {
@@ -259,12 +229,11 @@ impl Live {
     /// there; the plans made later take them too.
     pub(crate) fn set_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
         self.check_plan(plan, quotas)?;
-        let (Some(spec), Some(store)) = (&self.spec, &self.store) else {
+        let Some(recipe) = &self.recipe else {
             return Ok(());
         };
         // Refused here when the store cannot keep them, before anything changes.
-        let probe = spec.for_plan(quotas).in_role(Role::Plan);
-        store.bind(&probe, &self.clock, false)?;
+        recipe.bind_for(quotas, Role::Plan, false)?;
         let quotas: Arc<[Quota]> = quotas.into();
         {
             let mut book = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
@@ -301,12 +270,12 @@ impl Live {
     /// The limiter `plan`'s keys are decided by: a service's, or, before any service is
     /// made, one made for the purpose (it reads the store the plan's limiter will).
     pub(crate) fn plan_limiter(&self, plan: &[Quota]) -> Result<Arc<dyn Limiter>, Error> {
-        let (Some(spec), Some(store)) = (&self.spec, &self.store) else {
+        let Some(recipe) = &self.recipe else {
             return Err(Error::misconfigured(
                 "Handle::peek_plan: this layer (an InFlightLayer, or made by RateLimitLayer::from_limiter) picks no plans",
             ));
         };
-        if plan.is_empty() || *plan == *spec.quotas {
+        if plan.is_empty() || *plan == *recipe.spec.quotas {
             return Ok(self.lock().own());
         }
         if let Some(per_key) = self.plan_pickers().first() {
@@ -315,12 +284,7 @@ impl Live {
                 None => Ok(self.lock().own()),
             };
         }
-        let quotas = self.plan_quotas(plan);
-        store.bind(
-            &spec.for_plan(&quotas).in_role(Role::Plan),
-            &self.clock,
-            true,
-        )
+        recipe.bind_for(&self.plan_quotas(plan), Role::Plan, true)
     }
 }
 
@@ -361,28 +325,5 @@ impl Now {
             add(self.limiter.clone());
         }
         (all, known)
-    }
-}
-
-#[cfg(feature = "redis")]
-impl Apply for Live {
-    fn set_own(&self, quotas: &[Quota]) -> Result<(), Error> {
-        Live::set_own(self, quotas)
-    }
-
-    fn check_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
-        Live::check_plan(self, plan, quotas)
-    }
-
-    fn set_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
-        Live::set_plan(self, plan, quotas)
-    }
-
-    fn own(&self) -> Arc<dyn Limiter> {
-        self.lock().limiter.clone()
-    }
-
-    fn plan_quotas(&self, plan: &[Quota]) -> Arc<[Quota]> {
-        Live::plan_quotas(self, plan)
     }
 }
