@@ -270,7 +270,8 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
                                 .flatten()
                                 .map(|p| p.limiter.clone())
                         });
-                    let responder = picked.responder.clone();
+                    // Answered for the gated limiter: the layer checks by its responder's.
+                    let responder = (self.maker.responder)(&limiter);
                     policy = Ok(Some(Arc::new(Policy {
                         limiter,
                         responder,
