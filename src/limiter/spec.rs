@@ -128,7 +128,7 @@ impl Spec {
 
 /// A store that keeps every algorithm of the crate, alone and in tiers: what
 /// [`RateLimitLayer::store`](crate::layer::RateLimitLayer::store) takes. `MemoryStore` and
-/// `RedisStore` are; so is any store of your own that implements [`Store`] for each.
+/// `RedisStore` are (`Store` is sealed).
 pub trait LayerStore:
     Store<Gcra>
     + Store<Tiered<Gcra>>
