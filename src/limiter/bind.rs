@@ -15,7 +15,7 @@ use crate::{Error, Quota};
 
 /// A store that keeps every algorithm of the crate, alone and in tiers: what
 /// [`RateLimitLayer::store`](crate::layer::RateLimitLayer::store) takes. `MemoryStore` and
-/// `RedisStore` are; so is any store of your own that implements [`Store`] for each.
+/// `RedisStore` are (`Store` is sealed).
 pub trait LayerStore:
     Keeps<Gcra>
     + Keeps<TokenBucket>
@@ -39,6 +39,7 @@ impl<T> LayerStore for T where
 }
 
 /// A store that keeps the algorithm `A` alone and in tiers.
+#[doc(hidden)]
 pub trait Keeps<A: Algorithm>: Store<A> + Store<Tiered<A>> {}
 
 impl<A: Algorithm, T: Store<A> + Store<Tiered<A>>> Keeps<A> for T {}

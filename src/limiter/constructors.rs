@@ -1,5 +1,5 @@
 //! How a [`RateLimiter`] is made: one constructor per algorithm, and [`from_parts`] for an
-//! algorithm of your own.
+//! algorithm already made.
 //!
 //! [`from_parts`]: RateLimiter::from_parts
 
@@ -92,8 +92,7 @@ constructors! {
 
 impl<A: MemoryAlgorithm> RateLimiter<A> {
     /// A limiter for `quota` decided by `algorithm`, in a new [`MemoryStore`], on the
-    /// [`SystemClock`], for an algorithm of your own: see [`MemoryAlgorithm`] for the one line
-    /// it needs to be kept in memory.
+    /// [`SystemClock`], for an algorithm of this crate already made.
     pub fn from_parts(quota: Quota, algorithm: A) -> Self {
         Self::bind(
             Arc::new([quota]),

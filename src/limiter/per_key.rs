@@ -247,7 +247,8 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
                     let plan: Box<[Quota]> = quotas.into();
                     let then = move || Some(per_key.lookup(&plan).ok()??.limiter.clone());
                     let limiter = gated(fleet, picked.limiter.clone(), then, false);
-                    let responder = picked.responder.clone();
+                    // Answered for the gated limiter: the layer checks by its responder's.
+                    let responder = (self.maker.responder)(&limiter);
                     policy = Ok(Some(Arc::new(Policy {
                         limiter,
                         responder,

@@ -210,3 +210,4 @@ impl Clock for LayerClock {
         on_clock!(self, clock => clock.follows_system_time())
     }
 }
+

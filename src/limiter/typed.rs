@@ -285,8 +285,7 @@ where
     /// # Errors
     ///
     /// When the store fails (a Redis store that cannot be reached or times out: the key is
-    /// then reset in the store's local fallback only), or cannot reset keys (a store of your
-    /// own that does not implement [`Store::reset`]).
+    /// then reset in the store's local fallback only).
     pub fn reset(&self, key: impl Into<Key>) -> Update {
         St::reset(&self.table, key.into(), self.now_nanos())
     }
@@ -331,8 +330,7 @@ where
     /// # Errors
     ///
     /// When the store fails (a Redis store that cannot be reached or times out: the key is
-    /// then blocked in the store's local fallback only), or cannot block keys (a store of your
-    /// own that does not implement [`Store::block`]).
+    /// then blocked in the store's local fallback only).
     pub fn block(&self, key: impl Into<Key>, duration: Duration) -> Update {
         if duration.is_zero() {
             return Box::pin(std::future::ready(Ok(())));

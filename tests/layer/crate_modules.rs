@@ -655,7 +655,7 @@ const PUBLIC_ITEMS: &[&str] = &[
     "lib.rs: mod store",
     "limiter/ban.rs: struct Ban",
     "limiter/plan.rs: trait Plan",
-    "limiter/spec.rs: trait LayerStore",
+    "limiter/bind.rs: trait LayerStore",
     "limiter/typed.rs: struct RateLimiter",
     "quota.rs: struct ParseQuotaError",
     "quota.rs: struct Quota",

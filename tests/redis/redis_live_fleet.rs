@@ -214,6 +214,28 @@ async fn a_plans_change_reaches_another_server() {
     );
 }
 
+/// A server started after a plan's change decides the plan's very first request by it: a
+/// client that used up the plan's new quota through A gets nothing more through C, even
+/// while C has not read the fleet's record yet.
+async fn a_server_started_later_starts_with_a_plans_change() {
+    let redis = RedisServer::start().expect("redis-server");
+    let (clock, prefix) = (ManualClock::new(), prefix());
+    let (a, on_a) = server(RateLimitLayer::fixed_window, &redis, &prefix, &clock).await;
+    let (b, _on_b) = server(RateLimitLayer::fixed_window, &redis, &prefix, &clock).await;
+    let two = Quota::per_minute(2).named("pro");
+    a.set_plan_quotas(pro(), two.clone()).unwrap();
+    within(|| std::future::ready(b.plan_quotas(pro()) == [two.clone()]))
+        .await
+        .expect("the plan's change was never written");
+    assert_eq!(admitted(&on_a, "pro-1", 5).await, 2, "2 of the new 2");
+    let (_, on_c) = server(RateLimitLayer::fixed_window, &redis, &prefix, &clock).await;
+    assert_eq!(
+        admitted(&on_c, "pro-1", 5).await,
+        0,
+        "C's first requests decided by the plan's old quotas"
+    );
+}
+
 /// Every small case: a key that used `used` of 4 a minute on B, moved through A to `to` a
 /// minute, has on B what `to` leaves after `used`, never a fresh budget (GCRA, the fixed and
 /// sliding windows).
@@ -539,6 +561,10 @@ pub(crate) fn trials() -> Vec<server::Trial> {
         needs_redis_async(
             "a_plans_change_reaches_another_server",
             a_plans_change_reaches_another_server,
+        ),
+        needs_redis_async(
+            "a_server_started_later_starts_with_a_plans_change",
+            a_server_started_later_starts_with_a_plans_change,
         ),
         needs_redis_async(
             "clients_keep_what_they_used_across_a_remote_change",
