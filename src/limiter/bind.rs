@@ -141,6 +141,10 @@ impl<St: LayerStore> Bind for Binder<St> {
             aligned,
             ..
         } = *spec;
+        if aligned {
+            // Plans and live changes bring quotas the builder never saw.
+            super::spec::calendar_periods(&spec.quotas).map_err(Error::misconfigured)?;
+        }
         match spec.kind {
             AlgorithmKind::Gcra => Self::limiter(spec, store, clock, shared, |q| {
                 max_delay.map_or(Gcra::new(q), |d| Gcra::new(q).max_delay(d))

@@ -132,13 +132,7 @@ impl Spec {
     pub(crate) fn with_aligned(self) -> Result<Self, String> {
         let fixed = self.kind == AlgorithmKind::FixedWindow;
         self.only(fixed, "calendar windows are the fixed window's", "")?;
-        let short = |q: &&Quota| q.period() < FixedWindow::MIN_ALIGNED_PERIOD;
-        if let Some(short) = self.quotas.iter().find(short) {
-            return Err(format!(
-                "the quota \"{short}\" has a period shorter than 1 ms, too short for calendar \
-                 windows; use a longer period or leave aligned unset"
-            ));
-        }
+        calendar_periods(&self.quotas)?;
         Ok(Self {
             aligned: true,
             ..self
@@ -211,3 +205,14 @@ impl Clock for LayerClock {
     }
 }
 
+/// `Ok` when every quota's period is long enough for calendar windows, else why not.
+pub(crate) fn calendar_periods(quotas: &[Quota]) -> Result<(), String> {
+    let short = |q: &&Quota| q.period() < FixedWindow::MIN_ALIGNED_PERIOD;
+    match quotas.iter().find(short) {
+        Some(short) => Err(format!(
+            "the quota \"{short}\" has a period shorter than 1 ms, too short for calendar \
+             windows; use a longer period or leave aligned unset"
+        )),
+        None => Ok(()),
+    }
+}

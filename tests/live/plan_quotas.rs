@@ -149,3 +149,51 @@ async fn misuse_is_refused_naming_the_fix() {
     }
     assert_eq!(handle.plan_quotas(pro()), [pro()]);
 }
+
+/// Calendar windows need a period of at least 1 ms. A plan (`quota_for`) or a quota changed
+/// live with a shorter one is refused as a misconfiguration, where the layer meets it: the
+/// request is answered `503` as any limiter error (not passed on), and a handle's change
+/// returns an error; nothing panics.
+#[tokio::test]
+async fn calendar_windows_refuse_a_plan_or_a_change_shorter_than_a_millisecond() {
+    let short = || Quota::new(5, std::time::Duration::from_micros(500));
+    let layer = RateLimitLayer::fixed_window(Quota::per_minute(2).named("free"))
+        .aligned()
+        .key(Header::new("x-key"))
+        .clock(ManualClock::new())
+        .quota_for(move |key: &Key, _: RequestHead<'_>| {
+            let bytes = key.as_bytes().unwrap_or_default();
+            if bytes.starts_with(b"pro-") {
+                short().named("short")
+            } else if bytes.starts_with(b"team-") {
+                Quota::per_minute(3).named("team")
+            } else {
+                Quota::per_minute(2).named("free")
+            }
+        });
+    let handle = layer.handle();
+    let svc = Svc::new(layer.layer(services::ok()));
+    let req = |key: &str| {
+        Request::builder()
+            .header("x-key", key)
+            .body(String::new())
+            .unwrap()
+    };
+    // Spawned: a panic would be a JoinError here rather than this test's own.
+    let answer = tokio::spawn(svc.clone().oneshot(req("pro-1"))).await;
+    let status = answer.expect("no panic").unwrap().status();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    // The other keys are unaffected.
+    assert_eq!(admitted(&svc, "free-1", 3).await, 2);
+
+    let error = handle.set_quotas(short()).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Misconfigured, "{error}");
+    assert!(error.to_string().contains("1 ms"), "{error}");
+    let team = Quota::per_minute(3).named("team");
+    assert_eq!(admitted(&svc, "team-1", 1).await, 1);
+    let error = handle.set_plan_quotas(team.clone(), short()).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Misconfigured, "{error}");
+    assert!(error.to_string().contains("1 ms"), "{error}");
+    assert_eq!(handle.plan_quotas(team.clone()), [team]);
+    assert_eq!(admitted(&svc, "team-1", 3).await, 2);
+}
