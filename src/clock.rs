@@ -85,11 +85,17 @@ pub trait Clock: Send + Sync + 'static {
 /// [`SystemTime::now`] as nanoseconds since the UNIX epoch, saturating.
 #[inline]
 fn system_wall_nanos() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
-        })
+    since_epoch(SystemTime::now())
+}
+
+/// Nanoseconds from the UNIX epoch to `t` (0 before it, `u64::MAX` past the range).
+fn since_epoch(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, saturating_nanos)
+}
+
+/// `d` in nanoseconds, `u64::MAX` for a duration longer than some 584 years.
+pub(crate) fn saturating_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The future returned by [`Clock::sleep`].
@@ -308,7 +314,7 @@ impl ManualClock {
 
     /// Moves the clock forward by `by` (saturating at `u64::MAX` nanoseconds).
     pub fn advance(&self, by: Duration) {
-        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let by = saturating_nanos(by);
         let _ = self
             .shared
             .nanos
@@ -321,7 +327,7 @@ impl ManualClock {
     /// Sets the clock to `to` since its origin, unless that is earlier than the current time:
     /// the clock never goes backwards.
     pub fn set(&self, to: Duration) {
-        let to = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
+        let to = saturating_nanos(to);
         self.shared.nanos.fetch_max(to, Ordering::AcqRel);
         self.wake();
     }
@@ -341,9 +347,7 @@ impl ManualClock {
     /// assert_eq!(clock.now(), Duration::from_secs(5));
     /// ```
     pub fn set_wall_time(&self, to: SystemTime) {
-        let to = to.duration_since(UNIX_EPOCH).map_or(0, |since| {
-            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
-        });
+        let to = since_epoch(to);
         let now = self.now_nanos();
         self.shared
             .wall
@@ -390,8 +394,7 @@ impl Clock for ManualClock {
     }
 
     fn sleep(&self, duration: Duration) -> Sleep {
-        let duration = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-        let until = self.now_nanos().saturating_add(duration);
+        let until = self.now_nanos().saturating_add(saturating_nanos(duration));
         let clock = self.clone();
         Sleep::new(std::future::poll_fn(move |cx| {
             if clock.now_nanos() >= until {

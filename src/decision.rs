@@ -106,15 +106,8 @@ impl Decision {
     ) -> Self {
         Self {
             allowed: false,
-            limit,
-            remaining,
-            reset_after,
             retry_after,
-            delay: Duration::ZERO,
-            tiers: None,
-            receipt: 0,
-            policy: None,
-            blocked: false,
+            ..Self::allow(limit, remaining, reset_after)
         }
     }
 

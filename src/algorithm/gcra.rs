@@ -63,7 +63,7 @@ impl Gcra {
     /// `remaining` still counts the requests that would pass at once.
     #[must_use]
     pub fn max_delay(mut self, max_delay: Duration) -> Self {
-        self.max_delay = u64::try_from(max_delay.as_nanos()).unwrap_or(u64::MAX);
+        self.max_delay = crate::clock::saturating_nanos(max_delay);
         self.bound = self.tolerance.saturating_add(self.max_delay);
         self
     }

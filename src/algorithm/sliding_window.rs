@@ -110,10 +110,7 @@ impl SlidingWindow {
     pub fn new(quota: &Quota) -> Self {
         Self {
             limit: quota.limit(),
-            // `Quota` guarantees a period of at least 1 ns that fits in a u64.
-            period: u64::try_from(quota.period().as_nanos())
-                .unwrap_or(u64::MAX)
-                .max(1),
+            period: quota.period_ns(),
             sub_windows: 1,
         }
     }

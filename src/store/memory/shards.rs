@@ -292,11 +292,8 @@ impl<V: Default> Shards<V> {
         tables.find(hash, key).map(f)
     }
 
-    /// Runs `f` on the key's cell under the shard's write lock, inserting a default cell first
-    /// if the key is absent. `hash` is [`hash`](Self::hash)`(&key)`. Before a key goes in, the
-    /// shard makes room ([`Forget`]): as it grows it sweeps out the keys that have been fresh
-    /// since its previous sweep, and evicts the least limited keys when it is at its bound.
-    pub(crate) fn get_or_insert_with<R>(
+    #[cfg(test)]
+    fn get_or_insert_with<R>(
         &self,
         hash: u64,
         key: Key,
@@ -306,9 +303,12 @@ impl<V: Default> Shards<V> {
         self.get_or_insert_from(hash, key, forget, |_| {}, f)
     }
 
-    /// [`get_or_insert_with`](Self::get_or_insert_with), running `init` on the cell first when
-    /// this call inserts it (under the same write lock, so no other call sees the cell before
-    /// `init` has run).
+    /// Runs `f` on the key's cell under the shard's write lock, inserting a default cell first
+    /// if the key is absent, and running `init` on it then (under the same write lock, so no
+    /// other call sees the cell before `init` has run). `hash` is [`hash`](Self::hash)`(&key)`.
+    /// Before a key goes in, the shard makes room ([`Forget`]): as it grows it sweeps out the
+    /// keys that have been fresh since its previous sweep, and evicts the least limited keys
+    /// when it is at its bound.
     pub(crate) fn get_or_insert_from<R>(
         &self,
         hash: u64,
