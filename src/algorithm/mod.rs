@@ -293,6 +293,13 @@ impl<A: Aligned> Aligned for Tiered<A> {
     }
 }
 
+/// The time from `now` until `at` (nanoseconds, wide enough for a sum past `u64::MAX`): zero
+/// once it has passed, and as long as a `Duration` of `u64::MAX` nanoseconds at most.
+pub(crate) fn until(at: u128, now: u64) -> std::time::Duration {
+    let wait = at.saturating_sub(u128::from(now));
+    std::time::Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
+}
+
 /// What [`Algorithm::check`] returns.
 #[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -106,8 +106,7 @@ impl SlidingLog {
     /// The wait from `now` until an entry at `t` leaves the window.
     #[inline]
     fn until_expiry(&self, t: u64, now: u64) -> Duration {
-        let wait = (u128::from(t) + u128::from(self.period)).saturating_sub(u128::from(now));
-        Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
+        super::until(u128::from(t) + u128::from(self.period), now)
     }
 
     /// The decision, and the instant to log the request at when it is admitted with a cost.

@@ -50,15 +50,9 @@ impl<A: Algorithm> Tiered<A> {
 /// Two tiers' states live in the state itself, so a check reads them without a second memory
 /// access; three or more live in one heap block.
 #[doc(hidden)]
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TieredState<S> {
     states: Few<S>,
-}
-
-impl<S> Default for TieredState<S> {
-    fn default() -> Self {
-        Self { states: Few::Empty }
-    }
 }
 
 impl<S> TieredState<S> {
