@@ -200,10 +200,7 @@ pub trait Quotas {
     /// The quotas in order, with no algorithm made (an empty list is returned as it is).
     fn into_quotas(self) -> Vec<Quota>
     where
-        Self: Sized,
-    {
-        self.build(super::Gcra::new).0
-    }
+        Self: Sized;
 }
 
 impl Quotas for Quota {
