@@ -69,7 +69,7 @@ pub trait Clock: Send + Sync + 'static {
     /// the clock and to be set by hand.
     #[inline]
     fn wall_nanos(&self) -> u64 {
-        system_wall_nanos()
+        since_epoch(SystemTime::now())
     }
 
     /// Whether this clock reads the system's time, as [`SystemClock`] and [`OsClock`] do (the
@@ -82,13 +82,8 @@ pub trait Clock: Send + Sync + 'static {
     }
 }
 
-/// [`SystemTime::now`] as nanoseconds since the UNIX epoch, saturating.
-#[inline]
-fn system_wall_nanos() -> u64 {
-    since_epoch(SystemTime::now())
-}
-
 /// Nanoseconds from the UNIX epoch to `t` (0 before it, `u64::MAX` past the range).
+#[inline]
 fn since_epoch(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, saturating_nanos)
 }
@@ -269,15 +264,11 @@ impl Clock for SystemClock {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OsClock;
 
-fn os_origin() -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(Instant::now)
-}
-
 impl Clock for OsClock {
     #[inline]
     fn now(&self) -> Duration {
-        Instant::now().saturating_duration_since(os_origin())
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        Instant::now().saturating_duration_since(*ORIGIN.get_or_init(Instant::now))
     }
 
     fn follows_system_time(&self) -> bool {
