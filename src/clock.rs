@@ -69,7 +69,7 @@ pub trait Clock: Send + Sync + 'static {
     /// the clock and to be set by hand.
     #[inline]
     fn wall_nanos(&self) -> u64 {
-        system_wall_nanos()
+        since_epoch(SystemTime::now())
     }
 
     /// Whether this clock reads the system's time, as [`SystemClock`] and [`OsClock`] do (the
@@ -82,14 +82,15 @@ pub trait Clock: Send + Sync + 'static {
     }
 }
 
-/// [`SystemTime::now`] as nanoseconds since the UNIX epoch, saturating.
+/// Nanoseconds from the UNIX epoch to `t` (0 before it, `u64::MAX` past the range).
 #[inline]
-fn system_wall_nanos() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
-        })
+fn since_epoch(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, saturating_nanos)
+}
+
+/// `d` in nanoseconds, `u64::MAX` for a duration longer than some 584 years.
+pub(crate) fn saturating_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The future returned by [`Clock::sleep`].
@@ -263,15 +264,11 @@ impl Clock for SystemClock {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OsClock;
 
-fn os_origin() -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(Instant::now)
-}
-
 impl Clock for OsClock {
     #[inline]
     fn now(&self) -> Duration {
-        Instant::now().saturating_duration_since(os_origin())
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        Instant::now().saturating_duration_since(*ORIGIN.get_or_init(Instant::now))
     }
 
     fn follows_system_time(&self) -> bool {
@@ -308,7 +305,7 @@ impl ManualClock {
 
     /// Moves the clock forward by `by` (saturating at `u64::MAX` nanoseconds).
     pub fn advance(&self, by: Duration) {
-        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let by = saturating_nanos(by);
         let _ = self
             .shared
             .nanos
@@ -321,7 +318,7 @@ impl ManualClock {
     /// Sets the clock to `to` since its origin, unless that is earlier than the current time:
     /// the clock never goes backwards.
     pub fn set(&self, to: Duration) {
-        let to = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
+        let to = saturating_nanos(to);
         self.shared.nanos.fetch_max(to, Ordering::AcqRel);
         self.wake();
     }
@@ -341,9 +338,7 @@ impl ManualClock {
     /// assert_eq!(clock.now(), Duration::from_secs(5));
     /// ```
     pub fn set_wall_time(&self, to: SystemTime) {
-        let to = to.duration_since(UNIX_EPOCH).map_or(0, |since| {
-            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
-        });
+        let to = since_epoch(to);
         let now = self.now_nanos();
         self.shared
             .wall
@@ -390,8 +385,7 @@ impl Clock for ManualClock {
     }
 
     fn sleep(&self, duration: Duration) -> Sleep {
-        let duration = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-        let until = self.now_nanos().saturating_add(duration);
+        let until = self.now_nanos().saturating_add(saturating_nanos(duration));
         let clock = self.clone();
         Sleep::new(std::future::poll_fn(move |cx| {
             if clock.now_nanos() >= until {

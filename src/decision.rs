@@ -106,15 +106,8 @@ impl Decision {
     ) -> Self {
         Self {
             allowed: false,
-            limit,
-            remaining,
-            reset_after,
             retry_after,
-            delay: Duration::ZERO,
-            tiers: None,
-            receipt: 0,
-            policy: None,
-            blocked: false,
+            ..Self::allow(limit, remaining, reset_after)
         }
     }
 
@@ -305,34 +298,19 @@ impl Decision {
     /// either way, the longest `reset_after` (a blocked key's tiers all wait for the block: the
     /// one reported is the last to be fresh again). 0 for an empty list.
     pub(crate) fn most_restrictive(decisions: &[Decision]) -> usize {
-        if decisions.len() < 2 {
-            return 0;
-        }
         let denied = decisions.iter().any(|d| !d.allowed);
-        let mut best = 0;
-        for (i, d) in decisions.iter().enumerate() {
-            let b = &decisions[best];
-            let better = if denied {
-                // The tier that makes the client wait longest; `None` (never) is the longest.
-                !d.allowed
-                    && (b.allowed
-                        || match (d.retry_after, b.retry_after) {
-                            (None, Some(_)) => true,
-                            (Some(x), Some(y)) => {
-                                x > y || (x == y && d.reset_after > b.reset_after)
-                            }
-                            (None, None) => d.reset_after > b.reset_after,
-                            (Some(_), None) => false,
-                        })
+        // Greater is more restrictive: a denial's wait (never is longest), else the fewest
+        // remaining; then the longest reset. The first of the greatest wins.
+        let rank = |d: &Decision| {
+            let wait = (!d.allowed, d.retry_after.is_none(), d.retry_after);
+            if denied {
+                (wait, 0, d.reset_after)
             } else {
-                d.remaining < b.remaining
-                    || (d.remaining == b.remaining && d.reset_after > b.reset_after)
-            };
-            if better {
-                best = i;
+                ((false, false, None), u64::MAX - d.remaining, d.reset_after)
             }
-        }
-        best
+        };
+        let greater = |i: usize, best: usize| rank(&decisions[i]) > rank(&decisions[best]);
+        (0..decisions.len()).fold(0, |best, i| if greater(i, best) { i } else { best })
     }
 }
 

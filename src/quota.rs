@@ -49,7 +49,7 @@ impl Quota {
     /// [`str::parse`] reports the same conditions as a [`ParseQuotaError`] instead.
     #[track_caller]
     pub fn new(limit: u64, period: Duration) -> Self {
-        let period_ns = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX);
+        let period_ns = crate::clock::saturating_nanos(period);
         match Self::build(limit, period_ns, limit) {
             Ok(q) if period.as_nanos() <= u128::from(u64::MAX) => q,
             Ok(_) => {
@@ -142,13 +142,13 @@ impl Quota {
 
     fn build(limit: u64, period_ns: u64, burst: u64) -> Result<Self, ParseQuotaError> {
         if limit == 0 {
-            return Err(ParseQuotaError::new(ErrorKind::ZeroLimit));
+            return Err(ParseQuotaError::new("the limit must be at least 1"));
         }
         if period_ns == 0 {
-            return Err(ParseQuotaError::new(ErrorKind::ZeroPeriod));
+            return Err(ParseQuotaError::new("the period must be longer than zero"));
         }
         if burst == 0 {
-            return Err(ParseQuotaError::new(ErrorKind::ZeroBurst));
+            return Err(ParseQuotaError::new("the burst must be at least 1"));
         }
         let q = Self {
             limit,
@@ -157,7 +157,9 @@ impl Quota {
             name: None,
         };
         if q.emission_interval_ns().checked_mul(burst).is_none() {
-            return Err(ParseQuotaError::new(ErrorKind::TooLong));
+            return Err(ParseQuotaError::new(
+                "period / limit * burst must be at most u64::MAX nanoseconds (about 584 years)",
+            ));
         }
         Ok(q)
     }
@@ -193,6 +195,11 @@ impl Quota {
 
     pub(crate) fn emission_interval_ns(&self) -> u64 {
         self.period_ns.div_ceil(self.limit)
+    }
+
+    /// The period in nanoseconds: at least 1, and it fits in a `u64`.
+    pub(crate) fn period_ns(&self) -> u64 {
+        self.period_ns
     }
 
     pub(crate) fn explicit_name(&self) -> Option<&Arc<str>> {
@@ -246,34 +253,36 @@ impl FromStr for Quota {
     type Err = ParseQuotaError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let fail = |kind| {
+        let fail = |message| {
             Err(ParseQuotaError {
-                kind,
+                message,
                 input: Some(s.into()),
             })
         };
         let mut parts = s.split(';');
         let rate = parts.next().unwrap_or_default();
         let Some((limit, period)) = rate.split_once('/') else {
-            return fail(ErrorKind::MissingSlash);
+            return fail("expected `<limit>/<period>`, such as `100/min` or `10/s;burst=20`");
         };
         let Ok(limit) = limit.trim().parse::<u64>() else {
-            return fail(ErrorKind::BadLimit);
+            return fail("the limit must be a whole number, such as the 100 in `100/min`");
         };
         let Some(period_ns) = parse_period(period.trim()) else {
-            return fail(ErrorKind::BadPeriod);
+            return fail("the period must be a unit (ns, us, ms, s, min, h, d) with an optional whole count, such as `min` or `15min`");
         };
         let mut burst = limit;
         for option in parts {
             match option.split_once('=') {
                 Some((k, v)) if k.trim() == "burst" => match v.trim().parse::<u64>() {
                     Ok(b) => burst = b,
-                    Err(_) => return fail(ErrorKind::BadBurst),
+                    Err(_) => {
+                        return fail("the burst must be a whole number, as in `10/s;burst=20`")
+                    }
                 },
-                _ => return fail(ErrorKind::UnknownOption),
+                _ => return fail("the only option after `;` is `burst=<n>`"),
             }
         }
-        Self::build(limit, period_ns, burst).or_else(|e| fail(e.kind))
+        Self::build(limit, period_ns, burst).or_else(|e| fail(e.message))
     }
 }
 
@@ -306,44 +315,22 @@ pub(crate) fn unit_nanos(unit: &str) -> Option<u64> {
 /// Why a quota could not be read or built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseQuotaError {
-    kind: ErrorKind,
+    message: &'static str,
     input: Option<Box<str>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ErrorKind {
-    MissingSlash,
-    BadLimit,
-    BadPeriod,
-    BadBurst,
-    UnknownOption,
-    ZeroLimit,
-    ZeroPeriod,
-    ZeroBurst,
-    TooLong,
-}
-
 impl ParseQuotaError {
-    fn new(kind: ErrorKind) -> Self {
-        Self { kind, input: None }
+    fn new(message: &'static str) -> Self {
+        Self {
+            message,
+            input: None,
+        }
     }
 }
 
 impl fmt::Display for ParseQuotaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let msg = match self.kind {
-            ErrorKind::MissingSlash => "expected `<limit>/<period>`, such as `100/min` or `10/s;burst=20`",
-            ErrorKind::BadLimit => "the limit must be a whole number, such as the 100 in `100/min`",
-            ErrorKind::BadPeriod => {
-                "the period must be a unit (ns, us, ms, s, min, h, d) with an optional whole count, such as `min` or `15min`"
-            }
-            ErrorKind::BadBurst => "the burst must be a whole number, as in `10/s;burst=20`",
-            ErrorKind::UnknownOption => "the only option after `;` is `burst=<n>`",
-            ErrorKind::ZeroLimit => "the limit must be at least 1",
-            ErrorKind::ZeroPeriod => "the period must be longer than zero",
-            ErrorKind::ZeroBurst => "the burst must be at least 1",
-            ErrorKind::TooLong => "period / limit * burst must be at most u64::MAX nanoseconds (about 584 years)",
-        };
+        let msg = self.message;
         match &self.input {
             Some(input) => write!(f, "invalid quota {input:?}: {msg}"),
             None => f.write_str(msg),

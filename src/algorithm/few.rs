@@ -50,6 +50,7 @@ impl<T> From<Vec<T>> for Few<T> {
     }
 }
 
+#[cfg(test)]
 impl<T: Clone> From<&[T]> for Few<T> {
     fn from(values: &[T]) -> Self {
         Self::from(values.to_vec())

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::{Algorithm, Outcome};
+use super::{until, Algorithm, Outcome};
 use crate::{Decision, Quota};
 
 /// A fixed window: `limit` requests per window of `period`, counted from the key's own first
@@ -75,10 +75,7 @@ impl FixedWindow {
     pub fn new(quota: &Quota) -> Self {
         Self {
             limit: quota.limit(),
-            // `Quota` guarantees a period of at least 1 ns that fits in a u64.
-            period: u64::try_from(quota.period().as_nanos())
-                .unwrap_or(u64::MAX)
-                .max(1),
+            period: quota.period_ns(),
             aligned: false,
         }
     }
@@ -161,13 +158,6 @@ impl FixedWindow {
             (state.count, end)
         })
     }
-
-    /// `end − now`, saturated to what a `Duration` of u64 nanoseconds holds.
-    #[inline]
-    fn until(end: u128, now: u64) -> Duration {
-        let wait = end.saturating_sub(u128::from(now));
-        Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
-    }
 }
 
 impl Algorithm for FixedWindow {
@@ -177,14 +167,14 @@ impl Algorithm for FixedWindow {
     fn check(&self, state: &FixedWindowState, now: u64, cost: u64) -> Outcome<FixedWindowState> {
         let window = self.open_window(state, now);
         let (count, reset_after) = match window {
-            Some((count, end)) => (count, Self::until(end, now)),
+            Some((count, end)) => (count, until(end, now)),
             None => (0, Duration::ZERO),
         };
         let remaining = self.limit.saturating_sub(count);
         if cost > remaining {
             // A cost above the limit never passes; any other passes once the window is over.
             let retry_after = match window {
-                Some((_, end)) if cost <= self.limit => Some(Self::until(end, now)),
+                Some((_, end)) if cost <= self.limit => Some(until(end, now)),
                 _ => None,
             };
             let decision = Decision::deny(self.limit, remaining, reset_after, retry_after);

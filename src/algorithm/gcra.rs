@@ -63,7 +63,7 @@ impl Gcra {
     /// `remaining` still counts the requests that would pass at once.
     #[must_use]
     pub fn max_delay(mut self, max_delay: Duration) -> Self {
-        self.max_delay = u64::try_from(max_delay.as_nanos()).unwrap_or(u64::MAX);
+        self.max_delay = crate::clock::saturating_nanos(max_delay);
         self.bound = self.tolerance.saturating_add(self.max_delay);
         self
     }
@@ -111,26 +111,65 @@ impl Gcra {
         self.capacity
     }
 
-    fn standing(&self, tat: u64, now: u64) -> (u64, u64) {
-        let reset_after = tat.saturating_sub(now);
-        let remaining = self
-            .per_interval
-            .divide(self.capacity.saturating_sub(reset_after));
-        (reset_after, remaining)
+    /// `remaining` for a schedule `owed` ns from its end.
+    #[inline]
+    fn remaining(&self, owed: u64) -> u64 {
+        self.per_interval.divide(self.capacity.saturating_sub(owed))
     }
 
-    /// The decision for an allowed request that moved the TAT to `new_tat`.
+    /// The decision for an allowed request that left the schedule `owed` ns from its end at
+    /// `now`; every wait reported `skew` ns longer.
     #[inline]
-    fn allowed(&self, new_tat: u64, now: u64, cost: u64) -> Decision {
-        let (reset_after, remaining) = self.standing(new_tat, now);
+    fn allowed(&self, owed: u64, now: u64, cost: u64, skew: u64) -> Decision {
+        let after = |nanos: u64| Duration::from_nanos(nanos.saturating_add(skew));
         // The receipt is the TAT the request set: the end of its slot in the schedule.
-        let decision = Decision::allow(self.burst, remaining, Duration::from_nanos(reset_after))
-            .with_receipt(if cost > 0 { new_tat } else { 0 });
-        if reset_after > self.tolerance {
-            decision.delayed(Duration::from_nanos(reset_after - self.tolerance))
+        let decision = Decision::allow(self.burst, self.remaining(owed), after(owed))
+            .with_receipt(if cost > 0 { now + owed } else { 0 });
+        if owed > self.tolerance {
+            decision.delayed(after(owed - self.tolerance))
         } else {
             decision
         }
+    }
+
+    /// The step both GCRA and the token bucket take: a request of `cost` at `now` against a
+    /// schedule `owed` ns from its end (the TAT less `now`; the bucket's deficit). Every wait
+    /// is reported `skew` ns longer (the token bucket's reading before its last refill).
+    /// Returns the decision and, when the request changes the schedule, how far from its end
+    /// it then is.
+    #[inline]
+    pub(super) fn step(
+        &self,
+        owed: u64,
+        now: u64,
+        cost: u64,
+        skew: u64,
+    ) -> (Decision, Option<u64>) {
+        let after = |nanos: u64| Duration::from_nanos(nanos.saturating_add(skew));
+        let deny = |retry_after| {
+            let reset_after = after(owed);
+            let decision =
+                Decision::deny(self.burst, self.remaining(owed), reset_after, retry_after);
+            (decision, None)
+        };
+        // A cost above the bound can never pass, however long the client waits.
+        let Some(increment) = cost.checked_mul(self.interval).filter(|&i| i <= self.bound) else {
+            return deny(None);
+        };
+        // Overflow is only possible some 584 years after the clock's origin; deny rather than wrap.
+        if now
+            .checked_add(owed)
+            .and_then(|t| t.checked_add(increment))
+            .is_none()
+        {
+            return deny(None);
+        }
+        let owed_after = owed + increment;
+        if owed_after > self.bound {
+            return deny(Some(after(owed_after - self.bound)));
+        }
+        let decision = self.allowed(owed_after, now, cost, skew);
+        (decision, (cost > 0).then_some(owed_after))
     }
 }
 
@@ -140,31 +179,8 @@ impl Algorithm for Gcra {
 
     #[inline]
     fn check(&self, &tat: &u64, now: u64, cost: u64) -> Outcome<u64> {
-        let (reset_after, remaining) = self.standing(tat, now);
-        let deny = |retry_after| {
-            let decision = Decision::deny(
-                self.burst,
-                remaining,
-                Duration::from_nanos(reset_after),
-                retry_after,
-            );
-            Outcome::new(decision, None)
-        };
-        // A cost above the bound can never pass, however long the client waits.
-        let Some(increment) = cost.checked_mul(self.interval).filter(|&i| i <= self.bound) else {
-            return deny(None);
-        };
-        // Overflow is only possible some 584 years after the clock's origin; deny rather than wrap.
-        let Some(new_tat) = tat.max(now).checked_add(increment) else {
-            return deny(None);
-        };
-        if new_tat - now > self.bound {
-            return deny(Some(Duration::from_nanos(new_tat - self.bound - now)));
-        }
-        Outcome::new(
-            self.allowed(new_tat, now, cost),
-            (cost > 0).then_some(new_tat),
-        )
+        let (decision, owed) = self.step(tat.saturating_sub(now), now, cost, 0);
+        Outcome::new(decision, owed.map(|owed| now + owed))
     }
 
     /// The next TAT alone, without the decision.
@@ -179,7 +195,7 @@ impl Algorithm for Gcra {
     fn decide(&self, &tat: &u64, next: Option<&u64>, now: u64, cost: u64) -> Decision {
         match next {
             // A new TAT means the request was allowed, so `now <= new_tat <= now + bound`.
-            Some(&new_tat) => self.allowed(new_tat, now, cost),
+            Some(&new_tat) => self.allowed(new_tat - now, now, cost, 0),
             None => self.check(&tat, now, cost).decision,
         }
     }
@@ -191,12 +207,12 @@ impl Algorithm for Gcra {
     /// the later ones forward could let the counted requests exceed the burst.
     #[inline]
     fn refund(&self, &tat: &u64, admission: &Decision, now: u64, cost: u64) -> Option<u64> {
-        refund_slot(
-            tat,
-            admission.receipt(),
-            cost.saturating_mul(self.interval),
-            now,
-        )
+        let len = cost.saturating_mul(self.interval);
+        let end = admission.receipt();
+        if len == 0 || tat <= now || end != tat {
+            return None;
+        }
+        Some(end.saturating_sub(len).max(now))
     }
 
     #[inline]
@@ -208,17 +224,6 @@ impl Algorithm for Gcra {
     fn is_fresh(&self, &tat: &u64, now: u64) -> bool {
         tat <= now
     }
-}
-
-/// A schedule's end (`tat`) after giving back the slot of length `len` that ended at `end`
-/// (the TAT its admission set): only when that slot is still the schedule's last and ends
-/// after `now`; never before `now`. `None`: nothing to give back.
-#[inline]
-pub(crate) fn refund_slot(tat: u64, end: u64, len: u64, now: u64) -> Option<u64> {
-    if len == 0 || tat <= now || end != tat {
-        return None;
-    }
-    Some(end.saturating_sub(len).max(now))
 }
 
 #[cfg(test)]

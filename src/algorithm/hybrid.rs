@@ -137,7 +137,7 @@ impl Hybrid {
         let interval = quota.emission_interval_ns();
         Self {
             limit: quota.limit(),
-            period: u64::try_from(quota.period().as_nanos()).unwrap_or(u64::MAX),
+            period: quota.period_ns(),
             interval,
             quota: i128::from(quota.limit()) * i128::from(interval),
             per_interval: Divisor::new(interval),
@@ -229,18 +229,12 @@ impl Hybrid {
         if cost == 0 {
             return self.allow(standing, None);
         }
-        match standing {
+        let next = match standing {
             // A new window, with this request's tokens taken.
-            Standing::Fresh { now } => {
-                let tokens = self.limit - cost;
-                let after = Standing::Bursty {
-                    now,
-                    start: now,
-                    tokens,
-                    left: self.period,
-                };
-                self.allow(after, Some(HybridState::Bursty { start: now, tokens }))
-            }
+            Standing::Fresh { now } => HybridState::Bursty {
+                start: now,
+                tokens: self.limit - cost,
+            },
             // The window's last tokens: switch to smooth mode with one token at the window's
             // end, `now + left = start + period`.
             Standing::Bursty {
@@ -250,36 +244,19 @@ impl Hybrid {
                 // Past the clock's range the bucket stays empty: later is the safe side.
                 let empty_at =
                     u64::try_from(window_end - u128::from(self.interval)).unwrap_or(u64::MAX);
-                let after = Standing::Smooth {
-                    now,
+                HybridState::Smooth {
+                    time: now,
                     empty_at,
-                    tokens: i128::from(now) - i128::from(empty_at),
-                };
-                self.allow(
-                    after,
-                    Some(HybridState::Smooth {
-                        time: now,
-                        empty_at,
-                    }),
-                )
+                }
             }
-            Standing::Bursty {
-                now,
+            Standing::Bursty { start, tokens, .. } if tokens > cost => HybridState::Bursty {
                 start,
-                tokens,
-                left,
-            } if tokens > cost => {
-                let tokens = tokens - cost;
-                let after = Standing::Bursty {
-                    now,
-                    start,
-                    tokens,
-                    left,
-                };
-                self.allow(after, Some(HybridState::Bursty { start, tokens }))
-            }
+                tokens: tokens - cost,
+            },
             // Too few tokens in the window: the next one opens with a full quota.
-            Standing::Bursty { left, .. } => self.deny(standing, Some(Duration::from_nanos(left))),
+            Standing::Bursty { left, .. } => {
+                return self.deny(standing, Some(Duration::from_nanos(left)));
+            }
             Standing::Smooth {
                 now,
                 empty_at,
@@ -293,20 +270,15 @@ impl Hybrid {
                 }
                 // `empty_at + take <= now`: it fits.
                 let empty_at = u64::try_from(i128::from(empty_at) + take).unwrap_or(now);
-                let after = Standing::Smooth {
-                    now,
+                HybridState::Smooth {
+                    time: now,
                     empty_at,
-                    tokens: tokens - take,
-                };
-                self.allow(
-                    after,
-                    Some(HybridState::Smooth {
-                        time: now,
-                        empty_at,
-                    }),
-                )
+                }
             }
-        }
+        };
+        // The state after the request, read at the same time: it has taken the request's
+        // tokens, so it is never fresh.
+        self.allow(self.standing(&next, standing.now()), Some(next))
     }
 }
 

@@ -293,6 +293,29 @@ impl<A: Aligned> Aligned for Tiered<A> {
     }
 }
 
+/// The time from `now` until `at` (nanoseconds, wide enough for a sum past `u64::MAX`): zero
+/// once it has passed, and as long as a `Duration` of `u64::MAX` nanoseconds at most.
+pub(crate) fn until(at: u128, now: u64) -> std::time::Duration {
+    let wait = at.saturating_sub(u128::from(now));
+    std::time::Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
+}
+
+/// [`Algorithm::check`] for an algorithm that decides first (`evaluated`: the decision, and
+/// where an admission goes) and then writes an admission into a copy of the state: `admit`
+/// writes it and returns the admission's receipt. The state is copied only for an admission.
+pub(crate) fn admitted<S: Clone, P>(
+    state: &S,
+    (decision, place): (Decision, Option<P>),
+    admit: impl FnOnce(&mut S, P) -> u64,
+) -> Outcome<S> {
+    let Some(place) = place else {
+        return Outcome::new(decision, None);
+    };
+    let mut next = state.clone();
+    let receipt = admit(&mut next, place);
+    Outcome::new(decision.with_receipt(receipt), Some(next))
+}
+
 /// What [`Algorithm::check`] returns.
 #[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]

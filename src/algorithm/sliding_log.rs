@@ -76,10 +76,7 @@ impl SlidingLog {
     pub fn new(quota: &Quota) -> Self {
         Self {
             limit: quota.limit(),
-            // `Quota` guarantees a period of at least 1 ns that fits in a u64.
-            period: u64::try_from(quota.period().as_nanos())
-                .unwrap_or(u64::MAX)
-                .max(1),
+            period: quota.period_ns(),
         }
     }
 
@@ -109,8 +106,7 @@ impl SlidingLog {
     /// The wait from `now` until an entry at `t` leaves the window.
     #[inline]
     fn until_expiry(&self, t: u64, now: u64) -> Duration {
-        let wait = (u128::from(t) + u128::from(self.period)).saturating_sub(u128::from(now));
-        Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
+        super::until(u128::from(t) + u128::from(self.period), now)
     }
 
     /// The decision, and the instant to log the request at when it is admitted with a cost.
@@ -150,11 +146,12 @@ impl SlidingLog {
 
     /// Logs `cost` at `at` (not before the newest entry), dropping the entries that have left
     /// the window: amortised `O(1)`, as each entry is dropped once. Allocates only when the
-    /// log outgrows its capacity.
+    /// log outgrows its capacity. The receipt is the time the request was logged at.
     #[inline]
-    fn admit(&self, state: &mut SlidingLogState, at: u64, cost: u64) {
+    fn admit(&self, state: &mut SlidingLogState, at: u64, cost: u64) -> u64 {
         state.drop_before(state.first_live(at, self.period));
         state.push(at, cost);
+        at
     }
 }
 
@@ -162,30 +159,18 @@ impl Algorithm for SlidingLog {
     type State = SlidingLogState;
 
     fn check(&self, state: &SlidingLogState, now: u64, cost: u64) -> Outcome<SlidingLogState> {
-        let (decision, admit_at) = self.evaluate(state, now, cost);
-        let next = admit_at.map(|at| {
-            let mut next = state.clone();
-            self.admit(&mut next, at, cost);
-            next
-        });
-        // The receipt is the time the request was logged at.
-        let decision = match admit_at {
-            Some(at) => decision.with_receipt(at),
-            None => decision,
-        };
-        Outcome::new(decision, next)
+        let evaluated = self.evaluate(state, now, cost);
+        super::admitted(state, evaluated, |next, at| self.admit(next, at, cost))
     }
 
     /// Drops the entries that have left the window and logs the request in place, without
     /// allocating once the log has reached its working size.
     #[inline]
     fn check_mut(&self, state: &mut SlidingLogState, now: u64, cost: u64) -> Decision {
-        let (decision, admit_at) = self.evaluate(state, now, cost);
-        let Some(at) = admit_at else {
-            return decision;
-        };
-        self.admit(state, at, cost);
-        decision.with_receipt(at)
+        match self.evaluate(state, now, cost) {
+            (decision, Some(at)) => decision.with_receipt(self.admit(state, at, cost)),
+            (decision, None) => decision,
+        }
     }
 
     /// Takes up to `cost` back from the admission's entry (the entry logged at its receipt),

@@ -110,10 +110,7 @@ impl SlidingWindow {
     pub fn new(quota: &Quota) -> Self {
         Self {
             limit: quota.limit(),
-            // `Quota` guarantees a period of at least 1 ns that fits in a u64.
-            period: u64::try_from(quota.period().as_nanos())
-                .unwrap_or(u64::MAX)
-                .max(1),
+            period: quota.period_ns(),
             sub_windows: 1,
         }
     }
@@ -209,7 +206,9 @@ impl SlidingWindow {
     /// the counters up to the current sub-window and adds to it. Allocates only for a key that
     /// had no counters.
     #[inline]
-    fn admit(&self, state: &mut SlidingWindowState, place: Place, now: u64, cost: u64) {
+    ///
+    /// The receipt is a time in the sub-window the request was counted in.
+    fn admit(&self, state: &mut SlidingWindowState, place: Place, now: u64, cost: u64) -> u64 {
         let k = self.sub_windows;
         let Place::Live { live, index } = place else {
             // A new grid of windows, beginning now.
@@ -221,7 +220,7 @@ impl SlidingWindow {
             state.base = now;
             state.last = now;
             state.counts[k] = cost;
-            return;
+            return now;
         };
         let passed = k + 1 - live;
         state.counts.copy_within(passed.., 0);
@@ -235,6 +234,7 @@ impl SlidingWindow {
             .base
             .saturating_add(u64::try_from(shift).unwrap_or(u64::MAX));
         state.last = now.max(state.last);
+        state.last
     }
 }
 
@@ -255,29 +255,19 @@ impl Algorithm for SlidingWindow {
         now: u64,
         cost: u64,
     ) -> Outcome<SlidingWindowState> {
-        let (decision, admit) = self.evaluate(state, now, cost);
-        let next = admit.map(|place| {
-            let mut next = state.clone();
-            self.admit(&mut next, place, now, cost);
-            next
-        });
-        let decision = match &next {
-            Some(next) => decision.with_receipt(next.last),
-            None => decision,
-        };
-        Outcome::new(decision, next)
+        let evaluated = self.evaluate(state, now, cost);
+        super::admitted(state, evaluated, |next, place| {
+            self.admit(next, place, now, cost)
+        })
     }
 
     /// Updates the counters in place, without allocating once the key has them.
     #[inline]
     fn check_mut(&self, state: &mut SlidingWindowState, now: u64, cost: u64) -> Decision {
-        let (decision, admit) = self.evaluate(state, now, cost);
-        let Some(place) = admit else {
-            return decision;
-        };
-        self.admit(state, place, now, cost);
-        // The receipt is a time in the sub-window the request was counted in.
-        decision.with_receipt(state.last)
+        match self.evaluate(state, now, cost) {
+            (decision, Some(place)) => decision.with_receipt(self.admit(state, place, now, cost)),
+            (decision, None) => decision,
+        }
     }
 
     /// Takes the admission back from the counter it was added to, while that counter still

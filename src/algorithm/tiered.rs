@@ -50,15 +50,9 @@ impl<A: Algorithm> Tiered<A> {
 /// Two tiers' states live in the state itself, so a check reads them without a second memory
 /// access; three or more live in one heap block.
 #[doc(hidden)]
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TieredState<S> {
     states: Few<S>,
-}
-
-impl<S> Default for TieredState<S> {
-    fn default() -> Self {
-        Self { states: Few::Empty }
-    }
 }
 
 impl<S> TieredState<S> {
@@ -80,23 +74,25 @@ impl<S: Clone + Default> TieredState<S> {
     }
 }
 
-impl<A: Algorithm> Tiered<A> {
-    /// Decides a request and updates every tier of `state` in place when all allow it, each
-    /// tier by `check` (the tier's own check in place, which must agree with
-    /// [`Algorithm::check`]). A denial consumes from no tier, and the tiers that would have
-    /// allowed it report their standing.
+impl<A: Algorithm> Algorithm for Tiered<A> {
+    type State = TieredState<A::State>;
+
+    fn check(&self, state: &Self::State, now: u64, cost: u64) -> Outcome<Self::State> {
+        let mut next = state.clone();
+        let decision = self.check_mut(&mut next, now, cost);
+        let changed = decision.allowed && cost > 0;
+        Outcome::new(decision, changed.then_some(next))
+    }
+
+    /// Decides a request and updates every tier of `state` in place when all allow it. A
+    /// denial consumes from no tier, and the tiers that would have allowed it report their
+    /// standing.
     ///
-    /// Each tier is decided once on the state as it is; when all allow, `check` then writes
-    /// the states (its decisions are those already made). The list of tier decisions reuses
-    /// the thread's previous list when no decision holds it any more, so a check allocates
-    /// nothing once the key has its states.
-    pub(crate) fn check_tiers(
-        &self,
-        state: &mut TieredState<A::State>,
-        now: u64,
-        cost: u64,
-        mut check: impl FnMut(&A, &mut A::State) -> Decision,
-    ) -> Decision {
+    /// Each tier is decided once on the state as it is; when all allow, each tier's own check
+    /// in place then writes its state (its decisions are those already made). The list of
+    /// tier decisions reuses the thread's previous list when no decision holds it any more, so
+    /// a check allocates nothing once the key has its states.
+    fn check_mut(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
         let tiers = &self.tiers;
         let decisions = Decision::tier_list(tiers.len(), |decisions| {
             let fresh = A::State::default();
@@ -114,36 +110,13 @@ impl<A: Algorithm> Tiered<A> {
             } else if cost > 0 {
                 let states = state.sized(tiers.len());
                 for (tier, s) in tiers.iter().zip(states.iter_mut()) {
-                    check(tier, s);
+                    tier.check_mut(s, now, cost);
                 }
             }
         });
         Decision::from_tiers(decisions)
     }
-}
 
-impl<A: Algorithm> Algorithm for Tiered<A> {
-    type State = TieredState<A::State>;
-
-    fn check(&self, state: &Self::State, now: u64, cost: u64) -> Outcome<Self::State> {
-        let mut next = state.clone();
-        let decision = self.check_tiers(&mut next, now, cost, |tier, s| {
-            let outcome = tier.check(s, now, cost);
-            if let Some(n) = outcome.state {
-                *s = n;
-            }
-            outcome.decision
-        });
-        let changed = decision.allowed && cost > 0;
-        Outcome::new(decision, changed.then_some(next))
-    }
-
-    /// Updates each tier in place with the tier's own `check_mut`.
-    fn check_mut(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
-        self.check_tiers(state, now, cost, |tier, s| tier.check_mut(s, now, cost))
-    }
-
-    /// Gives each tier back what the admission took from it ([`Decision::tiers`]).
     fn refund(
         &self,
         state: &Self::State,
@@ -227,10 +200,7 @@ pub trait Quotas {
     /// The quotas in order, with no algorithm made (an empty list is returned as it is).
     fn into_quotas(self) -> Vec<Quota>
     where
-        Self: Sized,
-    {
-        self.build(super::Gcra::new).0
-    }
+        Self: Sized;
 }
 
 impl Quotas for Quota {

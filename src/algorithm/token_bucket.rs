@@ -1,8 +1,6 @@
 use std::time::Duration;
 
-use super::divisor::Divisor;
-use super::gcra::refund_slot;
-use super::{Algorithm, Outcome};
+use super::{Algorithm, Gcra, Outcome};
 use crate::{Decision, Quota};
 
 /// The token bucket: `burst` tokens, refilled continuously at `limit / period`, starting full.
@@ -34,15 +32,9 @@ use crate::{Decision, Quota};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenBucket {
-    /// Emission interval `T`: nanoseconds per token.
-    interval: u64,
-    /// Capacity `T × burst`, in nanoseconds.
-    capacity: u64,
-    /// How far below empty the bucket may go for requests that wait (shaping), in nanoseconds.
-    max_delay: u64,
-    burst: u64,
-    /// Divides by `interval` without a hardware division.
-    per_interval: Divisor,
+    /// The same schedule, kept as the instant the bucket is full again: the deficit is how
+    /// far that instant is from the last refill.
+    gcra: Gcra,
 }
 
 /// A key's bucket: how many tokens it lacked at its last refill, and when that was.
@@ -62,15 +54,8 @@ pub struct TokenBucketState {
 impl TokenBucket {
     /// The token bucket for `quota`.
     pub fn new(quota: &Quota) -> Self {
-        let interval = quota.emission_interval_ns();
-        // `Quota` guarantees that `interval * burst` fits in a u64.
-        let capacity = interval.saturating_mul(quota.burst());
         Self {
-            interval,
-            capacity,
-            max_delay: 0,
-            burst: quota.burst(),
-            per_interval: Divisor::new(interval),
+            gcra: Gcra::new(quota),
         }
     }
 
@@ -79,34 +64,29 @@ impl TokenBucket {
     /// they have come in; the layer holds it back that long. `remaining` still counts the
     /// requests that would pass at once.
     #[must_use]
-    pub fn max_delay(mut self, max_delay: Duration) -> Self {
-        self.max_delay = u64::try_from(max_delay.as_nanos()).unwrap_or(u64::MAX);
-        self
-    }
-
-    /// The most the bucket may lack, in nanoseconds: empty, and `max_delay` beyond.
-    #[inline]
-    fn bound(&self) -> u64 {
-        self.capacity.saturating_add(self.max_delay)
+    pub fn max_delay(self, max_delay: Duration) -> Self {
+        Self {
+            gcra: self.gcra.max_delay(max_delay),
+        }
     }
 
     /// Nanoseconds per token: the emission interval `T`.
     #[doc(hidden)]
     pub fn interval_nanos(&self) -> u64 {
-        self.interval
+        self.gcra.interval_nanos()
     }
 
     /// The bucket's capacity `T × burst`, in nanoseconds.
     #[doc(hidden)]
     pub fn capacity_nanos(&self) -> u64 {
-        self.capacity
+        self.gcra.capacity_nanos()
     }
 
     /// The most the bucket may lack, in nanoseconds: its capacity plus the longest wait
     /// ([`max_delay`](Self::max_delay)).
     #[doc(hidden)]
     pub fn bound_nanos(&self) -> u64 {
-        self.bound()
+        self.gcra.bound_nanos()
     }
 
     /// Refills `state` up to `now`: the time to read it at (a `now` before the last refill
@@ -114,74 +94,25 @@ impl TokenBucket {
     #[inline]
     fn refill(state: &TokenBucketState, now: u64) -> (u64, u64) {
         let now = now.max(state.refilled_at);
-        let elapsed = now - state.refilled_at;
-        (now, state.deficit.saturating_sub(elapsed))
-    }
-
-    /// `remaining` for a bucket `deficit` ns short of full.
-    #[inline]
-    fn remaining(&self, deficit: u64) -> u64 {
-        self.per_interval
-            .divide(self.capacity.saturating_sub(deficit))
+        (now, state.deficit.saturating_sub(now - state.refilled_at))
     }
 }
 
 impl Algorithm for TokenBucket {
     type State = TokenBucketState;
 
+    /// GCRA's step on the deficit. A reading before the last refill (readings out of order
+    /// across threads) is decided at the refill's time; the waits it reports are measured
+    /// from the reading, so that a client told to retry then is not early.
     #[inline]
     fn check(&self, state: &TokenBucketState, now: u64, cost: u64) -> Outcome<TokenBucketState> {
-        let reading = now;
-        let (now, deficit) = Self::refill(state, now);
-        // A reading before the last refill (readings out of order across threads) is decided
-        // at the refill's time; the waits it reports are measured from the reading, so that a
-        // client told to retry then is not early.
-        let skew = now - reading;
-        let after = |nanos: u64| Duration::from_nanos(nanos.saturating_add(skew));
-        let deny = |retry_after| {
-            let decision = Decision::deny(
-                self.burst,
-                self.remaining(deficit),
-                after(deficit),
-                retry_after,
-            );
-            Outcome::new(decision, None)
-        };
-        // A cost above the burst (and what may be borrowed) never fits, however long the
-        // client waits.
-        let Some(take) = cost
-            .checked_mul(self.interval)
-            .filter(|&t| t <= self.bound())
-        else {
-            return deny(None);
-        };
-        // The bucket would be full again after u64::MAX ns since the clock's origin (some 584
-        // years): deny rather than wrap, as GCRA does.
-        if now
-            .checked_add(deficit)
-            .and_then(|t| t.checked_add(take))
-            .is_none()
-        {
-            return deny(None);
-        }
-        // `deficit <= capacity` after a refill of a state this bucket wrote; an arbitrary state
-        // may hold more, hence the saturation.
-        let short = deficit.saturating_add(take);
-        if short > self.bound() {
-            return deny(Some(after(short - self.bound())));
-        }
-        // The receipt is when the bucket would be full again after this request: the end of
-        // its slot, as GCRA's TAT.
-        let mut decision = Decision::allow(self.burst, self.remaining(short), after(short))
-            .with_receipt(if cost > 0 { now + short } else { 0 });
-        if short > self.capacity {
-            decision = decision.delayed(after(short - self.capacity));
-        }
-        let next = TokenBucketState {
-            deficit: short,
-            refilled_at: now,
-        };
-        Outcome::new(decision, (cost > 0).then_some(next))
+        let (at, deficit) = Self::refill(state, now);
+        let (decision, deficit) = self.gcra.step(deficit, at, cost, at - now);
+        let next = deficit.map(|deficit| TokenBucketState {
+            deficit,
+            refilled_at: at,
+        });
+        Outcome::new(decision, next)
     }
 
     /// Puts the admission's tokens back while nothing was taken after it, up to a full bucket:
@@ -195,13 +126,13 @@ impl Algorithm for TokenBucket {
         now: u64,
         cost: u64,
     ) -> Option<TokenBucketState> {
-        let (now, deficit) = Self::refill(state, now);
-        let full_at = now.checked_add(deficit)?;
-        let len = cost.saturating_mul(self.interval);
-        let full_at = refund_slot(full_at, admission.receipt(), len, now)?;
+        let (at, deficit) = Self::refill(state, now);
+        let full_at = self
+            .gcra
+            .refund(&at.checked_add(deficit)?, admission, at, cost)?;
         Some(TokenBucketState {
-            deficit: full_at - now,
-            refilled_at: now,
+            deficit: full_at - at,
+            refilled_at: at,
         })
     }
 

@@ -108,9 +108,7 @@ impl SlidingWindow {
     /// The wait from `now` until `units` past `base`: the first nanosecond at or after it.
     pub(super) fn until(&self, base: u64, units: u128, now: u64) -> Duration {
         let (whole, part) = div_rem(units, self.k());
-        let at = u128::from(base) + whole + u128::from(part > 0);
-        let wait = at.saturating_sub(u128::from(now));
-        Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
+        crate::algorithm::until(u128::from(base) + whole + u128::from(part > 0), now)
     }
 
     /// The wait until the frame is fresh: when its newest non-zero counter (or the current

@@ -11,6 +11,7 @@ use std::sync::{Mutex, PoisonError, RwLock};
 use hashbrown::HashTable;
 
 use super::hasher::KeyHasher;
+use super::shards::all_but_lightest;
 use crate::Key;
 
 /// How many shards the lookups spread over (fewer for a small bound).
@@ -135,21 +136,9 @@ fn make_room(shard: &mut HashTable<(Key, u64)>, limit: usize, now: u64) {
     if len < limit {
         return;
     }
-    let target = (limit / 8).clamp(1, len);
-    let mut ends: Vec<u64> = shard.iter().map(|e| e.1).collect();
-    let (_, &mut threshold, _) = ends.select_nth_unstable(target - 1);
-    let below = ends.iter().filter(|&&u| u < threshold).count();
-    let mut at_threshold = target - below;
-    shard.retain(|e| {
-        if e.1 < threshold {
-            false
-        } else if e.1 == threshold && at_threshold > 0 {
-            at_threshold -= 1;
-            false
-        } else {
-            true
-        }
-    });
+    let ends = shard.iter().map(|e| e.1).collect();
+    let mut keep = all_but_lightest(ends, (limit / 8).clamp(1, len));
+    shard.retain(|e| keep(e.1));
 }
 
 #[cfg(test)]

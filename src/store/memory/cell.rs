@@ -35,14 +35,23 @@ pub(crate) trait StateCell<A: Held>: Default + Send + Sync + 'static {
     /// atomically and returns the state afterwards.
     fn refund(&self, algorithm: &A, admission: &Decision, now: u64, cost: u64) -> A::State;
 
+    /// `f` of the state in the cell.
+    fn read<R>(&self, f: impl FnOnce(&A::State) -> R) -> R;
+
     /// Whether the state in the cell is back to fresh at `now`, so the key may be forgotten.
-    fn is_fresh(&self, algorithm: &A, now: u64) -> bool;
+    fn is_fresh(&self, algorithm: &A, now: u64) -> bool {
+        self.read(|state| algorithm.is_fresh(state, now))
+    }
 
     /// The key's standing at `now`: the decision for a request of cost 0.
-    fn peek(&self, algorithm: &A, now: u64) -> Decision;
+    fn peek(&self, algorithm: &A, now: u64) -> Decision {
+        self.read(|state| algorithm.check(state, now, 0).decision)
+    }
 
     /// A copy of the state in the cell.
-    fn state(&self) -> A::State;
+    fn state(&self) -> A::State {
+        self.read(A::State::clone)
+    }
 
     /// Replaces the state in the cell.
     fn set_state(&self, state: A::State);
@@ -72,10 +81,6 @@ impl AtomicCell {
                 Err(actual) => current = actual,
             }
         }
-    }
-
-    fn load(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
     }
 }
 
@@ -108,16 +113,8 @@ impl<A: Held<State = u64>> StateCell<A> for AtomicCell {
             .unwrap_or(seen)
     }
 
-    fn is_fresh(&self, algorithm: &A, now: u64) -> bool {
-        algorithm.is_fresh(&self.load(), now)
-    }
-
-    fn peek(&self, algorithm: &A, now: u64) -> Decision {
-        algorithm.check(&self.load(), now, 0).decision
-    }
-
-    fn state(&self) -> u64 {
-        self.load()
+    fn read<R>(&self, f: impl FnOnce(&u64) -> R) -> R {
+        f(&self.0.load(Ordering::Acquire))
     }
 
     fn set_state(&self, state: u64) {
@@ -163,16 +160,8 @@ impl<A: Held> StateCell<A> for LockedCell<A::State> {
         state.clone()
     }
 
-    fn is_fresh(&self, algorithm: &A, now: u64) -> bool {
-        algorithm.is_fresh(&self.lock(), now)
-    }
-
-    fn peek(&self, algorithm: &A, now: u64) -> Decision {
-        algorithm.check(&self.lock(), now, 0).decision
-    }
-
-    fn state(&self) -> A::State {
-        self.lock().clone()
+    fn read<R>(&self, f: impl FnOnce(&A::State) -> R) -> R {
+        f(&self.lock())
     }
 
     fn set_state(&self, state: A::State) {

@@ -1,6 +1,6 @@
 //! A key as the shard tables hold it: IP addresses and integers as plain words.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::Key;
 
@@ -38,10 +38,35 @@ fn word(bytes: &[u8]) -> u64 {
     u64::from_ne_bytes(w)
 }
 
-/// The key a [`Probe::V6`] was made from.
-pub(super) fn v6_key(w: [u64; 2]) -> Key {
-    let mut octets = [0; 16];
-    octets[..8].copy_from_slice(&w[0].to_ne_bytes());
-    octets[8..].copy_from_slice(&w[1].to_ne_bytes());
-    Key::from(Ipv6Addr::from(octets))
+/// What one of the tables holds a key as: the key it was made from can be rebuilt (to rehash
+/// it as it hashed when it went in, and to list it).
+pub(super) trait Word: PartialEq {
+    fn key(&self) -> Key;
+}
+
+impl Word for u32 {
+    fn key(&self) -> Key {
+        Key::from(Ipv4Addr::from(self.to_ne_bytes()))
+    }
+}
+
+impl Word for [u64; 2] {
+    fn key(&self) -> Key {
+        let mut octets = [0; 16];
+        octets[..8].copy_from_slice(&self[0].to_ne_bytes());
+        octets[8..].copy_from_slice(&self[1].to_ne_bytes());
+        Key::from(Ipv6Addr::from(octets))
+    }
+}
+
+impl Word for u64 {
+    fn key(&self) -> Key {
+        Key::from(*self)
+    }
+}
+
+impl Word for Key {
+    fn key(&self) -> Key {
+        self.clone()
+    }
 }

@@ -54,11 +54,9 @@ impl Registry {
         );
         let mut maps = self.lock();
         let slot = maps.entry(identity).or_insert_with(|| Arc::new(make()));
-        match Arc::clone(slot).downcast::<Map<A>>() {
-            Ok(map) => map,
-            // The slot's type is part of its key, so it always matches.
-            Err(_) => unreachable!("memory store table type mismatch"),
-        }
+        // The slot's type is part of its key, so it always matches.
+        let map = Arc::clone(slot).downcast::<Map<A>>();
+        map.unwrap_or_else(|_| unreachable!("memory store table type mismatch"))
     }
 
     /// The blocked keys of the policy named `policy` whose limiters read the wall clock

@@ -15,13 +15,13 @@
 //!   single check while a shard forgets is measured in "Longest single `check` while the store
 //!   forgets keys".
 
-use std::net::Ipv4Addr;
+use std::cmp::Ordering;
 use std::sync::{PoisonError, RwLock};
 
 use hashbrown::HashTable;
 
 use super::hasher::KeyHasher;
-use super::probe::{v6_key, Probe};
+use super::probe::{Probe, Word};
 use crate::Key;
 
 /// One shard, alone on its cache lines so that threads working on different shards do not slow
@@ -93,12 +93,32 @@ impl<V> Tables<V> {
         self.v4.len() + self.v6.len() + self.ints.len() + self.other.len()
     }
 
-    /// Removes the cells `remove` picks, from every table.
+    /// Keeps the cells `keep` picks, in every table.
     fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
         self.v4.retain(|e| keep(&e.1));
         self.v6.retain(|e| keep(&e.1));
         self.ints.retain(|e| keep(&e.1));
         self.other.retain(|e| keep(&e.1));
+    }
+
+    fn cells(&self) -> impl Iterator<Item = &V> {
+        let v4 = self.v4.iter().map(|e| &e.1);
+        let v6 = self.v6.iter().map(|e| &e.1);
+        let ints = self.ints.iter().map(|e| &e.1);
+        v4.chain(v6)
+            .chain(ints)
+            .chain(self.other.iter().map(|e| &e.1))
+    }
+
+    /// Each key and its cell.
+    fn entries(&self) -> impl Iterator<Item = (Key, &V)> {
+        fn each<W: Word, V>(table: &HashTable<(W, V)>) -> impl Iterator<Item = (Key, &V)> {
+            table.iter().map(|e| (e.0.key(), &e.1))
+        }
+        each(&self.v4)
+            .chain(each(&self.v6))
+            .chain(each(&self.ints))
+            .chain(each(&self.other))
     }
 
     #[inline]
@@ -109,15 +129,6 @@ impl<V> Tables<V> {
             Probe::Int(n) => self.ints.find(hash, |e| e.0 == n).map(|e| &e.1),
             Probe::Other(key) => self.other.find(hash, |e| e.0 == *key).map(|e| &e.1),
         }
-    }
-
-    fn cells(&self) -> impl Iterator<Item = &V> {
-        let v4 = self.v4.iter().map(|e| &e.1);
-        let v6 = self.v6.iter().map(|e| &e.1);
-        let ints = self.ints.iter().map(|e| &e.1);
-        v4.chain(v6)
-            .chain(ints)
-            .chain(self.other.iter().map(|e| &e.1))
     }
 
     /// Makes room for one more key. Once the shard has grown by as many keys as it held that
@@ -151,23 +162,9 @@ impl<V> Tables<V> {
         // Full of keys that are not fresh: evict the ones forgetting gives least back. Keys that
         // are being limited go last, so a client under a limit keeps it while any other key can
         // go, and of the others those with the most left go first.
-        let target = (limit / 8).clamp(1, len);
-        let mut weights: Vec<Weight> = self.cells().map(|c| forget.weight(c)).collect();
-        let (_, &mut threshold, _) = weights.select_nth_unstable(target - 1);
-        let below = weights.iter().filter(|&&w| w < threshold).count();
-        // Every key below the threshold goes, and as many at it as make up the target.
-        let mut at_threshold = target - below;
-        self.retain(|cell| {
-            let w = forget.weight(cell);
-            if w < threshold {
-                false
-            } else if w == threshold && at_threshold > 0 {
-                at_threshold -= 1;
-                false
-            } else {
-                true
-            }
-        });
+        let weights = self.cells().map(|c| forget.weight(c)).collect();
+        let mut keep = all_but_lightest(weights, (limit / 8).clamp(1, len));
+        self.retain(|cell| keep(forget.weight(cell)));
         self.swept(self.len(), now);
     }
 
@@ -178,6 +175,43 @@ impl<V> Tables<V> {
     fn swept(&mut self, not_fresh: usize, now: u64) {
         self.sweep_at = self.len() + not_fresh.max(SWEEP_FLOOR);
         self.swept_at = self.swept_at.max(now);
+    }
+}
+
+/// A test that keeps all but `target` of the entries weighing `weights`: the lightest, and of
+/// those at the threshold the first met. Called once per entry, in the order of `weights`.
+pub(super) fn all_but_lightest<W: Ord + Copy>(
+    mut weights: Vec<W>,
+    target: usize,
+) -> impl FnMut(W) -> bool {
+    let (_, &mut threshold, _) = weights.select_nth_unstable(target - 1);
+    let mut at_threshold = target - weights.iter().filter(|&&w| w < threshold).count();
+    move |w| match w.cmp(&threshold) {
+        Ordering::Less => false,
+        Ordering::Equal if at_threshold > 0 => {
+            at_threshold -= 1;
+            false
+        }
+        _ => true,
+    }
+}
+
+/// `table`'s cell for `word`, inserted (a default cell) when absent. Growing the table
+/// rehashes its entries: as keys again, so that they hash as they did when they went in.
+fn insert<'t, W: Word, V: Default>(
+    table: &'t mut HashTable<(W, V)>,
+    hasher: &KeyHasher,
+    hash: u64,
+    word: W,
+) -> &'t V {
+    let entry = table.entry(hash, |e| e.0 == word, |e| hasher.hash(&e.0.key()));
+    &entry.or_insert_with(|| (word, V::default())).into_mut().1
+}
+
+/// Removes `word`'s entry from `table`, if any.
+fn remove<W: Word, V>(table: &mut HashTable<(W, V)>, hash: u64, word: &W) {
+    if let Ok(entry) = table.find_entry(hash, |e| e.0 == *word) {
+        entry.remove();
     }
 }
 
@@ -258,11 +292,8 @@ impl<V: Default> Shards<V> {
         tables.find(hash, key).map(f)
     }
 
-    /// Runs `f` on the key's cell under the shard's write lock, inserting a default cell first
-    /// if the key is absent. `hash` is [`hash`](Self::hash)`(&key)`. Before a key goes in, the
-    /// shard makes room ([`Forget`]): as it grows it sweeps out the keys that have been fresh
-    /// since its previous sweep, and evicts the least limited keys when it is at its bound.
-    pub(crate) fn get_or_insert_with<R>(
+    #[cfg(test)]
+    fn get_or_insert_with<R>(
         &self,
         hash: u64,
         key: Key,
@@ -272,9 +303,12 @@ impl<V: Default> Shards<V> {
         self.get_or_insert_from(hash, key, forget, |_| {}, f)
     }
 
-    /// [`get_or_insert_with`](Self::get_or_insert_with), running `init` on the cell first when
-    /// this call inserts it (under the same write lock, so no other call sees the cell before
-    /// `init` has run).
+    /// Runs `f` on the key's cell under the shard's write lock, inserting a default cell first
+    /// if the key is absent, and running `init` on it then (under the same write lock, so no
+    /// other call sees the cell before `init` has run). `hash` is [`hash`](Self::hash)`(&key)`.
+    /// Before a key goes in, the shard makes room ([`Forget`]): as it grows it sweeps out the
+    /// keys that have been fresh since its previous sweep, and evicts the least limited keys
+    /// when it is at its bound.
     pub(crate) fn get_or_insert_from<R>(
         &self,
         hash: u64,
@@ -295,33 +329,12 @@ impl<V: Default> Shards<V> {
         if tables.len() >= tables.sweep_at.min(self.per_shard) {
             tables.make_room(self.per_shard, forget);
         }
-        // Growing a table rehashes its entries: as keys again, so that they hash as they did
-        // when they went in.
+        let hasher = &self.hasher;
         let cell = match Probe::of(&key) {
-            Probe::V4(w) => {
-                let rehash =
-                    |e: &(u32, V)| self.hash(&Key::from(Ipv4Addr::from(e.0.to_ne_bytes())));
-                let entry = tables.v4.entry(hash, |e| e.0 == w, rehash);
-                &entry.or_insert_with(|| (w, V::default())).into_mut().1
-            }
-            Probe::V6(w) => {
-                let rehash = |e: &([u64; 2], V)| self.hash(&v6_key(e.0));
-                let entry = tables.v6.entry(hash, |e| e.0 == w, rehash);
-                &entry.or_insert_with(|| (w, V::default())).into_mut().1
-            }
-            Probe::Int(n) => {
-                let rehash = |e: &(u64, V)| self.hash(&Key::from(e.0));
-                let entry = tables.ints.entry(hash, |e| e.0 == n, rehash);
-                &entry.or_insert_with(|| (n, V::default())).into_mut().1
-            }
-            Probe::Other(_) => {
-                let rehash = |e: &(Key, V)| self.hash(&e.0);
-                let entry = tables.other.entry(hash, |e| e.0 == key, rehash);
-                &entry
-                    .or_insert_with(|| (key.clone(), V::default()))
-                    .into_mut()
-                    .1
-            }
+            Probe::V4(w) => insert(&mut tables.v4, hasher, hash, w),
+            Probe::V6(w) => insert(&mut tables.v6, hasher, hash, w),
+            Probe::Int(n) => insert(&mut tables.ints, hasher, hash, n),
+            Probe::Other(_) => insert(&mut tables.other, hasher, hash, key),
         };
         init(cell);
         f(cell)
@@ -333,14 +346,7 @@ impl<V: Default> Shards<V> {
         for shard in &*self.shards {
             let entries: Vec<(Key, T)> = {
                 let tables = shard.tables.read().unwrap_or_else(PoisonError::into_inner);
-                let v4 = tables
-                    .v4
-                    .iter()
-                    .map(|e| (Key::from(Ipv4Addr::from(e.0.to_ne_bytes())), f(&e.1)));
-                let v6 = tables.v6.iter().map(|e| (v6_key(e.0), f(&e.1)));
-                let ints = tables.ints.iter().map(|e| (Key::from(e.0), f(&e.1)));
-                let other = tables.other.iter().map(|e| (e.0.clone(), f(&e.1)));
-                v4.chain(v6).chain(ints).chain(other).collect()
+                tables.entries().map(|(key, cell)| (key, f(cell))).collect()
             };
             for (key, value) in entries {
                 each(key, value);
@@ -356,26 +362,10 @@ impl<V: Default> Shards<V> {
             .unwrap_or_else(PoisonError::into_inner);
         let tables = &mut *tables;
         match Probe::of(key) {
-            Probe::V4(w) => {
-                if let Ok(entry) = tables.v4.find_entry(hash, |e| e.0 == w) {
-                    entry.remove();
-                }
-            }
-            Probe::V6(w) => {
-                if let Ok(entry) = tables.v6.find_entry(hash, |e| e.0 == w) {
-                    entry.remove();
-                }
-            }
-            Probe::Int(n) => {
-                if let Ok(entry) = tables.ints.find_entry(hash, |e| e.0 == n) {
-                    entry.remove();
-                }
-            }
-            Probe::Other(key) => {
-                if let Ok(entry) = tables.other.find_entry(hash, |e| e.0 == *key) {
-                    entry.remove();
-                }
-            }
+            Probe::V4(w) => remove(&mut tables.v4, hash, &w),
+            Probe::V6(w) => remove(&mut tables.v6, hash, &w),
+            Probe::Int(n) => remove(&mut tables.ints, hash, &n),
+            Probe::Other(key) => remove(&mut tables.other, hash, key),
         }
     }
 
@@ -395,7 +385,7 @@ impl<V: Default> Shards<V> {
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv6Addr;
+    use std::net::{Ipv4Addr, Ipv6Addr};
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;

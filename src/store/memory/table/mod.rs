@@ -11,6 +11,7 @@ use super::blocks::Blocks;
 use super::registry::Map;
 use super::shards::{Forget, Weight};
 use super::{MemoryAlgorithm, MemoryStore, StateCell};
+use crate::clock::saturating_nanos;
 use crate::store::{Store, Update};
 use crate::{Decision, Error, Key};
 
@@ -18,6 +19,7 @@ mod succession;
 
 /// A [`MemoryStore`]'s table for one policy.
 #[doc(hidden)]
+#[derive(Clone)]
 pub struct MemoryTable<A: MemoryAlgorithm> {
     map: Arc<Map<A>>,
     blocks: Arc<Blocks>,
@@ -25,17 +27,6 @@ pub struct MemoryTable<A: MemoryAlgorithm> {
     /// The table this one takes over from while its quotas change: a key this table does not
     /// hold carries over what it used there ([`Algorithm::carried`](crate::algorithm::Algorithm::carried)).
     previous: Option<Arc<Predecessor<A>>>,
-}
-
-impl<A: MemoryAlgorithm> Clone for MemoryTable<A> {
-    fn clone(&self) -> Self {
-        Self {
-            map: self.map.clone(),
-            blocks: self.blocks.clone(),
-            algorithm: self.algorithm.clone(),
-            previous: self.previous.clone(),
-        }
-    }
 }
 
 impl<A: MemoryAlgorithm> fmt::Debug for MemoryTable<A> {
@@ -194,8 +185,8 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
     /// Blocks `key` from `now` for `duration` (until the end of the clock when that reaches
     /// past it), or keeps a block that ends later.
     pub(crate) fn block(&self, key: &Key, now: u64, duration: Duration) {
-        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-        self.blocks.block(key, now, now.saturating_add(nanos));
+        let until = now.saturating_add(saturating_nanos(duration));
+        self.blocks.block(key, now, until);
     }
 
     /// Applies the request to the key's state. Only this runs under the shard's lock (and,
@@ -249,7 +240,7 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         let forget = Forgetting { algorithm, now };
         // The map keeps a long key's digest, never its bytes.
         self.map
-            .get_or_insert_with(hash, key.stored(), &forget, apply)
+            .get_or_insert_from(hash, key.stored(), &forget, |_| (), apply)
     }
 }
 
@@ -270,7 +261,7 @@ impl<A: MemoryAlgorithm> Forget<A::Cell> for Forgetting<'_, A> {
 
     fn weight(&self, cell: &A::Cell) -> Weight {
         let standing = cell.peek(self.algorithm, self.now);
-        let until_fresh = u64::try_from(standing.reset_after.as_nanos()).unwrap_or(u64::MAX);
+        let until_fresh = saturating_nanos(standing.reset_after);
         (
             standing.remaining == 0,
             u64::MAX - standing.remaining,

@@ -73,10 +73,8 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
     /// once every key is carried over.
     pub(crate) fn detached(&self) -> Self {
         MemoryTable {
-            map: self.map.clone(),
-            blocks: self.blocks.clone(),
-            algorithm: self.algorithm.clone(),
             previous: None,
+            ..self.clone()
         }
     }
 
