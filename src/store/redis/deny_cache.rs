@@ -2,14 +2,13 @@
 //! round trip to Redis a second rather than one per request.
 //!
 //! The cache is sharded by the key's hash (the memory store's keyed hasher: keys are chosen by
-//! clients), so checks of different keys rarely wait on one lock. Finding, adding, forgetting
-//! and evicting a denial are each O(1): a full shard evicts, of the first few denials it holds,
+//! clients), so checks of different keys rarely wait on one lock. Each shard keeps its denials
+//! in a dense array with an index beside it: finding, adding, forgetting and evicting a denial
+//! are each O(1). A full shard evicts with a clock hand: of the next few denials under the hand,
 //! one that has ended, else the one that ends first.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
-
-use super::connection::{lock, nanos};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use hashbrown::HashTable;
@@ -23,7 +22,7 @@ const PER_SHARD: usize = 64;
 /// The most shards a cache has.
 const MAX_SHARDS: usize = 64;
 
-/// How many denials a full shard looks at to pick one to evict.
+/// How many denials under the clock hand a full shard looks at to pick one to evict.
 const PROBE: usize = 4;
 
 /// A denial and the limiter's time (ns) when it was decided.
@@ -33,40 +32,98 @@ struct Denial {
     decided: u64,
     until: u64,
     decision: Decision,
-    /// How many denials the shard took before this one: of two that end together, the older
-    /// is evicted first.
-    seq: u64,
 }
 
-/// One shard: its denials, found by the key's hash, and how many it holds at most.
+/// One shard: its denials, densely, and where each key's denial is.
 struct Shard {
-    denials: HashTable<Denial>,
+    denials: Vec<Denial>,
+    /// Index into `denials`, found by the key's hash.
+    index: HashTable<usize>,
     capacity: usize,
-    taken: u64,
+    /// Where the clock hand points in `denials`.
+    hand: usize,
 }
 
 impl Shard {
-    /// Forgets `key`'s denial (of hash `hash`).
-    fn remove(&mut self, hash: u64, key: &Key) {
-        if let Ok(entry) = self.denials.find_entry(hash, |d| d.key == *key) {
-            entry.remove();
+    /// Forgets every denial ended at `now`.
+    fn forget_ended(&mut self, now: u64) {
+        let mut at = 0;
+        while at < self.denials.len() {
+            if self.denials[at].until <= now {
+                self.remove_at(at);
+            } else {
+                at += 1;
+            }
         }
     }
 
-    /// Adds `denial`, in place of the key's; a full shard first evicts, of the first
-    /// [`PROBE`] denials it holds, one that has ended at `now`, else the one that ends first.
-    fn insert(&mut self, mut denial: Denial, now: u64) {
-        (denial.seq, self.taken) = (self.taken, self.taken + 1);
-        self.remove(denial.hash, &denial.key);
-        if self.denials.len() >= self.capacity {
-            let first = self.denials.iter().take(PROBE);
-            let victim = first.clone().find(|d| d.until <= now);
-            if let Some(victim) = victim.or_else(|| first.min_by_key(|d| (d.until, d.seq))) {
-                let (hash, key) = (victim.hash, victim.key.clone());
-                self.remove(hash, &key);
+    fn new(capacity: usize) -> Self {
+        Self {
+            denials: Vec::new(),
+            index: HashTable::new(),
+            capacity,
+            hand: 0,
+        }
+    }
+
+    fn find(&self, hash: u64, key: &Key) -> Option<usize> {
+        let denials = &self.denials;
+        self.index.find(hash, |&i| denials[i].key == *key).copied()
+    }
+
+    /// Forgets the denial at `at`; the last one moves into its place.
+    fn remove_at(&mut self, at: usize) {
+        let hash = self.denials[at].hash;
+        if let Ok(entry) = self.index.find_entry(hash, |&i| i == at) {
+            entry.remove();
+        }
+        let last = self.denials.len() - 1;
+        self.denials.swap_remove(at);
+        if at != last {
+            let moved = self.denials[at].hash;
+            if let Some(slot) = self.index.find_mut(moved, |&i| i == last) {
+                *slot = at;
             }
         }
-        self.denials.insert_unique(denial.hash, denial, |d| d.hash);
+        if self.hand >= self.denials.len() {
+            self.hand = 0;
+        }
+    }
+
+    /// The denial to evict from a full shard: of the next [`PROBE`] under the hand, the first
+    /// that has ended at `now`, else the one that ends first. Moves the hand past it.
+    fn victim(&mut self, now: u64) -> usize {
+        let len = self.denials.len();
+        let mut best = self.hand % len;
+        for step in 0..PROBE.min(len) {
+            let at = (self.hand + step) % len;
+            let until = self.denials[at].until;
+            if until <= now {
+                best = at;
+                break;
+            }
+            if until < self.denials[best].until {
+                best = at;
+            }
+        }
+        self.hand = (best + 1) % len;
+        best
+    }
+
+    fn insert(&mut self, denial: Denial, now: u64) {
+        if let Some(at) = self.find(denial.hash, &denial.key) {
+            self.denials[at] = denial;
+            return;
+        }
+        if self.denials.len() >= self.capacity {
+            let at = self.victim(now);
+            self.remove_at(at);
+        }
+        let at = self.denials.len();
+        let hash = denial.hash;
+        self.denials.push(denial);
+        let denials = &self.denials;
+        self.index.insert_unique(hash, at, |&i| denials[i].hash);
     }
 }
 
@@ -103,13 +160,8 @@ impl DenyCache {
         };
         let shards = (0..count)
             .map(|i| {
-                let capacity = capacity / count + usize::from(i < capacity % count);
-                let denials = HashTable::new();
-                Mutex::new(Shard {
-                    denials,
-                    capacity,
-                    taken: 0,
-                })
+                let share = capacity / count + usize::from(i < capacity % count);
+                Mutex::new(Shard::new(share))
             })
             .collect();
         Self {
@@ -123,7 +175,9 @@ impl DenyCache {
     /// The shard of a key's hash: the hash's high bits (the tables use the low ones).
     fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, Shard> {
         let at = ((hash >> 32) as usize) & (self.shards.len() - 1);
-        lock(&self.shards[at])
+        self.shards[at]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The denial of `key` that still holds at `now`, aged to `now`.
@@ -136,19 +190,21 @@ impl DenyCache {
             // first: a lookup that finds nothing to forget writes nothing shared).
             if self.holding.load(Ordering::Relaxed) && self.holding.swap(false, Ordering::Relaxed) {
                 for shard in &self.shards {
-                    lock(shard).denials.retain(|d| d.until > now);
+                    let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                    shard.forget_ended(now);
                 }
             }
             return None;
         }
         let hash = self.hasher.hash(key);
         let mut shard = self.shard(hash);
-        let denial = shard.denials.find(hash, |d| d.key == *key)?;
-        if denial.until > now {
-            return Some(aged(&denial.decision, now.saturating_sub(denial.decided)));
+        let at = shard.find(hash, key)?;
+        let denial = &shard.denials[at];
+        if denial.until <= now {
+            shard.remove_at(at);
+            return None;
         }
-        shard.remove(hash, key);
-        None
+        Some(aged(&denial.decision, now.saturating_sub(denial.decided)))
     }
 
     /// Remembers a denial decided at `now`, when it says how long it holds. A full shard makes
@@ -161,7 +217,9 @@ impl DenyCache {
             return;
         }
         // Remembered briefly, so that a reset elsewhere soon reaches this server.
-        let until = now.saturating_add(nanos(retry_after.min(super::RedisStore::DENY_CACHE_HOLD)));
+        let retry_after = retry_after.min(super::RedisStore::DENY_CACHE_HOLD);
+        let wait = u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX);
+        let until = now.saturating_add(wait);
         if until <= now {
             return;
         }
@@ -175,7 +233,6 @@ impl DenyCache {
             decided: now,
             until,
             decision: decision.clone(),
-            seq: 0,
         };
         self.shard(hash).insert(denial, now);
     }
@@ -186,19 +243,33 @@ impl DenyCache {
             return;
         }
         let hash = self.hasher.hash(key);
-        self.shard(hash).remove(hash, key);
+        let mut shard = self.shard(hash);
+        if let Some(at) = shard.find(hash, key) {
+            shard.remove_at(at);
+        }
     }
 
     /// How many denials the cache holds (ended ones included until they are looked up or
     /// evicted).
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).denials.len()).sum()
+        self.shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .denials
+                    .len()
+            })
+            .sum()
     }
 
     /// How many denials the cache holds at most.
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).capacity).sum()
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).capacity)
+            .sum()
     }
 }
 
