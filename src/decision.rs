@@ -298,6 +298,10 @@ impl Decision {
     /// either way, the longest `reset_after` (a blocked key's tiers all wait for the block: the
     /// one reported is the last to be fresh again). 0 for an empty list.
     pub(crate) fn most_restrictive(decisions: &[Decision]) -> usize {
+        if decisions.len() < 2 {
+            // One layer of one tier: the common case, at no cost.
+            return 0;
+        }
         let denied = decisions.iter().any(|d| !d.allowed);
         // Greater is more restrictive: a denial's wait (never is longest), else the fewest
         // remaining; then the longest reset. The first of the greatest wins.

@@ -19,7 +19,10 @@ pub(crate) fn own_answer(
         return grpc_response(form, code, message);
     }
     // One allocation of the exact size, which `Bytes` keeps.
-    let mut response = Response::new(Bytes::from([message, b"\n"].concat()));
+    let mut body = Vec::with_capacity(message.len() + 1);
+    body.extend_from_slice(message);
+    body.push(b'\n');
+    let mut response = Response::new(Bytes::from(body));
     *response.status_mut() = status;
     // Room for the fields a denial gets (content type, `Cache-Control`, `Retry-After`, the
     // rate limit fields of any style) in one allocation.
