@@ -108,29 +108,19 @@ impl KeyConfig {
         match self {
             Self::One(part) => Ok(layer.keyed(part.extractor(field)?.into())),
             Self::Tuple(parts) => {
+                let parts = parts.iter().enumerate();
+                let parts = parts.map(|(i, part)| part.extractor(&format!("{field}[{i}]")));
+                let parts: Vec<_> = parts.collect::<Result<_, _>>()?;
                 let count = parts.len();
-                if !(2..=DynTuple::MAX_PARTS).contains(&count) {
-                    return Err(ConfigError::missing(
-                        field,
-                        format!(
-                            "a composite key has 2 to {} parts, as a tuple in code; this one \
-                             has {count}: write one part without a list, or combine at most {}",
-                            DynTuple::MAX_PARTS,
-                            DynTuple::MAX_PARTS
-                        ),
-                    ));
-                }
-                let mut boxed = Vec::with_capacity(count);
-                for (i, part) in parts.iter().enumerate() {
-                    boxed.push(part.extractor(&format!("{field}[{i}]"))?);
-                }
-                match DynTuple::new(boxed) {
-                    Some(tuple) => Ok(layer.key(tuple)),
-                    None => Err(ConfigError::missing(
-                        field,
-                        "a composite key has 2 to 4 parts",
-                    )),
-                }
+                let tuple = DynTuple::new(parts).ok_or_else(|| {
+                    let max = DynTuple::MAX_PARTS;
+                    let reason = format!(
+                        "a composite key has 2 to {max} parts, as a tuple in code; this one has \
+                         {count}: write one part without a list, or combine at most {max}"
+                    );
+                    ConfigError::missing(field, reason)
+                })?;
+                Ok(layer.key(tuple))
             }
         }
     }

@@ -1,7 +1,5 @@
 //! The `store` of configured limits: memory, or Redis (which must connect first).
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
@@ -80,24 +78,14 @@ pub struct StoreConfig {
 ///
 /// Also made from a store built in code: `ConfiguredStore::from(MemoryStore::new())`, or from a
 /// `RedisStore`.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ConfiguredStore(pub(crate) Backend);
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) enum Backend {
     Memory(MemoryStore),
     #[cfg(feature = "redis")]
     Redis(RedisStore),
-}
-
-impl fmt::Debug for ConfiguredStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            Backend::Memory(store) => f.debug_tuple("ConfiguredStore").field(store).finish(),
-            #[cfg(feature = "redis")]
-            Backend::Redis(store) => f.debug_tuple("ConfiguredStore").field(store).finish(),
-        }
-    }
 }
 
 impl From<MemoryStore> for ConfiguredStore {

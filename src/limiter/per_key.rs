@@ -88,7 +88,7 @@ pub(crate) struct PerKey<R> {
     maker: Maker<R>,
     made_for: RwLock<Made<R>>,
     /// Whether some plan was dropped past [`MAX_EVICTED_PLANS`]: a reset or block may miss it.
-    forgot: AtomicBool,
+    pub(super) forgot: AtomicBool,
     /// How many policies have been made: entries used since the last one share its count.
     made: AtomicU64,
     warned_evicting: AtomicBool,
@@ -133,27 +133,6 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             #[cfg(feature = "tracing")]
             tracing::warn!("tollgate: {_message}");
         }
-    }
-
-    /// The limiters of every plan made (for a handle's reset and block): those held, and
-    /// those of the plans dropped to make room, whose clients' state stays in the store.
-    /// `Err` when some plan was dropped past [`MAX_EVICTED_PLANS`]: the limiters are those
-    /// known, and a reset or block through them may miss a client of a forgotten plan.
-    pub(crate) fn limiters(&self) -> (Vec<Arc<dyn Limiter>>, Result<(), crate::Error>) {
-        let made = self.read();
-        let held = made.held.values().map(|entry| &entry.policy);
-        let all = held.chain(made.evicted.values());
-        let limiters = all.map(|policy| policy.limiter.clone()).collect();
-        let known = if self.forgot.load(Ordering::Relaxed) {
-            Err(crate::Error::misconfigured(
-                "quota_for picked more than 4352 distinct plans, and the layer forgot some: a \
-                 reset or block may not reach their clients. Bound the plans the selector \
-                 makes (it should not make quotas up from request data)",
-            ))
-        } else {
-            Ok(())
-        };
-        (limiters, known)
     }
 
     /// The bare limiter of `quotas` for a plan: shared under its name, or its text when
@@ -208,14 +187,6 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             bare,
             counter,
         }
-    }
-
-    /// The quotas in force for `plan`.
-    fn in_force(&self, plan: &[Quota]) -> Option<Arc<[Quota]>> {
-        let book = self.maker.live.plans.lock();
-        book.unwrap_or_else(PoisonError::into_inner)
-            .get(plan)
-            .cloned()
     }
 
     /// The policies made, read.
@@ -289,12 +260,10 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             );
             return Ok(None);
         }
-        let in_force = self.in_force(quotas);
+        let in_force = self.maker.live.plan_quotas(quotas);
         let policy = match evicted {
             Some(policy) => Ok(policy),
-            None => self
-                .make(quotas, in_force.as_deref().unwrap_or(quotas))
-                .map(Arc::new),
+            None => self.make(quotas, &in_force).map(Arc::new),
         };
         let policy = match policy {
             Ok(policy) => policy,
@@ -313,7 +282,7 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         if let Some(entry) = made_for.held.get(quotas) {
             return Ok(Some(entry.policy.clone()));
         }
-        if self.in_force(quotas) != in_force {
+        if self.maker.live.plan_quotas(quotas) != in_force {
             // The plan's quotas changed meanwhile: made again with them.
             drop(made_for);
             return self.lookup(quotas);

@@ -3,10 +3,9 @@
 
 use std::str::FromStr;
 
-use super::{by_name, LimitConfig};
+use super::{by_name, check_name, LimitConfig};
 use crate::config::{duration, ConfigError};
 use crate::limiter::{AlgorithmKind, Spec};
-use crate::quota::is_policy_name;
 use crate::Quota;
 
 impl LimitConfig {
@@ -51,26 +50,16 @@ impl LimitConfig {
         let Some(name) = &self.name else {
             return Ok((quotas, tiered));
         };
-        let tier_name = |n: usize| match tiered {
-            true => format!("{name}-{n}"),
-            false => name.clone(),
+        let tier = |n: usize| {
+            if tiered {
+                format!("-{n}")
+            } else {
+                String::new()
+            }
         };
-        if !is_policy_name(&tier_name(quotas.len())) {
-            let tiers = match tiered {
-                true => format!(" (tiers add \"-{}\")", quotas.len()),
-                false => String::new(),
-            };
-            return Err(ConfigError::text(
-                "name",
-                name,
-                format!(
-                    "a policy name is 1 to 64 printable ASCII characters{tiers}, as it is \
-                     sent in headers"
-                ),
-            ));
-        }
+        check_name(name, &tier(quotas.len()))?;
         let named = quotas.into_iter().enumerate();
-        let named = named.map(|(i, quota)| quota.named(tier_name(i + 1)));
+        let named = named.map(|(i, quota)| quota.named(format!("{name}{}", tier(i + 1))));
         Ok((named.collect(), tiered))
     }
 

@@ -131,26 +131,18 @@ impl Fleet {
         self.changes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The layer's own quotas changed here, for the other servers.
-    pub(crate) fn publish_own(self: &Arc<Self>, quotas: &[Quota]) {
-        self.publish(self.own.clone(), encode(quotas));
-    }
-
-    /// `plan`'s quotas changed here, for the other servers.
-    pub(crate) fn publish_plan(self: &Arc<Self>, plan: &[Quota], quotas: &[Quota]) {
-        self.publish(field("plan", plan), encode(quotas));
-    }
-
     /// The changes made here that Redis has not taken yet.
     fn pending(&self) -> std::sync::MutexGuard<'_, Vec<Field>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn publish(self: &Arc<Self>, field: Vec<u8>, value: Vec<u8>) {
+    /// The quotas of `plan` (the layer's own when `None`) changed here, for the other servers.
+    pub(crate) fn publish(self: &Arc<Self>, plan: Option<&[Quota]>, quotas: &[Quota]) {
+        let field = plan.map_or_else(|| self.own.clone(), |plan| field("plan", plan));
         {
             let mut pending = self.pending();
             pending.retain(|(f, _)| *f != field);
-            pending.push((field, value));
+            pending.push((field, encode(quotas)));
         }
         self.start();
         self.wake.notify_one();

@@ -144,27 +144,31 @@ impl Live {
     /// Puts `quotas` in force for the layer's own limiter (as [`set_own`](Self::set_own))
     /// and, with Redis, for every server of the layer.
     pub(crate) fn change_own(&self, quotas: &[Quota]) -> Result<(), Error> {
-        #[cfg(feature = "redis")]
-        if let Some(fleet) = &self.fleet {
-            let _changing = fleet.changing();
-            self.set_own(quotas)?;
-            fleet.publish_own(quotas);
-            return Ok(());
-        }
-        self.set_own(quotas)
+        self.change(None, quotas, || self.set_own(quotas))
     }
 
     /// Puts `quotas` in force for `plan` (as [`set_plan`](Self::set_plan)) and, with Redis,
     /// for every server of the layer.
     pub(crate) fn change_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
+        self.change(Some(plan), quotas, || self.set_plan(plan, quotas))
+    }
+
+    /// `set`, which puts `quotas` in force for `plan` (the layer's own when `None`) here;
+    /// with Redis, under the fleet's lock, then written for the other servers.
+    fn change(
+        &self,
+        _plan: Option<&[Quota]>,
+        _quotas: &[Quota],
+        set: impl FnOnce() -> Result<(), Error>,
+    ) -> Result<(), Error> {
         #[cfg(feature = "redis")]
         if let Some(fleet) = &self.fleet {
             let _changing = fleet.changing();
-            self.set_plan(plan, quotas)?;
-            fleet.publish_plan(plan, quotas);
+            set()?;
+            fleet.publish(_plan, _quotas);
             return Ok(());
         }
-        self.set_plan(plan, quotas)
+        set()
     }
 
     /// Puts `quotas` in force for the layer's own limiter, each key keeping what it used;
