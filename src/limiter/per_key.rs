@@ -119,19 +119,15 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         }
     }
 
-    /// Logs `message` at error level the first time `flag` is raised.
-    fn error_once(flag: &AtomicBool, _message: &str) {
+    /// Logs `message` the first time `flag` is raised: at error level when `error`, else as a
+    /// warning.
+    fn log_once(flag: &AtomicBool, _error: bool, _message: &str) {
         if !flag.swap(true, Ordering::Relaxed) {
             #[cfg(feature = "tracing")]
-            tracing::error!("tollgate: {_message}");
-        }
-    }
-
-    /// Warns once, with `message`, on `flag`.
-    fn warn_once(flag: &AtomicBool, _message: &str) {
-        if !flag.swap(true, Ordering::Relaxed) {
-            #[cfg(feature = "tracing")]
-            tracing::warn!("tollgate: {_message}");
+            match _error {
+                true => tracing::error!("tollgate: {_message}"),
+                false => tracing::warn!("tollgate: {_message}"),
+            }
         }
     }
 
@@ -254,8 +250,9 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             made_for.evicted.get(quotas).cloned()
         };
         if quotas.is_empty() {
-            Self::warn_once(
+            Self::log_once(
                 &self.warned_empty,
+                false,
                 "quota_for picked a plan with no quota; such requests get the layer's own quotas",
             );
             return Ok(None);
@@ -271,8 +268,9 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
                 // A plan the store cannot keep (a quota too large for Redis): its requests are
                 // refused as by a store that fails closed, never given the layer's own quotas,
                 // which may be looser than the plan's.
-                Self::error_once(
+                Self::log_once(
                     &self.warned_refused,
+                    true,
                     &format!("quota_for picked a plan its store refuses; such requests are refused: {refused}"),
                 );
                 return Err(refused);
@@ -289,8 +287,9 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         }
         let Made { held, evicted } = &mut *made_for;
         if held.len() >= MAX_PLANS {
-            Self::warn_once(
+            Self::log_once(
                 &self.warned_evicting,
+                false,
                 "quota_for picked more than 256 distinct plans; the least recently used \
                  plans' limiters are made again when next needed (their state is kept in \
                  the store). If the selector makes quotas up from request data, bound it",
@@ -304,8 +303,9 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
                     evicted.insert(oldest, entry.policy);
                 } else {
                     // Warned once: when the layer first forgets a plan.
-                    Self::warn_once(
+                    Self::log_once(
                         &self.forgot,
+                        false,
                         "quota_for picked more than 4352 distinct plans; a handle's reset and \
                          block no longer reach every plan dropped to make room. If the \
                          selector makes quotas up from request data, bound it",

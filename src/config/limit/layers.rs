@@ -220,18 +220,12 @@ impl LimitConfig {
             layer = layer.headers_on(placement);
         }
         if let Some(code) = self.status {
-            match StatusCode::from_u16(code) {
-                Ok(status) if status.is_client_error() || status.is_server_error() => {
-                    layer = layer.status(status);
-                }
-                _ => {
-                    return Err(ConfigError::bare(
-                        "status",
-                        code,
-                        "denials are answered with a 4xx or 5xx status, such as 429 or 503",
-                    ))
-                }
-            }
+            let status = StatusCode::from_u16(code).ok();
+            let Some(status) = status.filter(|s| s.is_client_error() || s.is_server_error()) else {
+                let reason = "denials are answered with a 4xx or 5xx status, such as 429 or 503";
+                return Err(ConfigError::bare("status", code, reason));
+            };
+            layer = layer.status(status);
         }
         if let Some(key) = &self.key {
             layer = key.apply(layer, "key")?;

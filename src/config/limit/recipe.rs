@@ -8,6 +8,12 @@ use crate::config::{duration, ConfigError};
 use crate::limiter::{AlgorithmKind, Spec};
 use crate::Quota;
 
+const ONE_OR_TIERS: &str =
+    "set either quota (one) or quotas (tiers that must all allow a request), not both";
+const MISSING: &str =
+    "missing: set quota = \"100/min\" (or quotas = [\"10/s\", \"1000/h\"] for tiers)";
+const EMPTY: &str = "the list is empty: list at least one quota, such as [\"10/s\", \"1000/h\"]";
+
 impl LimitConfig {
     /// The quotas, named, and whether they are tiers.
     fn quotas(&self) -> Result<(Vec<Quota>, bool), ConfigError> {
@@ -17,45 +23,25 @@ impl LimitConfig {
                 ConfigError::text(field, text, reason).caused_by(e)
             })
         };
-        let (texts, tiered) =
-            match (&self.quota, &self.quotas) {
-                (Some(_), Some(_)) => {
-                    return Err(ConfigError::missing(
-                        "quotas",
-                        "set either quota (one) or quotas (tiers that must all allow a request), \
-                     not both",
-                    ))
-                }
-                (None, None) => {
-                    return Err(ConfigError::missing(
-                        "quota",
-                        "missing: set quota = \"100/min\" (or quotas = [\"10/s\", \"1000/h\"] for \
-                     tiers)",
-                    ))
-                }
-                (Some(text), None) => (vec![("quota".to_owned(), text)], false),
-                (None, Some(texts)) if texts.is_empty() => return Err(ConfigError::missing(
-                    "quotas",
-                    "the list is empty: list at least one quota, such as [\"10/s\", \"1000/h\"]",
-                )),
-                (None, Some(texts)) => {
-                    let fields = (0..).map(|i| format!("quotas[{i}]"));
-                    (fields.zip(texts).collect(), true)
-                }
-            };
-        let quotas = texts
-            .into_iter()
-            .map(parse)
-            .collect::<Result<Vec<_>, _>>()?;
+        let missing = |field, reason| Err(ConfigError::missing(field, reason));
+        let (texts, tiered) = match (&self.quota, &self.quotas) {
+            (Some(text), None) => (vec![("quota".to_owned(), text)], false),
+            (None, Some(texts)) if !texts.is_empty() => {
+                let fields = (0..).map(|i| format!("quotas[{i}]"));
+                (fields.zip(texts).collect(), true)
+            }
+            (Some(_), Some(_)) => return missing("quotas", ONE_OR_TIERS),
+            (None, None) => return missing("quota", MISSING),
+            (None, Some(_)) => return missing("quotas", EMPTY),
+        };
+        let quotas = texts.into_iter().map(parse);
+        let quotas = quotas.collect::<Result<Vec<_>, _>>()?;
         let Some(name) = &self.name else {
             return Ok((quotas, tiered));
         };
-        let tier = |n: usize| {
-            if tiered {
-                format!("-{n}")
-            } else {
-                String::new()
-            }
+        let tier = |n: usize| match tiered {
+            true => format!("-{n}"),
+            false => String::new(),
         };
         check_name(name, &tier(quotas.len()))?;
         let named = quotas.into_iter().enumerate();

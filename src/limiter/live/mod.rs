@@ -238,22 +238,21 @@ impl Live {
         };
         // Refused here when the store cannot keep them, before anything changes.
         recipe.bind_for(quotas, Role::Plan, false)?;
-        let quotas: Arc<[Quota]> = quotas.into();
         {
             let mut book = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
-            let before = book.get(plan).cloned().unwrap_or_else(|| plan.into());
-            if before == quotas {
+            if *book.get(plan).map_or(plan, |before| &**before) == *quotas {
                 return Ok(());
             }
-            if *plan == *quotas {
+            if plan == quotas {
                 book.remove(plan);
             } else {
-                book.insert(plan.into(), quotas.clone());
+                book.insert(plan.into(), quotas.into());
             }
         }
+        // Every service's plans change, whichever refuses.
         let mut outcome = Ok(());
-        for per_key in self.plan_pickers() {
-            outcome = outcome.and(per_key.change(plan, &quotas));
+        for plans in self.plan_pickers() {
+            outcome = outcome.and(plans.change(plan, quotas));
         }
         outcome
     }
@@ -283,10 +282,7 @@ impl Live {
             return Ok(self.lock().own());
         }
         if let Some(per_key) = self.plan_pickers().first() {
-            return match per_key.limiter(plan)? {
-                Some(limiter) => Ok(limiter),
-                None => Ok(self.lock().own()),
-            };
+            return Ok(per_key.limiter(plan)?.unwrap_or_else(|| self.lock().own()));
         }
         recipe.bind_for(&self.plan_quotas(plan), Role::Plan, true)
     }
