@@ -153,10 +153,8 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
     fn make(&self, plan: &[Quota], quotas: &[Quota]) -> Result<Policy<R>, crate::Error> {
         let maker = &self.maker;
         let mut bare = self.bind(plan, true)?;
-        let counter = match &maker.ban {
-            Some(ban) => Some(ban.bind(&bare, &maker.recipe, true)?),
-            None => None,
-        };
+        let counter = maker.ban.map(|ban| ban.bind(&bare, &maker.recipe, true));
+        let counter = counter.transpose()?;
         if plan != quotas {
             bare = self.bind(quotas, false)?.inherit(&*bare)?.settled();
         }

@@ -232,13 +232,11 @@ fn field(kind: &str, quotas: &[Quota]) -> Vec<u8> {
 
 /// Each quota on a line: its figures (`10/min;burst=20`), then a space and its name if named.
 fn encode(quotas: &[Quota]) -> Vec<u8> {
-    let lines: Vec<String> = quotas
-        .iter()
-        .map(|q| match q.explicit_name() {
-            Some(name) => format!("{q} {name}"),
-            None => q.to_string(),
-        })
-        .collect();
+    let line = |q: &Quota| {
+        q.explicit_name()
+            .map_or(q.to_string(), |name| format!("{q} {name}"))
+    };
+    let lines: Vec<String> = quotas.iter().map(line).collect();
     lines.join("\n").into_bytes()
 }
 
@@ -257,16 +255,11 @@ fn decode(bytes: &[u8]) -> Option<Vec<Quota>> {
     let text = std::str::from_utf8(bytes).ok()?;
     text.split('\n')
         .map(|line| {
-            let (figures, name) = match line.split_once(' ') {
-                Some((figures, name)) => (figures, Some(name)),
-                None => (line, None),
+            let Some((figures, name)) = line.split_once(' ') else {
+                return line.parse().ok();
             };
             let quota: Quota = figures.parse().ok()?;
-            match name {
-                Some(name) if crate::quota::is_policy_name(name) => Some(quota.named(name)),
-                Some(_) => None,
-                None => Some(quota),
-            }
+            crate::quota::is_policy_name(name).then(|| quota.named(name))
         })
         .collect::<Option<Vec<Quota>>>()
         .filter(|quotas| !quotas.is_empty())
