@@ -123,7 +123,9 @@ impl Live {
     fn serving(&self, limiter: Arc<dyn Limiter>) -> Arc<dyn Limiter> {
         #[cfg(feature = "redis")]
         if let Some(fleet) = &self.fleet {
-            return self::gate::gate(fleet, limiter);
+            // The services' own: replaced there on a change, so `limiter` stays in force.
+            let own = fleet.clone();
+            return self::gate::gated(fleet, limiter, move || own.own(), true);
         }
         limiter
     }
@@ -310,19 +312,15 @@ impl Now {
                 all.push(limiter);
             }
         };
-        let mut own = false;
+        add(self.own());
         let mut known = Ok(());
         for shared in self.services.iter().filter_map(Weak::upgrade) {
             add(shared.in_force());
-            own = true;
             if let Some(per_key) = shared.plans() {
                 let (limiters, all_known) = per_key.limiters();
                 limiters.into_iter().for_each(&mut add);
                 known = known.and(all_known);
             }
-        }
-        if !own {
-            add(self.limiter.clone());
         }
         (all, known)
     }
