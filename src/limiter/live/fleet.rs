@@ -152,11 +152,11 @@ impl Fleet {
     /// `known`, and applies what differs.
     async fn tick(&self, known: &mut Option<u64>) -> Result<(), Error> {
         loop {
-            let next = self.pending().first().cloned();
-            let Some((field, value)) = next else { break };
-            self.record.write(&field, &value).await?;
-            let written = (field, value);
-            self.pending().retain(|pending| *pending != written);
+            let Some(next) = self.pending().first().cloned() else {
+                break;
+            };
+            self.record.write(&next.0, &next.1).await?;
+            self.pending().retain(|pending| *pending != next);
         }
         if known.is_some() && Some(self.record.version().await?) == *known {
             return Ok(());
