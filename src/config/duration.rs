@@ -16,10 +16,9 @@ pub(crate) fn parse(field: &str, text: &str) -> Result<Duration, ConfigError> {
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(trimmed.len());
     let (count, unit) = trimmed.split_at(split);
-    let Some(nanos_per) = crate::quota::unit_nanos(unit.trim()) else {
-        return Err(ConfigError::text(field, text, EXPECTED));
-    };
-    let Ok(count) = count.parse::<u64>() else {
+    let (Some(nanos_per), Ok(count)) =
+        (crate::quota::unit_nanos(unit.trim()), count.parse::<u64>())
+    else {
         return Err(ConfigError::text(field, text, EXPECTED));
     };
     match count.checked_mul(nanos_per) {

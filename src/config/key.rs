@@ -108,29 +108,19 @@ impl KeyConfig {
         match self {
             Self::One(part) => Ok(layer.keyed(part.extractor(field)?.into())),
             Self::Tuple(parts) => {
+                let parts = parts.iter().enumerate();
+                let parts = parts.map(|(i, part)| part.extractor(&format!("{field}[{i}]")));
+                let parts: Vec<_> = parts.collect::<Result<_, _>>()?;
                 let count = parts.len();
-                if !(2..=DynTuple::MAX_PARTS).contains(&count) {
-                    return Err(ConfigError::missing(
-                        field,
-                        format!(
-                            "a composite key has 2 to {} parts, as a tuple in code; this one \
-                             has {count}: write one part without a list, or combine at most {}",
-                            DynTuple::MAX_PARTS,
-                            DynTuple::MAX_PARTS
-                        ),
-                    ));
-                }
-                let mut boxed = Vec::with_capacity(count);
-                for (i, part) in parts.iter().enumerate() {
-                    boxed.push(part.extractor(&format!("{field}[{i}]"))?);
-                }
-                match DynTuple::new(boxed) {
-                    Some(tuple) => Ok(layer.key(tuple)),
-                    None => Err(ConfigError::missing(
-                        field,
-                        "a composite key has 2 to 4 parts",
-                    )),
-                }
+                let tuple = DynTuple::new(parts).ok_or_else(|| {
+                    let max = DynTuple::MAX_PARTS;
+                    let reason = format!(
+                        "a composite key has 2 to {max} parts, as a tuple in code; this one has \
+                         {count}: write one part without a list, or combine at most {max}"
+                    );
+                    ConfigError::missing(field, reason)
+                })?;
+                Ok(layer.key(tuple))
             }
         }
     }
@@ -156,56 +146,45 @@ impl KeyPart {
 
 impl ClientIpConfig {
     fn extractor(&self, field: &str) -> Result<ClientIp, ConfigError> {
-        let client_ip = match (&self.trusted, self.trusted_hops) {
-            (Some(_), Some(_)) => {
-                return Err(ConfigError::missing(
-                    field,
-                    "set either `trusted` (the proxies' networks) or `trusted_hops` (how many \
-                     proxies every request comes through), not both",
-                ))
-            }
-            (None, None) => {
-                return Err(ConfigError::missing(
-                    field,
-                    "set `trusted` to the networks of your proxies, such as \
-                     [\"10.0.0.0/8\"], or `trusted_hops` to how many proxies every request \
-                     comes through; with no proxy in front, use the key \"peer_ip\"",
-                ))
-            }
+        let mut client_ip = match (&self.trusted, self.trusted_hops) {
             (Some(trusted), None) => ClientIp::trusting(trusted).map_err(|e| {
                 let at = trusted.iter().position(|t| t == e.value()).unwrap_or(0);
-                ConfigError::text(
-                    format!("{field}.trusted[{at}]"),
-                    e.value(),
-                    "not a trusted network",
-                )
-                .caused_by(e)
+                let field = format!("{field}.trusted[{at}]");
+                ConfigError::text(field, e.value(), "not a trusted network").caused_by(e)
             })?,
             (None, Some(0)) => {
-                return Err(ConfigError::bare(
-                    format!("{field}.trusted_hops"),
-                    0,
-                    "at least one proxy is in front when trusted_hops is set; with no proxy, \
-                     use the key \"peer_ip\"",
-                ))
+                let field = format!("{field}.trusted_hops");
+                return Err(ConfigError::bare(field, 0, NO_HOPS));
             }
             (None, Some(hops)) => ClientIp::trusted_hops(hops),
+            (Some(_), Some(_)) => return Err(ConfigError::missing(field, BOTH_TRUSTED)),
+            (None, None) => return Err(ConfigError::missing(field, NO_TRUSTED)),
         };
-        let client_ip = match &self.header {
-            Some(name) => client_ip.header(forwarded_header(&format!("{field}.header"), name)?),
-            None => client_ip,
-        };
+        if let Some(name) = &self.header {
+            client_ip = client_ip.header(forwarded_header(&format!("{field}.header"), name)?);
+        }
         match self.ipv6_prefix {
-            Some(bits) if !(1..=128).contains(&bits) => Err(ConfigError::bare(
-                format!("{field}.ipv6_prefix"),
-                bits,
-                "the IPv6 prefix is 1 to 128 bits (64 is usual)",
-            )),
+            Some(bits) if !(1..=128).contains(&bits) => {
+                let field = format!("{field}.ipv6_prefix");
+                Err(ConfigError::bare(
+                    field,
+                    bits,
+                    "the IPv6 prefix is 1 to 128 bits (64 is usual)",
+                ))
+            }
             Some(bits) => Ok(client_ip.ipv6_prefix(bits)),
             None => Ok(client_ip),
         }
     }
 }
+
+const BOTH_TRUSTED: &str = "set either `trusted` (the proxies' networks) or `trusted_hops` (how \
+     many proxies every request comes through), not both";
+const NO_TRUSTED: &str = "set `trusted` to the networks of your proxies, such as \
+     [\"10.0.0.0/8\"], or `trusted_hops` to how many proxies every request comes through; with \
+     no proxy in front, use the key \"peer_ip\"";
+const NO_HOPS: &str = "at least one proxy is in front when trusted_hops is set; with no proxy, \
+     use the key \"peer_ip\"";
 
 /// The header named `name`, or an error naming `field`.
 fn header_name(field: &str, name: &str) -> Result<HeaderName, ConfigError> {

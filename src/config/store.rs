@@ -1,13 +1,21 @@
 //! The `store` of configured limits: memory, or Redis (which must connect first).
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 use crate::store::MemoryStore;
 #[cfg(feature = "redis")]
 use crate::store::{OnFailure, RedisStore};
+
+/// Why [`StoreConfig::memory`] refuses a Redis store.
+#[cfg(feature = "redis")]
+const CONNECT_FIRST: &str = "a Redis store must connect first, which RateLimitLayer::from_config \
+     cannot do: `let store = config.store.connect().await?` once, then \
+     `RateLimitLayer::from_config_in(&config, &store)` for each layer (or \
+     `Limits::layers().await`)";
+#[cfg(not(feature = "redis"))]
+const NEEDS_FEATURE: &str = "the Redis store needs tollgate's feature `redis`: enable it in \
+     Cargo.toml, or remove url and urls to keep limits in memory";
 
 /// Where configured limits keep their state: in memory (the default), or in Redis when `url`
 /// (one server) or `urls` (a Redis Cluster, through any of its nodes) is set.
@@ -80,24 +88,14 @@ pub struct StoreConfig {
 ///
 /// Also made from a store built in code: `ConfiguredStore::from(MemoryStore::new())`, or from a
 /// `RedisStore`.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ConfiguredStore(pub(crate) Backend);
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) enum Backend {
     Memory(MemoryStore),
     #[cfg(feature = "redis")]
     Redis(RedisStore),
-}
-
-impl fmt::Debug for ConfiguredStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            Backend::Memory(store) => f.debug_tuple("ConfiguredStore").field(store).finish(),
-            #[cfg(feature = "redis")]
-            Backend::Redis(store) => f.debug_tuple("ConfiguredStore").field(store).finish(),
-        }
-    }
 }
 
 impl From<MemoryStore> for ConfiguredStore {
@@ -129,32 +127,24 @@ impl StoreConfig {
     /// tollgate's feature `redis`, or a Redis that cannot be reached (the error names the URL,
     /// its password hidden, and carries the store's error as its source).
     pub async fn connect(&self) -> Result<ConfiguredStore, ConfigError> {
-        if !self.is_redis() {
-            return self.memory();
-        }
         #[cfg(feature = "redis")]
-        {
-            self.redis().await
+        if self.is_redis() {
+            return self.redis().await;
         }
-        #[cfg(not(feature = "redis"))]
-        {
-            Err(self.redis_needs_feature())
-        }
+        self.memory()
     }
 
     /// The memory store, or an error for a Redis store (which must connect first).
     pub(crate) fn memory(&self) -> Result<ConfiguredStore, ConfigError> {
         if self.is_redis() {
-            #[cfg(not(feature = "redis"))]
-            return Err(self.redis_needs_feature());
             #[cfg(feature = "redis")]
-            return Err(ConfigError::missing(
-                "store",
-                "a Redis store must connect first, which RateLimitLayer::from_config cannot \
-                 do: `let store = config.store.connect().await?` once, then \
-                 `RateLimitLayer::from_config_in(&config, &store)` for each layer (or \
-                 `Limits::layers().await`)",
-            ));
+            let (field, reason) = ("store", CONNECT_FIRST);
+            #[cfg(not(feature = "redis"))]
+            let (field, reason) = match self.url {
+                Some(_) => ("store.url", NEEDS_FEATURE),
+                None => ("store.urls", NEEDS_FEATURE),
+            };
+            return Err(ConfigError::missing(field, reason));
         }
         // The fields only the Redis store reads.
         let redis_only = [
@@ -184,20 +174,6 @@ impl StoreConfig {
             Some(max) => Ok(MemoryStore::new().with_max_keys(max)),
             None => Ok(MemoryStore::new()),
         }
-    }
-
-    #[cfg(not(feature = "redis"))]
-    fn redis_needs_feature(&self) -> ConfigError {
-        let field = if self.url.is_some() {
-            "store.url"
-        } else {
-            "store.urls"
-        };
-        ConfigError::missing(
-            field,
-            "the Redis store needs tollgate's feature `redis`: enable it in Cargo.toml, or \
-             remove url and urls to keep limits in memory",
-        )
     }
 
     #[cfg(feature = "redis")]
@@ -244,7 +220,7 @@ impl StoreConfig {
                  one slot); choose a prefix without `{` or `}`",
             ));
         }
-        let store = match (&self.url, &self.urls) {
+        let mut store = match (&self.url, &self.urls) {
             (Some(_), Some(_)) => {
                 return Err(ConfigError::missing(
                     "store",
@@ -273,11 +249,10 @@ impl StoreConfig {
             })?,
             (None, None) => return self.memory(),
         };
-        let store = match &self.prefix {
+        if let Some(prefix) = &self.prefix {
             // Checked above: no brace, so `prefix` does not panic.
-            Some(prefix) => store.prefix(prefix),
-            None => store,
-        };
+            store = store.prefix(prefix);
+        }
         let store = store
             .timeout(timeout)
             .on_failure(on_failure)

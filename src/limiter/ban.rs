@@ -161,6 +161,36 @@ pub(crate) struct Judge {
 }
 
 impl Judge {
+    /// Decides a request as the limiter does, counting its denial.
+    #[inline]
+    pub(crate) fn check(self: &Arc<Self>, key: Key, now: u64, cost: u64) -> DecisionFuture {
+        let offender = key.clone();
+        match self.limiter.check(key, now, cost) {
+            DecisionFuture::Ready(Some(Ok(decision))) => self.judge(offender, now, decision),
+            DecisionFuture::Waiting(checking) => {
+                let judge = Arc::clone(self);
+                DecisionFuture::Waiting(Box::pin(async move {
+                    let decision = checking.await?;
+                    judge.judge(offender, now, decision).await
+                }))
+            }
+            answered => answered,
+        }
+    }
+
+    /// Resets the key and its count of denials.
+    pub(crate) fn reset(&self, key: Key) -> Update {
+        // Both started now, as the limiter's own reset is (the memory store resets at once):
+        // a reset awaited later still reaches the table in force when it was asked for.
+        let counted = self.counter.reset(key.clone());
+        let reset = self.limiter.reset(key);
+        Box::pin(async move {
+            let counted = counted.await;
+            reset.await?;
+            counted
+        })
+    }
+
     /// Counts `decision` against `key` when it is a denial by the quota (a blocked key's
     /// denials do not count: a client banned for `duration` is back after it, whatever it
     /// sent meanwhile), and bans the key when it is one too many.
@@ -169,8 +199,14 @@ impl Judge {
             return DecisionFuture::Ready(Some(Ok(decision)));
         }
         match self.counter.check(key.clone(), now, 1) {
-            DecisionFuture::Ready(Some(Ok(count))) => self.after_count(key, &count, decision),
             // A counter that fails (its store's failure policy closed) bans no one.
+            DecisionFuture::Ready(Some(Ok(count))) if !count.allowed => {
+                let judge = Arc::clone(self);
+                let banning: BoxedDecision =
+                    Box::pin(async move { Ok(judge.ban(key, decision).await) });
+                // The memory store answers at once: no task has to come back for it.
+                DecisionFuture::of(banning)
+            }
             DecisionFuture::Ready(_) => DecisionFuture::Ready(Some(Ok(decision))),
             DecisionFuture::Waiting(counting) => {
                 let judge = Arc::clone(self);
@@ -182,21 +218,6 @@ impl Judge {
                 }))
             }
         }
-    }
-
-    fn after_count(
-        self: &Arc<Self>,
-        key: Key,
-        count: &Decision,
-        decision: Decision,
-    ) -> DecisionFuture {
-        if count.allowed {
-            return DecisionFuture::Ready(Some(Ok(decision)));
-        }
-        let judge = Arc::clone(self);
-        let banning: BoxedDecision = Box::pin(async move { Ok(judge.ban(key, decision).await) });
-        // The memory store answers at once: no task has to come back for it.
-        DecisionFuture::of(banning)
     }
 
     /// Bans `key`, denied by `decision` once too often: blocks it (but in a dry run), logs and
@@ -264,37 +285,5 @@ impl Reporter {
         }
         #[cfg(not(feature = "tracing"))]
         let _ = (key, duration, outcome);
-    }
-}
-
-impl Judge {
-    /// Decides a request as the limiter does, counting its denial.
-    #[inline]
-    pub(crate) fn check(self: &Arc<Self>, key: Key, now: u64, cost: u64) -> DecisionFuture {
-        let offender = key.clone();
-        match self.limiter.check(key, now, cost) {
-            DecisionFuture::Ready(Some(Ok(decision))) => self.judge(offender, now, decision),
-            DecisionFuture::Waiting(checking) => {
-                let judge = Arc::clone(self);
-                DecisionFuture::Waiting(Box::pin(async move {
-                    let decision = checking.await?;
-                    judge.judge(offender, now, decision).await
-                }))
-            }
-            answered => answered,
-        }
-    }
-
-    /// Resets the key and its count of denials.
-    pub(crate) fn reset(&self, key: Key) -> Update {
-        // Both started now, as the limiter's own reset is (the memory store resets at once):
-        // a reset awaited later still reaches the table in force when it was asked for.
-        let counted = self.counter.reset(key.clone());
-        let reset = self.limiter.reset(key);
-        Box::pin(async move {
-            let counted = counted.await;
-            reset.await?;
-            counted
-        })
     }
 }

@@ -88,7 +88,7 @@ pub(crate) struct PerKey<R> {
     maker: Maker<R>,
     made_for: RwLock<Made<R>>,
     /// Whether some plan was dropped past [`MAX_EVICTED_PLANS`]: a reset or block may miss it.
-    forgot: AtomicBool,
+    pub(super) forgot: AtomicBool,
     /// How many policies have been made: entries used since the last one share its count.
     made: AtomicU64,
     warned_evicting: AtomicBool,
@@ -119,41 +119,16 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         }
     }
 
-    /// Logs `message` at error level the first time `flag` is raised.
-    fn error_once(flag: &AtomicBool, _message: &str) {
+    /// Logs `message` the first time `flag` is raised: at error level when `error`, else as a
+    /// warning.
+    fn log_once(flag: &AtomicBool, _error: bool, _message: &str) {
         if !flag.swap(true, Ordering::Relaxed) {
             #[cfg(feature = "tracing")]
-            tracing::error!("tollgate: {_message}");
+            match _error {
+                true => tracing::error!("tollgate: {_message}"),
+                false => tracing::warn!("tollgate: {_message}"),
+            }
         }
-    }
-
-    /// Warns once, with `message`, on `flag`.
-    fn warn_once(flag: &AtomicBool, _message: &str) {
-        if !flag.swap(true, Ordering::Relaxed) {
-            #[cfg(feature = "tracing")]
-            tracing::warn!("tollgate: {_message}");
-        }
-    }
-
-    /// The limiters of every plan made (for a handle's reset and block): those held, and
-    /// those of the plans dropped to make room, whose clients' state stays in the store.
-    /// `Err` when some plan was dropped past [`MAX_EVICTED_PLANS`]: the limiters are those
-    /// known, and a reset or block through them may miss a client of a forgotten plan.
-    pub(crate) fn limiters(&self) -> (Vec<Arc<dyn Limiter>>, Result<(), crate::Error>) {
-        let made = self.read();
-        let held = made.held.values().map(|entry| &entry.policy);
-        let all = held.chain(made.evicted.values());
-        let limiters = all.map(|policy| policy.limiter.clone()).collect();
-        let known = if self.forgot.load(Ordering::Relaxed) {
-            Err(crate::Error::misconfigured(
-                "quota_for picked more than 4352 distinct plans, and the layer forgot some: a \
-                 reset or block may not reach their clients. Bound the plans the selector \
-                 makes (it should not make quotas up from request data)",
-            ))
-        } else {
-            Ok(())
-        };
-        (limiters, known)
     }
 
     /// The bare limiter of `quotas` for a plan: shared under its name, or its text when
@@ -178,10 +153,8 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
     fn make(&self, plan: &[Quota], quotas: &[Quota]) -> Result<Policy<R>, crate::Error> {
         let maker = &self.maker;
         let mut bare = self.bind(plan, true)?;
-        let counter = match &maker.ban {
-            Some(ban) => Some(ban.bind(&bare, &maker.recipe, true)?),
-            None => None,
-        };
+        let counter = maker.ban.map(|ban| ban.bind(&bare, &maker.recipe, true));
+        let counter = counter.transpose()?;
         if plan != quotas {
             bare = self.bind(quotas, false)?.inherit(&*bare)?.settled();
         }
@@ -208,14 +181,6 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             bare,
             counter,
         }
-    }
-
-    /// The quotas in force for `plan`.
-    fn in_force(&self, plan: &[Quota]) -> Option<Arc<[Quota]>> {
-        let book = self.maker.live.plans.lock();
-        book.unwrap_or_else(PoisonError::into_inner)
-            .get(plan)
-            .cloned()
     }
 
     /// The policies made, read.
@@ -283,18 +248,17 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             made_for.evicted.get(quotas).cloned()
         };
         if quotas.is_empty() {
-            Self::warn_once(
+            Self::log_once(
                 &self.warned_empty,
+                false,
                 "quota_for picked a plan with no quota; such requests get the layer's own quotas",
             );
             return Ok(None);
         }
-        let in_force = self.in_force(quotas);
+        let in_force = self.maker.live.plan_quotas(quotas);
         let policy = match evicted {
             Some(policy) => Ok(policy),
-            None => self
-                .make(quotas, in_force.as_deref().unwrap_or(quotas))
-                .map(Arc::new),
+            None => self.make(quotas, &in_force).map(Arc::new),
         };
         let policy = match policy {
             Ok(policy) => policy,
@@ -302,8 +266,9 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
                 // A plan the store cannot keep (a quota too large for Redis): its requests are
                 // refused as by a store that fails closed, never given the layer's own quotas,
                 // which may be looser than the plan's.
-                Self::error_once(
+                Self::log_once(
                     &self.warned_refused,
+                    true,
                     &format!("quota_for picked a plan its store refuses; such requests are refused: {refused}"),
                 );
                 return Err(refused);
@@ -313,15 +278,16 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         if let Some(entry) = made_for.held.get(quotas) {
             return Ok(Some(entry.policy.clone()));
         }
-        if self.in_force(quotas) != in_force {
+        if self.maker.live.plan_quotas(quotas) != in_force {
             // The plan's quotas changed meanwhile: made again with them.
             drop(made_for);
             return self.lookup(quotas);
         }
         let Made { held, evicted } = &mut *made_for;
         if held.len() >= MAX_PLANS {
-            Self::warn_once(
+            Self::log_once(
                 &self.warned_evicting,
+                false,
                 "quota_for picked more than 256 distinct plans; the least recently used \
                  plans' limiters are made again when next needed (their state is kept in \
                  the store). If the selector makes quotas up from request data, bound it",
@@ -335,8 +301,9 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
                     evicted.insert(oldest, entry.policy);
                 } else {
                     // Warned once: when the layer first forgets a plan.
-                    Self::warn_once(
+                    Self::log_once(
                         &self.forgot,
+                        false,
                         "quota_for picked more than 4352 distinct plans; a handle's reset and \
                          block no longer reach every plan dropped to make room. If the \
                          selector makes quotas up from request data, bound it",

@@ -5,13 +5,12 @@ use std::sync::Arc;
 
 use http::StatusCode;
 
-use super::{by_name, LimitConfig};
+use super::{by_name, check_name, LimitConfig};
 use crate::config::store::{Backend, ConfiguredStore};
 use crate::config::StoreConfig;
 use crate::config::{duration, ConfigError};
 use crate::limiter::in_flight::{MAX_LEASE_TTL, MIN_LEASE_TTL};
 use crate::limiter::{Bind, Binder, LayerClock, Recipe};
-use crate::quota::is_policy_name;
 use crate::{HeaderPlacement, HeaderStyle, InFlightLayer, RateLimitLayer};
 
 /// The header styles by their names in configuration.
@@ -192,14 +191,7 @@ impl LimitConfig {
         }
         let mut layer = InFlightLayer::new(slots);
         if let Some(name) = &self.name {
-            if !is_policy_name(name) {
-                return Err(ConfigError::text(
-                    "name",
-                    name,
-                    "a policy name is 1 to 64 printable ASCII characters, as it is sent in \
-                     headers",
-                ));
-            }
+            check_name(name, "")?;
             layer = layer.policy_name(name);
         }
         if let Some(text) = &self.lease_ttl {
@@ -228,18 +220,12 @@ impl LimitConfig {
             layer = layer.headers_on(placement);
         }
         if let Some(code) = self.status {
-            match StatusCode::from_u16(code) {
-                Ok(status) if status.is_client_error() || status.is_server_error() => {
-                    layer = layer.status(status);
-                }
-                _ => {
-                    return Err(ConfigError::bare(
-                        "status",
-                        code,
-                        "denials are answered with a 4xx or 5xx status, such as 429 or 503",
-                    ))
-                }
-            }
+            let status = StatusCode::from_u16(code).ok();
+            let Some(status) = status.filter(|s| s.is_client_error() || s.is_server_error()) else {
+                let reason = "denials are answered with a 4xx or 5xx status, such as 429 or 503";
+                return Err(ConfigError::bare("status", code, reason));
+            };
+            layer = layer.status(status);
         }
         if let Some(key) = &self.key {
             layer = key.apply(layer, "key")?;

@@ -3,11 +3,16 @@
 
 use std::str::FromStr;
 
-use super::{by_name, LimitConfig};
+use super::{by_name, check_name, LimitConfig};
 use crate::config::{duration, ConfigError};
 use crate::limiter::{AlgorithmKind, Spec};
-use crate::quota::is_policy_name;
 use crate::Quota;
+
+const ONE_OR_TIERS: &str =
+    "set either quota (one) or quotas (tiers that must all allow a request), not both";
+const MISSING: &str =
+    "missing: set quota = \"100/min\" (or quotas = [\"10/s\", \"1000/h\"] for tiers)";
+const EMPTY: &str = "the list is empty: list at least one quota, such as [\"10/s\", \"1000/h\"]";
 
 impl LimitConfig {
     /// The quotas, named, and whether they are tiers.
@@ -18,59 +23,29 @@ impl LimitConfig {
                 ConfigError::text(field, text, reason).caused_by(e)
             })
         };
-        let (texts, tiered) =
-            match (&self.quota, &self.quotas) {
-                (Some(_), Some(_)) => {
-                    return Err(ConfigError::missing(
-                        "quotas",
-                        "set either quota (one) or quotas (tiers that must all allow a request), \
-                     not both",
-                    ))
-                }
-                (None, None) => {
-                    return Err(ConfigError::missing(
-                        "quota",
-                        "missing: set quota = \"100/min\" (or quotas = [\"10/s\", \"1000/h\"] for \
-                     tiers)",
-                    ))
-                }
-                (Some(text), None) => (vec![("quota".to_owned(), text)], false),
-                (None, Some(texts)) if texts.is_empty() => return Err(ConfigError::missing(
-                    "quotas",
-                    "the list is empty: list at least one quota, such as [\"10/s\", \"1000/h\"]",
-                )),
-                (None, Some(texts)) => {
-                    let fields = (0..).map(|i| format!("quotas[{i}]"));
-                    (fields.zip(texts).collect(), true)
-                }
-            };
-        let quotas = texts
-            .into_iter()
-            .map(parse)
-            .collect::<Result<Vec<_>, _>>()?;
+        let missing = |field, reason| Err(ConfigError::missing(field, reason));
+        let (texts, tiered) = match (&self.quota, &self.quotas) {
+            (Some(text), None) => (vec![("quota".to_owned(), text)], false),
+            (None, Some(texts)) if !texts.is_empty() => {
+                let fields = (0..).map(|i| format!("quotas[{i}]"));
+                (fields.zip(texts).collect(), true)
+            }
+            (Some(_), Some(_)) => return missing("quotas", ONE_OR_TIERS),
+            (None, None) => return missing("quota", MISSING),
+            (None, Some(_)) => return missing("quotas", EMPTY),
+        };
+        let quotas = texts.into_iter().map(parse);
+        let quotas = quotas.collect::<Result<Vec<_>, _>>()?;
         let Some(name) = &self.name else {
             return Ok((quotas, tiered));
         };
-        let tier_name = |n: usize| match tiered {
-            true => format!("{name}-{n}"),
-            false => name.clone(),
+        let tier = |n: usize| match tiered {
+            true => format!("-{n}"),
+            false => String::new(),
         };
-        if !is_policy_name(&tier_name(quotas.len())) {
-            let tiers = match tiered {
-                true => format!(" (tiers add \"-{}\")", quotas.len()),
-                false => String::new(),
-            };
-            return Err(ConfigError::text(
-                "name",
-                name,
-                format!(
-                    "a policy name is 1 to 64 printable ASCII characters{tiers}, as it is \
-                     sent in headers"
-                ),
-            ));
-        }
+        check_name(name, &tier(quotas.len()))?;
         let named = quotas.into_iter().enumerate();
-        let named = named.map(|(i, quota)| quota.named(tier_name(i + 1)));
+        let named = named.map(|(i, quota)| quota.named(format!("{name}{}", tier(i + 1))));
         Ok((named.collect(), tiered))
     }
 

@@ -131,26 +131,18 @@ impl Fleet {
         self.changes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The layer's own quotas changed here, for the other servers.
-    pub(crate) fn publish_own(self: &Arc<Self>, quotas: &[Quota]) {
-        self.publish(self.own.clone(), encode(quotas));
-    }
-
-    /// `plan`'s quotas changed here, for the other servers.
-    pub(crate) fn publish_plan(self: &Arc<Self>, plan: &[Quota], quotas: &[Quota]) {
-        self.publish(field("plan", plan), encode(quotas));
-    }
-
     /// The changes made here that Redis has not taken yet.
     fn pending(&self) -> std::sync::MutexGuard<'_, Vec<Field>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn publish(self: &Arc<Self>, field: Vec<u8>, value: Vec<u8>) {
+    /// The quotas of `plan` (the layer's own when `None`) changed here, for the other servers.
+    pub(crate) fn publish(self: &Arc<Self>, plan: Option<&[Quota]>, quotas: &[Quota]) {
+        let field = plan.map_or_else(|| self.own.clone(), |plan| field("plan", plan));
         {
             let mut pending = self.pending();
             pending.retain(|(f, _)| *f != field);
-            pending.push((field, value));
+            pending.push((field, encode(quotas)));
         }
         self.start();
         self.wake.notify_one();
@@ -160,11 +152,11 @@ impl Fleet {
     /// `known`, and applies what differs.
     async fn tick(&self, known: &mut Option<u64>) -> Result<(), Error> {
         loop {
-            let next = self.pending().first().cloned();
-            let Some((field, value)) = next else { break };
-            self.record.write(&field, &value).await?;
-            let written = (field, value);
-            self.pending().retain(|pending| *pending != written);
+            let Some(next) = self.pending().first().cloned() else {
+                break;
+            };
+            self.record.write(&next.0, &next.1).await?;
+            self.pending().retain(|pending| *pending != next);
         }
         if known.is_some() && Some(self.record.version().await?) == *known {
             return Ok(());
@@ -240,13 +232,11 @@ fn field(kind: &str, quotas: &[Quota]) -> Vec<u8> {
 
 /// Each quota on a line: its figures (`10/min;burst=20`), then a space and its name if named.
 fn encode(quotas: &[Quota]) -> Vec<u8> {
-    let lines: Vec<String> = quotas
-        .iter()
-        .map(|q| match q.explicit_name() {
-            Some(name) => format!("{q} {name}"),
-            None => q.to_string(),
-        })
-        .collect();
+    let line = |q: &Quota| {
+        q.explicit_name()
+            .map_or(q.to_string(), |name| format!("{q} {name}"))
+    };
+    let lines: Vec<String> = quotas.iter().map(line).collect();
     lines.join("\n").into_bytes()
 }
 
@@ -265,16 +255,11 @@ fn decode(bytes: &[u8]) -> Option<Vec<Quota>> {
     let text = std::str::from_utf8(bytes).ok()?;
     text.split('\n')
         .map(|line| {
-            let (figures, name) = match line.split_once(' ') {
-                Some((figures, name)) => (figures, Some(name)),
-                None => (line, None),
+            let Some((figures, name)) = line.split_once(' ') else {
+                return line.parse().ok();
             };
             let quota: Quota = figures.parse().ok()?;
-            match name {
-                Some(name) if crate::quota::is_policy_name(name) => Some(quota.named(name)),
-                Some(_) => None,
-                None => Some(quota),
-            }
+            crate::quota::is_policy_name(name).then(|| quota.named(name))
         })
         .collect::<Option<Vec<Quota>>>()
         .filter(|quotas| !quotas.is_empty())

@@ -10,14 +10,6 @@ use crate::limiter::object::{DecisionFuture, Limiter, Wrapper};
 use crate::store::Update;
 use crate::{Decision, Key};
 
-/// The layer's own limiter, which first waits for the record (until read once) then decides
-/// by the layer's limiter in force. The services hold it in their limiter's place, and are
-/// handed another when the quotas change: `limiter` is the one in force.
-pub(crate) fn gate(fleet: &Arc<Fleet>, limiter: Arc<dyn Limiter>) -> Arc<dyn Limiter> {
-    let own = fleet.clone();
-    gated(fleet, limiter, move || own.own(), true)
-}
-
 /// `inner` (the layer's own limiter when `in_force`, else a plan's), which first waits for the
 /// record (until read once) then decides by what `then` gives (`inner` when nothing).
 pub(crate) fn gated(

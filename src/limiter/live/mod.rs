@@ -123,7 +123,9 @@ impl Live {
     fn serving(&self, limiter: Arc<dyn Limiter>) -> Arc<dyn Limiter> {
         #[cfg(feature = "redis")]
         if let Some(fleet) = &self.fleet {
-            return self::gate::gate(fleet, limiter);
+            // The services' own: replaced there on a change, so `limiter` stays in force.
+            let own = fleet.clone();
+            return self::gate::gated(fleet, limiter, move || own.own(), true);
         }
         limiter
     }
@@ -144,27 +146,31 @@ impl Live {
     /// Puts `quotas` in force for the layer's own limiter (as [`set_own`](Self::set_own))
     /// and, with Redis, for every server of the layer.
     pub(crate) fn change_own(&self, quotas: &[Quota]) -> Result<(), Error> {
-        #[cfg(feature = "redis")]
-        if let Some(fleet) = &self.fleet {
-            let _changing = fleet.changing();
-            self.set_own(quotas)?;
-            fleet.publish_own(quotas);
-            return Ok(());
-        }
-        self.set_own(quotas)
+        self.change(None, quotas, || self.set_own(quotas))
     }
 
     /// Puts `quotas` in force for `plan` (as [`set_plan`](Self::set_plan)) and, with Redis,
     /// for every server of the layer.
     pub(crate) fn change_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
+        self.change(Some(plan), quotas, || self.set_plan(plan, quotas))
+    }
+
+    /// `set`, which puts `quotas` in force for `plan` (the layer's own when `None`) here;
+    /// with Redis, under the fleet's lock, then written for the other servers.
+    fn change(
+        &self,
+        _plan: Option<&[Quota]>,
+        _quotas: &[Quota],
+        set: impl FnOnce() -> Result<(), Error>,
+    ) -> Result<(), Error> {
         #[cfg(feature = "redis")]
         if let Some(fleet) = &self.fleet {
             let _changing = fleet.changing();
-            self.set_plan(plan, quotas)?;
-            fleet.publish_plan(plan, quotas);
+            set()?;
+            fleet.publish(_plan, _quotas);
             return Ok(());
         }
-        self.set_plan(plan, quotas)
+        set()
     }
 
     /// Puts `quotas` in force for the layer's own limiter, each key keeping what it used;
@@ -234,22 +240,21 @@ impl Live {
         };
         // Refused here when the store cannot keep them, before anything changes.
         recipe.bind_for(quotas, Role::Plan, false)?;
-        let quotas: Arc<[Quota]> = quotas.into();
         {
             let mut book = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
-            let before = book.get(plan).cloned().unwrap_or_else(|| plan.into());
-            if before == quotas {
+            if *book.get(plan).map_or(plan, |before| &**before) == *quotas {
                 return Ok(());
             }
-            if *plan == *quotas {
+            if plan == quotas {
                 book.remove(plan);
             } else {
-                book.insert(plan.into(), quotas.clone());
+                book.insert(plan.into(), quotas.into());
             }
         }
+        // Every service's plans change, whichever refuses.
         let mut outcome = Ok(());
-        for per_key in self.plan_pickers() {
-            outcome = outcome.and(per_key.change(plan, &quotas));
+        for plans in self.plan_pickers() {
+            outcome = outcome.and(plans.change(plan, quotas));
         }
         outcome
     }
@@ -279,10 +284,7 @@ impl Live {
             return Ok(self.lock().own());
         }
         if let Some(per_key) = self.plan_pickers().first() {
-            return match per_key.limiter(plan)? {
-                Some(limiter) => Ok(limiter),
-                None => Ok(self.lock().own()),
-            };
+            return Ok(per_key.limiter(plan)?.unwrap_or_else(|| self.lock().own()));
         }
         recipe.bind_for(&self.plan_quotas(plan), Role::Plan, true)
     }
@@ -310,19 +312,15 @@ impl Now {
                 all.push(limiter);
             }
         };
-        let mut own = false;
+        add(self.own());
         let mut known = Ok(());
         for shared in self.services.iter().filter_map(Weak::upgrade) {
             add(shared.in_force());
-            own = true;
             if let Some(per_key) = shared.plans() {
                 let (limiters, all_known) = per_key.limiters();
                 limiters.into_iter().for_each(&mut add);
                 known = known.and(all_known);
             }
-        }
-        if !own {
-            add(self.limiter.clone());
         }
         (all, known)
     }
