@@ -33,10 +33,12 @@ pub struct Quota {
     name: Option<Arc<str>>,
 }
 
-/// Whether `name` can name a policy: 1 to 64 printable ASCII characters, to fit in a header
-/// value as a structured-field string.
-pub(crate) fn is_policy_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| (0x20..0x7f).contains(&b))
+/// `name`, when it can name a policy: 1 to 64 printable ASCII characters, to fit in a header
+/// value as a structured-field string; else why not.
+pub(crate) fn policy_name(name: &str) -> Result<&str, String> {
+    let why = "a policy name is 1 to 64 printable ASCII characters, as it is sent in headers";
+    let fits = (1..=64).contains(&name.len()) && name.bytes().all(|b| (0x20..0x7f).contains(&b));
+    fits.then_some(name).ok_or_else(|| why.into())
 }
 
 impl Quota {
@@ -132,11 +134,10 @@ impl Quota {
     #[track_caller]
     pub fn named(mut self, name: impl AsRef<str>) -> Self {
         let name = name.as_ref();
-        assert!(
-            is_policy_name(name),
-            "tollgate::Quota::named: {name:?} must be 1 to 64 printable ASCII characters"
-        );
-        self.name = Some(name.into());
+        match policy_name(name) {
+            Ok(name) => self.name = Some(name.into()),
+            Err(why) => panic!("tollgate::Quota::named({name:?}): {why}"),
+        }
         self
     }
 

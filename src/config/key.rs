@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 use crate::key::{
-    BearerToken, ClientIp, DynTuple, ForwardedHeader, Global, Header, KeyExtractor, Method, PeerIp,
-    Route,
+    ipv6_prefix, trusted_hops, BearerToken, ClientIp, DynTuple, ForwardedHeader, Global, Header,
+    KeyExtractor, Method, PeerIp, Route,
 };
 use crate::RateLimitLayer;
 
@@ -136,7 +136,6 @@ impl KeyPart {
             Self::Global => Box::new(Global),
             Self::Header(name) => {
                 header_name(&format!("{field}.header"), name)?;
-                // The name is valid (checked just above), so `Header::new` does not panic.
                 Box::new(Header::new(name))
             }
             Self::ClientIp(config) => Box::new(config.extractor(&format!("{field}.client_ip"))?),
@@ -152,29 +151,21 @@ impl ClientIpConfig {
                 let field = format!("{field}.trusted[{at}]");
                 ConfigError::text(field, e.value(), "not a trusted network").caused_by(e)
             })?,
-            (None, Some(0)) => {
-                let field = format!("{field}.trusted_hops");
-                return Err(ConfigError::bare(field, 0, NO_HOPS));
+            (None, Some(hops)) => {
+                let refused = |why| ConfigError::bare(format!("{field}.trusted_hops"), hops, why);
+                ClientIp::trusted_hops(trusted_hops(hops).map_err(refused)?)
             }
-            (None, Some(hops)) => ClientIp::trusted_hops(hops),
             (Some(_), Some(_)) => return Err(ConfigError::missing(field, BOTH_TRUSTED)),
             (None, None) => return Err(ConfigError::missing(field, NO_TRUSTED)),
         };
         if let Some(name) = &self.header {
             client_ip = client_ip.header(forwarded_header(&format!("{field}.header"), name)?);
         }
-        match self.ipv6_prefix {
-            Some(bits) if !(1..=128).contains(&bits) => {
-                let field = format!("{field}.ipv6_prefix");
-                Err(ConfigError::bare(
-                    field,
-                    bits,
-                    "the IPv6 prefix is 1 to 128 bits (64 is usual)",
-                ))
-            }
-            Some(bits) => Ok(client_ip.ipv6_prefix(bits)),
-            None => Ok(client_ip),
-        }
+        let Some(bits) = self.ipv6_prefix else {
+            return Ok(client_ip);
+        };
+        let refused = |why| ConfigError::bare(format!("{field}.ipv6_prefix"), bits, why);
+        Ok(client_ip.ipv6_prefix(ipv6_prefix(bits).map_err(refused)?))
     }
 }
 
@@ -183,18 +174,10 @@ const BOTH_TRUSTED: &str = "set either `trusted` (the proxies' networks) or `tru
 const NO_TRUSTED: &str = "set `trusted` to the networks of your proxies, such as \
      [\"10.0.0.0/8\"], or `trusted_hops` to how many proxies every request comes through; with \
      no proxy in front, use the key \"peer_ip\"";
-const NO_HOPS: &str = "at least one proxy is in front when trusted_hops is set; with no proxy, \
-     use the key \"peer_ip\"";
 
 /// The header named `name`, or an error naming `field`.
 fn header_name(field: &str, name: &str) -> Result<HeaderName, ConfigError> {
-    HeaderName::try_from(name).map_err(|_| {
-        ConfigError::text(
-            field,
-            name,
-            "not a valid header name: use letters, digits and `-`, such as \"x-api-key\"",
-        )
-    })
+    crate::key::header_name(name).map_err(|why| ConfigError::text(field, name, why))
 }
 
 /// The forwarding header named `name`: the list headers and `X-Real-IP` by their names, any

@@ -212,13 +212,9 @@ impl StoreConfig {
             },
             None => RedisStore::DEFAULT_TIMEOUT,
         };
-        if let Some(prefix) = self.prefix.as_deref().filter(|p| p.contains(['{', '}'])) {
-            return Err(ConfigError::text(
-                "store.prefix",
-                prefix,
-                "a brace would be read by Redis Cluster as the keys' hash tag (every client in \
-                 one slot); choose a prefix without `{` or `}`",
-            ));
+        if let Some(prefix) = &self.prefix {
+            let refused = |why| ConfigError::text("store.prefix", prefix, why);
+            RedisStore::key_prefix(prefix).map_err(refused)?;
         }
         let mut store = match (&self.url, &self.urls) {
             (Some(_), Some(_)) => {
@@ -250,7 +246,6 @@ impl StoreConfig {
             (None, None) => return self.memory(),
         };
         if let Some(prefix) = &self.prefix {
-            // Checked above: no brace, so `prefix` does not panic.
             store = store.prefix(prefix);
         }
         let store = store

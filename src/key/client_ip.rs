@@ -104,6 +104,14 @@ enum Trust {
     Hops(usize),
 }
 
+/// `n` proxies in front of the server, when that is at least one; else why not.
+pub(crate) fn trusted_hops(n: usize) -> Result<usize, String> {
+    let why = "with no proxy in front of the server, key by the peer (PeerIp, the key \
+               \"peer_ip\" in configuration); trusted hops count the proxies every request \
+               comes through";
+    (n > 0).then_some(n).ok_or_else(|| why.into())
+}
+
 impl ClientIp {
     /// At most this many forwarding entries are examined, from the right (32). Real chains have
     /// a handful of proxies; the cap bounds the work an attacker's long header can cause.
@@ -163,12 +171,10 @@ impl ClientIp {
     ///
     /// If `n` is 0: with no proxy in front, use [`PeerIp`](struct@crate::key::PeerIp).
     pub fn trusted_hops(n: usize) -> Self {
-        assert!(
-            n > 0,
-            "ClientIp::trusted_hops(0): with no proxy in front of the server, key by the peer \
-             with PeerIp; n counts the proxies every request comes through"
-        );
-        Self::new(Trust::Hops(n))
+        match trusted_hops(n) {
+            Ok(n) => Self::new(Trust::Hops(n)),
+            Err(why) => panic!("ClientIp::trusted_hops({n}): {why}"),
+        }
     }
 
     fn new(trust: Trust) -> Self {
@@ -208,11 +214,10 @@ impl ClientIp {
     /// If `bits` is 0 (every IPv6 client would share one key) or more than 128.
     #[must_use]
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        assert!(
-            (1..=128).contains(&bits),
-            "ClientIp::ipv6_prefix({bits}): the prefix must be 1 to 128 bits (64 is usual)"
-        );
-        self.ipv6_prefix = bits;
+        match super::peer::ipv6_prefix(bits) {
+            Ok(bits) => self.ipv6_prefix = bits,
+            Err(why) => panic!("ClientIp::ipv6_prefix({bits}): {why}"),
+        }
         self
     }
 

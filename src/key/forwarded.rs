@@ -64,9 +64,9 @@ impl ForwardedHeader {
     /// If `name` is not a valid header name.
     pub fn single(name: impl AsRef<str>) -> Self {
         let name = name.as_ref();
-        match HeaderName::from_bytes(name.as_bytes()) {
+        match super::header::header_name(name) {
             Ok(name) => Self::Single(name),
-            Err(_) => panic!("ForwardedHeader::single: {name:?} is not a valid header name"),
+            Err(why) => panic!("ForwardedHeader::single({name:?}): {why}"),
         }
     }
 

@@ -35,6 +35,13 @@ pub struct Header {
     name: HeaderName,
 }
 
+/// `name` as a header name, or why it is not one.
+pub(crate) fn header_name(name: &str) -> Result<HeaderName, String> {
+    HeaderName::try_from(name).map_err(|_| {
+        "not a valid header name: use letters, digits and `-`, such as \"x-api-key\"".into()
+    })
+}
+
 impl Header {
     /// Keys requests on the header `name` (case-insensitive).
     ///
@@ -43,9 +50,9 @@ impl Header {
     /// When `name` is not a valid header name.
     #[track_caller]
     pub fn new(name: &str) -> Self {
-        match HeaderName::try_from(name) {
+        match header_name(name) {
             Ok(name) => Self { name },
-            Err(_) => panic!("tollgate::key::Header::new: {name:?} is not a valid header name"),
+            Err(why) => panic!("tollgate::key::Header::new({name:?}): {why}"),
         }
     }
 }

@@ -55,6 +55,13 @@ pub struct PeerIp {
 #[allow(non_upper_case_globals)]
 pub const PeerIp: PeerIp = PeerIp { ipv6_prefix: 64 };
 
+/// `bits`, when it can group IPv6 clients; else why not.
+pub(crate) fn ipv6_prefix(bits: u8) -> Result<u8, String> {
+    let why = "the IPv6 prefix is 1 to 128 bits (64 is usual)";
+    let fits = (1..=128).contains(&bits);
+    fits.then_some(bits).ok_or_else(|| why.into())
+}
+
 impl Default for PeerIp {
     fn default() -> Self {
         PeerIp
@@ -71,11 +78,10 @@ impl PeerIp {
     #[must_use]
     #[track_caller]
     pub fn ipv6_prefix(self, bits: u8) -> Self {
-        assert!(
-            (1..=128).contains(&bits),
-            "PeerIp::ipv6_prefix({bits}): the prefix must be 1 to 128 bits (64 is usual)"
-        );
-        Self { ipv6_prefix: bits }
+        match ipv6_prefix(bits) {
+            Ok(bits) => Self { ipv6_prefix: bits },
+            Err(why) => panic!("PeerIp::ipv6_prefix({bits}): {why}"),
+        }
     }
 
     /// The key this extractor makes for a client at `ip`: what a live layer's

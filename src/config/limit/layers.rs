@@ -3,13 +3,11 @@
 
 use std::sync::Arc;
 
-use http::StatusCode;
-
 use super::{by_name, check_name, LimitConfig};
 use crate::config::store::{Backend, ConfiguredStore};
 use crate::config::StoreConfig;
 use crate::config::{duration, ConfigError};
-use crate::limiter::in_flight::{MAX_LEASE_TTL, MIN_LEASE_TTL};
+use crate::limiter::in_flight::MIN_LEASE_TTL;
 use crate::limiter::{Bind, Binder, LayerClock, Recipe};
 use crate::{HeaderPlacement, HeaderStyle, InFlightLayer, RateLimitLayer};
 
@@ -182,30 +180,16 @@ impl LimitConfig {
                 ),
             ));
         }
-        if slots == 0 {
-            return Err(ConfigError::bare(
-                "in_flight",
-                slots,
-                "no request could ever pass; allow at least 1 request in flight per key",
-            ));
-        }
-        let mut layer = InFlightLayer::new(slots);
+        let refused = |why| ConfigError::bare("in_flight", slots, why);
+        let mut layer = InFlightLayer::new(InFlightLayer::limit(slots).map_err(refused)?);
         if let Some(name) = &self.name {
             check_name(name, "")?;
             layer = layer.policy_name(name);
         }
         if let Some(text) = &self.lease_ttl {
-            let ttl = duration::parse("lease_ttl", text)?;
-            if !(MIN_LEASE_TTL..=MAX_LEASE_TTL).contains(&ttl) {
-                return Err(ConfigError::text(
-                    "lease_ttl",
-                    text,
-                    "a lease lasts from 1s to 24h: long enough to be renewed (every third of \
-                     it) while a request runs, short enough that a server that dies gives its \
-                     slots back soon",
-                ));
-            }
-            layer = layer.lease_ttl(ttl);
+            let ttl = InFlightLayer::lease(duration::parse("lease_ttl", text)?);
+            let refused = |why| ConfigError::text("lease_ttl", text, why);
+            layer = layer.lease_ttl(ttl.map_err(refused)?);
         }
         Ok(layer)
     }
@@ -220,12 +204,8 @@ impl LimitConfig {
             layer = layer.headers_on(placement);
         }
         if let Some(code) = self.status {
-            let status = StatusCode::from_u16(code).ok();
-            let Some(status) = status.filter(|s| s.is_client_error() || s.is_server_error()) else {
-                let reason = "denials are answered with a 4xx or 5xx status, such as 429 or 503";
-                return Err(ConfigError::bare("status", code, reason));
-            };
-            layer = layer.status(status);
+            let status = RateLimitLayer::denial_status(code);
+            layer = layer.status(status.map_err(|why| ConfigError::bare("status", code, why))?);
         }
         if let Some(key) = &self.key {
             layer = key.apply(layer, "key")?;

@@ -132,15 +132,10 @@ fn by_name<T: Copy>(
 /// `Ok` when `name`, with `suffix` added (the tiers' `-2`), is a policy name; else an error
 /// naming the field `name`.
 fn check_name(name: &str, suffix: &str) -> Result<(), ConfigError> {
-    if crate::quota::is_policy_name(&format!("{name}{suffix}")) {
-        return Ok(());
-    }
-    let tiers = match suffix {
-        "" => String::new(),
-        _ => format!(" (tiers add \"{suffix}\")"),
+    let refused = |why| match suffix {
+        "" => ConfigError::text("name", name, why),
+        _ => ConfigError::text("name", name, format!("{why} (tiers add \"{suffix}\")")),
     };
-    let reason = format!(
-        "a policy name is 1 to 64 printable ASCII characters{tiers}, as it is sent in headers"
-    );
-    Err(ConfigError::text("name", name, reason))
+    crate::quota::policy_name(&format!("{name}{suffix}")).map_err(refused)?;
+    Ok(())
 }

@@ -94,11 +94,9 @@ impl InFlightLayer {
     /// When `limit` is 0: no request could ever pass.
     #[track_caller]
     pub fn new(limit: u64) -> Self {
-        assert!(
-            limit > 0,
-            "InFlightLayer::new(0): no request could ever pass; allow at least 1 request in \
-             flight per key"
-        );
+        if let Err(why) = Self::limit(limit) {
+            panic!("InFlightLayer::new({limit}): {why}");
+        }
         let slots = Slots {
             limit,
             policy: DEFAULT_NAME.into(),
@@ -124,11 +122,10 @@ impl InFlightLayer {
     #[track_caller]
     pub fn policy_name(mut self, name: impl AsRef<str>) -> Self {
         let name = name.as_ref();
-        assert!(
-            crate::quota::is_policy_name(name),
-            "InFlightLayer::policy_name: {name:?} must be 1 to 64 printable ASCII characters"
-        );
-        self.slots.policy = name.into();
+        match crate::quota::policy_name(name) {
+            Ok(name) => self.slots.policy = name.into(),
+            Err(why) => panic!("InFlightLayer::policy_name({name:?}): {why}"),
+        }
         self.rebuilt("policy_name")
     }
 
@@ -146,12 +143,10 @@ impl InFlightLayer {
     #[must_use]
     #[track_caller]
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        assert!(
-            (MIN_LEASE_TTL..=MAX_LEASE_TTL).contains(&ttl),
-            "InFlightLayer::lease_ttl({ttl:?}): a lease must last from 1 s to 24 h; a shorter one \
-             could expire between its renewals, a longer one keeps a dead server's slots too long"
-        );
-        self.slots.lease_ttl = ttl;
+        match Self::lease(ttl) {
+            Ok(ttl) => self.slots.lease_ttl = ttl,
+            Err(why) => panic!("InFlightLayer::lease_ttl({ttl:?}): {why}"),
+        }
         self.rebuilt("lease_ttl")
     }
 
@@ -194,6 +189,21 @@ impl InFlightLayer {
     pub fn clock<C: Clock + Clone>(mut self, clock: C) -> Self {
         self.slots.clock = Arc::new(clock);
         self.rebuilt("clock")
+    }
+
+    /// `limit` requests in flight per key, when any request could pass; else why not.
+    pub(crate) fn limit(limit: u64) -> Result<u64, String> {
+        let why = "no request could ever pass; allow at least 1 request in flight per key";
+        (limit > 0).then_some(limit).ok_or_else(|| why.into())
+    }
+
+    /// `ttl`, when it can be a lease's; else why not.
+    pub(crate) fn lease(ttl: Duration) -> Result<Duration, String> {
+        let why = "a lease lasts from 1 s to 24 h: long enough to be renewed (every third of it) \
+                   while a request runs, short enough that a server that dies gives its slots \
+                   back soon";
+        let fits = (MIN_LEASE_TTL..=MAX_LEASE_TTL).contains(&ttl);
+        fits.then_some(ttl).ok_or_else(|| why.into())
     }
 
     /// The same layer, its limiter made again after `method` changed how.

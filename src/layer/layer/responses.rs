@@ -51,11 +51,18 @@ impl RateLimitLayer {
     #[must_use]
     #[track_caller]
     pub fn status(self, status: StatusCode) -> Self {
-        assert!(
-            status.is_client_error() || status.is_server_error(),
-            "RateLimitLayer::status({status}): denials must be answered with a 4xx or 5xx status"
-        );
+        if let Err(why) = Self::denial_status(status.as_u16()) {
+            panic!("RateLimitLayer::status({status}): {why}");
+        }
         self.set(|s| s.status = Some(status))
+    }
+
+    /// The status `code`, when it can answer denials (a 4xx or 5xx); else why not.
+    pub(crate) fn denial_status(code: u16) -> Result<StatusCode, String> {
+        let why = "denials are answered with a 4xx or 5xx status, such as 429 or 503";
+        let status = StatusCode::from_u16(code).ok();
+        let fits = |s: &StatusCode| s.is_client_error() || s.is_server_error();
+        status.filter(fits).ok_or_else(|| why.into())
     }
 
     /// Whether gRPC requests get gRPC answers (on by default): HTTP 200 with `grpc-status`

@@ -259,7 +259,8 @@ fn decode(bytes: &[u8]) -> Option<Vec<Quota>> {
                 return line.parse().ok();
             };
             let quota: Quota = figures.parse().ok()?;
-            crate::quota::is_policy_name(name).then(|| quota.named(name))
+            let name = crate::quota::policy_name(name).ok()?;
+            Some(quota.named(name))
         })
         .collect::<Option<Vec<Quota>>>()
         .filter(|quotas| !quotas.is_empty())

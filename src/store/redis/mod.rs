@@ -504,14 +504,19 @@ impl RedisStore {
     #[track_caller]
     pub fn prefix(mut self, prefix: impl AsRef<str>) -> Self {
         let prefix = prefix.as_ref();
-        assert!(
-            !prefix.contains(['{', '}']),
-            "tollgate::RedisStore::prefix: {prefix:?} holds a brace, which Redis Cluster would \
-             read as the keys' hash tag (every client in one slot); choose a prefix without `{{` \
-             or `}}`"
-        );
-        self.prefix = prefix.into();
+        match Self::key_prefix(prefix) {
+            Ok(prefix) => self.prefix = prefix.into(),
+            Err(why) => panic!("tollgate::RedisStore::prefix({prefix:?}): {why}"),
+        }
         self
+    }
+
+    /// `prefix`, when it can begin the keys' names; else why not.
+    pub(crate) fn key_prefix(prefix: &str) -> Result<&str, String> {
+        let why = "a prefix that holds a brace would be read by Redis Cluster as the keys' hash \
+                   tag (every client in one slot); choose a prefix without `{` or `}`";
+        let fits = !prefix.contains(['{', '}']);
+        fits.then_some(prefix).ok_or_else(|| why.into())
     }
 
     /// The longest one check waits for Redis (50 ms by default); after it the
