@@ -67,7 +67,7 @@ where
     ///
     /// # Panics
     ///
-    /// When `store` cannot keep these quotas ([`Store::table`]), with the store's message
+    /// When `store` cannot keep these quotas, with the store's message
     /// (the figure and how to fix it).
     #[track_caller]
     pub(crate) fn bind(quotas: Arc<[Quota]>, algorithm: A, store: St, clock: C) -> Self {
@@ -79,7 +79,7 @@ where
     }
 
     /// A limiter for `quotas` decided by `algorithm`, with its state in `store`, or the
-    /// store's error when it cannot keep these quotas ([`Store::table`]): for limiters made
+    /// store's error when it cannot keep these quotas: for limiters made
     /// while serving requests or from configuration, which must never panic.
     ///
     /// With `shared`, the state is shared under the policy name whether or not the quotas
@@ -112,7 +112,7 @@ where
     ///
     /// # Panics
     ///
-    /// When `store` cannot keep this limiter's quotas ([`Store::table`]): the Redis store
+    /// When `store` cannot keep this limiter's quotas: the Redis store
     /// refuses figures its scripts cannot decide exactly, naming the figure and the fix.
     #[must_use]
     #[track_caller]
@@ -361,7 +361,7 @@ impl<A: Shaping, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
     ///
     /// # Panics
     ///
-    /// When the store cannot keep the shaped quotas ([`Store::table`]): the Redis store
+    /// When the store cannot keep the shaped quotas: the Redis store
     /// refuses a wait its scripts cannot decide exactly, naming the figure and the fix.
     #[must_use]
     #[track_caller]
@@ -380,7 +380,7 @@ impl<A: Aligned, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
     /// # Panics
     ///
     /// When a period is shorter than a millisecond, or when the store cannot keep the aligned
-    /// windows ([`Store::table`]), with the store's message.
+    /// windows, with the store's message.
     #[must_use]
     #[track_caller]
     pub fn aligned(self) -> Self {
@@ -396,7 +396,7 @@ impl<A: SubWindows, St: Store<A>, C: Clock> RateLimiter<A, St, C> {
     /// # Panics
     ///
     /// When `k` is 0 or above 64, or when the store cannot keep the window with `k`
-    /// sub-windows ([`Store::table`]), with the store's message.
+    /// sub-windows, with the store's message.
     #[must_use]
     #[track_caller]
     pub fn sub_windows(self, k: usize) -> Self {

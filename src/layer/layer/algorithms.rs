@@ -78,16 +78,14 @@ impl RateLimitLayer {
         Ok(Self::new(recipe.bind()?, Some(recipe)))
     }
 
-    /// Limits each client IP with a limiter built by hand: an algorithm of your own, or a store
-    /// that keeps only some algorithms. The layer uses the limiter's store, clock and algorithm
-    /// options as they are.
+    /// Limits each client IP with a limiter built by hand. The layer uses the limiter's store,
+    /// clock and algorithm options as they are.
     ///
     /// The options that keep the limiter work as on any layer (the key, costs, `count_if`,
     /// answers, headers, a handle's block, reset and peek). Those that make the limiter again
     /// ([`store`](Self::store), `on_failure`, [`clock`](Self::clock),
     /// the algorithm's options, [`ban`](Self::ban), [`quota_for`](Self::quota_for)) panic, and a
-    /// handle cannot change its quotas: the layer cannot remake an algorithm or a store of your
-    /// own. Set them on the limiter, or build the layer with a constructor such as
+    /// handle cannot change its quotas: the layer does not remake a limiter it was given. Set them on the limiter, or build the layer with a constructor such as
     /// [`RateLimitLayer::gcra`].
     pub fn from_limiter<A, St, C>(limiter: RateLimiter<A, St, C>) -> Self
     where

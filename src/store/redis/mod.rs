@@ -658,7 +658,7 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
     ///
     /// # Errors
     ///
-    /// When the new quotas are too large for the script, as [`table`](Store::table); when
+    /// When the new quotas are too large for the script, as when a limiter is built; when
     /// the policy still carries over from 8 earlier quotas.
     fn succeed(
         &self,

@@ -46,8 +46,7 @@ impl<A: RedisAlgorithm> sealed::Sealed for Tiered<A> {}
 ///
 /// Each has a Lua module that decides exactly as its Rust reference (the crate's tests run
 /// both on the same random sequences and compare every decision). The methods are the store's
-/// own business, and the trait is sealed: an algorithm of your own has no Lua module, so it
-/// is kept in a [`MemoryStore`](crate::store::MemoryStore).
+/// own business, and the trait is sealed.
 #[doc(hidden)]
 pub trait RedisAlgorithm: MemoryAlgorithm + sealed::Sealed {
     /// The Lua module that defines `ALG`, between the shared prelude and driver.
