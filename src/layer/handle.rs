@@ -237,9 +237,9 @@ impl Handle {
     /// An error of kind [`Misconfigured`](crate::ErrorKind::Misconfigured), and nothing
     /// changes, when `quotas` is empty, when it has several quotas for a layer built with one,
     /// when the layer was made by [`from_limiter`](super::RateLimitLayer::from_limiter) or is
-    /// an [`InFlightLayer`](super::InFlightLayer), when the store cannot keep these quotas, or when a
-    /// Redis policy still carries over from 8 earlier quotas (the message says when to try
-    /// again).
+    /// an [`InFlightLayer`](super::InFlightLayer), when the store cannot keep these quotas, or
+    /// when a Redis policy still carries over from 8 earlier quotas (the message says when to
+    /// try again).
     pub fn set_quotas<Q: Quotas>(&self, quotas: Q) -> Result<(), Error> {
         let quotas = quotas.into_quotas();
         if quotas.is_empty() {
