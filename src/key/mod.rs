@@ -45,6 +45,7 @@ mod value;
 
 pub use self::allow::{Allow, IpList};
 pub use self::cidr::{IpNet, ParseIpNetError};
+#[cfg(feature = "serde")]
 pub(crate) use self::client_ip::trusted_hops;
 pub use self::client_ip::ClientIp;
 #[cfg(feature = "serde")]
@@ -53,8 +54,10 @@ pub use self::combine::{Or, Skip};
 pub use self::error::KeyError;
 pub use self::forwarded::ForwardedHeader;
 pub use self::head::{from_fn, FromFn, RequestHead};
+#[cfg(feature = "serde")]
 pub(crate) use self::header::header_name;
 pub use self::header::{BearerToken, Header};
+#[cfg(feature = "serde")]
 pub(crate) use self::peer::ipv6_prefix;
 pub use self::peer::{PeerAddr, PeerIp};
 pub use self::route::{Method, Route};

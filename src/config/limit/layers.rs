@@ -7,6 +7,7 @@ use super::{by_name, check_name, LimitConfig};
 use crate::config::store::{Backend, ConfiguredStore};
 use crate::config::StoreConfig;
 use crate::config::{duration, ConfigError};
+#[cfg(feature = "redis")]
 use crate::limiter::in_flight::MIN_LEASE_TTL;
 use crate::limiter::{Bind, Binder, LayerClock, Recipe};
 use crate::{HeaderPlacement, HeaderStyle, InFlightLayer, RateLimitLayer};
