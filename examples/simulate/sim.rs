@@ -7,9 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tollgate::algorithm::Algorithm;
 use tollgate::clock::ManualClock;
-use tollgate::store::MemoryAlgorithm;
 use tollgate::{Decision, Quota, RateLimiter};
 
 /// One second in nanoseconds, the unit of all times here.
@@ -37,56 +35,54 @@ pub struct Algo {
     pub make: fn(Quota) -> Decider,
 }
 
+/// Drives a limiter with a [`ManualClock`] set to each request's time.
+macro_rules! on_manual_clock {
+    ($limiter:expr) => {{
+        let clock = ManualClock::new();
+        let limiter = $limiter.with_clock(clock.clone());
+        Box::new(move |client, now| {
+            clock.set(Duration::from_nanos(now));
+            limiter.check_now(client)
+        }) as Decider
+    }};
+}
+
 /// Every algorithm the simulation compares, in the order of tables and legends.
 pub fn algorithms() -> Vec<Algo> {
     vec![
         Algo {
             name: "GCRA",
-            make: |q| on_manual_clock(RateLimiter::gcra(q)),
+            make: |q| on_manual_clock!(RateLimiter::gcra(q)),
         },
         Algo {
             name: "token bucket",
-            make: |q| on_manual_clock(RateLimiter::token_bucket(q)),
+            make: |q| on_manual_clock!(RateLimiter::token_bucket(q)),
         },
         Algo {
             name: "leaky bucket",
-            make: |q| on_manual_clock(RateLimiter::leaky_bucket(q)),
+            make: |q| on_manual_clock!(RateLimiter::leaky_bucket(q)),
         },
         Algo {
             name: "fixed window",
-            make: |q| on_manual_clock(RateLimiter::fixed_window(q)),
+            make: |q| on_manual_clock!(RateLimiter::fixed_window(q)),
         },
         Algo {
             name: "sliding window",
-            make: |q| on_manual_clock(RateLimiter::sliding_window(q)),
+            make: |q| on_manual_clock!(RateLimiter::sliding_window(q)),
         },
         Algo {
             name: "sliding window, 6 sub-windows",
-            make: |q| on_manual_clock(RateLimiter::sliding_window(q).sub_windows(6)),
+            make: |q| on_manual_clock!(RateLimiter::sliding_window(q).sub_windows(6)),
         },
         Algo {
             name: "sliding log",
-            make: |q| on_manual_clock(RateLimiter::sliding_log(q)),
+            make: |q| on_manual_clock!(RateLimiter::sliding_log(q)),
         },
         Algo {
             name: "hybrid",
-            make: |q| on_manual_clock(RateLimiter::hybrid(q)),
+            make: |q| on_manual_clock!(RateLimiter::hybrid(q)),
         },
     ]
-}
-
-/// Drives `limiter` with a [`ManualClock`] set to each request's time.
-fn on_manual_clock<A>(limiter: RateLimiter<A>) -> Decider
-where
-    A: Algorithm,
-    A: MemoryAlgorithm,
-{
-    let clock = ManualClock::new();
-    let limiter = limiter.with_clock(clock.clone());
-    Box::new(move |client, now| {
-        clock.set(Duration::from_nanos(now));
-        limiter.check_now(client)
-    })
 }
 
 /// One request: when it is sent and by which client (each client is its own key).
