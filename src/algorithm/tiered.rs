@@ -185,7 +185,28 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
 /// let tiered = RateLimiter::gcra([Quota::per_second(10), Quota::per_hour(1000)]);
 /// # let _ = (one, tiered);
 /// ```
-pub trait Quotas {
+///
+/// The trait is sealed: `Quota`, `Vec<Quota>` and `[Quota; N]` implement it, nothing else can.
+///
+/// ```compile_fail,E0277
+/// use tollgate::algorithm::{Algorithm, Quotas};
+/// use tollgate::Quota;
+///
+/// struct Mine;
+/// impl Quotas for Mine {
+///     type Algorithm<A: Algorithm> = A;
+///     fn build<A: Algorithm>(self, make: impl Fn(&Quota) -> A) -> (Vec<Quota>, A) {
+///         let quota = Quota::per_second(1);
+///         let algorithm = make(&quota);
+///         (vec![quota], algorithm)
+///     }
+///     fn into_quotas(self) -> Vec<Quota> {
+///         vec![Quota::per_second(1)]
+///     }
+/// }
+/// ```
+#[allow(private_bounds)]
+pub trait Quotas: SealedQuotas {
     /// The algorithm that decides these quotas when each is decided by `A`: `A` itself for one
     /// quota, [`Tiered<A>`] for several.
     type Algorithm<A: Algorithm>: Algorithm;
@@ -195,13 +216,22 @@ pub trait Quotas {
     /// # Panics
     ///
     /// When there is no quota.
+    #[doc(hidden)]
     fn build<A: Algorithm>(self, make: impl Fn(&Quota) -> A) -> (Vec<Quota>, Self::Algorithm<A>);
 
     /// The quotas in order, with no algorithm made (an empty list is returned as it is).
+    #[doc(hidden)]
     fn into_quotas(self) -> Vec<Quota>
     where
         Self: Sized;
 }
+
+/// Implemented by [`Quota`], `Vec<Quota>` and `[Quota; N]` only: what seals [`Quotas`].
+pub(crate) trait SealedQuotas {}
+
+impl SealedQuotas for Quota {}
+impl SealedQuotas for Vec<Quota> {}
+impl<const N: usize> SealedQuotas for [Quota; N] {}
 
 impl Quotas for Quota {
     type Algorithm<A: Algorithm> = A;
