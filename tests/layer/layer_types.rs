@@ -40,13 +40,22 @@ fn request(key: &str) -> Request<String> {
 /// Sends requests until the first denial; returns how many passed (at most 10).
 async fn passes(svc: &mut RateLimit<Inner>, key: &str) -> usize {
     for passed in 0..10 {
-        let resp = svc.ready().await.unwrap().call(request(key)).await.unwrap();
+        let resp = send(svc, request(key)).await;
         if resp.status() == StatusCode::TOO_MANY_REQUESTS {
             return passed;
         }
         assert_eq!(resp.status(), StatusCode::OK);
     }
     10
+}
+
+/// `req` through `svc`, once it is ready.
+async fn send<S>(svc: &mut S, req: Request<String>) -> S::Response
+where
+    S: Service<Request<String>>,
+    S::Error: std::fmt::Debug,
+{
+    svc.ready().await.unwrap().call(req).await.unwrap()
 }
 
 #[tokio::test]
@@ -80,13 +89,7 @@ async fn layers_of_four_algorithms_share_one_type() {
     assert_eq!(passes(&mut app.limited[2], "k2").await, 0);
     // The leaky bucket lets the first through at once and queues the next one for its turn.
     let leaky = &mut app.limited[3];
-    let resp = leaky
-        .ready()
-        .await
-        .unwrap()
-        .call(request("k"))
-        .await
-        .unwrap();
+    let resp = send(leaky, request("k")).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let queued = tokio::spawn(leaky.clone().oneshot(request("k")));
     tokio::task::yield_now().await;
@@ -174,64 +177,28 @@ async fn a_hand_built_limiter_takes_the_options_that_keep_it() {
     };
     // Responses that do not count give their capacity back; a bulk request costs 2.
     for _ in 0..3 {
-        let resp = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(call("/free", "a"))
-            .await
-            .unwrap();
+        let resp = send(&mut svc, call("/free", "a")).await;
         assert_eq!(resp.status(), StatusCode::NO_CONTENT);
     }
-    let resp = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(call("/bulk", "a"))
-        .await
-        .unwrap();
+    let resp = send(&mut svc, call("/bulk", "a")).await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(resp.headers()["x-ratelimit-remaining"], "2");
     // The limiter outside the layer reads the same state, keyed as the layer keys.
     let key = tollgate::Key::from("a");
     assert_eq!(limiter.peek(key.clone()).await.unwrap().remaining, 2);
     assert_eq!(handle.peek("a").await.unwrap().remaining, 2);
-    let resp = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(call("/bulk", "a"))
-        .await
-        .unwrap();
+    let resp = send(&mut svc, call("/bulk", "a")).await;
     assert_eq!(resp.status(), StatusCode::OK);
-    let resp = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(call("/", "a"))
-        .await
-        .unwrap();
+    let resp = send(&mut svc, call("/", "a")).await;
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     // The handle resets and blocks the key on the limiter's state.
     handle.reset("a").await.unwrap();
     assert_eq!(limiter.peek(key.clone()).await.unwrap().remaining, 4);
     handle.block("b", Duration::from_secs(60)).await.unwrap();
-    let resp = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(call("/", "b"))
-        .await
-        .unwrap();
+    let resp = send(&mut svc, call("/", "b")).await;
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     clock.advance(Duration::from_secs(60));
-    let resp = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(call("/", "b"))
-        .await
-        .unwrap();
+    let resp = send(&mut svc, call("/", "b")).await;
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
@@ -261,13 +228,7 @@ async fn a_plan_of_tiers_on_a_one_quota_layer_holds_every_tier() {
     for _ in 0..20 {
         // Spaced past the per-second tier: only the per-minute tier can stop them.
         clock.advance(Duration::from_millis(500));
-        let resp = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(request("tiered"))
-            .await
-            .unwrap();
+        let resp = send(&mut svc, request("tiered")).await;
         if resp.status() == StatusCode::OK {
             passed += 1;
         } else {
