@@ -141,7 +141,7 @@ impl Handle {
         duration: Duration,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         let key = key.into();
-        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        let nanos = crate::clock::saturating_nanos(duration);
         let at = self.live.lock().limiter.now();
         self.live.held.block(&key, at, at.saturating_add(nanos));
         self.each(move |limiter| limiter.block(key.clone(), duration))

@@ -218,7 +218,7 @@ impl DenyCache {
         }
         // Remembered briefly, so that a reset elsewhere soon reaches this server.
         let retry_after = retry_after.min(super::RedisStore::DENY_CACHE_HOLD);
-        let wait = u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX);
+        let wait = crate::clock::saturating_nanos(retry_after);
         let until = now.saturating_add(wait);
         if until <= now {
             return;

@@ -221,8 +221,12 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         }
     }
 
-    /// A request for a key never seen, which is fresh.
-    fn insert_fresh(
+    /// [`apply`](Self::apply) to a key the table was found not to hold (another thread may
+    /// have put it in since). While the table takes over from one of other quotas, the key
+    /// starts from what it used there ([`carried`](Self::carried)); otherwise it is fresh, and
+    /// a request that would not change a fresh state (a peek or a denial) must not make the
+    /// store remember the key.
+    fn apply_missing(
         &self,
         key: Key,
         hash: u64,
@@ -230,17 +234,23 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         cost: u64,
     ) -> <A::Cell as StateCell<A>>::Seen {
         let algorithm = &self.algorithm;
-        let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
-        // A key never seen is fresh. A request that would not change a fresh state (a peek or
-        // a denial) must not make the store remember the key.
-        let fresh = A::State::default();
-        if algorithm.transition(&fresh, now, cost).is_none() {
-            return A::Cell::unchanged(&fresh, algorithm, now, cost);
+        let carried = self.carried(&key, now);
+        if carried.is_none() {
+            let fresh = A::State::default();
+            if algorithm.transition(&fresh, now, cost).is_none() {
+                return A::Cell::unchanged(&fresh, algorithm, now, cost);
+            }
         }
+        let init = |cell: &A::Cell| {
+            if let Some(carried) = carried {
+                cell.set_state(carried);
+            }
+        };
+        let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
         let forget = Forgetting { algorithm, now };
         // The map keeps a long key's digest, never its bytes.
         self.map
-            .get_or_insert_from(hash, key.stored(), &forget, |_| (), apply)
+            .get_or_insert_from(hash, key.stored(), &forget, init, apply)
     }
 }
 

@@ -14,37 +14,25 @@ pub(super) struct Predecessor<A: MemoryAlgorithm> {
     algorithm: A,
 }
 
+impl<A: MemoryAlgorithm> Predecessor<A> {
+    /// A key's `state` here, converted to `algorithm`'s quotas at `now`; `None` when the key
+    /// used nothing.
+    fn carry(&self, algorithm: &A, state: &A::State, now: u64) -> Option<A::State> {
+        Some(algorithm.carried(&self.algorithm, state, now)).filter(|s| !algorithm.is_fresh(s, now))
+    }
+}
+
 impl<A: MemoryAlgorithm> MemoryTable<A> {
-    /// [`apply`](Self::apply) to a key the table was found not to hold (another thread may
-    /// have put it in since). While the table takes over from one of other quotas, the key
-    /// starts from what it used there (read, not moved: every caller that finds the key missing
-    /// computes the same state, and the first to insert it wins), converted to this table's
-    /// quotas; otherwise, or when it used nothing there, it is fresh
-    /// ([`insert_fresh`](Self::insert_fresh)).
-    pub(super) fn apply_missing(
-        &self,
-        key: Key,
-        hash: u64,
-        now: u64,
-        cost: u64,
-    ) -> <A::Cell as StateCell<A>>::Seen {
-        let algorithm = &self.algorithm;
-        let carried = self
-            .previous
-            .as_ref()
-            .and_then(|p| {
-                let state = p.map.get_with(p.map.hash(&key), &key, StateCell::state)?;
-                Some(algorithm.carried(&p.algorithm, &state, now))
-            })
-            .filter(|state| !algorithm.is_fresh(state, now));
-        let Some(carried) = carried else {
-            return self.insert_fresh(key, hash, now, cost);
-        };
-        let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
-        let forget = Forgetting { algorithm, now };
-        let init = |cell: &A::Cell| cell.set_state(carried);
-        self.map
-            .get_or_insert_from(hash, key.stored(), &forget, init, apply)
+    /// What `key`, which this table does not hold, used in the table it takes over from,
+    /// converted to this table's quotas (read, not moved: every caller that finds the key
+    /// missing computes the same state, and the first to insert it wins); `None` when the
+    /// table takes over from none or the key used nothing there.
+    pub(super) fn carried(&self, key: &Key, now: u64) -> Option<A::State> {
+        let previous = self.previous.as_ref()?;
+        let state = previous
+            .map
+            .get_with(previous.map.hash(key), key, StateCell::state)?;
+        previous.carry(&self.algorithm, &state, now)
     }
 
     /// A table for `algorithm` (new quotas of the same shape) that takes over from `self`:
@@ -86,10 +74,9 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
             let algorithm = &self.algorithm;
             let forget = Forgetting { algorithm, now };
             previous.map.for_each(StateCell::state, |key, state| {
-                let carried = algorithm.carried(&previous.algorithm, &state, now);
-                if algorithm.is_fresh(&carried, now) {
+                let Some(carried) = previous.carry(algorithm, &state, now) else {
                     return;
-                }
+                };
                 let hash = self.map.hash(&key);
                 let init = |cell: &A::Cell| cell.set_state(carried);
                 self.map
