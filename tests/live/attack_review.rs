@@ -85,3 +85,55 @@ async fn a_refund_across_a_plan_change_never_gives_more_than_the_new_quota() {
         assert!(more <= 2, "{more} more admitted after 4 counted of 6");
     }
 }
+
+/// Costs a client picks (0, huge) on a shaped, banned plan with a tuple key: a huge cost is
+/// refused without using anything, a zero cost uses nothing, and the plan still admits
+/// exactly its quota.
+#[tokio::test]
+async fn huge_and_zero_costs_on_a_shaped_plan_admit_exactly_its_quota() {
+    use std::time::Duration;
+    use tollgate::layer::Ban;
+    for huge in [u64::MAX, u64::MAX / 2, 1 << 53, 6] {
+        let clock = ManualClock::new();
+        let layer = RateLimitLayer::gcra(Quota::per_minute(2).named("free"))
+            .key((Header::new("x-key"), Header::new("x-org")))
+            .clock(clock.clone())
+            .max_delay(Duration::from_millis(1))
+            .ban(Ban::new(
+                1000,
+                Duration::from_secs(60),
+                Duration::from_secs(60),
+            ))
+            .quota_for(|_: &Key, _: RequestHead<'_>| pro(5))
+            .cost(|_: &Key, head: RequestHead<'_>| {
+                head.headers()
+                    .get("x-cost")
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+                    .unwrap_or(1)
+            });
+        let svc = layer.layer(tower::service_fn(|_: Request<String>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+        }));
+        let send = |cost: u64| {
+            let req = Request::builder()
+                .header("x-key", "k".repeat(10_000))
+                .header("x-org", "o")
+                .header("x-cost", cost.to_string())
+                .body(String::new())
+                .unwrap();
+            svc.clone().oneshot(req)
+        };
+        let res = send(huge).await.unwrap();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS, "cost {huge}");
+        let mut passed = 0;
+        for _ in 0..3 {
+            passed += usize::from(send(0).await.unwrap().status() == StatusCode::OK);
+        }
+        assert_eq!(passed, 3, "cost 0 always passes");
+        let mut passed = 0;
+        for _ in 0..10 {
+            passed += usize::from(send(1).await.unwrap().status() == StatusCode::OK);
+        }
+        assert_eq!(passed, 5, "cost {huge} first");
+    }
+}
