@@ -40,6 +40,10 @@ pub(crate) struct Policy<R> {
     pub(super) bare: Arc<dyn Limiter>,
     /// The ban's count of denials, kept across a change of the plan's quotas.
     pub(super) counter: Option<Arc<dyn Limiter>>,
+    /// This policy as answered until the fleet's record is read once (its requests wait for
+    /// the record): made by the first such request, shared by the others.
+    #[cfg(feature = "redis")]
+    gated: std::sync::OnceLock<Arc<Policy<R>>>,
 }
 
 /// A plan's policy, and when it was last used (the count of plans made by then).
@@ -180,6 +184,8 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             responder,
             bare,
             counter,
+            #[cfg(feature = "redis")]
+            gated: std::sync::OnceLock::new(),
         }
     }
 
@@ -208,22 +214,39 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             #[cfg(feature = "redis")]
             if let (Ok(Some(picked)), Some(fleet)) = (&policy, &self.maker.live.fleet) {
                 if !fleet.ready() {
-                    let per_key = self.clone();
-                    let plan: Box<[Quota]> = quotas.into();
-                    let then = move || Some(per_key.lookup(&plan).ok()??.limiter.clone());
-                    let limiter = gated(fleet, picked.limiter.clone(), then, false);
-                    // Answered for the gated limiter: the layer checks by its responder's.
-                    let responder = (self.maker.responder)(&limiter);
-                    policy = Ok(Some(Arc::new(Policy {
-                        limiter,
-                        responder,
-                        bare: picked.bare.clone(),
-                        counter: None,
-                    })));
+                    let gated = picked
+                        .gated
+                        .get_or_init(|| self.gated(fleet, picked, quotas));
+                    policy = Ok(Some(gated.clone()));
                 }
             }
         });
         policy
+    }
+
+    /// `picked`, the policy of the plan `plan`, as answered until `fleet`'s record is read
+    /// once: each request waits for the record, then is decided by the plan's limiter in
+    /// force. It reaches the plans weakly: the plans hold it.
+    #[cfg(feature = "redis")]
+    fn gated(
+        self: &Arc<Self>,
+        fleet: &Arc<super::live::fleet::Fleet>,
+        picked: &Policy<R>,
+        plan: &[Quota],
+    ) -> Arc<Policy<R>> {
+        let per_key = Arc::downgrade(self);
+        let plan: Box<[Quota]> = plan.into();
+        let then = move || Some(per_key.upgrade()?.lookup(&plan).ok()??.limiter.clone());
+        let limiter = gated(fleet, picked.limiter.clone(), then, false);
+        // Answered for the gated limiter: the layer checks by its responder's.
+        let responder = (self.maker.responder)(&limiter);
+        Arc::new(Policy {
+            limiter,
+            responder,
+            bare: picked.bare.clone(),
+            counter: None,
+            gated: std::sync::OnceLock::new(),
+        })
     }
 
     /// A plan of the quotas the layer was built with is the layer's limiter (which follows

@@ -4,6 +4,7 @@
 mod support;
 
 mod attack_live;
+mod attack_review;
 mod config;
 mod handle_ops;
 mod live_quotas;
