@@ -4,7 +4,6 @@
 
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
@@ -69,11 +68,6 @@ impl ConnectionLike for Connection {
 /// `mutex`, locked: what a panic left behind is still the state.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// `duration` in ns, saturated.
-pub(crate) fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Runs `task` on the current tokio runtime; `false` (and nothing runs) without one.

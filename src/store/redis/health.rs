@@ -22,8 +22,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::connection::{lock, nanos, spawn};
+use super::connection::{lock, spawn};
 use super::{errors, Connection};
+use crate::clock::saturating_nanos;
 use crate::{Error, ErrorKind};
 
 /// How many timeouts in a row, with no answer between them, mark Redis down.
@@ -104,7 +105,7 @@ impl Health {
 
     /// Now, in ns after the epoch: when a call is sent.
     pub(crate) fn now(&self) -> u64 {
-        nanos(self.epoch.elapsed())
+        saturating_nanos(self.epoch.elapsed())
     }
 
     /// Whether the store knows Redis is down.

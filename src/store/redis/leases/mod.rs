@@ -229,7 +229,7 @@ impl Leases {
     }
 
     pub(super) fn max_life_nanos(&self) -> u64 {
-        super::connection::nanos(self.max_life)
+        crate::clock::saturating_nanos(self.max_life)
     }
 }
 

@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use super::round_trip::Mode;
 use super::RedisTable;
+use crate::clock::saturating_nanos;
 use crate::store::redis::algorithms::RedisAlgorithm;
-use crate::store::redis::connection::{nanos, OnDrop};
+use crate::store::redis::connection::OnDrop;
 use crate::store::redis::future::RedisFuture;
 use crate::store::redis::leases::{GiveBack, LeaseBook, Plan};
 use crate::store::redis::reply;
@@ -140,7 +141,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 let _ = tokio::time::timeout(inner.timeout, slice.changed()).await;
                 // The slice is spent no later than its end, counting the time that passed
                 // meanwhile. (The call below still names `now`: it began then.)
-                let waited = nanos(waiting.elapsed());
+                let waited = saturating_nanos(waiting.elapsed());
                 let later = now.saturating_add(waited);
                 if let Some(decision) = book.spend(key, later, cost) {
                     return Ok(decision);

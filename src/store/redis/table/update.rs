@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use super::round_trip::Mode;
 use super::RedisTable;
+use crate::clock::saturating_nanos;
 use crate::store::redis::algorithms::RedisAlgorithm;
-use crate::store::redis::connection::nanos;
 use crate::store::redis::family;
 use crate::store::Update;
 use crate::{Error, Key};
@@ -61,7 +61,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
     /// clock), here and in the local fallback.
     pub(crate) fn block(&self, key: Key, now: u64, duration: Duration) -> Update {
         let table = self.clone();
-        let nanos = nanos(duration);
+        let nanos = saturating_nanos(duration);
         Box::pin(async move {
             let inner = &table.inner;
             if let Some(book) = &inner.leases {
