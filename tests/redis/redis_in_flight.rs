@@ -81,6 +81,17 @@ impl Server {
     /// Sends a request of `key` with id `id`: `Some` once it holds a slot (its handler runs),
     /// `None` when refused.
     async fn start(&self, key: &str, id: u64) -> Option<Holding> {
+        match self.try_start(key, id).await {
+            Ok(holding) => Some(holding),
+            Err(status) => {
+                assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+                None
+            }
+        }
+    }
+
+    /// Sends request `id` for `key`: held once its handler starts, or the refusal's status.
+    async fn try_start(&self, key: &str, id: u64) -> Result<Holding, StatusCode> {
         let control = self.controls.register(id);
         let req = Request::builder()
             .header("x-key", key)
@@ -98,12 +109,10 @@ impl Server {
         // Either the handler starts (the request is live) or the refusal comes back.
         loop {
             if self.live.load(Ordering::SeqCst) > before {
-                return Some(Holding { control, task });
+                return Ok(Holding { control, task });
             }
             if task.is_finished() {
-                let status = (&mut task).await.unwrap();
-                assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
-                return None;
+                return Err((&mut task).await.unwrap());
             }
             tokio::task::yield_now().await;
         }
@@ -344,27 +353,29 @@ async fn a_request_dropped_while_redis_answers_gives_its_lease_back() {
     held.finish().await;
 }
 
+/// Three servers of 1 slot per key on `redis`: failing closed, open and local.
+async fn by_policy(redis: &server::RedisServer, clock: &ManualClock) -> [Server; 3] {
+    let url = redis.url();
+    let connect = |on_failure| async {
+        let store = RedisStore::connect(&url).await.unwrap();
+        let store = store
+            .with_caller_clock()
+            .timeout(Duration::from_millis(200));
+        server(store.on_failure(on_failure), 1, clock)
+    };
+    [
+        connect(OnFailure::Closed).await,
+        connect(OnFailure::Open).await,
+        connect(OnFailure::Local(MemoryStore::new())).await,
+    ]
+}
+
 async fn failure_policies_apply() {
     let Some(mut redis) = server::RedisServer::start() else {
         return;
     };
     let clock = ManualClock::new();
-    let connect = || async {
-        RedisStore::connect(&redis.url())
-            .await
-            .unwrap()
-            .with_caller_clock()
-            .timeout(Duration::from_millis(200))
-    };
-    let closed = server(connect().await.on_failure(OnFailure::Closed), 1, &clock);
-    let open = server(connect().await.on_failure(OnFailure::Open), 1, &clock);
-    let local = server(
-        connect()
-            .await
-            .on_failure(OnFailure::Local(MemoryStore::new())),
-        1,
-        &clock,
-    );
+    let [closed, open, local] = by_policy(&redis, &clock).await;
     redis.kill();
     // Closed: 503, the handler never runs.
     let req = Request::builder()
@@ -387,6 +398,50 @@ async fn failure_policies_apply() {
         .expect("the local slot given back");
     for held in [one, two, again] {
         held.finish().await;
+    }
+}
+
+/// A Redis out of memory (`maxmemory` under `noeviction`) records no lease: whatever the
+/// failure policy, no request is let through past the limit (a client that fills Redis with
+/// keys it mints must not lift the limit on its requests in flight).
+async fn a_full_redis_lets_no_request_past_the_limit() {
+    let Some(redis) = server::RedisServer::start() else {
+        return;
+    };
+    let clock = ManualClock::new();
+    let [_, open, local] = by_policy(&redis, &clock).await;
+    for cmd in [
+        "CONFIG SET maxmemory-policy noeviction",
+        "CONFIG SET maxmemory 1",
+    ] {
+        let reply = server::command(redis.port, cmd);
+        assert!(
+            reply.as_deref().is_some_and(|r| r.starts_with("+OK")),
+            "{cmd}: {reply:?}"
+        );
+    }
+    for (name, server) in [("open", &open), ("local", &local)] {
+        let (mut held, mut refused) = (Vec::new(), Vec::new());
+        for id in 1..=3 {
+            match server.try_start("k", id).await {
+                Ok(holding) => held.push(holding),
+                Err(status) => refused.push(status),
+            }
+        }
+        assert!(
+            held.len() <= 1,
+            "{name}: {} requests in flight past a limit of 1 on a full Redis",
+            held.len()
+        );
+        assert!(
+            refused
+                .iter()
+                .all(|s| s.is_client_error() || s.is_server_error()),
+            "{name}: {refused:?}"
+        );
+        for holding in held {
+            holding.finish().await;
+        }
     }
 }
 
@@ -599,6 +654,10 @@ pub(crate) fn trials() -> Vec<server::Trial> {
             a_request_dropped_while_redis_answers_gives_its_lease_back,
         ),
         server::needs_redis_async("failure_policies_apply", failure_policies_apply),
+        server::needs_redis_async(
+            "a_full_redis_lets_no_request_past_the_limit",
+            a_full_redis_lets_no_request_past_the_limit,
+        ),
         server::needs_redis_async(
             "a_handles_block_holds_on_every_server",
             a_handles_block_holds_on_every_server,

@@ -24,6 +24,10 @@ pub(crate) struct FailureCounter {
     /// on each failure.
     #[cfg(feature = "metrics")]
     registered: [std::sync::OnceLock<Registered>; 4],
+    /// The count of failures Redis refused as full, answered `closed` whatever the failure
+    /// policy: `None` when that is this one's.
+    #[cfg(feature = "metrics")]
+    full: Option<Box<FailureCounter>>,
 }
 
 #[cfg(feature = "metrics")]
@@ -41,6 +45,8 @@ impl FailureCounter {
             warned: AtomicU64::new(0),
             #[cfg(feature = "metrics")]
             registered: Default::default(),
+            #[cfg(feature = "metrics")]
+            full: (on_failure != "closed").then(|| Box::new(Self::new(policy, "closed"))),
         }
     }
 
@@ -63,12 +69,7 @@ impl FailureCounter {
     /// and logs it as [`note`](Self::note) does.
     pub(crate) fn note_full(&self, now: u64, error: &Error) {
         #[cfg(feature = "metrics")]
-        metrics::counter!(
-            "tollgate_store_failures_total",
-            "policy" => metrics::SharedString::from_shared(self.policy.clone()),
-            "on_failure" => "closed"
-        )
-        .increment(1);
+        self.full.as_deref().unwrap_or(self).increment();
         if self.due(now) {
             self.log(error, "closed");
         }
@@ -189,5 +190,38 @@ mod tests {
         // A snapshot drains the counters: one more since the last.
         metrics::with_local_recorder(&second, || counter.increment());
         assert_eq!(count(&second), [1]);
+    }
+
+    #[test]
+    fn failures_redis_refused_as_full_count_as_closed() {
+        let counter = FailureCounter::new(&Arc::from("login"), "local");
+        let recorder = DebuggingRecorder::new();
+        let full = Error::new(crate::ErrorKind::Full, "OOM command not allowed");
+        metrics::with_local_recorder(&recorder, || {
+            counter.note_full(0, &full);
+            counter.note_full(1, &full);
+            counter.increment();
+        });
+        let mut counts: Vec<(Vec<String>, u64)> = recorder
+            .snapshotter()
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| {
+                let labels = key.key().labels().map(|l| l.value().to_owned()).collect();
+                let DebugValue::Counter(n) = value else {
+                    panic!("not a counter: {value:?}")
+                };
+                (labels, n)
+            })
+            .collect();
+        counts.sort();
+        assert_eq!(
+            counts,
+            [
+                (vec!["login".to_owned(), "closed".to_owned()], 2),
+                (vec!["login".to_owned(), "local".to_owned()], 1),
+            ]
+        );
     }
 }

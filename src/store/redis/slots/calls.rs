@@ -154,6 +154,13 @@ impl Inner {
     /// What the failure policy answers for an acquire that Redis failed with `error`; counted,
     /// and logged at most every ten seconds.
     fn failed(&self, error: Error, key: Key, cost: u64) -> Result<Decision, Error> {
+        // Redis out of memory records no lease: a request let through here (open, or on a
+        // local slot of this server's own) would go past the limit, so it is refused whatever
+        // the policy, and counted as `closed`.
+        if error.kind() == crate::ErrorKind::Full {
+            self.failures.note_full(self.clock.now_nanos(), &error);
+            return Err(error);
+        }
         self.failures.note(self.clock.now_nanos(), || &error);
         match &self.fallback {
             Fallback::Closed => Err(error),
