@@ -220,6 +220,19 @@ impl Algorithm for Gcra {
         true
     }
 
+    /// The debt is the TAT past the bound: paid back one interval per interval, and denied
+    /// until then (`retry_after` says when). The TAT saturates at the end of the clock.
+    #[inline]
+    fn charge(&self, &tat: &u64, now: u64, cost: u64) -> Option<u64> {
+        let increment = cost.saturating_mul(self.interval);
+        (increment > 0).then(|| tat.max(now).saturating_add(increment))
+    }
+
+    #[inline]
+    fn settles(&self) -> bool {
+        true
+    }
+
     #[inline]
     fn is_fresh(&self, &tat: &u64, now: u64) -> bool {
         tat <= now

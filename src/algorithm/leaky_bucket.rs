@@ -84,6 +84,16 @@ impl Algorithm for LeakyBucket {
     }
 
     #[inline]
+    fn charge(&self, state: &u64, now: u64, cost: u64) -> Option<u64> {
+        self.gcra.charge(state, now, cost)
+    }
+
+    #[inline]
+    fn settles(&self) -> bool {
+        true
+    }
+
+    #[inline]
     fn is_fresh(&self, state: &u64, now: u64) -> bool {
         self.gcra.is_fresh(state, now)
     }

@@ -156,6 +156,27 @@ pub trait Algorithm: Sealed + Clone + std::fmt::Debug + Send + Sync + 'static {
         false
     }
 
+    /// Charges `cost` more at `now`, whatever the key has left: what a request's true cost
+    /// above its reservation adds once it is known (the layer's `settle`). The state may go
+    /// past the quota: the key is then in debt, denied until the debt is paid back at the
+    /// quota's rate. `None` when the algorithm cannot carry a debt (the default: see
+    /// [`settles`](Self::settles)) or `cost` is 0.
+    #[doc(hidden)]
+    #[inline]
+    fn charge(&self, state: &Self::State, now: u64, cost: u64) -> Option<Self::State> {
+        let _ = (state, now, cost);
+        None
+    }
+
+    /// Whether [`charge`](Self::charge) can put a key in debt (and [`refund`](Self::refund)
+    /// give part of an admission back). A layer's `settle` refuses an algorithm that cannot,
+    /// where the layer is built.
+    #[doc(hidden)]
+    #[inline]
+    fn settles(&self) -> bool {
+        false
+    }
+
     /// Whether `state` is back to fresh at `now`, so the store may forget the key.
     #[doc(hidden)]
     fn is_fresh(&self, state: &Self::State, now: u64) -> bool;

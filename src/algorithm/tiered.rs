@@ -144,6 +144,23 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
         self.tiers.iter().all(Algorithm::refunds)
     }
 
+    /// Every tier is charged: the key is in debt on each tier it overspent.
+    fn charge(&self, state: &Self::State, now: u64, cost: u64) -> Option<Self::State> {
+        let mut next = state.clone();
+        let mut changed = false;
+        for (tier, s) in self.tiers.iter().zip(next.sized(self.tiers.len())) {
+            if let Some(charged) = tier.charge(s, now, cost) {
+                *s = charged;
+                changed = true;
+            }
+        }
+        changed.then_some(next)
+    }
+
+    fn settles(&self) -> bool {
+        self.tiers.iter().all(Algorithm::settles)
+    }
+
     fn is_fresh(&self, state: &Self::State, now: u64) -> bool {
         let fresh = A::State::default();
         (0..self.tiers.len()).all(|i| self.tiers[i].is_fresh(state.get(i, &fresh), now))

@@ -141,6 +141,22 @@ impl Algorithm for TokenBucket {
         true
     }
 
+    /// GCRA's charge, on the deficit refilled to `now`.
+    #[inline]
+    fn charge(&self, state: &TokenBucketState, now: u64, cost: u64) -> Option<TokenBucketState> {
+        let (at, deficit) = Self::refill(state, now);
+        let full_at = self.gcra.charge(&at.saturating_add(deficit), at, cost)?;
+        Some(TokenBucketState {
+            deficit: full_at - at,
+            refilled_at: at,
+        })
+    }
+
+    #[inline]
+    fn settles(&self) -> bool {
+        true
+    }
+
     #[inline]
     fn is_fresh(&self, state: &TokenBucketState, now: u64) -> bool {
         Self::refill(state, now).1 == 0

@@ -67,6 +67,13 @@ impl Limiter for InFlight {
         ))))
     }
 
+    fn charge(&self, _key: Key, _cost: u64) -> DecisionFuture {
+        // An in-flight layer does not settle.
+        DecisionFuture::Ready(Some(Err(Error::misconfigured(
+            "an in-flight limit holds slots, not costs to settle",
+        ))))
+    }
+
     /// The slots of `key` free now, taking none.
     fn peek(&self, key: Key) -> DecisionFuture {
         answer(self.slots.acquire(key, self.now(), 0))
@@ -101,6 +108,10 @@ impl Limiter for InFlight {
     }
 
     fn refunds(&self) -> bool {
+        false
+    }
+
+    fn settles(&self) -> bool {
         false
     }
 

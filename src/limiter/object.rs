@@ -65,6 +65,11 @@ pub(crate) trait Limiter: Send + Sync + 'static {
     /// Gives back what the allowed request `admission` of `cost` took ([`RateLimiter::refund`]).
     fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture;
 
+    /// Charges `key` `cost` more, whatever it has left ([`RateLimiter::settle`] above the
+    /// reservation).
+    #[allow(dead_code)] // Until the layer's `settle` lands.
+    fn charge(&self, key: Key, cost: u64) -> DecisionFuture;
+
     /// `key`'s standing, consuming nothing ([`RateLimiter::peek`]), for a handle on a live
     /// layer.
     fn peek(&self, key: Key) -> DecisionFuture;
@@ -89,6 +94,10 @@ pub(crate) trait Limiter: Send + Sync + 'static {
 
     /// Whether the algorithm can give capacity back (`count_if`).
     fn refunds(&self) -> bool;
+
+    /// Whether the algorithm can settle costs after the response (`settle`).
+    #[allow(dead_code)] // Until the layer's `settle` lands.
+    fn settles(&self) -> bool;
 
     /// Tells the store that admissions will be refunded (`count_if`; [`Store::expect_refunds`]).
     fn expect_refunds(&self) {}
@@ -142,6 +151,10 @@ where
         DecisionFuture::of(RateLimiter::refund(self, key, admission, cost))
     }
 
+    fn charge(&self, key: Key, cost: u64) -> DecisionFuture {
+        DecisionFuture::of(RateLimiter::charge(self, key, cost))
+    }
+
     fn peek(&self, key: Key) -> DecisionFuture {
         DecisionFuture::of(RateLimiter::peek(self, key))
     }
@@ -173,6 +186,10 @@ where
 
     fn refunds(&self) -> bool {
         self.algorithm().refunds()
+    }
+
+    fn settles(&self) -> bool {
+        self.algorithm().settles()
     }
 
     fn expect_refunds(&self) {
@@ -231,6 +248,12 @@ pub(crate) trait Wrapper: Send + Sync + 'static {
         self.inner().refund(key, admission, cost)
     }
 
+    /// [`Limiter::charge`].
+    #[allow(dead_code)] // Until the layer's `settle` lands.
+    fn charge(&self, key: Key, cost: u64) -> DecisionFuture {
+        self.inner().charge(key, cost)
+    }
+
     /// [`Limiter::peek`].
     fn peek(&self, key: Key) -> DecisionFuture {
         self.inner().peek(key)
@@ -257,6 +280,10 @@ impl<W: Wrapper> Limiter for W {
 
     fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
         Wrapper::refund(self, key, admission, cost)
+    }
+
+    fn charge(&self, key: Key, cost: u64) -> DecisionFuture {
+        Wrapper::charge(self, key, cost)
     }
 
     fn peek(&self, key: Key) -> DecisionFuture {
@@ -290,6 +317,10 @@ impl<W: Wrapper> Limiter for W {
 
     fn refunds(&self) -> bool {
         self.inner().refunds()
+    }
+
+    fn settles(&self) -> bool {
+        self.inner().settles()
     }
 
     fn expect_refunds(&self) {

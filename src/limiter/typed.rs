@@ -245,6 +245,54 @@ where
         St::refund(&self.table, key.into(), admission, self.now_nanos(), cost)
     }
 
+    /// Settles the allowed request `admission`, which reserved `reserved`, once its true cost
+    /// `actual` is known (an LLM's tokens, a download's bytes), and answers with the key's
+    /// standing afterwards. Below the reservation, the difference is given back as a
+    /// [`refund`](Self::refund) gives it (only while it still counts); above it, the key is
+    /// charged the difference whatever it has left: a key charged past its quota is in debt,
+    /// denied until the debt is paid back at the quota's rate (`retry_after` says when). At
+    /// the reservation, nothing changes and the answer is a [`peek`](Self::peek).
+    ///
+    /// GCRA, the token bucket and the leaky bucket settle, and tiers of them (each tier is
+    /// charged). The windows and the hybrid cannot carry a debt past the window that counted
+    /// it ([`Algorithm::settles`] is false): for them a cost above the reservation is not
+    /// charged, and a layer's `settle` refuses them where it is built.
+    ///
+    /// ```
+    /// use tollgate::clock::ManualClock;
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tollgate::Error> {
+    /// // 600 tokens a minute: 10 a second.
+    /// let limiter = RateLimiter::gcra(Quota::per_minute(600)).with_clock(ManualClock::new());
+    /// let admission = limiter.check_n("key", 100).await?; // an estimate
+    /// let standing = limiter.settle("key", &admission, 100, 700).await?; // the true cost
+    /// assert!(!standing.allowed); // 100 tokens of debt: 10 s at 10 a second
+    /// assert_eq!(standing.retry_after, Some(std::time::Duration::from_secs(10)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn settle(
+        &self,
+        key: impl Into<Key>,
+        admission: &Decision,
+        reserved: u64,
+        actual: u64,
+    ) -> St::Future {
+        match actual.cmp(&reserved) {
+            std::cmp::Ordering::Less => self.refund(key, admission, reserved - actual),
+            std::cmp::Ordering::Greater => self.charge(key, actual - reserved),
+            std::cmp::Ordering::Equal => self.peek(key),
+        }
+    }
+
+    /// Charges `key` `cost` more, whatever it has left: the part of a settlement above the
+    /// reservation.
+    pub(crate) fn charge(&self, key: impl Into<Key>, cost: u64) -> St::Future {
+        St::charge(&self.table, key.into(), self.now_nanos(), cost)
+    }
+
     /// `key`'s standing, consuming nothing: the decision a request of cost 0 would get. A
     /// blocked key's standing is its denial ([`block`](Self::block)). Peeking at a key the
     /// memory store does not hold does not make it keep the key.

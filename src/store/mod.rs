@@ -142,6 +142,11 @@ pub trait Store<A: Algorithm>: Sealed + Clone + Send + Sync + 'static {
         cost: u64,
     ) -> Self::Future;
 
+    /// Charges `key` `cost` more at `now`, whatever it has left ([`Algorithm::charge`]: a
+    /// debt), and answers with the key's standing afterwards.
+    #[doc(hidden)]
+    fn charge(table: &Self::Table, key: Key, now: u64, cost: u64) -> Self::Future;
+
     /// A table for `algorithm` (new quotas of the same shape, named `policy`) that takes over
     /// from `previous` at `now`: each key keeps what it used there ([`Algorithm::carried`]).
     /// What [`Handle::set_quotas`](crate::layer::Handle::set_quotas) asks of its store.

@@ -102,6 +102,15 @@ where
         })
     }
 
+    fn charge(table: &SlowTable<A>, key: Key, now: u64, cost: u64) -> SlowCheck {
+        SlowCheck::after_a_yield(at_once(<MemoryStore as Store<A>>::charge(
+            &table.memory,
+            key,
+            now,
+            cost,
+        )))
+    }
+
     fn refund(
         table: &SlowTable<A>,
         key: Key,

@@ -86,6 +86,10 @@ impl Wrapper for Gate {
         self.now_in_force().refund(key, admission, cost)
     }
 
+    fn charge(&self, key: Key, cost: u64) -> DecisionFuture {
+        self.now_in_force().charge(key, cost)
+    }
+
     fn peek(&self, key: Key) -> DecisionFuture {
         self.waiting(move |limiter| limiter.peek(key))
     }

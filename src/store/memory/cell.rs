@@ -35,6 +35,10 @@ pub(crate) trait StateCell<A: Held>: Default + Send + Sync + 'static {
     /// atomically and returns the state afterwards.
     fn refund(&self, algorithm: &A, admission: &Decision, now: u64, cost: u64) -> A::State;
 
+    /// Charges `cost` more whatever is left ([`Algorithm::charge`](crate::algorithm::Algorithm::charge))
+    /// atomically and returns the state afterwards.
+    fn charge(&self, algorithm: &A, now: u64, cost: u64) -> A::State;
+
     /// `f` of the state in the cell.
     fn read<R>(&self, f: impl FnOnce(&A::State) -> R) -> R;
 
@@ -113,6 +117,11 @@ impl<A: Held<State = u64>> StateCell<A> for AtomicCell {
             .unwrap_or(seen)
     }
 
+    fn charge(&self, algorithm: &A, now: u64, cost: u64) -> u64 {
+        let seen = self.update(|state| algorithm.charge(&state, now, cost));
+        algorithm.charge(&seen, now, cost).unwrap_or(seen)
+    }
+
     fn read<R>(&self, f: impl FnOnce(&u64) -> R) -> R {
         f(&self.0.load(Ordering::Acquire))
     }
@@ -155,6 +164,14 @@ impl<A: Held> StateCell<A> for LockedCell<A::State> {
     fn refund(&self, algorithm: &A, admission: &Decision, now: u64, cost: u64) -> A::State {
         let mut state = self.lock();
         if let Some(next) = algorithm.refund(&state, admission, now, cost) {
+            *state = next;
+        }
+        state.clone()
+    }
+
+    fn charge(&self, algorithm: &A, now: u64, cost: u64) -> A::State {
+        let mut state = self.lock();
+        if let Some(next) = algorithm.charge(&state, now, cost) {
             *state = next;
         }
         state.clone()

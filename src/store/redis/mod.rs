@@ -642,6 +642,10 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
         table.run(key, now, cost, Some(receipts))
     }
 
+    fn charge(table: &RedisTable<A>, key: Key, now: u64, cost: u64) -> RedisFuture {
+        table.charge(key, now, cost)
+    }
+
     /// A check of cost 0, never answered from the denials remembered here (a peek asks
     /// Redis).
     fn peek(table: &RedisTable<A>, key: Key, now: u64) -> RedisFuture {

@@ -165,6 +165,35 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         }
     }
 
+    /// Charges `key` `cost` more, whatever it has left (a debt), and returns the key's
+    /// standing afterwards. A key the store does not hold is put in (from what it carried
+    /// over, while the table takes over from other quotas).
+    pub(crate) fn charge(&self, key: Key, now: u64, cost: u64) -> Decision {
+        let algorithm = &self.algorithm;
+        let hash = self.map.hash(&key);
+        let charge = |cell: &A::Cell| cell.charge(algorithm, now, cost);
+        let after = match self.map.get_with(hash, &key, charge) {
+            Some(after) => after,
+            None if cost == 0 => A::State::default(),
+            None => {
+                let carried = self.carried(&key, now);
+                let init = |cell: &A::Cell| {
+                    if let Some(carried) = carried {
+                        cell.set_state(carried);
+                    }
+                };
+                let forget = Forgetting { algorithm, now };
+                self.map
+                    .get_or_insert_from(hash, key.clone().stored(), &forget, init, charge)
+            }
+        };
+        let standing = algorithm.check(&after, now, 0).decision;
+        match self.blocks.until(&key, now) {
+            Some(until) => standing.blocked_for(Duration::from_nanos(until - now)),
+            None => standing,
+        }
+    }
+
     /// Forgets `key`'s state and lifts its block: the key is fresh again.
     pub(crate) fn reset(&self, key: &Key, now: u64) {
         let hash = self.map.hash(key);
@@ -349,6 +378,10 @@ impl<A: MemoryAlgorithm> Store<A> for MemoryStore {
         cost: u64,
     ) -> Self::Future {
         ready(Ok(table.refund(key, admission, now, cost)))
+    }
+
+    fn charge(table: &MemoryTable<A>, key: Key, now: u64, cost: u64) -> Self::Future {
+        ready(Ok(table.charge(key, now, cost)))
     }
 
     fn peek(table: &MemoryTable<A>, key: Key, now: u64) -> Self::Future {

@@ -17,6 +17,14 @@ impl<A: RedisAlgorithm> RedisTable<A> {
     /// Checks a request of `cost` for `key`; or, with `refund` (each tier's receipt from the
     /// admission), gives back what that admission took.
     #[inline]
+    /// Charges `key` `cost` more, whatever it has left (a debt).
+    pub(crate) fn charge(&self, key: Key, now: u64, cost: u64) -> RedisFuture {
+        let _ = (key, now, cost);
+        RedisFuture::ready(Err(crate::Error::misconfigured(
+            "the Redis store does not settle costs yet",
+        )))
+    }
+
     pub(crate) fn run(
         &self,
         key: Key,
