@@ -12,7 +12,9 @@
 //!
 //! Instructions instead of time, which a busy machine does not disturb: with
 //! `LAYER_COUNT=<variant>:<n>` (variant `bare`, `allowed`, `allowed-no-headers`, `denied`,
-//! `in-flight` (a slot taken and given back per request) or `in-flight-denied`)
+//! `settled` (a settling layer, each request's reservation given back), `settled-charge` (each
+//! charged one more), `in-flight` (a slot taken and given back per request) or
+//! `in-flight-denied`)
 //! the binary only serves `n` requests to that variant and exits, for `perf stat`:
 //!
 //! ```text
@@ -33,7 +35,7 @@ use std::time::Duration;
 use criterion::{criterion_group, Criterion, Throughput};
 use http::{Request, Response};
 use tollgate::key::PeerAddr;
-use tollgate::{HeaderStyle, InFlightLayer, Quota, RateLimitLayer};
+use tollgate::{HeaderStyle, InFlightLayer, Quota, RateLimitLayer, Usage};
 use tower::{service_fn, Layer, Service};
 
 /// A request from 192.0.2.1, as a server records its peer.
@@ -67,6 +69,18 @@ fn inner() -> impl Service<Request<String>, Response = Response<String>, Error =
     service_fn(|_req: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) })
 }
 
+/// An inner service that reports each request's true cost as `actual`, for a settling layer.
+fn reporting(
+    actual: u64,
+) -> impl Service<Request<String>, Response = Response<String>, Error = Infallible> + Clone {
+    service_fn(move |req: Request<String>| {
+        if let Some(usage) = req.extensions().get::<Usage>() {
+            usage.set(actual);
+        }
+        async { Ok::<_, Infallible>(Response::new(String::new())) }
+    })
+}
+
 /// Allows every request for the length of any run: 10^9 at once, refilled 10^9 a second.
 fn open() -> Quota {
     Quota::new(1_000_000_000, Duration::from_secs(1))
@@ -97,6 +111,8 @@ fn count(spec: &str) {
             n,
         ),
         "denied" => run(RateLimitLayer::gcra(Quota::per_day(1)).layer(inner()), n),
+        "settled" => run(settled(0), n),
+        "settled-charge" => run(settled(2), n),
         "in-flight" => run(InFlightLayer::new(1).layer(inner()), n),
         "in-flight-denied" => {
             let mut svc = InFlightLayer::new(1).layer(inner());
@@ -105,6 +121,16 @@ fn count(spec: &str) {
         }
         other => panic!("no variant {other:?}"),
     }
+}
+
+/// A settling layer whose requests reserve 1 and report `actual`: given back (0) or charged
+/// (2) when the response is dropped.
+fn settled(
+    actual: u64,
+) -> impl Service<Request<String>, Response = Response<impl Sized>, Error = Infallible> {
+    RateLimitLayer::gcra(open())
+        .settle()
+        .layer(reporting(actual))
 }
 
 fn layer_cost(c: &mut Criterion) {
@@ -142,6 +168,12 @@ fn layer_cost(c: &mut Criterion) {
             black_box(response)
         })
     });
+
+    // The allowance of a settling layer, and its settlement when the response is dropped.
+    for (name, actual) in [("allowed-settled", 0), ("allowed-settled-charge", 2)] {
+        let mut svc = settled(actual);
+        group.bench_function(name, |b| b.iter(|| black_box(respond(&mut svc, request()))));
+    }
 
     // One slot: each request takes it and gives it back when its response is dropped.
     let mut in_flight = InFlightLayer::new(1).layer(inner());

@@ -170,3 +170,55 @@ fn a_grpc_denial_allocates_its_header_map_and_one_block_per_formatted_text() {
         7 + METRICS
     );
 }
+
+/// An inner service that reports each request's true cost as `actual` (a settling layer).
+fn reporting(
+    actual: Option<u64>,
+) -> impl Service<
+    Request<String>,
+    Response = http::Response<String>,
+    Error = std::convert::Infallible,
+    Future = std::future::Ready<Result<http::Response<String>, std::convert::Infallible>>,
+> + Clone {
+    tower::service_fn(move |req: Request<String>| {
+        if let (Some(actual), Some(usage)) = (actual, req.extensions().get::<tollgate::Usage>()) {
+            usage.set(actual);
+        }
+        std::future::ready(Ok(http::Response::new(String::new())))
+    })
+}
+
+/// The most allocations of a request to `svc` and of dropping its response (where a
+/// settlement is made), over 100 rounds.
+fn most_allocations_settled<S>(svc: &mut S) -> u64
+where
+    S: Service<Request<String>>,
+    S::Error: std::fmt::Debug,
+{
+    (0..200)
+        .map(|_| {
+            let req = request();
+            allocations_in(|| drop(black_box(respond(svc, req)))).0
+        })
+        .skip(100)
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_settled_request_allocates_its_usage_and_its_settlement_and_nothing_to_settle() {
+    let open = || RateLimitLayer::gcra(Quota::per_second(1_000_000_000)).clock(ManualClock::new());
+    let plain = most_allocations_settled(&mut open().layer(reporting(Some(0))));
+    let unreported = most_allocations_settled(&mut open().settle().layer(reporting(None)));
+    let refunded = most_allocations_settled(&mut open().settle().layer(reporting(Some(0))));
+    let charged = most_allocations_settled(&mut open().settle().layer(reporting(Some(2))));
+    // The `Usage` (one block), its place in the request's extensions (one box) and the
+    // settlement the body carries (one box); the memory store settles in place.
+    assert_eq!(
+        unreported,
+        plain + 3,
+        "a settling layer's request: {unreported} against {plain}"
+    );
+    assert_eq!(refunded, unreported, "a refund allocates nothing more");
+    assert_eq!(charged, unreported, "a charge allocates nothing more");
+}
