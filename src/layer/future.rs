@@ -12,6 +12,7 @@ use super::body::ResponseBody;
 use super::observe::Timer;
 use super::response::Responder;
 use super::settle::{Settlement, Usage};
+use super::shared::Shared;
 use super::upgrade::{self, Held};
 use crate::clock::Sleep;
 use crate::limiter::{DecisionFuture, Hold};
@@ -22,8 +23,9 @@ use crate::{Decision, Error, Key};
 pub(crate) struct Refund {
     pub(crate) key: Key,
     pub(crate) cost: u64,
-    /// With `settle`, what the handler reports the true cost through.
-    pub(crate) usage: Option<Usage>,
+    /// With `settle`, what the handler reports the true cost through, and for a request
+    /// decided by the layer's own quotas, where to find those in force when it settles.
+    pub(crate) usage: Option<(Usage, Option<Arc<Shared>>)>,
 }
 
 /// A request on its way through the layer, and what its decision is acted on with.
@@ -300,8 +302,10 @@ where
                             continue;
                         }
                         // A response that counts settles its cost when its body ends.
-                        settlement = refund.usage.filter(|_| counts).map(|usage| Settlement {
+                        let usage = refund.usage.filter(|_| counts);
+                        settlement = usage.map(|(usage, now)| Settlement {
                             limiter: limiter.clone(),
+                            now,
                             key: refund.key,
                             admission: admission.clone(),
                             reserved: refund.cost,

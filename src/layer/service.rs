@@ -96,8 +96,12 @@ where
             }
         };
         let plan = shared.per_key.as_ref();
+        let mut own = true;
         let responder = match plan.map(|p| p.policy(&key, RequestHead::new(&req))) {
-            Some(Ok(Some(policy))) => policy.responder.clone(),
+            Some(Ok(Some(policy))) => {
+                own = false;
+                policy.responder.clone()
+            }
             Some(Ok(None)) | None => responder,
             // A plan the store refuses: refused as by a store that fails closed.
             Some(Err(error)) => {
@@ -111,7 +115,8 @@ where
         let usage = responder.settles().then(|| {
             let usage = Usage::default();
             req.extensions_mut().insert(usage.clone());
-            usage
+            // A charge goes to the layer's quotas in force when it is made.
+            (usage, own.then(|| self.shared.clone()))
         });
         // With `count_if`, a request whose response does not count gives back what it took;
         // with `settle`, one whose response counts settles its cost when its body ends.

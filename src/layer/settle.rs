@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::shared::Shared;
 use crate::limiter::{DecisionFuture, Limiter};
 use crate::{Decision, Key};
 
@@ -56,7 +57,12 @@ impl Usage {
 /// An admitted request's reservation, settled when dropped: with the response body, at its
 /// end or when it is dropped first.
 pub(crate) struct Settlement {
+    /// The limiter that admitted the request: a refund goes back to it.
     pub(crate) limiter: Arc<dyn Limiter>,
+    /// For a request decided by the layer's own quotas, the layer's services: a charge goes
+    /// to the quotas in force when it is made (they may have changed since the admission,
+    /// and taken the key over).
+    pub(crate) now: Option<Arc<Shared>>,
     pub(crate) key: Key,
     pub(crate) admission: Decision,
     pub(crate) reserved: u64,
@@ -75,7 +81,13 @@ impl Drop for Settlement {
                 let back = self.reserved - actual;
                 self.limiter.refund(key, &self.admission, back)
             }
-            std::cmp::Ordering::Greater => self.limiter.charge(key, actual - self.reserved),
+            std::cmp::Ordering::Greater => {
+                let limiter = match &self.now {
+                    Some(shared) => shared.active.load().limiter().clone(),
+                    None => self.limiter.clone(),
+                };
+                limiter.charge(key, actual - self.reserved)
+            }
         };
         match settled {
             DecisionFuture::Ready(Some(result)) => failed(result.err()),

@@ -83,17 +83,23 @@ fn handler() -> impl Service<
 type Svc =
     tower::util::BoxCloneService<Request<String>, Response<ResponseBody<Streamed>>, Infallible>;
 
-/// 60 tokens a minute (one a second, 60 at once), per `x-key`, reserving `x-estimate`.
+/// `layer` per `x-key` on `clock`, reserving `x-estimate`.
+fn configured(layer: RateLimitLayer, clock: &ManualClock) -> RateLimitLayer {
+    let estimate = |_: &Key, head: RequestHead<'_>| {
+        head.headers()
+            .get("x-estimate")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(1)
+    };
+    layer
+        .key(Header::new("x-key"))
+        .clock(clock.clone())
+        .cost(estimate)
+}
+
+/// The handler behind `layer` configured on `clock`.
 fn tokens(layer: RateLimitLayer, clock: &ManualClock) -> Svc {
-    let layer = layer.key(Header::new("x-key")).clock(clock.clone()).cost(
-        |_: &Key, head: RequestHead<'_>| {
-            head.headers()
-                .get("x-estimate")
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(1)
-        },
-    );
-    Svc::new(layer.layer(handler()))
+    Svc::new(configured(layer, clock).layer(handler()))
 }
 
 fn per_minute() -> RateLimitLayer {
@@ -330,4 +336,105 @@ fn algorithms_that_cannot_carry_a_debt_are_refused_where_the_layer_is_built() {
     ] {
         let _ = make(quota.clone()).settle();
     }
+}
+
+#[tokio::test]
+async fn a_handle_peeks_a_keys_debt_and_a_reset_forgives_it() {
+    let clock = ManualClock::new();
+    let layer = configured(per_minute(), &clock);
+    let handle = layer.handle();
+    let svc = Svc::new(layer.layer(handler()));
+    send(&svc, &[("x-estimate", "1"), ("x-set", "100")]).await;
+    let standing = handle.peek("k").await.unwrap();
+    assert!(!standing.allowed, "40 tokens of debt");
+    assert_eq!(standing.retry_after, Some(Duration::from_secs(40)));
+    handle.reset("k").await.unwrap();
+    assert_eq!(remaining(&svc).await, 60);
+}
+
+#[tokio::test]
+async fn a_plans_request_settles_on_its_plan() {
+    let clock = ManualClock::new();
+    let pro = Quota::per_minute(600).named("pro");
+    let plan = pro.clone();
+    let layer = per_minute().quota_for(move |key: &Key, _: RequestHead<'_>| {
+        if key.as_bytes() == Some(b"pro".as_slice()) {
+            plan.clone()
+        } else {
+            Quota::per_minute(60).named("tokens")
+        }
+    });
+    let layer = configured(layer, &clock);
+    let handle = layer.handle();
+    let svc = Svc::new(layer.layer(handler()));
+    let req = |key: &'static str, set: &'static str| {
+        let mut req = request(&[("x-estimate", "10"), ("x-set", set)]);
+        req.headers_mut().insert("x-key", key.parse().unwrap());
+        req
+    };
+    let response = svc.clone().oneshot(req("pro", "400")).await.unwrap();
+    response.into_body().collect().await.unwrap();
+    let standing = handle.peek_plan(pro, "pro").await.unwrap();
+    assert_eq!(standing.remaining, 200, "400 of the plan's 600 used");
+    assert_eq!(remaining(&svc).await, 60, "the layer's own quota untouched");
+}
+
+#[tokio::test]
+async fn a_request_reserving_nothing_is_charged_what_it_reports() {
+    let clock = ManualClock::new();
+    let svc = tokens(per_minute(), &clock);
+    send(&svc, &[("x-estimate", "0"), ("x-set", "45")]).await;
+    assert_eq!(remaining(&svc).await, 15);
+}
+
+#[tokio::test]
+async fn a_shaped_request_settles_after_its_wait() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::gcra(Quota::per_minute(60).named("tokens"))
+        .max_delay(Duration::from_secs(10))
+        .settle();
+    let svc = tokens(layer, &clock);
+    send(&svc, &[("x-estimate", "60"), ("x-set", "60")]).await;
+    // Five tokens' wait: the request is delayed, then reports 1 and gives 4 back.
+    let waits = svc
+        .clone()
+        .oneshot(request(&[("x-estimate", "5"), ("x-set", "1")]));
+    let pending = tokio::spawn(async move {
+        let response = waits.await.unwrap();
+        let status = response.status();
+        response.into_body().collect().await.unwrap();
+        status
+    });
+    tokio::task::yield_now().await;
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(pending.await.unwrap(), StatusCode::OK);
+    // 61 used, 5 earned back by the end of the wait: 56 owed, 4 left.
+    assert_eq!(remaining(&svc).await, 4);
+    clock.advance(Duration::from_secs(4));
+    assert_eq!(remaining(&svc).await, 8);
+}
+
+#[tokio::test]
+async fn a_debt_made_under_old_quotas_stays_after_a_live_change() {
+    let clock = ManualClock::new();
+    let layer = configured(per_minute(), &clock);
+    let handle = layer.handle();
+    let svc = Svc::new(layer.layer(handler()));
+    let streaming = svc
+        .clone()
+        .oneshot(request(&[
+            ("x-estimate", "10"),
+            ("x-chunks", "1"),
+            ("x-tokens", "100"),
+        ]))
+        .await
+        .unwrap();
+    handle
+        .set_quotas(Quota::per_minute(120).named("tokens"))
+        .unwrap();
+    // The key is carried over to the new quotas (10 reserved) before the answer ends.
+    assert_eq!(remaining(&svc).await, 110);
+    streaming.into_body().collect().await.unwrap();
+    // 100 used of 120: the settlement reaches the quotas in force.
+    assert_eq!(remaining(&svc).await, 20);
 }
