@@ -142,7 +142,7 @@ pub use self::decision::{Decision, Decisions};
 pub use self::error::{Error, ErrorKind};
 pub use self::key::Key;
 pub use self::layer::{
-    HeaderPlacement, HeaderStyle, InFlightLayer, InFlightSlot, RateLimit, RateLimitLayer,
+    HeaderPlacement, HeaderStyle, InFlightLayer, InFlightSlot, RateLimit, RateLimitLayer, Usage,
 };
 pub use self::limiter::RateLimiter;
 pub use self::quota::{ParseQuotaError, Quota};

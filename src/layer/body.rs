@@ -8,6 +8,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::answer::{Answer, BoxError};
+use super::settle::Settlement;
 use super::upgrade::Held;
 
 pin_project! {
@@ -23,6 +24,9 @@ pin_project! {
         // The slots of an in-flight limit the request holds: given back when the body ends,
         // or with it when it is dropped.
         hold: Option<Held>,
+        // The settlement of the request's cost (`settle`): made when the body ends, or when
+        // it is dropped first.
+        settlement: Option<Box<Settlement>>,
     }
 }
 
@@ -37,13 +41,18 @@ pin_project! {
 impl<B> ResponseBody<B> {
     /// The inner service's body, unchanged.
     pub fn inner(body: B) -> Self {
-        Self::held(body, None)
+        Self::held(body, None, None)
     }
 
-    /// The inner service's body, holding `hold` until it ends or is dropped.
-    pub(crate) fn held(body: B, hold: Option<Held>) -> Self {
+    /// The inner service's body, holding `hold` and `settlement` until it ends or is dropped.
+    pub(crate) fn held(body: B, hold: Option<Held>, settlement: Option<Settlement>) -> Self {
         let kind = Kind::Inner { body };
-        Self { kind, hold }
+        let settlement = settlement.map(Box::new);
+        Self {
+            kind,
+            hold,
+            settlement,
+        }
     }
 
     /// A complete body of `data`.
@@ -54,7 +63,11 @@ impl<B> ResponseBody<B> {
     /// The body of an answer the layer made.
     pub(crate) fn answer(answer: Answer) -> Self {
         let kind = Kind::Answer { answer };
-        Self { kind, hold: None }
+        Self {
+            kind,
+            hold: None,
+            settlement: None,
+        }
     }
 }
 
@@ -79,11 +92,14 @@ where
                 // not when whoever sent it gets round to dropping it.
                 let over = match &frame {
                     Poll::Ready(None | Some(Err(_))) => true,
-                    Poll::Ready(Some(Ok(_))) => this.hold.is_some() && body.is_end_stream(),
+                    Poll::Ready(Some(Ok(_))) => {
+                        (this.hold.is_some() || this.settlement.is_some()) && body.is_end_stream()
+                    }
                     Poll::Pending => false,
                 };
                 if over {
                     *this.hold = None;
+                    *this.settlement = None;
                 }
                 frame.map_err(Into::into)
             }

@@ -11,15 +11,19 @@ use super::answer::Answer;
 use super::body::ResponseBody;
 use super::observe::Timer;
 use super::response::Responder;
+use super::settle::{Settlement, Usage};
 use super::upgrade::{self, Held};
 use crate::clock::Sleep;
 use crate::limiter::{DecisionFuture, Hold};
 use crate::{Decision, Error, Key};
 
-/// Gives back what an allowed request took when its response does not count (`count_if`).
+/// Gives back what an allowed request took when its response does not count (`count_if`),
+/// or settles its cost once its response body ends (`settle`).
 pub(crate) struct Refund {
     pub(crate) key: Key,
     pub(crate) cost: u64,
+    /// With `settle`, what the handler reports the true cost through.
+    pub(crate) usage: Option<Usage>,
 }
 
 /// A request on its way through the layer, and what its decision is acted on with.
@@ -282,20 +286,29 @@ where
                 }
                 StateProj::Inner { future } => {
                     let mut response = ready!(future.poll(cx))?;
+                    let mut settlement = None;
                     if let Some((refund, admission)) =
                         this.refund.take().zip(this.decision.as_ref())
                     {
                         let counts;
                         (counts, response) = this.responder.counts(response);
-                        if !counts {
-                            let limiter = this.responder.limiter();
+                        let limiter = this.responder.limiter();
+                        if !counts && refund.cost > 0 {
                             let refund = limiter.refund(refund.key, admission, refund.cost);
                             let response = Some(response);
                             this.state.set(State::Refunding { refund, response });
                             continue;
                         }
+                        // A response that counts settles its cost when its body ends.
+                        settlement = refund.usage.filter(|_| counts).map(|usage| Settlement {
+                            limiter: limiter.clone(),
+                            key: refund.key,
+                            admission: admission.clone(),
+                            reserved: refund.cost,
+                            usage,
+                        });
                     }
-                    return Poll::Ready(Ok(this.finish(response)));
+                    return Poll::Ready(Ok(this.finish(response, settlement)));
                 }
                 StateProj::Refunding { refund, response } => {
                     let result = ready!(refund.poll(cx));
@@ -311,7 +324,7 @@ where
                             tracing::warn!(error = %_error, "rate limit refund failed");
                         }
                     }
-                    return Poll::Ready(Ok(this.finish(response)));
+                    return Poll::Ready(Ok(this.finish(response, None)));
                 }
                 StateProj::Answered { response } => {
                     return Poll::Ready(Ok(taken(response).map(ResponseBody::answer)));
@@ -324,7 +337,12 @@ where
 impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
     /// The inner service's response with the rate limit headers added; or, when it switches
     /// protocols while no one kept the slot it holds, the layer's refusal (see `InFlightSlot`).
-    fn finish(&mut self, mut response: Response<R>) -> Response<ResponseBody<R>> {
+    /// A settlement goes with the body, and settles when that ends.
+    fn finish(
+        &mut self,
+        mut response: Response<R>,
+        settlement: Option<Settlement>,
+    ) -> Response<ResponseBody<R>> {
         let hold = match self.hold.take().map(|h| h.answered(response.status())) {
             None => None,
             Some(Ok(hold)) => hold,
@@ -340,6 +358,6 @@ impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
             self.responder
                 .add_headers(response.headers_mut(), decision, decided_at);
         }
-        response.map(|body| ResponseBody::held(body, hold))
+        response.map(|body| ResponseBody::held(body, hold, settlement))
     }
 }

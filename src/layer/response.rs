@@ -167,6 +167,11 @@ impl Responder {
         self.settings.count_if.is_some()
     }
 
+    /// Whether costs are settled after the response (`settle`).
+    pub(crate) fn settles(&self) -> bool {
+        self.settings.settle
+    }
+
     /// Adds the rate limit fields describing `decision`, if the layer's placement wants them
     /// on this response. A response that leaves later than its decision was made, at
     /// `decided_at` (a shaping delay, a slow handler), reports what is left of its waits: the

@@ -10,6 +10,7 @@ use tower_service::Service;
 use super::body::ResponseBody;
 use super::future::{Refund, ResponseFuture, Ticket};
 use super::observe;
+use super::settle::Usage;
 use super::shared::Shared;
 use super::upgrade;
 use crate::key::RequestHead;
@@ -106,10 +107,18 @@ where
         };
         let limiter = responder.limiter();
         let cost = shared.cost(&key, RequestHead::new(&req));
-        // With `count_if`, a request whose response does not count gives back what it took.
-        let refund = (responder.counts_some() && cost > 0).then(|| Refund {
+        // With `settle`, the handler reports the true cost through the request's `Usage`.
+        let usage = responder.settles().then(|| {
+            let usage = Usage::default();
+            req.extensions_mut().insert(usage.clone());
+            usage
+        });
+        // With `count_if`, a request whose response does not count gives back what it took;
+        // with `settle`, one whose response counts settles its cost when its body ends.
+        let refund = ((responder.counts_some() && cost > 0) || usage.is_some()).then(|| Refund {
             key: key.clone(),
             cost,
+            usage,
         });
         observe::trace_key(&key);
         let key_kind = key.kind();

@@ -32,6 +32,8 @@ pub(crate) struct Settings {
     pub(crate) dry_run: bool,
     /// Which responses count against the quota; `None`: all of them.
     pub(crate) count_if: Option<Arc<CountIf>>,
+    /// Whether each request's cost is settled once its response body ends (`settle`).
+    pub(crate) settle: bool,
     /// Whether gRPC requests get gRPC answers (`grpc-status`); when off, every request gets
     /// the plain HTTP ones.
     pub(crate) grpc: bool,
@@ -50,6 +52,7 @@ impl Default for Settings {
             on_key_error: None,
             dry_run: false,
             count_if: None,
+            settle: false,
             grpc: true,
             grpc_web: false,
             denials: Arc::default(),

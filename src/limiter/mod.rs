@@ -24,7 +24,7 @@ pub(crate) use self::bind::{Bind, Binder, Recipe};
 pub(crate) use self::held::guarded;
 pub(crate) use self::in_flight::Hold;
 pub(crate) use self::live::{Live, LivePlans, Serve};
-pub(crate) use self::object::{DecisionFuture, Limiter};
+pub(crate) use self::object::{BoxedDecision, DecisionFuture, Limiter};
 pub(crate) use self::per_key::{Maker, PerKey};
 pub use self::plan::Plan;
 pub(crate) use self::plan::{sealed, Select};

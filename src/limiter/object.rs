@@ -67,7 +67,6 @@ pub(crate) trait Limiter: Send + Sync + 'static {
 
     /// Charges `key` `cost` more, whatever it has left ([`RateLimiter::settle`] above the
     /// reservation).
-    #[allow(dead_code)] // Until the layer's `settle` lands.
     fn charge(&self, key: Key, cost: u64) -> DecisionFuture;
 
     /// `key`'s standing, consuming nothing ([`RateLimiter::peek`]), for a handle on a live
@@ -96,7 +95,6 @@ pub(crate) trait Limiter: Send + Sync + 'static {
     fn refunds(&self) -> bool;
 
     /// Whether the algorithm can settle costs after the response (`settle`).
-    #[allow(dead_code)] // Until the layer's `settle` lands.
     fn settles(&self) -> bool;
 
     /// Tells the store that admissions will be refunded (`count_if`; [`Store::expect_refunds`]).
@@ -249,7 +247,6 @@ pub(crate) trait Wrapper: Send + Sync + 'static {
     }
 
     /// [`Limiter::charge`].
-    #[allow(dead_code)] // Until the layer's `settle` lands.
     fn charge(&self, key: Key, cost: u64) -> DecisionFuture {
         self.inner().charge(key, cost)
     }

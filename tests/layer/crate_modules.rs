@@ -645,6 +645,7 @@ const PUBLIC_ITEMS: &[&str] = &[
     "layer/layer.rs: struct RateLimitLayer",
     "layer/response.rs: fn problem_details",
     "layer/service.rs: struct RateLimit",
+    "layer/settle.rs: struct Usage",
     "layer/upgrade.rs: struct InFlightSlot",
     "lib.rs: mod algorithm",
     "lib.rs: mod clock",

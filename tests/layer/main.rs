@@ -16,6 +16,7 @@ mod layer_modules;
 mod layer_types;
 #[cfg(feature = "metrics")]
 mod observe;
+mod settle;
 mod shaping_readiness;
 mod stacked_layers;
 mod tonic_server;

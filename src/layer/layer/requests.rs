@@ -147,6 +147,58 @@ impl RateLimitLayer {
         self.set(|s| s.count_if = Some(Arc::new(counts)))
     }
 
+    /// Settles each request's cost once its response is known: for costs counted as the
+    /// answer goes out, such as an LLM's tokens or a download's bytes. The layer reserves the
+    /// request's [`cost`](Self::cost) (1 unless set) before the handler and puts a
+    /// [`Usage`](crate::Usage) in the request's extensions; the handler (or a layer inside)
+    /// reports the true cost through it, and the layer settles when the response body ends or
+    /// is dropped: a lower cost is given back, a higher one charged. A key charged past its
+    /// quota is in debt, denied until the debt is paid back at the quota's rate.
+    ///
+    /// ```
+    /// use axum::{routing::post, Extension, Router};
+    /// use tollgate::key::Header;
+    /// use tollgate::{Key, Quota, RateLimitLayer, Usage};
+    ///
+    /// async fn chat(Extension(usage): Extension<Usage>) -> &'static str {
+    ///     usage.set(180); // the tokens the answer used
+    ///     "..."
+    /// }
+    ///
+    /// let tokens = RateLimitLayer::gcra([
+    ///     Quota::per_minute(100_000).named("tpm"),
+    ///     Quota::per_day(5_000_000).named("tpd"),
+    /// ])
+    /// .key(Header::new("x-api-key"))
+    /// .cost(|_key: &Key, _head| 500) // an estimate
+    /// .settle();
+    /// let app: Router = Router::new().route("/v1/chat/completions", post(chat)).layer(tokens);
+    /// # let _ = app;
+    /// ```
+    ///
+    /// Headers show the reservation, the next response the settled state. With
+    /// [`count_if`](Self::count_if), a response that does not count gives its whole
+    /// reservation back. The bound on what a key can overspend, and what a body dropped
+    /// early settles: [`guide::algorithms`](crate::guide::algorithms#costs).
+    ///
+    /// # Panics
+    ///
+    /// When the layer's algorithm cannot carry a debt: the fixed and sliding windows, the
+    /// sliding log and the hybrid forget a window's count when it closes, so a key's debt
+    /// would be forgiven there. Use gcra, token_bucket or leaky_bucket (tiers of them too).
+    #[must_use]
+    #[track_caller]
+    pub fn settle(self) -> Self {
+        assert!(
+            self.limiter.settles(),
+            "RateLimitLayer::settle: this layer's algorithm cannot carry a debt past the window \
+             that counted it, so a cost above the reservation would be forgiven; use gcra, \
+             token_bucket or leaky_bucket with settle"
+        );
+        self.limiter.expect_refunds();
+        self.set(|s| s.settle = true)
+    }
+
     /// Leaves the requests `predicate` picks unlimited (no check, no rate limit headers), such
     /// as health checks or internal callers.
     ///

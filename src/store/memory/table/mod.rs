@@ -2,7 +2,6 @@
 
 use std::cell::Cell;
 use std::fmt;
-use std::future::{ready, Ready};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,11 +9,11 @@ use self::succession::Predecessor;
 use super::blocks::Blocks;
 use super::registry::Map;
 use super::shards::{Forget, Weight};
-use super::{MemoryAlgorithm, MemoryStore, StateCell};
+use super::{MemoryAlgorithm, StateCell};
 use crate::clock::saturating_nanos;
-use crate::store::{Store, Update};
-use crate::{Decision, Error, Key};
+use crate::{Decision, Key};
 
+mod store;
 mod succession;
 
 /// A [`MemoryStore`]'s table for one policy.
@@ -158,8 +157,13 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         let refund = |cell: &A::Cell| cell.refund(algorithm, admission, now, cost);
         // A key the store does not hold has nothing to give back.
         let after = self.map.get_with(hash, &key, refund).unwrap_or_default();
-        let standing = algorithm.check(&after, now, 0).decision;
-        match self.blocks.until(&key, now) {
+        self.standing_after(&key, &after, now)
+    }
+
+    /// The standing of `key`, whose state is now `after`: blocked, or by that state.
+    fn standing_after(&self, key: &Key, after: &A::State, now: u64) -> Decision {
+        let standing = self.algorithm.check(after, now, 0).decision;
+        match self.blocks.until(key, now) {
             Some(until) => standing.blocked_for(Duration::from_nanos(until - now)),
             None => standing,
         }
@@ -177,21 +181,10 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
             None if cost == 0 => A::State::default(),
             None => {
                 let carried = self.carried(&key, now);
-                let init = |cell: &A::Cell| {
-                    if let Some(carried) = carried {
-                        cell.set_state(carried);
-                    }
-                };
-                let forget = Forgetting { algorithm, now };
-                self.map
-                    .get_or_insert_from(hash, key.clone().stored(), &forget, init, charge)
+                self.insert(key.clone(), hash, carried, now, charge)
             }
         };
-        let standing = algorithm.check(&after, now, 0).decision;
-        match self.blocks.until(&key, now) {
-            Some(until) => standing.blocked_for(Duration::from_nanos(until - now)),
-            None => standing,
-        }
+        self.standing_after(&key, &after, now)
     }
 
     /// Forgets `key`'s state and lifts its block: the key is fresh again.
@@ -200,11 +193,8 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         if self.previous.is_some() {
             // The key must not carry over what it used in the table this one takes over
             // from: it stays, fresh.
-            let algorithm = &self.algorithm;
-            let forget = Forgetting { algorithm, now };
             let fresh = |cell: &A::Cell| cell.set_state(A::State::default());
-            self.map
-                .get_or_insert_from(hash, key.clone().stored(), &forget, |_| (), fresh);
+            self.insert(key.clone(), hash, None, now, fresh);
         } else {
             self.map.remove(hash, key);
         }
@@ -270,16 +260,31 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
                 return A::Cell::unchanged(&fresh, algorithm, now, cost);
             }
         }
+        let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
+        self.insert(key, hash, carried, now, apply)
+    }
+
+    /// Runs `f` on `key`'s cell, put in (from `carried`, or fresh) unless another thread did.
+    fn insert<R>(
+        &self,
+        key: Key,
+        hash: u64,
+        carried: Option<A::State>,
+        now: u64,
+        f: impl FnOnce(&A::Cell) -> R,
+    ) -> R {
         let init = |cell: &A::Cell| {
             if let Some(carried) = carried {
                 cell.set_state(carried);
             }
         };
-        let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
-        let forget = Forgetting { algorithm, now };
+        let forget = Forgetting {
+            algorithm: &self.algorithm,
+            now,
+        };
         // The map keeps a long key's digest, never its bytes.
         self.map
-            .get_or_insert_from(hash, key.stored(), &forget, init, apply)
+            .get_or_insert_from(hash, key.stored(), &forget, init, f)
     }
 }
 
@@ -306,95 +311,5 @@ impl<A: MemoryAlgorithm> Forget<A::Cell> for Forgetting<'_, A> {
             u64::MAX - standing.remaining,
             until_fresh,
         )
-    }
-}
-
-impl<A: MemoryAlgorithm> Store<A> for MemoryStore {
-    type Table = MemoryTable<A>;
-    type Future = Ready<Result<Decision, Error>>;
-
-    /// Never fails: memory holds any policy.
-    fn table(&self, policy: &str, shared: bool, algorithm: &A) -> Result<MemoryTable<A>, Error> {
-        let make = || Map::<A>::bounded(Some(self.max_keys));
-        let blocks = || Blocks::new(self.max_keys);
-        let (map, blocks) = if shared {
-            let map = self.registry.map(policy, algorithm, make);
-            (
-                map,
-                self.registry.blocks(policy, algorithm.wall_clock(), blocks),
-            )
-        } else {
-            (Arc::new(make()), Arc::new(blocks()))
-        };
-        Ok(MemoryTable {
-            map,
-            blocks,
-            algorithm: algorithm.clone(),
-            previous: None,
-        })
-    }
-
-    /// A private table for `algorithm` that carries each key's usage over from `previous`,
-    /// converted by [`Algorithm::carried`](crate::algorithm::Algorithm::carried): on the key's
-    /// first request, or when [`settle`](Store::settle) carries over the rest. It keeps
-    /// `previous`'s blocks (shared under the old name when the quotas were named).
-    fn succeed(
-        &self,
-        _policy: &str,
-        previous: &MemoryTable<A>,
-        algorithm: &A,
-        _now: u64,
-    ) -> Result<MemoryTable<A>, Error> {
-        Ok(previous.succeeded(algorithm, self.max_keys))
-    }
-
-    /// Carries over every key `table` has not taken over yet, then lets the old table go.
-    fn settle(&self, table: &MemoryTable<A>, now: u64) -> MemoryTable<A> {
-        table.settled(now)
-    }
-
-    #[inline]
-    fn check(table: &MemoryTable<A>, key: Key, now: u64, cost: u64) -> Self::Future {
-        ready(Ok(table.decide(key, now, cost)))
-    }
-
-    /// Reads the time once the key's state is found, so that the clock's reading overlaps
-    /// the lookup.
-    #[inline]
-    fn check_reading(
-        table: &MemoryTable<A>,
-        key: Key,
-        now: &impl Fn() -> u64,
-        cost: u64,
-    ) -> Self::Future {
-        ready(Ok(table.decide_reading(key, now, cost)))
-    }
-
-    fn refund(
-        table: &MemoryTable<A>,
-        key: Key,
-        admission: &Decision,
-        now: u64,
-        cost: u64,
-    ) -> Self::Future {
-        ready(Ok(table.refund(key, admission, now, cost)))
-    }
-
-    fn charge(table: &MemoryTable<A>, key: Key, now: u64, cost: u64) -> Self::Future {
-        ready(Ok(table.charge(key, now, cost)))
-    }
-
-    fn peek(table: &MemoryTable<A>, key: Key, now: u64) -> Self::Future {
-        ready(Ok(table.peek(&key, now)))
-    }
-
-    fn reset(table: &MemoryTable<A>, key: Key, now: u64) -> Update {
-        table.reset(&key, now);
-        Box::pin(ready(Ok(())))
-    }
-
-    fn block(table: &MemoryTable<A>, key: Key, now: u64, duration: Duration) -> Update {
-        table.block(&key, now, duration);
-        Box::pin(ready(Ok(())))
     }
 }

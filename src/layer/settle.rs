@@ -1,0 +1,120 @@
+//! Costs settled after the response ([`RateLimitLayer::settle`](super::RateLimitLayer::settle)):
+//! the [`Usage`] a handler reports a request's true cost through, and the settlement the
+//! response body carries until it ends.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::limiter::{DecisionFuture, Limiter};
+use crate::{Decision, Key};
+
+/// A request's true cost, reported by its handler (or a layer inside) once known: the
+/// tokens an LLM's answer used, the bytes a download sent. A layer with
+/// [`settle`](super::RateLimitLayer::settle) puts one in each request's extensions; take it
+/// with axum's `Extension<Usage>` or `req.extensions().get::<Usage>()`.
+///
+/// Report at any time until the response body ends: the layer settles then (or when the
+/// body is dropped) with what was reported last. A request whose usage was never reported
+/// keeps its reservation. Clones report to the same request.
+///
+/// ```
+/// use axum::Extension;
+/// use tollgate::Usage;
+///
+/// async fn chat(Extension(usage): Extension<Usage>) -> String {
+///     let answer = "four tokens of answer".to_owned();
+///     usage.set(4); // read from the model's `usage` in a real handler
+///     answer
+/// }
+/// # let _ = chat;
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Usage(Arc<AtomicU64>);
+
+impl Usage {
+    /// Reports the request's true cost: `cost` in all, replacing what was reported before.
+    pub fn set(&self, cost: u64) {
+        self.0.store(cost.saturating_add(1), Ordering::Release);
+    }
+
+    /// Adds `cost` to what was reported (from 0 when nothing was): for a body that counts as
+    /// it streams.
+    pub fn add(&self, cost: u64) {
+        let add = |reported: u64| Some(reported.max(1).saturating_add(cost));
+        // The closure always returns `Some`: the update cannot fail.
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, add);
+    }
+
+    /// The cost reported so far; `None` when nothing was.
+    pub fn get(&self) -> Option<u64> {
+        self.0.load(Ordering::Acquire).checked_sub(1)
+    }
+}
+
+/// An admitted request's reservation, settled when dropped: with the response body, at its
+/// end or when it is dropped first.
+pub(crate) struct Settlement {
+    pub(crate) limiter: Arc<dyn Limiter>,
+    pub(crate) key: Key,
+    pub(crate) admission: Decision,
+    pub(crate) reserved: u64,
+    pub(crate) usage: Usage,
+}
+
+impl Drop for Settlement {
+    fn drop(&mut self) {
+        let Some(actual) = self.usage.get() else {
+            return;
+        };
+        let key = self.key.clone();
+        let settled = match actual.cmp(&self.reserved) {
+            std::cmp::Ordering::Equal => return,
+            std::cmp::Ordering::Less => {
+                let back = self.reserved - actual;
+                self.limiter.refund(key, &self.admission, back)
+            }
+            std::cmp::Ordering::Greater => self.limiter.charge(key, actual - self.reserved),
+        };
+        match settled {
+            DecisionFuture::Ready(Some(result)) => failed(result.err()),
+            DecisionFuture::Ready(None) => {}
+            DecisionFuture::Waiting(future) => finish_later(future),
+        }
+    }
+}
+
+/// Finishes a settlement that waits for its store (Redis) on the runtime of the caller.
+#[cfg(feature = "redis")]
+fn finish_later(future: crate::limiter::BoxedDecision) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(async move { failed(future.await.err()) });
+        }
+        Err(_) => failed(Some(no_runtime())),
+    }
+}
+
+/// Only a remote store's settlement waits, and only the Redis feature brings one.
+#[cfg(not(feature = "redis"))]
+fn finish_later(future: crate::limiter::BoxedDecision) {
+    drop(future);
+    failed(Some(no_runtime()));
+}
+
+fn no_runtime() -> crate::Error {
+    crate::Error::misconfigured(
+        "a settlement that waits for its store needs a tokio runtime (with `rt`) to finish on",
+    )
+}
+
+/// Logs a settlement that failed: the request keeps its reservation.
+fn failed(error: Option<crate::Error>) {
+    #[cfg(feature = "tracing")]
+    if let Some(error) = error {
+        tracing::warn!(%error, "rate limit settlement failed: the reservation stands");
+    }
+    #[cfg(not(feature = "tracing"))]
+    let _ = error;
+}
