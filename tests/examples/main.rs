@@ -19,6 +19,7 @@ mod chart;
 
 mod examples_admin;
 mod examples_http;
+mod examples_llm_gateway;
 mod readme;
 mod readme_testing;
 mod simulate;
