@@ -5,11 +5,8 @@
 //! pattern, not copied from the simulator's output. The quota is the simulator's:
 //! 100 per minute, so `T = 600 ms` and `burst = 100`.
 
-// `examples/simulate/chart.rs` names the simulator `crate::sim`: main.rs declares it.
-use crate::sim;
-
-#[path = "../../examples/simulate/chart.rs"]
-mod chart;
+// `examples/simulate/chart.rs` names the simulator `crate::sim`: main.rs declares both.
+use crate::{chart, sim};
 
 use sim::{Algo, Outcome, Pattern, SECOND};
 
