@@ -248,7 +248,10 @@ where
     /// Settles the allowed request `admission`, which reserved `reserved`, once its true cost
     /// `actual` is known (an LLM's tokens, a download's bytes), and answers with the key's
     /// standing afterwards. Below the reservation, the difference is given back as a
-    /// [`refund`](Self::refund) gives it (only while it still counts); above it, the key is
+    /// [`refund`](Self::refund) gives it: only while it still counts, which for GCRA and the
+    /// buckets means while no later request of the key was admitted, so a key whose requests
+    /// overlap keeps most of a high estimate (reserve low: the true cost is charged in full
+    /// either way). Above the reservation, the key is
     /// charged the difference whatever it has left: a key charged past its quota is in debt,
     /// denied until the debt is paid back at the quota's rate (`retry_after` says when). At
     /// the reservation, nothing changes and the answer is a [`peek`](Self::peek).

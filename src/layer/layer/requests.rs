@@ -176,7 +176,10 @@ impl RateLimitLayer {
     /// # let _ = app;
     /// ```
     ///
-    /// Headers show the reservation, the next response the settled state. With
+    /// Reserve low (the prompt's tokens, a lower bound): a cost above the reservation is
+    /// charged in full, while one below it is given back only while no later request of the
+    /// key was admitted ([`RateLimiter::settle`](crate::RateLimiter::settle)). Headers show
+    /// the reservation, the next response the settled state. With
     /// [`count_if`](Self::count_if), a response that does not count gives its whole
     /// reservation back. The bound on what a key can overspend, and what a body dropped
     /// early settles: [`guide::algorithms`](crate::guide::algorithms#costs).
