@@ -179,3 +179,16 @@ proptest! {
         run!("hybrid tiers", RateLimiter::hybrid([q.clone(), day.clone()]));
     }
 }
+
+/// A store that would keep no key is refused where it is made, naming the fix.
+#[test]
+fn a_store_of_no_keys_is_refused_where_it_is_made() {
+    let made = std::panic::catch_unwind(|| MemoryStore::new().with_max_keys(0));
+    let panic = made.expect_err("with_max_keys(0) was accepted");
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        message.contains("with_max_keys(0)") && message.contains("at least one key"),
+        "{message}"
+    );
+    assert_eq!(MemoryStore::new().with_max_keys(1).max_keys(), 1);
+}

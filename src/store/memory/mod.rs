@@ -111,8 +111,19 @@ impl MemoryStore {
     /// let limiter = RateLimiter::gcra(Quota::per_minute(60)).with_store(store);
     /// # let _ = limiter;
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `max_keys` is 0: a store that keeps no key would limit no one.
     #[must_use]
+    #[track_caller]
     pub fn with_max_keys(mut self, max_keys: usize) -> Self {
+        assert!(
+            max_keys > 0,
+            "MemoryStore::with_max_keys(0): each policy must keep at least one key; leave it \
+             unset for the default ({})",
+            Self::DEFAULT_MAX_KEYS
+        );
         self.max_keys = max_keys;
         self
     }
