@@ -438,3 +438,34 @@ async fn a_debt_made_under_old_quotas_stays_after_a_live_change() {
     // 100 used of 120: the settlement reaches the quotas in force.
     assert_eq!(remaining(&svc).await, 20);
 }
+
+/// A reset forgets what the key used, its reservations in flight included: a request in
+/// flight then settles by its difference alone. Its cost above the reservation is charged
+/// (the tokens were used), and a cost below gives nothing back to the fresh key.
+#[tokio::test]
+async fn a_settlement_after_a_reset_charges_the_overspend_alone() {
+    let clock = ManualClock::new();
+    let layer = configured(per_minute(), &clock);
+    let handle = layer.handle();
+    let svc = Svc::new(layer.layer(handler()));
+    let over = [("x-estimate", "10"), ("x-chunks", "1"), ("x-tokens", "100")];
+    let under = [("x-estimate", "40"), ("x-chunks", "1"), ("x-tokens", "5")];
+    let over = svc.clone().oneshot(request(&over)).await.unwrap();
+    let under = svc.clone().oneshot(request(&under)).await.unwrap();
+    handle.reset("k").await.unwrap();
+    assert_eq!(remaining(&svc).await, 60);
+    under.into_body().collect().await.unwrap();
+    assert_eq!(
+        remaining(&svc).await,
+        60,
+        "nothing given back past a fresh key's budget"
+    );
+    over.into_body().collect().await.unwrap();
+    let (status, _, retry) = send(&svc, &[("x-estimate", "1")]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        retry.as_deref(),
+        Some("31"),
+        "90 charged of 60: 30 s of debt and 1 s"
+    );
+}
