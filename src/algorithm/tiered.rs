@@ -347,6 +347,61 @@ mod tests {
     }
 
     #[test]
+    fn a_charge_reaches_every_tier() {
+        // 10 a second (burst 5) and 20 a minute: T = 100 ms and 3 s.
+        let tiered = Tiered::new([
+            Gcra::new(&Quota::per_second(10).with_burst(5)),
+            Gcra::new(&Quota::per_minute(20)),
+        ]);
+        let ms = 1_000_000;
+        let admitted = tiered.check(&TieredState::default(), 0, 2);
+        let state = admitted.state.unwrap();
+        // 7 more: 4 past the per-second tier's burst; 9 of 20 on the per-minute tier.
+        let charged = tiered.charge(&state, 0, 7).unwrap();
+        assert_eq!(charged.states(), [900 * ms, 27_000 * ms]);
+        let peek = tiered.check(&charged, 0, 0).decision;
+        assert!(!peek.allowed);
+        assert_eq!(peek.retry_after, Some(Duration::from_millis(400)));
+        assert!(!peek.tiers()[0].allowed);
+        assert_eq!(peek.tiers()[1].remaining, 11);
+        // A request of cost 2 waits for the per-second tier's debt and its 2 intervals.
+        assert!(!tiered.check(&charged, 600 * ms - 1, 2).decision.allowed);
+        assert!(tiered.check(&charged, 600 * ms, 2).decision.allowed);
+        // A fresh key is charged on every tier; a charge of nothing changes nothing.
+        let fresh = tiered.charge(&TieredState::default(), 0, 1).unwrap();
+        assert_eq!(fresh.states(), [100 * ms, 3_000 * ms]);
+        assert_eq!(tiered.charge(&charged, 0, 0), None);
+        // A day tier in debt holds the key back past a minute tier's.
+        let per_day = Tiered::new([
+            Gcra::new(&Quota::per_minute(60)),
+            Gcra::new(&Quota::per_day(1440)),
+        ]);
+        let owing = per_day.charge(&TieredState::default(), 0, 1500).unwrap();
+        let peek = per_day.check(&owing, 0, 0).decision;
+        // 1500 per day is 60 past the day's 1440: an hour, at one a minute.
+        assert_eq!(peek.retry_after, Some(Duration::from_secs(3600)));
+        assert!(tiered.settles() && per_day.settles());
+    }
+
+    #[test]
+    fn tiers_settle_only_when_every_tier_can() {
+        use crate::algorithm::{FixedWindow, Hybrid, SlidingLog, SlidingWindow, TokenBucket};
+        let quotas = [Quota::per_second(1), Quota::per_minute(5)];
+        assert!(Tiered::new(quotas.iter().map(TokenBucket::new)).settles());
+        assert!(Tiered::new(quotas.iter().map(super::super::LeakyBucket::new)).settles());
+        let windows = Tiered::new(quotas.iter().map(FixedWindow::new));
+        assert!(!windows.settles());
+        assert_eq!(windows.charge(&TieredState::default(), 0, 3), None);
+        assert!(!Tiered::new(quotas.iter().map(SlidingWindow::new)).settles());
+        assert!(!Tiered::new(quotas.iter().map(SlidingLog::new)).settles());
+        assert!(!Tiered::new(quotas.iter().map(Hybrid::new)).settles());
+        // Tiers of tiers settle as their tiers do.
+        let gcra = Tiered::new(quotas.iter().map(Gcra::new));
+        assert!(Tiered::new([gcra.clone(), gcra]).settles());
+        assert!(!Tiered::new([windows.clone(), windows]).settles());
+    }
+
+    #[test]
     fn refunds_reach_every_tier_and_freshness_needs_all() {
         let tiered = Tiered::new([
             Gcra::new(&Quota::per_second(1)),
