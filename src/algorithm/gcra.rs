@@ -233,6 +233,13 @@ impl Algorithm for Gcra {
         true
     }
 
+    /// The TAT past the bound, in intervals rounded up.
+    #[inline]
+    fn debt(&self, &tat: &u64, now: u64) -> u64 {
+        let past = tat.saturating_sub(now).saturating_sub(self.bound);
+        past.div_ceil(self.interval)
+    }
+
     #[inline]
     fn is_fresh(&self, &tat: &u64, now: u64) -> bool {
         tat <= now
@@ -405,6 +412,44 @@ mod tests {
         }
         let shaped = gcra.max_delay(Duration::from_secs(1));
         assert_eq!(shaped.charge(&7, 3, 0), None);
+    }
+
+    #[test]
+    fn new_quotas_keep_a_debt() {
+        // 10 per second, burst 5: T = 100 ms. A key charged 8 at 1 s owes 3 past its burst.
+        let old = Gcra::new(&Quota::per_second(10).with_burst(5));
+        let ms = 1_000_000;
+        let now = 1000 * ms;
+        let owing = old.charge(&0, now, 8).unwrap();
+        let standing = |gcra: &Gcra, tat: u64| gcra.check(&tat, now, 0).decision;
+        // The same figures: the same debt.
+        assert_eq!(old.carried(&old, &owing, now), owing);
+        // A burst of 2: the 2 it may take at once used, and the 3 owed on top.
+        let smaller = Gcra::new(&Quota::per_second(10).with_burst(2));
+        let carried = smaller.carried(&old, &owing, now);
+        assert_eq!(carried, now + 500 * ms);
+        assert_eq!(
+            standing(&smaller, carried).retry_after,
+            Some(Duration::from_millis(300))
+        );
+        // One a second: the debt is paid back at the new rate, 3 s.
+        let slower = Gcra::new(&Quota::per_second(1).with_burst(5));
+        let carried = slower.carried(&old, &owing, now);
+        assert_eq!(
+            standing(&slower, carried).retry_after,
+            Some(Duration::from_secs(3))
+        );
+        // A burst of 20: 8 of 20 used, 12 left (as a key that used 8 under it).
+        let larger = Gcra::new(&Quota::per_second(10).with_burst(20));
+        let carried = larger.carried(&old, &owing, now);
+        assert_eq!(standing(&larger, carried).remaining, 12);
+        // Half paid back: 1.5 units owed, counted whole.
+        let later = now + 150 * ms;
+        let carried = smaller.carried(&old, &owing, later);
+        assert_eq!(carried, later + 400 * ms);
+        // Paid back: nothing more than the burst used, as before.
+        let paid = now + 300 * ms;
+        assert_eq!(smaller.carried(&old, &owing, paid), paid + 200 * ms);
     }
 
     #[test]

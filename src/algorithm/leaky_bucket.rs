@@ -94,6 +94,11 @@ impl Algorithm for LeakyBucket {
     }
 
     #[inline]
+    fn debt(&self, state: &u64, now: u64) -> u64 {
+        self.gcra.debt(state, now)
+    }
+
+    #[inline]
     fn is_fresh(&self, state: &u64, now: u64) -> bool {
         self.gcra.is_fresh(state, now)
     }

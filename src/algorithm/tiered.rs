@@ -161,6 +161,16 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
         self.tiers.iter().all(Algorithm::settles)
     }
 
+    /// The largest debt of any tier.
+    fn debt(&self, state: &Self::State, now: u64) -> u64 {
+        let fresh = A::State::default();
+        let tiers = self.tiers.iter().enumerate();
+        tiers
+            .map(|(i, tier)| tier.debt(state.get(i, &fresh), now))
+            .max()
+            .unwrap_or(0)
+    }
+
     fn is_fresh(&self, state: &Self::State, now: u64) -> bool {
         let fresh = A::State::default();
         (0..self.tiers.len()).all(|i| self.tiers[i].is_fresh(state.get(i, &fresh), now))
@@ -174,19 +184,32 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
     /// it allows at once ([`Algorithm::carried`]): no tier starts fresh for a key that used
     /// anything, whatever the tiers' order or number. A short tier charged with a long one's
     /// usage holds a busy key back for at most one of its own periods.
+    ///
+    /// A tier of `from` in debt adds its debt to what it shows used ([`Algorithm::debt`]), and
+    /// what a new tier cannot take at once of that is charged as a debt: a key in debt under
+    /// a minute's tier owes it under the new minute's, paid back at the new rate.
     fn carried(&self, from: &Self, state: &Self::State, now: u64) -> Self::State {
         let fresh = A::State::default();
-        let used = (0..from.tiers.len())
-            .map(|i| super::used(&from.tiers[i], state.get(i, &fresh), now))
-            .max()
-            .unwrap_or(0);
-        if used == 0 {
+        let usage: Vec<(u64, u64)> = (0..from.tiers.len())
+            .map(|i| {
+                let (tier, state) = (&from.tiers[i], state.get(i, &fresh));
+                (super::used(tier, state, now), tier.debt(state, now))
+            })
+            .collect();
+        if usage.iter().all(|&usage| usage == (0, 0)) {
             return Self::State::default();
         }
         let mut next = Self::State::default();
         let states = next.sized(self.tiers.len());
         for (tier, s) in self.tiers.iter().zip(states.iter_mut()) {
-            *s = super::charged(tier, used, now);
+            let room = tier.check(&fresh, now, 0).decision.remaining;
+            let units = usage
+                .iter()
+                .map(|&(used, debt)| used.min(room).saturating_add(debt))
+                .max()
+                .unwrap_or(0);
+            let used = units.min(room);
+            *s = super::owing(tier, used, units - used, now);
         }
         next
     }
@@ -381,6 +404,36 @@ mod tests {
         // 1500 per day is 60 past the day's 1440: an hour, at one a minute.
         assert_eq!(peek.retry_after, Some(Duration::from_secs(3600)));
         assert!(tiered.settles() && per_day.settles());
+    }
+
+    #[test]
+    fn new_tiers_keep_a_debt() {
+        // 60 a minute (burst 10) and 1440 a day (burst 100): T = 1 s and 60 s.
+        let old = Tiered::new([
+            Gcra::new(&Quota::per_minute(60).with_burst(10)),
+            Gcra::new(&Quota::per_day(1440).with_burst(100)),
+        ]);
+        // 40 charged at once: 30 past the minute's burst, 40 of the day's 100.
+        let owing = old.charge(&TieredState::default(), 0, 40).unwrap();
+        let peek = old.check(&owing, 0, 0).decision;
+        assert_eq!(peek.retry_after, Some(Duration::from_secs(30)));
+        // Tiers reordered: the same debt.
+        let reordered = Tiered::new([old.tiers()[1], old.tiers()[0]]);
+        let carried = reordered.carried(&old, &owing, 0);
+        let peek = reordered.check(&carried, 0, 0).decision;
+        assert!(!peek.allowed);
+        assert_eq!(peek.retry_after, Some(Duration::from_secs(30)));
+        // A minute tier of 120 (burst 20), paid back at 2 a second.
+        let faster = Tiered::new([
+            Gcra::new(&Quota::per_minute(120).with_burst(20)),
+            Gcra::new(&Quota::per_day(1440).with_burst(100)),
+        ]);
+        let carried = faster.carried(&old, &owing, 0);
+        let peek = faster.check(&carried, 0, 0).decision;
+        // 40 used on the minute tier, as a key that used 40 under it: 20 past its burst.
+        assert_eq!(peek.retry_after, Some(Duration::from_secs(10)));
+        // The day tier keeps what the key used there: 40 of 100.
+        assert_eq!(peek.tiers()[1].remaining, 60);
     }
 
     #[test]

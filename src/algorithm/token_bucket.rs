@@ -157,6 +157,13 @@ impl Algorithm for TokenBucket {
         true
     }
 
+    /// GCRA's debt, on the deficit refilled to `now`.
+    #[inline]
+    fn debt(&self, state: &TokenBucketState, now: u64) -> u64 {
+        let (_, deficit) = Self::refill(state, now);
+        self.gcra.debt(&deficit, 0)
+    }
+
     #[inline]
     fn is_fresh(&self, state: &TokenBucketState, now: u64) -> bool {
         Self::refill(state, now).1 == 0
