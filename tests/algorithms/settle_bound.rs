@@ -81,19 +81,21 @@ fn requests(
         any::<u8>(),
         any::<u8>(),
     )
-        .prop_map(move |(gap, reserved, actual, takes, order, settle_order)| Req {
-            gap,
-            reserved,
-            // Without room to overspend, the true cost is at most the reservation.
-            actual: if max_over == 0 {
-                actual.min(reserved)
-            } else {
-                actual
+        .prop_map(
+            move |(gap, reserved, actual, takes, order, settle_order)| Req {
+                gap,
+                reserved,
+                // Without room to overspend, the true cost is at most the reservation.
+                actual: if max_over == 0 {
+                    actual.min(reserved)
+                } else {
+                    actual
+                },
+                takes,
+                order,
+                settle_order,
             },
-            takes,
-            order,
-            settle_order,
-        });
+        );
     prop::collection::vec(req, 1..80)
 }
 
