@@ -239,3 +239,20 @@ fn plans_kept_by_limiters_of_their_own_pay_their_own_debts() {
     clock.advance(Duration::from_nanos(1));
     assert!(pro.check_now("alice").allowed);
 }
+
+#[test]
+fn a_key_in_debt_is_the_last_a_full_store_forgets() {
+    // A store of 64 keys, filled many times over by clients that each used one request: the
+    // key in debt is kept (forgetting it would forgive its debt), those that used least go.
+    let clock = ManualClock::new();
+    let limiter = RateLimiter::gcra(Quota::per_second(10).with_burst(5))
+        .with_clock(clock.clone())
+        .with_store(MemoryStore::new().with_max_keys(64));
+    in_debt(&limiter, "mallory");
+    for n in 0..2000 {
+        assert!(limiter.check_now(format!("client-{n}")).allowed);
+    }
+    assert!(limiter.table().len() <= 64);
+    let peek = block_on(limiter.peek("mallory")).unwrap();
+    assert_eq!(peek.retry_after, Some(300 * MS), "the debt was forgotten");
+}
