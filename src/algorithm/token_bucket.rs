@@ -326,6 +326,31 @@ mod tests {
     }
 
     #[test]
+    fn new_quotas_keep_a_debt_as_gcra() {
+        let quota = Quota::per_second(10).with_burst(5);
+        let (bucket, gcra) = (TokenBucket::new(&quota), Gcra::new(&quota));
+        let owing = bucket.charge(&at(0, 0), 1000 * MS, 8).unwrap();
+        let tat = gcra.charge(&0, 1000 * MS, 8).unwrap();
+        for (limit, burst) in [(10, 5), (10, 2), (1, 5), (10, 20), (100, 1)] {
+            let new = Quota::per_second(limit).with_burst(burst);
+            for now in [1000, 1150, 1300, 1900] {
+                let carried = TokenBucket::new(&new).carried(&bucket, &owing, now * MS);
+                let want = Gcra::new(&new).carried(&gcra, &tat, now * MS);
+                let case = format!("{limit}/s burst {burst} at {now} ms");
+                assert_eq!(carried.refilled_at + carried.deficit, want, "{case}");
+                assert_eq!(bucket.debt(&owing, now * MS), gcra.debt(&tat, now * MS));
+            }
+        }
+        // The leaky bucket's queue keeps its debt too: 2 past a queue of 4, then of 3.
+        let queue = super::super::LeakyBucket::new(&Quota::per_second(10).with_burst(4));
+        let full = queue.charge(&0, 0, 6).unwrap();
+        assert_eq!(queue.debt(&full, 0), 2);
+        let shorter = super::super::LeakyBucket::new(&Quota::per_second(10).with_burst(3));
+        let carried = shorter.carried(&queue, &full, 0);
+        assert_eq!(shorter.debt(&carried, 0), 2);
+    }
+
+    #[test]
     fn extreme_values_saturate_instead_of_overflowing() {
         let bucket = TokenBucket::new(&Quota::per_day(1).with_burst(u64::MAX / 86_400_000_000_000));
         let full = TokenBucketState::default();
