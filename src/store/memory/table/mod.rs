@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::succession::Predecessor;
-use super::blocks::Blocks;
+use super::blocks::{blocked_until, Blocks};
 use super::registry::Map;
 use super::shards::{Forget, Weight};
 use super::{MemoryAlgorithm, MemoryStore, StateCell};
@@ -150,14 +150,6 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         blocked_until(self.standing(key, now), now, until)
     }
 
-    /// `standing`, the key's after a refund or a charge, denied while the key is blocked.
-    fn unless_blocked(&self, key: &Key, now: u64, standing: Decision) -> Decision {
-        match self.blocks.until(key, now) {
-            Some(until) => blocked_until(standing, now, until),
-            None => standing,
-        }
-    }
-
     /// Gives back what `admission` took from `key` and returns the key's standing afterwards.
     pub(crate) fn refund(&self, key: Key, admission: &Decision, now: u64, cost: u64) -> Decision {
         let algorithm = &self.algorithm;
@@ -165,7 +157,8 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         let refund = |cell: &A::Cell| cell.refund(algorithm, admission, now, cost);
         // A key the store does not hold has nothing to give back.
         let after = self.map.get_with(hash, &key, refund).unwrap_or_default();
-        self.unless_blocked(&key, now, algorithm.check(&after, now, 0).decision)
+        self.blocks
+            .hold(&key, now, algorithm.check(&after, now, 0).decision)
     }
 
     /// Charges `key` `cost` more, whatever it has left (a debt), and returns the key's
@@ -190,7 +183,8 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
                     .get_or_insert_from(hash, key.clone().stored(), &forget, init, charge)
             }
         };
-        self.unless_blocked(&key, now, algorithm.check(&after, now, 0).decision)
+        self.blocks
+            .hold(&key, now, algorithm.check(&after, now, 0).decision)
     }
 
     /// Forgets `key`'s state and lifts its block: the key is fresh again.
@@ -280,18 +274,6 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         self.map
             .get_or_insert_from(hash, key.stored(), &forget, init, apply)
     }
-}
-
-/// `standing` (a key's, consuming nothing) as the denial of a key blocked from `now` until
-/// `until`: denied until the block ends, or, for a key in debt, until the debt is paid back
-/// if that is later (a client told to retry when the block ends would be denied again).
-fn blocked_until(standing: Decision, now: u64, until: u64) -> Decision {
-    let left = Duration::from_nanos(until - now);
-    let left = match standing.retry_after {
-        Some(debt) if !standing.allowed => left.max(debt),
-        _ => left,
-    };
-    standing.blocked_for(left)
 }
 
 /// What a table forgets, judged by its algorithm at the time of the request that makes room.
