@@ -233,6 +233,13 @@ impl Algorithm for Gcra {
         true
     }
 
+    /// The TAT past the bound, in intervals rounded up.
+    #[inline]
+    fn debt(&self, &tat: &u64, now: u64) -> u64 {
+        let past = tat.saturating_sub(now).saturating_sub(self.bound);
+        past.div_ceil(self.interval)
+    }
+
     #[inline]
     fn is_fresh(&self, &tat: &u64, now: u64) -> bool {
         tat <= now
@@ -366,6 +373,136 @@ mod tests {
         let big = gcra.check(&0, 0, 5);
         assert_eq!(big.decision.delay, Duration::from_millis(300));
         assert_eq!(gcra.check(&0, 0, 6).decision.retry_after, None);
+    }
+
+    #[test]
+    fn a_charge_is_a_debt_paid_back_at_the_quota_rate() {
+        // 10 per second, burst 5: T = 100 ms, τ = 500 ms.
+        let gcra = Gcra::new(&Quota::per_second(10).with_burst(5));
+        let ms = 1_000_000;
+        // A fresh key charged 8 at once: 3 past what it may take at once.
+        let tat = gcra.charge(&0, 1000 * ms, 8).unwrap();
+        assert_eq!(tat, 1800 * ms);
+        let peek = gcra.check(&tat, 1000 * ms, 0).decision;
+        assert!(!peek.allowed, "in debt, even a peek is denied");
+        assert_eq!(peek.remaining, 0);
+        assert_eq!(peek.reset_after, Duration::from_millis(800));
+        assert_eq!(peek.retry_after, Some(Duration::from_millis(300)));
+        // A request of cost 2 waits for the debt and for its own 2 intervals.
+        let denied = gcra.check(&tat, 1000 * ms, 2).decision;
+        assert_eq!(denied.retry_after, Some(Duration::from_millis(500)));
+        assert!(!gcra.check(&tat, 1500 * ms - 1, 2).decision.allowed);
+        let paid = gcra.check(&tat, 1500 * ms, 2);
+        assert!(paid.decision.allowed);
+        assert_eq!(paid.state, Some(2000 * ms));
+        // A charge adds to a schedule ahead of now, whatever it has left.
+        assert_eq!(gcra.charge(&(1300 * ms), 1000 * ms, 3), Some(1600 * ms));
+        assert_eq!(gcra.charge(&(1800 * ms), 1000 * ms, 1), Some(1900 * ms));
+        // A charge on an expired state charges from now.
+        assert_eq!(gcra.charge(&(200 * ms), 1000 * ms, 2), Some(1200 * ms));
+        assert_eq!(gcra.charge(&(1000 * ms), 1000 * ms, 1), Some(1100 * ms));
+        assert!(gcra.settles());
+    }
+
+    #[test]
+    fn a_charge_of_nothing_changes_nothing() {
+        let gcra = Gcra::new(&Quota::per_second(10).with_burst(5));
+        for (tat, now) in [(0, 0), (0, 1_000), (1_800_000_000, 1_000_000_000), (5, 9)] {
+            assert_eq!(gcra.charge(&tat, now, 0), None, "tat={tat} now={now}");
+        }
+        let shaped = gcra.max_delay(Duration::from_secs(1));
+        assert_eq!(shaped.charge(&7, 3, 0), None);
+    }
+
+    #[test]
+    fn new_quotas_keep_a_debt() {
+        // 10 per second, burst 5: T = 100 ms. A key charged 8 at 1 s owes 3 past its burst.
+        let old = Gcra::new(&Quota::per_second(10).with_burst(5));
+        let ms = 1_000_000;
+        let now = 1000 * ms;
+        let owing = old.charge(&0, now, 8).unwrap();
+        let standing = |gcra: &Gcra, tat: u64| gcra.check(&tat, now, 0).decision;
+        // The same figures: the same debt.
+        assert_eq!(old.carried(&old, &owing, now), owing);
+        // A burst of 2: the 2 it may take at once used, and the 3 owed on top.
+        let smaller = Gcra::new(&Quota::per_second(10).with_burst(2));
+        let carried = smaller.carried(&old, &owing, now);
+        assert_eq!(carried, now + 500 * ms);
+        assert_eq!(
+            standing(&smaller, carried).retry_after,
+            Some(Duration::from_millis(300))
+        );
+        // One a second: the debt is paid back at the new rate, 3 s.
+        let slower = Gcra::new(&Quota::per_second(1).with_burst(5));
+        let carried = slower.carried(&old, &owing, now);
+        assert_eq!(
+            standing(&slower, carried).retry_after,
+            Some(Duration::from_secs(3))
+        );
+        // A burst of 20: 8 of 20 used, 12 left (as a key that used 8 under it).
+        let larger = Gcra::new(&Quota::per_second(10).with_burst(20));
+        let carried = larger.carried(&old, &owing, now);
+        assert_eq!(standing(&larger, carried).remaining, 12);
+        // Half paid back: 1.5 units owed, counted whole.
+        let later = now + 150 * ms;
+        let carried = smaller.carried(&old, &owing, later);
+        assert_eq!(carried, later + 400 * ms);
+        // Paid back: nothing more than the burst used, as before.
+        let paid = now + 300 * ms;
+        assert_eq!(smaller.carried(&old, &owing, paid), paid + 200 * ms);
+    }
+
+    #[test]
+    fn a_charge_past_the_end_of_the_clock_saturates_and_the_key_stays_denied() {
+        let quotas = [
+            Quota::per_second(10).with_burst(5),
+            Quota::per_day(1).with_burst(u64::MAX / 86_400_000_000_000),
+            Quota::new(u64::MAX, Duration::from_nanos(1)),
+        ];
+        for quota in quotas {
+            for gcra in [Gcra::new(&quota), Gcra::queue(&quota)] {
+                let t = gcra.interval_nanos();
+                let bound = gcra.bound_nanos();
+                let more = quota.burst().saturating_add(1);
+                let costs = [1, 2, quota.burst(), more, u64::MAX / t, u64::MAX];
+                for cost in costs {
+                    for (tat, now) in [(0, 0), (u64::MAX - 1, 0), (u64::MAX - t, 1)] {
+                        let charged = gcra.charge(&tat, now, cost).unwrap();
+                        assert!(charged >= tat.max(now), "{quota:?} cost={cost}");
+                        let want = u128::from(tat.max(now)) + u128::from(cost) * u128::from(t);
+                        let expected = u64::try_from(want).unwrap_or(u64::MAX);
+                        assert_eq!(charged, expected, "{quota:?} cost={cost} tat={tat}");
+                        assert_eq!(gcra.charge(&u64::MAX, now, cost), Some(u64::MAX));
+                    }
+                }
+                // Every step from a TAT near the end of the clock, at any time before it and
+                // for any cost: no overflow, no panic, and denied while the debt lasts.
+                let tats = [u64::MAX, u64::MAX - 1, u64::MAX - t, u64::MAX - bound];
+                for tat in tats {
+                    let before = tat.saturating_sub(bound.saturating_add(1));
+                    let nows = [0, 1, tat / 2, before, tat.saturating_sub(1)];
+                    for now in nows.into_iter().filter(|&now| now <= tat) {
+                        for cost in [0, 1, 2, quota.burst(), u64::MAX / t, u64::MAX] {
+                            let out = gcra.check(&tat, now, cost);
+                            let case = format!("{quota:?} tat={tat} now={now} cost={cost}");
+                            let next = gcra.transition(&tat, now, cost);
+                            assert_eq!(next, out.state, "{case}");
+                            let decided = gcra.decide(&tat, next.as_ref(), now, cost);
+                            assert_eq!(decided, out.decision, "{case}");
+                            if tat - now > bound {
+                                assert!(!out.decision.allowed, "{case}");
+                                assert_eq!(out.state, None, "{case}");
+                            }
+                            if let Some(next) = out.state {
+                                assert!(next >= tat && next - now <= bound, "{case}");
+                            }
+                            let refund = gcra.refund(&tat, &out.decision, now, cost);
+                            assert!(refund.is_none_or(|r| r <= tat), "{case}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

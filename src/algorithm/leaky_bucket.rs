@@ -94,6 +94,11 @@ impl Algorithm for LeakyBucket {
     }
 
     #[inline]
+    fn debt(&self, state: &u64, now: u64) -> u64 {
+        self.gcra.debt(state, now)
+    }
+
+    #[inline]
     fn is_fresh(&self, state: &u64, now: u64) -> bool {
         self.gcra.is_fresh(state, now)
     }
@@ -133,6 +138,33 @@ mod tests {
         assert_eq!(huge.decision.retry_after, None);
         // A peek reports the free places.
         assert_eq!(bucket.check(&state, 1150 * ms, 0).decision.remaining, 1);
+    }
+
+    #[test]
+    fn a_debt_keeps_the_queue_closed_until_paid() {
+        // 10 per second, a queue of 4: T = 100 ms, the queue holds 400 ms.
+        let bucket = LeakyBucket::new(&Quota::per_second(10).with_burst(4));
+        let ms = 1_000_000;
+        // A fresh key charged 6: 2 past its queue.
+        let state = bucket.charge(&0, 1000 * ms, 6).unwrap();
+        assert_eq!(state, 1600 * ms);
+        let peek = bucket.check(&state, 1000 * ms, 0).decision;
+        assert!(!peek.allowed);
+        assert_eq!(peek.remaining, 0);
+        assert_eq!(peek.retry_after, Some(Duration::from_millis(200)));
+        // One request waits for the debt and its own place: it may queue 300 ms later, and
+        // then leaves the queue when the 6 charged have left it, at 1600 ms.
+        let denied = bucket.check(&state, 1000 * ms, 1).decision;
+        assert_eq!(denied.retry_after, Some(Duration::from_millis(300)));
+        assert!(!bucket.check(&state, 1300 * ms - 1, 1).decision.allowed);
+        let queued = bucket.check(&state, 1300 * ms, 1).decision;
+        assert!(queued.allowed);
+        assert_eq!(queued.delay, Duration::from_millis(300));
+        // A charge of nothing changes nothing; an expired queue is charged from now.
+        assert_eq!(bucket.charge(&state, 1000 * ms, 0), None);
+        assert_eq!(bucket.charge(&(500 * ms), 1000 * ms, 2), Some(1200 * ms));
+        assert_eq!(bucket.charge(&u64::MAX, 0, u64::MAX), Some(u64::MAX));
+        assert!(bucket.settles());
     }
 
     #[test]

@@ -177,6 +177,16 @@ pub trait Algorithm: Sealed + Clone + std::fmt::Debug + Send + Sync + 'static {
         false
     }
 
+    /// What a key whose state is `state` owes at `now` past the point where it is denied (the
+    /// debt a [`charge`](Self::charge) left), in cost units, rounded up: 0 when it is not in
+    /// debt, and always for an algorithm that cannot carry one.
+    #[doc(hidden)]
+    #[inline]
+    fn debt(&self, state: &Self::State, now: u64) -> u64 {
+        let _ = (state, now);
+        0
+    }
+
     /// Whether `state` is back to fresh at `now`, so the store may forget the key.
     #[doc(hidden)]
     fn is_fresh(&self, state: &Self::State, now: u64) -> bool;
@@ -205,9 +215,14 @@ pub trait Algorithm: Sealed + Clone + std::fmt::Debug + Send + Sync + 'static {
     /// never sooner than a key that had always been under `self` would get it back after using
     /// as much at `now`, and a key never gets more, over the change, than `from` allowed before
     /// it and `self` allows after it.
+    ///
+    /// A debt ([`charge`](Self::charge)) is never forgiven: what the key owes under `from`
+    /// ([`debt`](Self::debt)) is charged on top, whatever `self` allows at once. A key that owes
+    /// 3 past a burst of 5 owes 3 past a burst of 2 (or of 5), paid back at `self`'s rate; one
+    /// that moves to a burst of 20 has used 8 of it, as a key that used 8 under `self`.
     #[doc(hidden)]
     fn carried(&self, from: &Self, state: &Self::State, now: u64) -> Self::State {
-        charged(self, used(from, state, now), now)
+        owing(self, used(from, state, now), from.debt(state, now), now)
     }
 }
 
@@ -286,6 +301,16 @@ pub(crate) fn charged<A: Algorithm>(algorithm: &A, used: u64, now: u64) -> A::St
             .check(&fresh, now, charge)
             .state
             .unwrap_or_default(),
+    }
+}
+
+/// [`charged`], then `debt` more whatever the key may take at once ([`Algorithm::charge`]): the
+/// state of a key that used `used` and owes `debt` past it.
+pub(crate) fn owing<A: Algorithm>(algorithm: &A, used: u64, debt: u64, now: u64) -> A::State {
+    let state = charged(algorithm, used, now);
+    match debt {
+        0 => state,
+        debt => algorithm.charge(&state, now, debt).unwrap_or(state),
     }
 }
 

@@ -161,6 +161,16 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
         self.tiers.iter().all(Algorithm::settles)
     }
 
+    /// The largest debt of any tier.
+    fn debt(&self, state: &Self::State, now: u64) -> u64 {
+        let fresh = A::State::default();
+        let tiers = self.tiers.iter().enumerate();
+        tiers
+            .map(|(i, tier)| tier.debt(state.get(i, &fresh), now))
+            .max()
+            .unwrap_or(0)
+    }
+
     fn is_fresh(&self, state: &Self::State, now: u64) -> bool {
         let fresh = A::State::default();
         (0..self.tiers.len()).all(|i| self.tiers[i].is_fresh(state.get(i, &fresh), now))
@@ -174,19 +184,32 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
     /// it allows at once ([`Algorithm::carried`]): no tier starts fresh for a key that used
     /// anything, whatever the tiers' order or number. A short tier charged with a long one's
     /// usage holds a busy key back for at most one of its own periods.
+    ///
+    /// A tier of `from` in debt adds its debt to what it shows used ([`Algorithm::debt`]), and
+    /// what a new tier cannot take at once of that is charged as a debt: a key in debt under
+    /// a minute's tier owes it under the new minute's, paid back at the new rate.
     fn carried(&self, from: &Self, state: &Self::State, now: u64) -> Self::State {
         let fresh = A::State::default();
-        let used = (0..from.tiers.len())
-            .map(|i| super::used(&from.tiers[i], state.get(i, &fresh), now))
-            .max()
-            .unwrap_or(0);
-        if used == 0 {
+        let usage: Vec<(u64, u64)> = (0..from.tiers.len())
+            .map(|i| {
+                let (tier, state) = (&from.tiers[i], state.get(i, &fresh));
+                (super::used(tier, state, now), tier.debt(state, now))
+            })
+            .collect();
+        if usage.iter().all(|&usage| usage == (0, 0)) {
             return Self::State::default();
         }
         let mut next = Self::State::default();
         let states = next.sized(self.tiers.len());
         for (tier, s) in self.tiers.iter().zip(states.iter_mut()) {
-            *s = super::charged(tier, used, now);
+            let room = tier.check(&fresh, now, 0).decision.remaining;
+            let units = usage
+                .iter()
+                .map(|&(used, debt)| used.min(room).saturating_add(debt))
+                .max()
+                .unwrap_or(0);
+            let used = units.min(room);
+            *s = super::owing(tier, used, units - used, now);
         }
         next
     }
@@ -344,6 +367,91 @@ mod tests {
         let never = tiered.check(&state, 0, 4);
         assert_eq!(never.decision.retry_after, None);
         assert!(!never.decision.allowed);
+    }
+
+    #[test]
+    fn a_charge_reaches_every_tier() {
+        // 10 a second (burst 5) and 20 a minute: T = 100 ms and 3 s.
+        let tiered = Tiered::new([
+            Gcra::new(&Quota::per_second(10).with_burst(5)),
+            Gcra::new(&Quota::per_minute(20)),
+        ]);
+        let ms = 1_000_000;
+        let admitted = tiered.check(&TieredState::default(), 0, 2);
+        let state = admitted.state.unwrap();
+        // 7 more: 4 past the per-second tier's burst; 9 of 20 on the per-minute tier.
+        let charged = tiered.charge(&state, 0, 7).unwrap();
+        assert_eq!(charged.states(), [900 * ms, 27_000 * ms]);
+        let peek = tiered.check(&charged, 0, 0).decision;
+        assert!(!peek.allowed);
+        assert_eq!(peek.retry_after, Some(Duration::from_millis(400)));
+        assert!(!peek.tiers()[0].allowed);
+        assert_eq!(peek.tiers()[1].remaining, 11);
+        // A request of cost 2 waits for the per-second tier's debt and its 2 intervals.
+        assert!(!tiered.check(&charged, 600 * ms - 1, 2).decision.allowed);
+        assert!(tiered.check(&charged, 600 * ms, 2).decision.allowed);
+        // A fresh key is charged on every tier; a charge of nothing changes nothing.
+        let fresh = tiered.charge(&TieredState::default(), 0, 1).unwrap();
+        assert_eq!(fresh.states(), [100 * ms, 3_000 * ms]);
+        assert_eq!(tiered.charge(&charged, 0, 0), None);
+        // A day tier in debt holds the key back past a minute tier's.
+        let per_day = Tiered::new([
+            Gcra::new(&Quota::per_minute(60)),
+            Gcra::new(&Quota::per_day(1440)),
+        ]);
+        let owing = per_day.charge(&TieredState::default(), 0, 1500).unwrap();
+        let peek = per_day.check(&owing, 0, 0).decision;
+        // 1500 per day is 60 past the day's 1440: an hour, at one a minute.
+        assert_eq!(peek.retry_after, Some(Duration::from_secs(3600)));
+        assert!(tiered.settles() && per_day.settles());
+    }
+
+    #[test]
+    fn new_tiers_keep_a_debt() {
+        // 60 a minute (burst 10) and 1440 a day (burst 100): T = 1 s and 60 s.
+        let old = Tiered::new([
+            Gcra::new(&Quota::per_minute(60).with_burst(10)),
+            Gcra::new(&Quota::per_day(1440).with_burst(100)),
+        ]);
+        // 40 charged at once: 30 past the minute's burst, 40 of the day's 100.
+        let owing = old.charge(&TieredState::default(), 0, 40).unwrap();
+        let peek = old.check(&owing, 0, 0).decision;
+        assert_eq!(peek.retry_after, Some(Duration::from_secs(30)));
+        // Tiers reordered: the same debt.
+        let reordered = Tiered::new([old.tiers()[1], old.tiers()[0]]);
+        let carried = reordered.carried(&old, &owing, 0);
+        let peek = reordered.check(&carried, 0, 0).decision;
+        assert!(!peek.allowed);
+        assert_eq!(peek.retry_after, Some(Duration::from_secs(30)));
+        // A minute tier of 120 (burst 20), paid back at 2 a second.
+        let faster = Tiered::new([
+            Gcra::new(&Quota::per_minute(120).with_burst(20)),
+            Gcra::new(&Quota::per_day(1440).with_burst(100)),
+        ]);
+        let carried = faster.carried(&old, &owing, 0);
+        let peek = faster.check(&carried, 0, 0).decision;
+        // 40 used on the minute tier, as a key that used 40 under it: 20 past its burst.
+        assert_eq!(peek.retry_after, Some(Duration::from_secs(10)));
+        // The day tier keeps what the key used there: 40 of 100.
+        assert_eq!(peek.tiers()[1].remaining, 60);
+    }
+
+    #[test]
+    fn tiers_settle_only_when_every_tier_can() {
+        use crate::algorithm::{FixedWindow, Hybrid, SlidingLog, SlidingWindow, TokenBucket};
+        let quotas = [Quota::per_second(1), Quota::per_minute(5)];
+        assert!(Tiered::new(quotas.iter().map(TokenBucket::new)).settles());
+        assert!(Tiered::new(quotas.iter().map(super::super::LeakyBucket::new)).settles());
+        let windows = Tiered::new(quotas.iter().map(FixedWindow::new));
+        assert!(!windows.settles());
+        assert_eq!(windows.charge(&TieredState::default(), 0, 3), None);
+        assert!(!Tiered::new(quotas.iter().map(SlidingWindow::new)).settles());
+        assert!(!Tiered::new(quotas.iter().map(SlidingLog::new)).settles());
+        assert!(!Tiered::new(quotas.iter().map(Hybrid::new)).settles());
+        // Tiers of tiers settle as their tiers do.
+        let gcra = Tiered::new(quotas.iter().map(Gcra::new));
+        assert!(Tiered::new([gcra.clone(), gcra]).settles());
+        assert!(!Tiered::new([windows.clone(), windows]).settles());
     }
 
     #[test]

@@ -157,6 +157,13 @@ impl Algorithm for TokenBucket {
         true
     }
 
+    /// GCRA's debt, on the deficit refilled to `now`.
+    #[inline]
+    fn debt(&self, state: &TokenBucketState, now: u64) -> u64 {
+        let (_, deficit) = Self::refill(state, now);
+        self.gcra.debt(&deficit, 0)
+    }
+
     #[inline]
     fn is_fresh(&self, state: &TokenBucketState, now: u64) -> bool {
         Self::refill(state, now).1 == 0
@@ -273,6 +280,77 @@ mod tests {
     }
 
     #[test]
+    fn charges_agree_with_gcra() {
+        let quota = Quota::per_second(10).with_burst(5);
+        let (bucket, gcra) = (TokenBucket::new(&quota), Gcra::new(&quota));
+        // (deficit ms, refilled ms, now ms, cost): full, used, in debt, expired, a reading
+        // before the last refill.
+        let cases = [
+            (0, 0, 1000, 3),
+            (0, 0, 1000, 8),
+            (300, 1000, 1000, 4),
+            (800, 1000, 1000, 1),
+            (800, 1000, 1200, 2),
+            (200, 0, 1000, 2),
+            (300, 1000, 900, 3),
+            (0, 0, 1000, 0),
+            (800, 1000, 1000, 0),
+        ];
+        for (deficit, refilled, now, cost) in cases {
+            let case = format!("deficit={deficit} refilled={refilled} now={now} cost={cost}");
+            let state = at(deficit, refilled);
+            let tat = (deficit + refilled) * MS;
+            let charged = bucket.charge(&state, now * MS, cost);
+            let want = gcra.charge(&tat, now * MS, cost);
+            assert_eq!(charged.map(|s| s.refilled_at + s.deficit), want, "{case}");
+            let (Some(charged), Some(want)) = (charged, want) else {
+                assert_eq!(cost, 0, "{case}");
+                continue;
+            };
+            // From then on the two decide alike: the debt is paid back at the same rate.
+            for later in [now, now + 100, now + 400, now + 700, now + 1000, now + 1300] {
+                for cost in [0, 1, 2, 5] {
+                    let got = bucket.check(&charged, later * MS, cost).decision;
+                    let expected = gcra.check(&want, later * MS, cost).decision;
+                    assert_eq!(got, expected, "{case}, then cost {cost} at {later} ms");
+                }
+            }
+        }
+        // A fresh bucket charged 8 owes 3 tokens past its 5: a peek waits 300 ms.
+        let owing = bucket.charge(&at(0, 0), 1000 * MS, 8).unwrap();
+        assert_eq!(owing, at(800, 1000));
+        let peek = bucket.check(&owing, 1000 * MS, 0).decision;
+        assert!(!peek.allowed);
+        assert_eq!(peek.retry_after, Some(Duration::from_millis(300)));
+        assert!(bucket.settles());
+    }
+
+    #[test]
+    fn new_quotas_keep_a_debt_as_gcra() {
+        let quota = Quota::per_second(10).with_burst(5);
+        let (bucket, gcra) = (TokenBucket::new(&quota), Gcra::new(&quota));
+        let owing = bucket.charge(&at(0, 0), 1000 * MS, 8).unwrap();
+        let tat = gcra.charge(&0, 1000 * MS, 8).unwrap();
+        for (limit, burst) in [(10, 5), (10, 2), (1, 5), (10, 20), (100, 1)] {
+            let new = Quota::per_second(limit).with_burst(burst);
+            for now in [1000, 1150, 1300, 1900] {
+                let carried = TokenBucket::new(&new).carried(&bucket, &owing, now * MS);
+                let want = Gcra::new(&new).carried(&gcra, &tat, now * MS);
+                let case = format!("{limit}/s burst {burst} at {now} ms");
+                assert_eq!(carried.refilled_at + carried.deficit, want, "{case}");
+                assert_eq!(bucket.debt(&owing, now * MS), gcra.debt(&tat, now * MS));
+            }
+        }
+        // The leaky bucket's queue keeps its debt too: 2 past a queue of 4, then of 3.
+        let queue = super::super::LeakyBucket::new(&Quota::per_second(10).with_burst(4));
+        let full = queue.charge(&0, 0, 6).unwrap();
+        assert_eq!(queue.debt(&full, 0), 2);
+        let shorter = super::super::LeakyBucket::new(&Quota::per_second(10).with_burst(3));
+        let carried = shorter.carried(&queue, &full, 0);
+        assert_eq!(shorter.debt(&carried, 0), 2);
+    }
+
+    #[test]
     fn extreme_values_saturate_instead_of_overflowing() {
         let bucket = TokenBucket::new(&Quota::per_day(1).with_burst(u64::MAX / 86_400_000_000_000));
         let full = TokenBucketState::default();
@@ -295,5 +373,32 @@ mod tests {
         }
         assert!(!bucket.is_fresh(&worst, 0));
         assert!(bucket.is_fresh(&full, u64::MAX));
+        // A charge saturates at the end of the clock, and the key stays denied until then.
+        for (state, now) in [
+            (full, 0),
+            (full, u64::MAX - 1),
+            (worst, 0),
+            (worst, u64::MAX),
+        ] {
+            for cost in [1, u64::MAX / bucket.interval_nanos(), u64::MAX] {
+                let charged = bucket.charge(&state, now, cost).unwrap();
+                let end = u128::from(charged.refilled_at) + u128::from(charged.deficit);
+                assert!(end <= u128::from(u64::MAX), "cost {cost} at {now}");
+                assert_eq!(bucket.charge(&charged, now, 0), None);
+                let read = charged.refilled_at;
+                for at_most in [read, read.saturating_add(1)] {
+                    for cost in [0, 1, u64::MAX] {
+                        let out = bucket.check(&charged, at_most, cost);
+                        let bound = u128::from(at_most) + u128::from(bucket.bound_nanos());
+                        if end > bound {
+                            assert!(
+                                !out.decision.allowed,
+                                "{charged:?} cost {cost} at {at_most}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -9,6 +9,7 @@
 //! | [`algorithms`] | quotas, the algorithm table, several quotas at once, waiting instead of refusing, requests in flight |
 //! | [`keys`] | the key of each request: peer IP, client IP behind proxies, headers, tokens, routes, your own; one layer type |
 //! | [`responses`] | what clients see: 429 and gRPC answers, the `RateLimit` headers, your own answers, `count_if`, stacked layers |
+//! | [`costs`] | costs known after the response: reserve, settle, `Usage`, debt, the bound they keep |
 //! | [`recipes`] | layers in a struct, limits per route group, plans, JSON answers, keys in the body |
 //! | [`testing`] | a limiter without HTTP, `ManualClock`, a limited router tested without a server, the crate's own tests |
 //! | [`operating`] | quotas changed live, one client peeked at, reset or blocked, bans, calendar windows, the memory store's bounds |
@@ -25,6 +26,10 @@ pub mod keys {
 
 pub mod responses {
     #![doc = include_str!("responses.md")]
+}
+
+pub mod costs {
+    #![doc = include_str!("costs.md")]
 }
 
 pub mod recipes {

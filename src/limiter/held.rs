@@ -46,12 +46,13 @@ impl Held {
     }
 
     /// The denial of `key`, blocked for `left` more: its standing, denied until then (or
-    /// until the end of a longer block in the plan's store).
+    /// until the end of a longer block in the plan's store, or of the key's debt).
     fn denied(&self, key: Key, left: Duration) -> DecisionFuture {
         let block = move |standing: Result<Decision, Error>| {
             standing.map(|d| {
-                let left = match (d.is_blocked(), d.retry_after) {
-                    (true, Some(more)) => more.max(left),
+                // Denied at a peek: blocked in the store too, or in debt. Either may last longer.
+                let left = match (d.allowed, d.retry_after) {
+                    (false, Some(more)) => more.max(left),
                     _ => left,
                 };
                 d.blocked_for(left)

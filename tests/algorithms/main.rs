@@ -10,6 +10,8 @@ mod clock_read_late;
 mod count_if_props;
 mod gcra_oracle;
 mod reaction_time;
+mod settle_bound;
+mod settle_debt;
 mod sliding_log_refunds;
 mod state_lifetime;
 mod tiered;

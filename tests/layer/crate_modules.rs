@@ -608,6 +608,7 @@ const PUBLIC_ITEMS: &[&str] = &[
     "error.rs: struct Error",
     "guide/mod.rs: mod algorithms",
     "guide/mod.rs: mod config",
+    "guide/mod.rs: mod costs",
     "guide/mod.rs: mod keys",
     "guide/mod.rs: mod operating",
     "guide/mod.rs: mod recipes",

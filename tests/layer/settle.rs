@@ -469,3 +469,25 @@ async fn a_settlement_after_a_reset_charges_the_overspend_alone() {
         "90 charged of 60: 30 s of debt and 1 s"
     );
 }
+
+/// A key in debt blocked for less than its debt is told to retry when the debt is paid, not
+/// when the block ends (it would be denied again); blocked for longer, when the block ends.
+#[tokio::test]
+async fn a_blocked_key_in_debt_retries_when_both_are_over() {
+    let clock = ManualClock::new();
+    let layer = configured(per_minute(), &clock);
+    let handle = layer.handle();
+    let svc = Svc::new(layer.layer(handler()));
+    send(&svc, &[("x-estimate", "1"), ("x-set", "100")]).await;
+    handle.block("k", Duration::from_secs(10)).await.unwrap();
+    let (status, _, retry) = send(&svc, &[("x-estimate", "0")]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        retry.as_deref(),
+        Some("40"),
+        "40 s of debt outlast the block"
+    );
+    handle.block("k", Duration::from_secs(90)).await.unwrap();
+    let (_, _, retry) = send(&svc, &[("x-estimate", "0")]).await;
+    assert_eq!(retry.as_deref(), Some("90"));
+}

@@ -10,3 +10,4 @@ mod handle_ops;
 mod live_quotas;
 mod per_key_plans;
 mod plan_quotas;
+mod settle_combos;

@@ -182,7 +182,7 @@ impl RateLimitLayer {
     /// the reservation, the next response the settled state. With
     /// [`count_if`](Self::count_if), a response that does not count gives its whole
     /// reservation back. The bound on what a key can overspend, and what a body dropped
-    /// early settles: [`guide::algorithms`](crate::guide::algorithms#costs).
+    /// early settles: [`guide::costs`](crate::guide::costs).
     ///
     /// # Panics
     ///

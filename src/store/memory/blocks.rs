@@ -7,12 +7,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
+use std::time::Duration;
 
 use hashbrown::HashTable;
 
 use super::hasher::KeyHasher;
 use super::shards::all_but_lightest;
-use crate::Key;
+use crate::{Decision, Key};
 
 /// How many shards the lookups spread over (fewer for a small bound).
 const SHARDS: usize = 16;
@@ -34,7 +35,28 @@ pub(crate) struct Blocks {
     writing: Mutex<usize>,
 }
 
+/// `standing` (a key's, consuming nothing) as the denial of a key blocked from `now` until
+/// `until`: denied until the block ends, or, for a key in debt, until the debt is paid back
+/// if that is later (a client told to retry when the block ends would be denied again).
+pub(crate) fn blocked_until(standing: Decision, now: u64, until: u64) -> Decision {
+    let left = Duration::from_nanos(until - now);
+    let left = match standing.retry_after {
+        Some(debt) if !standing.allowed => left.max(debt),
+        _ => left,
+    };
+    standing.blocked_for(left)
+}
+
 impl Blocks {
+    /// `standing` (a key's after a refund or a charge, consuming nothing) as `key`'s answer at
+    /// `now`: as it is, or denied while the key is blocked ([`blocked_until`]).
+    pub(crate) fn hold(&self, key: &Key, now: u64, standing: Decision) -> Decision {
+        match self.until(key, now) {
+            Some(until) => blocked_until(standing, now, until),
+            None => standing,
+        }
+    }
+
     /// Room for at most `max_keys` blocks (at least one).
     pub(crate) fn new(max_keys: usize) -> Self {
         let max = max_keys.max(1);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::succession::Predecessor;
-use super::blocks::Blocks;
+use super::blocks::{blocked_until, Blocks};
 use super::registry::Map;
 use super::shards::{Forget, Weight};
 use super::{MemoryAlgorithm, StateCell};
@@ -146,8 +146,7 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
 
     /// The denial of a key blocked until `until`: its standing, denied until then.
     fn blocked(&self, key: &Key, now: u64, until: u64) -> Decision {
-        let left = Duration::from_nanos(until - now);
-        self.standing(key, now).blocked_for(left)
+        blocked_until(self.standing(key, now), now, until)
     }
 
     /// Gives back what `admission` took from `key` and returns the key's standing afterwards.
@@ -163,10 +162,7 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
     /// The standing of `key`, whose state is now `after`: blocked, or by that state.
     fn standing_after(&self, key: &Key, after: &A::State, now: u64) -> Decision {
         let standing = self.algorithm.check(after, now, 0).decision;
-        match self.blocks.until(key, now) {
-            Some(until) => standing.blocked_for(Duration::from_nanos(until - now)),
-            None => standing,
-        }
+        self.blocks.hold(key, now, standing)
     }
 
     /// Charges `key` `cost` more, whatever it has left (a debt), and returns the key's
