@@ -98,8 +98,9 @@ impl PeerIp {
     /// let v4 = std::net::Ipv4Addr::new(192, 0, 2, 7);
     /// assert_eq!(PeerIp.key_for(v4.to_ipv6_mapped().into()), Key::from(v4));
     /// ```
+    #[inline]
     pub fn key_for(&self, ip: IpAddr) -> Key {
-        Key::from(group_v6(ip.to_canonical(), self.ipv6_prefix))
+        Key::from(group_v6(ip, self.ipv6_prefix))
     }
 
     /// The peer's IP, if the server recorded it.
@@ -166,10 +167,8 @@ fn peer_addr(req: RequestHead<'_>) -> Option<SocketAddr> {
 impl KeyExtractor for PeerIp {
     #[inline]
     fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
-        match Self::peer_ip(req) {
-            Some(ip) => Ok(Some(Key::from(group_v6(ip, self.ipv6_prefix)))),
-            None => Err(KeyError::missing_peer_addr()),
-        }
+        let ip = Self::peer_ip(req).ok_or_else(KeyError::missing_peer_addr)?;
+        Ok(Some(self.key_for(ip)))
     }
 
     /// The peer's address, whole.

@@ -77,7 +77,7 @@ enum Domain {
 enum Repr {
     /// The octets in memory order (`u32::from_ne_bytes`).
     V4(u32),
-    /// The octets in memory order, as two native-endian halves.
+    /// The address's 128 bits, the high half first.
     V6([u64; 2]),
     U64(u64),
     /// At most [`INLINE`] bytes; `len` carries [`INLINE_TUPLE`] for a tuple. Bytes past `len`
@@ -104,7 +104,7 @@ impl Key {
     pub fn as_ip(&self) -> Option<IpAddr> {
         match self.0 {
             Repr::V4(w) => Some(IpAddr::V4(Ipv4Addr::from(w.to_ne_bytes()))),
-            Repr::V6(words) => Some(IpAddr::V6(Ipv6Addr::from(v6_octets(words)))),
+            Repr::V6(words) => Some(IpAddr::V6(v6(words))),
             _ => None,
         }
     }
@@ -292,27 +292,15 @@ impl From<Ipv4Addr> for Key {
 impl From<Ipv6Addr> for Key {
     #[inline]
     fn from(ip: Ipv6Addr) -> Self {
-        let octets = ip.octets();
-        let (hi, lo) = octets.split_at(8);
-        Self(Repr::V6([word(hi), word(lo)]))
+        let bits = ip.to_bits();
+        Self(Repr::V6([(bits >> 64) as u64, bits as u64]))
     }
 }
 
-/// The octets of an IPv6 key's words.
+/// The address an IPv6 key's words hold.
 #[inline]
-fn v6_octets([hi, lo]: [u64; 2]) -> [u8; 16] {
-    let mut octets = [0; 16];
-    octets[..8].copy_from_slice(&hi.to_ne_bytes());
-    octets[8..].copy_from_slice(&lo.to_ne_bytes());
-    octets
-}
-
-/// Eight bytes as a native-endian word.
-#[inline]
-fn word(bytes: &[u8]) -> u64 {
-    let mut w = [0; 8];
-    w.copy_from_slice(bytes);
-    u64::from_ne_bytes(w)
+fn v6([hi, lo]: [u64; 2]) -> Ipv6Addr {
+    Ipv6Addr::from_bits(u128::from(hi) << 64 | u128::from(lo))
 }
 
 impl From<u64> for Key {
@@ -345,30 +333,16 @@ impl From<&Key> for Key {
 /// digest, never its bytes, and a tuple its encoding in hex.
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let hex = |f: &mut fmt::Formatter<'_>, bytes: &[u8]| {
-            bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
-        };
-        if let Some(ip) = self.as_ip() {
-            return write!(f, "Key({ip})");
+        let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let tuple = if self.is_tuple() { "tuple " } else { "" };
+        let bytes = self.as_bytes().unwrap_or_default();
+        match (self.as_ip(), self.as_u64(), self.as_digest()) {
+            (Some(ip), ..) => write!(f, "Key({ip})"),
+            (_, Some(n), _) => write!(f, "Key({n})"),
+            (.., Some(digest)) => write!(f, "Key({tuple}sha256:{}…)", hex(&digest[..8])),
+            _ if self.is_tuple() => write!(f, "Key(tuple {})", hex(bytes)),
+            _ => write!(f, "Key({:?})", String::from_utf8_lossy(bytes)),
         }
-        if let Some(n) = self.as_u64() {
-            return write!(f, "Key({n})");
-        }
-        f.write_str(if self.is_tuple() {
-            "Key(tuple "
-        } else {
-            "Key("
-        })?;
-        match (self.as_digest(), self.as_bytes().unwrap_or_default()) {
-            (Some(digest), _) => {
-                f.write_str("sha256:")?;
-                hex(f, &digest[..8])?;
-                f.write_str("…")?;
-            }
-            (None, bytes) if self.is_tuple() => hex(f, bytes)?,
-            (None, bytes) => write!(f, "{:?}", String::from_utf8_lossy(bytes))?,
-        }
-        f.write_str(")")
     }
 }
 
