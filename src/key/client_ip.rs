@@ -275,10 +275,10 @@ impl ClientIp {
 
 impl KeyExtractor for ClientIp {
     fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
-        let ip = self
-            .client_addr(req)
-            .ok_or_else(KeyError::missing_peer_addr)?;
-        Ok(Some(self.key_for(ip)))
+        match self.client_addr(req) {
+            Some(ip) => Ok(Some(Key::from(group_v6(ip, self.ipv6_prefix)))),
+            None => Err(KeyError::missing_peer_addr()),
+        }
     }
 
     /// The client's address, whole: [`client_addr`](ClientIp::client_addr).

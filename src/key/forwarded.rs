@@ -133,12 +133,18 @@ impl Iterator for Entries<'_> {
             }
             ForwardedHeader::Forwarded => split_last_element(line),
             ForwardedHeader::XRealIp | ForwardedHeader::Single(_) => {
-                // The one entry, after which no line is read. Two lines mean the value was
-                // added to, not set: neither can be trusted.
-                match self.lines.by_ref().count() {
-                    0 => (None, parse_node(line)),
-                    _ => (None, Entry::Opaque),
-                }
+                // Two lines mean the value was added to, not set: neither can be trusted.
+                let added = self.lines.next_back().is_some();
+                // The one entry: the lines left are never read.
+                self.lines.by_ref().for_each(drop);
+                (
+                    None,
+                    if added {
+                        Entry::Opaque
+                    } else {
+                        parse_node(line)
+                    },
+                )
             }
         };
         self.rest = rest;
@@ -317,12 +323,7 @@ fn parse_v6(text: &[u8]) -> Option<Ipv6Addr> {
         }
         None => text,
     };
-    parse(addr)
-}
-
-/// `text` read by `T`'s [`FromStr`](std::str::FromStr), if it is UTF-8.
-fn parse<T: std::str::FromStr>(text: &[u8]) -> Option<T> {
-    std::str::from_utf8(text).ok()?.parse().ok()
+    std::str::from_utf8(addr).ok()?.parse().ok()
 }
 
 /// A port number (0 to 65535, in at most 5 digits) or an RFC 7239 obfuscated port (`_` and token characters).
@@ -334,7 +335,12 @@ fn is_port(port: &[u8]) -> bool {
                     .iter()
                     .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(b))
         }
-        _ => port.len() <= 5 && port.iter().all(u8::is_ascii_digit) && parse::<u16>(port).is_some(),
+        _ => {
+            (1..=5).contains(&port.len())
+                && port.iter().all(u8::is_ascii_digit)
+                && port.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0'))
+                    <= u32::from(u16::MAX)
+        }
     }
 }
 

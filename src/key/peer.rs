@@ -167,8 +167,10 @@ fn peer_addr(req: RequestHead<'_>) -> Option<SocketAddr> {
 impl KeyExtractor for PeerIp {
     #[inline]
     fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
-        let ip = Self::peer_ip(req).ok_or_else(KeyError::missing_peer_addr)?;
-        Ok(Some(self.key_for(ip)))
+        match Self::peer_ip(req) {
+            Some(ip) => Ok(Some(Key::from(group_v6(ip, self.ipv6_prefix)))),
+            None => Err(KeyError::missing_peer_addr()),
+        }
     }
 
     /// The peer's address, whole.
