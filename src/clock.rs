@@ -95,16 +95,12 @@ pub(crate) fn saturating_nanos(d: Duration) -> u64 {
 
 /// The future returned by [`Clock::sleep`].
 #[must_use = "a sleep does nothing unless polled"]
-pub struct Sleep {
-    inner: Pin<Box<dyn Future<Output = ()> + Send>>,
-}
+pub struct Sleep(Pin<Box<dyn Future<Output = ()> + Send>>);
 
 impl Sleep {
     /// Wraps a future that completes when the time is up.
     pub fn new(sleep: impl Future<Output = ()> + Send + 'static) -> Self {
-        Self {
-            inner: Box::pin(sleep),
-        }
+        Self(Box::pin(sleep))
     }
 }
 
@@ -112,7 +108,7 @@ impl Future for Sleep {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.inner.as_mut().poll(cx)
+        self.0.as_mut().poll(cx)
     }
 }
 

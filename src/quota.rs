@@ -142,27 +142,26 @@ impl Quota {
     }
 
     fn build(limit: u64, period_ns: u64, burst: u64) -> Result<Self, ParseQuotaError> {
-        if limit == 0 {
-            return Err(ParseQuotaError::new("the limit must be at least 1"));
+        let zero = [
+            (limit, "the limit must be at least 1"),
+            (period_ns, "the period must be longer than zero"),
+            (burst, "the burst must be at least 1"),
+        ];
+        if let Some((_, why)) = zero.into_iter().find(|(n, _)| *n == 0) {
+            return Err(ParseQuotaError::new(why));
         }
-        if period_ns == 0 {
-            return Err(ParseQuotaError::new("the period must be longer than zero"));
-        }
-        if burst == 0 {
-            return Err(ParseQuotaError::new("the burst must be at least 1"));
-        }
-        let q = Self {
-            limit,
-            period_ns,
-            burst,
-            name: None,
-        };
-        if q.emission_interval_ns().checked_mul(burst).is_none() {
+        // The emission interval times the burst.
+        if period_ns.div_ceil(limit).checked_mul(burst).is_none() {
             return Err(ParseQuotaError::new(
                 "period / limit * burst must be at most u64::MAX nanoseconds (about 584 years)",
             ));
         }
-        Ok(q)
+        Ok(Self {
+            limit,
+            period_ns,
+            burst,
+            name: None,
+        })
     }
 
     /// Requests allowed per period.

@@ -7,14 +7,15 @@ use crate::store::MemoryStore;
 #[cfg(feature = "redis")]
 use crate::store::{OnFailure, RedisStore};
 
-/// Why [`StoreConfig::memory`] refuses a Redis store.
+/// Why [`StoreConfig::memory`] refuses a Redis store: it must connect first, or (without the
+/// feature `redis`) cannot be made at all.
 #[cfg(feature = "redis")]
-const CONNECT_FIRST: &str = "a Redis store must connect first, which RateLimitLayer::from_config \
+const NOT_IN_MEMORY: &str = "a Redis store must connect first, which RateLimitLayer::from_config \
      cannot do: `let store = config.store.connect().await?` once, then \
      `RateLimitLayer::from_config_in(&config, &store)` for each layer (or \
      `Limits::layers().await`)";
 #[cfg(not(feature = "redis"))]
-const NEEDS_FEATURE: &str = "the Redis store needs tollgate's feature `redis`: enable it in \
+const NOT_IN_MEMORY: &str = "the Redis store needs tollgate's feature `redis`: enable it in \
      Cargo.toml, or remove url and urls to keep limits in memory";
 
 /// Where configured limits keep their state: in memory (the default), or in Redis when `url`
@@ -138,13 +139,10 @@ impl StoreConfig {
     pub(crate) fn memory(&self) -> Result<ConfiguredStore, ConfigError> {
         if self.is_redis() {
             #[cfg(feature = "redis")]
-            let (field, reason) = ("store", CONNECT_FIRST);
+            let field = "store";
             #[cfg(not(feature = "redis"))]
-            let (field, reason) = match self.url {
-                Some(_) => ("store.url", NEEDS_FEATURE),
-                None => ("store.urls", NEEDS_FEATURE),
-            };
-            return Err(ConfigError::missing(field, reason));
+            let field = self.url.as_ref().map_or("store.urls", |_| "store.url");
+            return Err(ConfigError::missing(field, NOT_IN_MEMORY));
         }
         // The fields only the Redis store reads.
         let redis_only = [
@@ -256,14 +254,14 @@ impl StoreConfig {
     }
 }
 
-/// `url` with the password of its user info hidden, for errors and logs.
+/// `url` with the password of its user info hidden, for errors and logs: everything between
+/// the user's `:` and the last `@`, whatever it holds (a password may hold `/` or `@`).
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
 fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    match rest.rfind('@') {
         Some(at) => {
             let user = rest[..at].split(':').next().unwrap_or_default();
             format!("{scheme}://{user}:***@{}", &rest[at + 1..])
@@ -288,5 +286,17 @@ mod tests {
         );
         assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
         assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn a_password_holding_a_slash_or_an_at_is_hidden_whole() {
+        assert_eq!(
+            redact("redis://app:pa/ss@cache:6379/0"),
+            "redis://app:***@cache:6379/0"
+        );
+        assert_eq!(
+            redact("redis://app:p@ss@cache:6379"),
+            "redis://app:***@cache:6379"
+        );
     }
 }

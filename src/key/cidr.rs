@@ -178,10 +178,8 @@ impl FromStr for IpNet {
 
     fn from_str(text: &str) -> Result<Self, ParseIpNetError> {
         let error = |reason| ParseIpNetError::new(text, reason);
-        let (addr, prefix) = match text.trim().split_once('/') {
-            Some((addr, prefix)) => (addr, Some(prefix)),
-            None => (text.trim(), None),
-        };
+        let mut parts = text.trim().splitn(2, '/');
+        let (addr, prefix) = (parts.next().unwrap_or_default(), parts.next());
         // A zone id names an interface, not part of the network.
         let addr = match addr.split_once('%') {
             Some((addr, zone)) if !zone.is_empty() && addr.contains(':') => addr,

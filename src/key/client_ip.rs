@@ -225,8 +225,9 @@ impl ClientIp {
     /// headers): what a live layer's [`Handle`](crate::layer::Handle) takes to peek at, reset
     /// or block that client. An IPv6 address is grouped by [`ipv6_prefix`](Self::ipv6_prefix),
     /// one that carries an IPv4 address read as IPv4.
+    #[inline]
     pub fn key_for(&self, ip: IpAddr) -> Key {
-        Key::from(group_v6(ip.to_canonical(), self.ipv6_prefix))
+        Key::from(group_v6(ip, self.ipv6_prefix))
     }
 
     /// The client's address for `req`, before the IPv6 prefix is applied; `None` when the

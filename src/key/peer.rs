@@ -98,8 +98,9 @@ impl PeerIp {
     /// let v4 = std::net::Ipv4Addr::new(192, 0, 2, 7);
     /// assert_eq!(PeerIp.key_for(v4.to_ipv6_mapped().into()), Key::from(v4));
     /// ```
+    #[inline]
     pub fn key_for(&self, ip: IpAddr) -> Key {
-        Key::from(group_v6(ip.to_canonical(), self.ipv6_prefix))
+        Key::from(group_v6(ip, self.ipv6_prefix))
     }
 
     /// The peer's IP, if the server recorded it.

@@ -345,30 +345,16 @@ impl From<&Key> for Key {
 /// digest, never its bytes, and a tuple its encoding in hex.
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let hex = |f: &mut fmt::Formatter<'_>, bytes: &[u8]| {
-            bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
-        };
-        if let Some(ip) = self.as_ip() {
-            return write!(f, "Key({ip})");
+        let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let tuple = if self.is_tuple() { "tuple " } else { "" };
+        let bytes = self.as_bytes().unwrap_or_default();
+        match (self.as_ip(), self.as_u64(), self.as_digest()) {
+            (Some(ip), ..) => write!(f, "Key({ip})"),
+            (_, Some(n), _) => write!(f, "Key({n})"),
+            (.., Some(digest)) => write!(f, "Key({tuple}sha256:{}…)", hex(&digest[..8])),
+            _ if self.is_tuple() => write!(f, "Key(tuple {})", hex(bytes)),
+            _ => write!(f, "Key({:?})", String::from_utf8_lossy(bytes)),
         }
-        if let Some(n) = self.as_u64() {
-            return write!(f, "Key({n})");
-        }
-        f.write_str(if self.is_tuple() {
-            "Key(tuple "
-        } else {
-            "Key("
-        })?;
-        match (self.as_digest(), self.as_bytes().unwrap_or_default()) {
-            (Some(digest), _) => {
-                f.write_str("sha256:")?;
-                hex(f, &digest[..8])?;
-                f.write_str("…")?;
-            }
-            (None, bytes) if self.is_tuple() => hex(f, bytes)?,
-            (None, bytes) => write!(f, "{:?}", String::from_utf8_lossy(bytes))?,
-        }
-        f.write_str(")")
     }
 }
 
