@@ -23,11 +23,16 @@ pin_project! {
         kind: Kind<B>,
         // The slots of an in-flight limit the request holds: given back when the body ends,
         // or with it when it is dropped.
-        hold: Option<Held>,
-        // The settlement of the request's cost (`settle`): made when the body ends, or when
-        // it is dropped first.
-        settlement: Option<Box<Settlement>>,
+        hold: Keep,
     }
+}
+
+/// What a body keeps until it ends or is dropped: the slots of an in-flight limit, or the
+/// settlement of a request's cost (`settle`: made then). A layer is one or the other.
+enum Keep {
+    Nothing,
+    Slots(#[allow(dead_code)] Held),
+    Settlement(#[allow(dead_code)] Box<Settlement>),
 }
 
 pin_project! {
@@ -41,17 +46,21 @@ pin_project! {
 impl<B> ResponseBody<B> {
     /// The inner service's body, unchanged.
     pub fn inner(body: B) -> Self {
-        Self::held(body, None, None)
+        Self::held(body, None)
     }
 
-    /// The inner service's body, holding `hold` and `settlement` until it ends or is dropped.
-    pub(crate) fn held(body: B, hold: Option<Held>, settlement: Option<Settlement>) -> Self {
+    /// The inner service's body, holding `hold` until it ends or is dropped.
+    pub(crate) fn held(body: B, hold: Option<Held>) -> Self {
         let kind = Kind::Inner { body };
-        let settlement = settlement.map(Box::new);
-        Self {
-            kind,
-            hold,
-            settlement,
+        let hold = hold.map_or(Keep::Nothing, Keep::Slots);
+        Self { kind, hold }
+    }
+
+    /// The same body, settling `settlement` when it ends or is dropped. A layer that settles
+    /// holds no slots: a body that does (or the layer's own answer) settles at once.
+    pub(crate) fn settles(&mut self, settlement: Settlement) {
+        if let (Kind::Inner { .. }, Keep::Nothing) = (&self.kind, &self.hold) {
+            self.hold = Keep::Settlement(Box::new(settlement));
         }
     }
 
@@ -65,8 +74,7 @@ impl<B> ResponseBody<B> {
         let kind = Kind::Answer { answer };
         Self {
             kind,
-            hold: None,
-            settlement: None,
+            hold: Keep::Nothing,
         }
     }
 }
@@ -93,13 +101,12 @@ where
                 let over = match &frame {
                     Poll::Ready(None | Some(Err(_))) => true,
                     Poll::Ready(Some(Ok(_))) => {
-                        (this.hold.is_some() || this.settlement.is_some()) && body.is_end_stream()
+                        !matches!(this.hold, Keep::Nothing) && body.is_end_stream()
                     }
                     Poll::Pending => false,
                 };
                 if over {
-                    *this.hold = None;
-                    *this.settlement = None;
+                    *this.hold = Keep::Nothing;
                 }
                 frame.map_err(Into::into)
             }

@@ -12,7 +12,6 @@ use super::body::ResponseBody;
 use super::observe::Timer;
 use super::response::Responder;
 use super::settle::{Settlement, Usage};
-use super::shared::Shared;
 use super::upgrade::{self, Held};
 use crate::clock::Sleep;
 use crate::limiter::{DecisionFuture, Hold};
@@ -23,9 +22,8 @@ use crate::{Decision, Error, Key};
 pub(crate) struct Refund {
     pub(crate) key: Key,
     pub(crate) cost: u64,
-    /// With `settle`, what the handler reports the true cost through, and for a request
-    /// decided by the layer's own quotas, where to find those in force when it settles.
-    pub(crate) usage: Option<(Usage, Option<Arc<Shared>>)>,
+    /// With `settle`, what the handler reports the true cost through.
+    pub(crate) usage: Option<Usage>,
 }
 
 /// A request on its way through the layer, and what its decision is acted on with.
@@ -287,32 +285,14 @@ where
                     });
                 }
                 StateProj::Inner { future } => {
-                    let mut response = ready!(future.poll(cx))?;
-                    let mut settlement = None;
-                    if let Some((refund, admission)) =
-                        this.refund.take().zip(this.decision.as_ref())
-                    {
-                        let counts;
-                        (counts, response) = this.responder.counts(response);
-                        let limiter = this.responder.limiter();
-                        if !counts && refund.cost > 0 {
-                            let refund = limiter.refund(refund.key, admission, refund.cost);
-                            let response = Some(response);
-                            this.state.set(State::Refunding { refund, response });
-                            continue;
-                        }
-                        // A response that counts settles its cost when its body ends.
-                        let usage = refund.usage.filter(|_| counts);
-                        settlement = usage.map(|(usage, now)| Settlement {
-                            limiter: limiter.clone(),
-                            now,
-                            key: refund.key,
-                            admission: admission.clone(),
-                            reserved: refund.cost,
-                            usage,
-                        });
+                    let response = ready!(future.poll(cx))?;
+                    let Some(refund) = this.refund.take() else {
+                        return Poll::Ready(Ok(this.finish(response)));
+                    };
+                    match this.counted(response, refund) {
+                        Ok(response) => return Poll::Ready(Ok(response)),
+                        Err(refunding) => this.state.set(refunding),
                     }
-                    return Poll::Ready(Ok(this.finish(response, settlement)));
                 }
                 StateProj::Refunding { refund, response } => {
                     let result = ready!(refund.poll(cx));
@@ -328,7 +308,7 @@ where
                             tracing::warn!(error = %_error, "rate limit refund failed");
                         }
                     }
-                    return Poll::Ready(Ok(this.finish(response, None)));
+                    return Poll::Ready(Ok(this.finish(response)));
                 }
                 StateProj::Answered { response } => {
                     return Poll::Ready(Ok(taken(response).map(ResponseBody::answer)));
@@ -341,12 +321,7 @@ where
 impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
     /// The inner service's response with the rate limit headers added; or, when it switches
     /// protocols while no one kept the slot it holds, the layer's refusal (see `InFlightSlot`).
-    /// A settlement goes with the body, and settles when that ends.
-    fn finish(
-        &mut self,
-        mut response: Response<R>,
-        settlement: Option<Settlement>,
-    ) -> Response<ResponseBody<R>> {
+    fn finish(&mut self, mut response: Response<R>) -> Response<ResponseBody<R>> {
         let hold = match self.hold.take().map(|h| h.answered(response.status())) {
             None => None,
             Some(Ok(hold)) => hold,
@@ -362,6 +337,41 @@ impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
             self.responder
                 .add_headers(response.headers_mut(), decision, decided_at);
         }
-        response.map(|body| ResponseBody::held(body, hold, settlement))
+        response.map(|body| ResponseBody::held(body, hold))
+    }
+
+    /// The response of a request with `count_if` or `settle`: finished, with its settlement
+    /// in the body (made when that ends); or, when it does not count, the state that gives
+    /// its cost back first. Out of line: most requests have neither.
+    #[inline(never)]
+    #[allow(clippy::result_large_err)]
+    fn counted(
+        &mut self,
+        response: Response<R>,
+        refund: Refund,
+    ) -> Result<Response<ResponseBody<R>>, State<F, S, B, R>> {
+        let Some(admission) = self.decision.as_ref() else {
+            return Ok(self.finish(response));
+        };
+        let (counts, response) = self.responder.counts(response);
+        let limiter = self.responder.limiter();
+        if !counts && refund.cost > 0 {
+            let refund = limiter.refund(refund.key, admission, refund.cost);
+            let response = Some(response);
+            return Err(State::Refunding { refund, response });
+        }
+        // A response that counts settles its cost when its body ends.
+        let settlement = refund.usage.filter(|_| counts).map(|usage| Settlement {
+            limiter: limiter.clone(),
+            key: refund.key,
+            admission: admission.clone(),
+            reserved: refund.cost,
+            usage,
+        });
+        let mut response = self.finish(response);
+        if let Some(settlement) = settlement {
+            response.body_mut().settles(settlement);
+        }
+        Ok(response)
     }
 }

@@ -113,10 +113,10 @@ where
         let cost = shared.cost(&key, RequestHead::new(&req));
         // With `settle`, the handler reports the true cost through the request's `Usage`.
         let usage = responder.settles().then(|| {
-            let usage = Usage::default();
-            req.extensions_mut().insert(usage.clone());
             // A charge goes to the layer's quotas in force when it is made.
-            (usage, own.then(|| self.shared.clone()))
+            let usage = Usage::new(own.then(|| self.shared.clone()));
+            req.extensions_mut().insert(usage.clone());
+            usage
         });
         // With `count_if`, a request whose response does not count gives back what it took;
         // with `settle`, one whose response counts settles its cost when its body ends.

@@ -29,13 +29,26 @@ use crate::{Decision, Key};
 /// }
 /// # let _ = chat;
 /// ```
-#[derive(Clone, Debug, Default)]
-pub struct Usage(Arc<AtomicU64>);
+#[derive(Clone)]
+pub struct Usage(Arc<Reported>);
+
+/// What a request's handler reported (its cost plus one; 0 for nothing), and, for a request
+/// decided by the layer's own quotas, the layer's services: a charge goes to the quotas in
+/// force when it is made (they may have changed since the admission, and taken the key over).
+struct Reported {
+    cost: AtomicU64,
+    layer: Option<Arc<Shared>>,
+}
 
 impl Usage {
+    pub(crate) fn new(layer: Option<Arc<Shared>>) -> Self {
+        let cost = AtomicU64::new(0);
+        Self(Arc::new(Reported { cost, layer }))
+    }
+
     /// Reports the request's true cost: `cost` in all, replacing what was reported before.
     pub fn set(&self, cost: u64) {
-        self.0.store(cost.saturating_add(1), Ordering::Release);
+        self.0.cost.store(cost.saturating_add(1), Ordering::Release);
     }
 
     /// Adds `cost` to what was reported (from 0 when nothing was): for a body that counts as
@@ -45,12 +58,26 @@ impl Usage {
         // The closure always returns `Some`: the update cannot fail.
         let _ = self
             .0
+            .cost
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, add);
     }
 
     /// The cost reported so far; `None` when nothing was.
     pub fn get(&self) -> Option<u64> {
-        self.0.load(Ordering::Acquire).checked_sub(1)
+        self.0.cost.load(Ordering::Acquire).checked_sub(1)
+    }
+}
+
+/// A usage of its own, reported to no layer: for testing what reports through it.
+impl Default for Usage {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+impl std::fmt::Debug for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Usage").field(&self.get()).finish()
     }
 }
 
@@ -59,10 +86,6 @@ impl Usage {
 pub(crate) struct Settlement {
     /// The limiter that admitted the request: a refund goes back to it.
     pub(crate) limiter: Arc<dyn Limiter>,
-    /// For a request decided by the layer's own quotas, the layer's services: a charge goes
-    /// to the quotas in force when it is made (they may have changed since the admission,
-    /// and taken the key over).
-    pub(crate) now: Option<Arc<Shared>>,
     pub(crate) key: Key,
     pub(crate) admission: Decision,
     pub(crate) reserved: u64,
@@ -82,8 +105,8 @@ impl Drop for Settlement {
                 self.limiter.refund(key, &self.admission, back)
             }
             std::cmp::Ordering::Greater => {
-                let limiter = match &self.now {
-                    Some(shared) => shared.active.load().limiter().clone(),
+                let limiter = match &self.usage.0.layer {
+                    Some(layer) => layer.active.load().limiter().clone(),
                     None => self.limiter.clone(),
                 };
                 limiter.charge(key, actual - self.reserved)
