@@ -521,8 +521,19 @@ impl RedisStore {
 
     /// The longest one check waits for Redis (50 ms by default); after it the
     /// [failure policy](Self::on_failure) answers.
+    ///
+    /// # Panics
+    ///
+    /// When `timeout` is zero: every call would fail before Redis could answer.
     #[must_use]
+    #[track_caller]
     pub fn timeout(mut self, timeout: Duration) -> Self {
+        assert!(
+            !timeout.is_zero(),
+            "tollgate::RedisStore::timeout({timeout:?}): a zero timeout fails every call before \
+             Redis can answer; give a positive duration, such as Duration::from_millis(50) (the \
+             default)"
+        );
         self.timeout = timeout;
         self
     }
