@@ -35,6 +35,7 @@ mod redis_sentinel;
 mod redis_store;
 mod redis_vectors_buckets;
 mod redis_vectors_gcra;
+mod redis_vectors_settle;
 mod redis_vectors_windows;
 mod redis_version;
 
@@ -71,6 +72,7 @@ fn main() -> std::process::ExitCode {
             module("redis_store", redis_store::trials),
             module("redis_vectors_buckets", redis_vectors_buckets::trials),
             module("redis_vectors_gcra", redis_vectors_gcra::trials),
+            module("redis_vectors_settle", redis_vectors_settle::trials),
             module("redis_vectors_windows", redis_vectors_windows::trials),
             module("redis_version", redis_version::trials),
         ]
