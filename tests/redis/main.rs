@@ -32,6 +32,7 @@ mod redis_outage;
 mod redis_policies;
 mod redis_readiness;
 mod redis_sentinel;
+mod redis_settle;
 mod redis_store;
 mod redis_vectors_buckets;
 mod redis_vectors_gcra;
@@ -69,6 +70,7 @@ fn main() -> std::process::ExitCode {
             module("redis_policies", redis_policies::trials),
             module("redis_readiness", redis_readiness::trials),
             module("redis_sentinel", redis_sentinel::trials),
+            module("redis_settle", redis_settle::trials),
             module("redis_store", redis_store::trials),
             module("redis_vectors_buckets", redis_vectors_buckets::trials),
             module("redis_vectors_gcra", redis_vectors_gcra::trials),
