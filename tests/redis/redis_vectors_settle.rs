@@ -14,10 +14,11 @@ use proptest::prelude::*;
 use tollgate::algorithm::FixedWindow;
 use tollgate::clock::ManualClock;
 use tollgate::store::redis::RedisAlgorithm;
-use tollgate::store::RedisStore;
+use tollgate::store::{MemoryStore, RedisStore};
 use tollgate::{Quota, RateLimiter};
 
-use parity::{fresh_key, same_settled_decisions, settled_ops, store, Settled, EPOCH};
+use parity::{fresh_key, same_settled_decisions, same_settled_decisions_across, settled_ops};
+use parity::{store, Settled, EPOCH};
 use server::runtime;
 
 const S: u64 = 1_000_000_000;
@@ -102,6 +103,117 @@ fn the_algorithms_without_debts_settle_in_redis_as_in_memory() {
     settles_alike!(24, quota(), |q| RateLimiter::sliding_window(q));
     settles_alike!(24, quota(), |q| RateLimiter::sliding_log(q));
     settles_alike!(24, quota(), |q| RateLimiter::hybrid(q));
+}
+
+/// `template` (a named quota) on two servers whose clocks disagree, the second `behind` ns
+/// behind the first: in memory (one store) and in Redis, the same decisions.
+async fn across_clocks<A: RedisAlgorithm>(
+    template: RateLimiter<A>,
+    redis: &RedisStore,
+    behind: u64,
+    steps: &[Settled],
+) -> Result<(), TestCaseError> {
+    let (late, early) = (clock_at(EPOCH), clock_at(EPOCH - behind));
+    let memory = MemoryStore::new();
+    let on = |clock: &ManualClock| {
+        let limiter = template.clone().with_clock(clock.clone());
+        let on_memory = limiter.clone().with_store(memory.clone());
+        (on_memory, limiter.with_store(redis.clone()))
+    };
+    let (a, b) = (on(&late), on(&early));
+    let servers = [(&a.0, &a.1), (&b.0, &b.1)];
+    same_settled_decisions_across(&servers, &[&late, &early], &fresh_key(), steps).await
+}
+
+/// Two servers whose clocks disagree (one behind by up to 200 days, as a clock set back): a
+/// state read before its own time, a debt and an admission's receipt far ahead of the reading,
+/// an admission settled through the other server: the same decisions in Redis as in memory.
+fn settlements_on_clocks_that_disagree_decide_alike() {
+    let Some(server) = server::RedisServer::start() else {
+        return;
+    };
+    let rt = runtime();
+    let redis = rt.block_on(store(&server.url()));
+    // The late server admits, the early one (100 days behind) settles below the reservation
+    // and above it: a receipt and a debt far ahead of the early one's reading. (Step `i` goes
+    // to server `(i + advance) % 2`.)
+    let steps = [
+        check(0, 3),
+        charge(0, 1),
+        check(1, 2),
+        charge(1, 9),
+        check(1, 0),
+        charge(0, 1 << 60),
+        check(1, 1),
+    ];
+    for far in [100 * 86_400 * S, 5 * S] {
+        let q = Quota::per_second(10).named("disagree");
+        rt.block_on(across_clocks(
+            RateLimiter::gcra(q.clone()),
+            &redis,
+            far,
+            &steps,
+        ))
+        .unwrap();
+        rt.block_on(across_clocks(
+            RateLimiter::token_bucket(q),
+            &redis,
+            far,
+            &steps,
+        ))
+        .unwrap();
+    }
+    let behind = prop_oneof![0..=30 * S, 0..=200 * 86_400 * S];
+    proptest!(config(48), |(q in quota(), behind in behind, which in 0..3u8, steps in settled_ops(60, S, 30 * S, 12))| {
+        let q = q.named("disagree");
+        let (redis, steps) = (&redis, &steps[..]);
+        match which {
+            0 => rt.block_on(across_clocks(RateLimiter::gcra(q), redis, behind, steps))?,
+            1 => rt.block_on(across_clocks(RateLimiter::token_bucket(q), redis, behind, steps))?,
+            _ => rt.block_on(across_clocks(RateLimiter::leaky_bucket(q), redis, behind, steps))?,
+        }
+    });
+}
+
+/// A blocked key is charged too, and answers its block while it lasts; the debt that outlasts
+/// the block denies after it: in Redis as in memory, tiers included.
+fn a_blocked_key_is_charged_as_in_memory() {
+    let Some(server) = server::RedisServer::start() else {
+        return;
+    };
+    let rt = runtime();
+    let redis = rt.block_on(store(&server.url()));
+    rt.block_on(async {
+        let quotas = [Quota::per_second(2).with_burst(4), Quota::per_minute(30)];
+        let clock = clock_at(EPOCH);
+        let memory = RateLimiter::token_bucket(quotas).with_clock(clock.clone());
+        let shared = memory.clone().with_store(redis.clone());
+        let key = fresh_key();
+        let admission = memory.check_n(key.clone(), 2).await.unwrap();
+        assert_eq!(shared.check_n(key.clone(), 2).await.unwrap(), admission);
+        let block = Duration::from_secs(10);
+        memory.block(key.clone(), block).await.unwrap();
+        shared.block(key.clone(), block).await.unwrap();
+        let standing = memory.settle(key.clone(), &admission, 2, 60).await.unwrap();
+        assert!(standing.is_blocked() && !standing.allowed);
+        assert_eq!(
+            shared.settle(key.clone(), &admission, 2, 60).await.unwrap(),
+            standing
+        );
+        for advance in [0, 9, 1, 5, 20] {
+            clock.advance(Duration::from_secs(advance));
+            let expected = memory.check(key.clone()).await.unwrap();
+            assert_eq!(
+                shared.check(key.clone()).await.unwrap(),
+                expected,
+                "{advance}"
+            );
+            assert_eq!(
+                shared.peek(key.clone()).await.unwrap(),
+                memory.peek(key.clone()).await.unwrap()
+            );
+        }
+    });
 }
 
 fn check(advance: u64, cost: u64) -> Settled {
@@ -325,6 +437,14 @@ pub(crate) fn trials() -> Vec<server::Trial> {
         server::needs_redis(
             "debts_decide_alike_at_the_edges_of_a_double_and_of_the_clock",
             debts_decide_alike_at_the_edges_of_a_double_and_of_the_clock,
+        ),
+        server::needs_redis(
+            "settlements_on_clocks_that_disagree_decide_alike",
+            settlements_on_clocks_that_disagree_decide_alike,
+        ),
+        server::needs_redis(
+            "a_blocked_key_is_charged_as_in_memory",
+            a_blocked_key_is_charged_as_in_memory,
         ),
         server::needs_redis(
             "a_charge_reaching_a_window_script_is_refused_and_changes_nothing",

@@ -177,20 +177,9 @@ end
 -- exactly at its receipt), up to a full bucket.
 function ALG.refund(state, now, cost, p, receipt)
   local at, deficit = refill(state, WNOW)
-  if not deficit then
-    -- A debt: an admission ended its slot this far ahead only on a clock gone back since.
-    local full_at, slot_end = wadd(state.at, state.big), wparse(receipt)
-    local len = wtimes(wcost(cost), p.interval)
-    if cost == 0 or not slot_end or wlt(full_at, slot_end) or wlt(slot_end, full_at) then
-      return nil
-    end
-    local back = at
-    if len and wlt(back, wsub(slot_end, len)) then
-      back = wsub(slot_end, len)
-    end
-    return short_of(at, wsub(back, at), state.lease)
-  end
-  if deficit == 0 or cost == 0 then
+  -- A debt past 2^53 ends no admission's slot: an admission leaves the bucket at most its
+  -- bound short at its own refill, and no refill goes back in time.
+  if not deficit or deficit == 0 or cost == 0 then
     return nil
   end
   local full_at, slot_end = wadd(at, wide(deficit)), wparse(receipt)
