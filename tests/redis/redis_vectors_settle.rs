@@ -163,14 +163,17 @@ fn settlements_on_clocks_that_disagree_decide_alike() {
         ))
         .unwrap();
     }
+    // At random, GCRA and the leaky bucket, whose state is one time. (A token bucket full
+    // again keeps when it was last refilled: a clock before that reads it as not yet full,
+    // and the memory store may forget such a state, as Redis deletes it, or keep it.)
     let behind = prop_oneof![0..=30 * S, 0..=200 * 86_400 * S];
-    proptest!(config(48), |(q in quota(), behind in behind, which in 0..3u8, steps in settled_ops(60, S, 30 * S, 12))| {
+    proptest!(config(64), |(q in quota(), behind in behind, leaky: bool, steps in settled_ops(60, S, 30 * S, 12))| {
         let q = q.named("disagree");
         let (redis, steps) = (&redis, &steps[..]);
-        match which {
-            0 => rt.block_on(across_clocks(RateLimiter::gcra(q), redis, behind, steps))?,
-            1 => rt.block_on(across_clocks(RateLimiter::token_bucket(q), redis, behind, steps))?,
-            _ => rt.block_on(across_clocks(RateLimiter::leaky_bucket(q), redis, behind, steps))?,
+        if leaky {
+            rt.block_on(across_clocks(RateLimiter::leaky_bucket(q), redis, behind, steps))?;
+        } else {
+            rt.block_on(across_clocks(RateLimiter::gcra(q), redis, behind, steps))?;
         }
     });
 }

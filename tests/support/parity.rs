@@ -307,7 +307,8 @@ pub type Server<'a, A> = (
 /// [`same_settled_decisions`] across servers that share their states (the memory limiters
 /// one memory store, the Redis limiters one Redis), each on its own clock
 /// (`clocks[j]` for `servers[j]`): every clock moves by each step's advance, and step `i` goes
-/// to server `(i + advance) % n`. An admission may be settled through another server.
+/// to server `(i + advance) % n`, a refund to the last. An admission may be settled through
+/// another server.
 pub async fn same_settled_decisions_across<A>(
     servers: &[Server<'_, A>],
     clocks: &[&ManualClock],
@@ -332,6 +333,15 @@ where
                 let (on_memory, on_redis, reserved) = match admitted.len() {
                     0 => (nothing(memory), nothing(memory), step.cost),
                     n => admitted.swap_remove(pick_settled(step, n)),
+                };
+                // A refund goes through the last server. (With clocks that disagree, give it
+                // the earliest: a refund that leaves the state fresh on a later clock has Redis
+                // delete the key, while the memory store keeps a state an earlier clock reads
+                // as used. The stores keep keys apart there, whatever the scripts decide.)
+                let (memory, redis) = if actual < reserved {
+                    servers[servers.len() - 1]
+                } else {
+                    (memory, redis)
                 };
                 (
                     memory

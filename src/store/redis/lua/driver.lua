@@ -30,8 +30,8 @@
 -- a debt), blocked or not, and answers the key's standing as 'r' does; a module without
 -- ALG.charge refuses it before it reads or writes anything.
 --
--- Carrying usage over (a live layer's new quotas): modes 'C', 'R' and 'D' are 'c', 'r' and 'd' for a
--- table that took over from tables of other quotas (generations, the latest first). KEYS are
+-- Carrying usage over (a live layer's new quotas): modes 'C', 'R' and 'D' are 'c', 'r' and 'd'
+-- for a table that took over from tables of other quotas (generations, the latest first). KEYS are
 -- then the table's tiers, each generation's tiers, and the blocks; ARGV ends with each
 -- generation's parameters, each generation's age (ns since it was taken over), the table's id,
 -- HOLD (whole ms) and the counts 'n,m1,m2,...' (the table's tiers, then each generation's).
@@ -135,7 +135,8 @@ if carrying then
 end
 local mode = string.lower(MODE)
 if mode == 'd' and not ALG.charge then
-  return redis.error_reply('ERR tollgate: ' .. ALG.TAG .. ' states carry no debt: a cost settled above its reservation is not charged to them')
+  return redis.error_reply('ERR tollgate: ' .. ALG.TAG .. ' states carry no debt: a cost '
+    .. 'settled above its reservation is not charged to them')
 end
 
 -- The state stored under `key` for parameters `p`, the id of the carrying table that wrote it

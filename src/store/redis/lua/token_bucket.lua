@@ -1,13 +1,13 @@
--- The token bucket (after wide.lua and debt.lua): the state is how many ns of tokens the bucket lacked at
--- its last refill, and when that was. Parameters: the emission interval T (one token), the
--- capacity T * burst, the bound (the capacity plus the longest wait, for shaping) and the
--- largest cost that fits in the bound, floor(bound / T); all at most 2^53, so everything but
--- the absolute times is an exact double, and the times are wide.
+-- The token bucket (after wide.lua and debt.lua): the state is how many ns of tokens the bucket
+-- lacked at its last refill, and when that was. Parameters: the emission interval T (one
+-- token), the capacity T * burst, the bound (the capacity plus the longest wait, for shaping)
+-- and the largest cost that fits in the bound, floor(bound / T); all at most 2^53, so
+-- everything but the absolute times is an exact double, and the times are wide.
 --
 -- Debts (debt.lua): a charge may leave the bucket short of more than 2^53 ns of tokens. Such a
--- deficit is kept as a wide integer (`big`, for which `deficit` is nil) and written `d<deficit>`,
--- so that a plain deficit above 2^53 is still no state this store wrote; every request waits
--- until the deficit, refilled, is back within 2^53.
+-- deficit is kept as a wide integer (`big`, for which `deficit` is nil) and written
+-- `d<deficit>`, so that a plain deficit above 2^53 is still no state this store wrote; every
+-- request waits until the deficit, refilled, is back within 2^53.
 --
 -- Leases: as GCRA's (gcra.lua). A key whose slices may be out is decided with a bound smaller
 -- by the margin M = min(bound / 16, 1 s) in whole intervals; the state keeps `lease`, the end of the latest
