@@ -7,12 +7,16 @@ use crate::algorithm::{Gcra, LeakyBucket};
 /// charge past the bound) may take the TAT further: it is kept as a wide integer.
 const MAX_FIGURE: u64 = 1 << 52;
 
-/// GCRA's module, after the wide integers and the debts it keeps with them.
+/// GCRA's module, after `make_debts()`: the wide integers and the debts it keeps with them,
+/// defined by the calls that meet a debt only (see `gcra.lua`).
 const LUA: &str = concat!(
+    "local function make_debts()\n",
     include_str!("../lua/wide.lua"),
     "\n",
     include_str!("../lua/debt.lua"),
-    "\n",
+    "\nreturn { wide = wide, wadd = wadd, wsub = wsub, wlt = wlt, wnum = wnum, wnorm = wnorm, \
+     wparse = wparse, wformat = wformat, wttl = wttl, wcost = wcost, wtimes = wtimes, \
+     charged_end = charged_end, in_debt = in_debt }\nend\n",
     include_str!("../lua/gcra.lua")
 );
 

@@ -3,9 +3,11 @@
 -- passes at once), the bound (the tolerance plus the longest wait) and the capacity that
 -- `remaining` counts against, all in ns.
 --
--- Debts (debt.lua, ahead of this module with wide.lua): a TAT more than FAR ahead of the
--- script's whole second, which only a charge writes (a check writes at most the bound, 2^52 ns,
--- past the time), is kept as a wide integer too (`far`); every request waits for it.
+-- Debts (debt.lua, with wide.lua): a TAT more than FAR ahead of the script's whole second,
+-- which only a charge writes (a check writes at most the bound, 2^52 ns, past the time), is kept
+-- as a wide integer too (`far`); every request waits for it. The two modules are made by the
+-- first call that needs them (`make_debts`, ahead of this module, returns what they define):
+-- defined up front, they would cost every call some microseconds of Redis's time.
 --
 -- Leases (see the driver): a slice is counted at once and spent up to a margin M later,
 -- M = min(bound / 16, 1 s) rounded down to whole intervals (the store does not lease a bucket
@@ -35,11 +37,19 @@ end
 -- exact, and a TAT further ahead is further than any bound from any time the script decides at.
 local FAR = 4503601774854144 -- 2^52 + 2^31
 
+-- The wide integers and debts, made once per call that needs them.
+local made
+local function debts()
+  made = made or make_debts()
+  return made
+end
+
 -- The state whose TAT is `e` (wide, absolute), keeping `lease`.
 local function ending(e, lease)
-  local rel = wsub(e, { NOW_S, 0 })
-  local state = { tat = wnum(rel), lease = lease }
-  if wlt(wide(FAR), rel) then
+  local d = debts()
+  local rel = d.wsub(e, { NOW_S, 0 })
+  local state = { tat = d.wnum(rel), lease = lease }
+  if d.wlt(d.wide(FAR), rel) then
     state.far = e
   end
   return state
@@ -63,7 +73,7 @@ function ALG.decode(text, p)
   end
   if rel > FAR then
     -- A debt (exact below 2^53, where the comparison is made).
-    local e = wparse(tat)
+    local e = debts().wparse(tat)
     if not e then
       return nil
     end
@@ -73,7 +83,7 @@ function ALG.decode(text, p)
 end
 
 function ALG.encode(state, p)
-  local tat = state.far and wformat(state.far) or tformat(state.tat)
+  local tat = state.far and debts().wformat(state.far) or tformat(state.tat)
   if state.lease then
     return tat .. ':' .. tformat(state.lease)
   end
@@ -107,8 +117,12 @@ end
 -- The last time a state can hold, 2^64 - 1 ns after the origin, as seconds and ns.
 local LAST_S, LAST_NS = 18446744073, 709551615
 
--- Whether the sum of two relative times (each exact) lies past the end of the clock.
+-- Whether the sum of two relative times (each exact, their sum at most 2^53 + 2^32 ns, some
+-- 105 days) lies past the end of the clock.
 local function past_the_end(a, b)
+  if NOW_S < LAST_S - 10000000 then
+    return false
+  end
   local sa, sb = idiv(a, E9), idiv(b, E9)
   local s, n = NOW_S + sa + sb, (a - sa * E9) + (b - sb * E9)
   if n >= E9 then
@@ -120,7 +134,8 @@ end
 function ALG.check(state, now, cost, p)
   local m, lease = held(state, now, p)
   if state.far then
-    return in_debt(state.far, wnorm(NOW_S, now), cost, p, m)
+    local d = debts()
+    return d.in_debt(state.far, d.wnorm(NOW_S, now), cost, p, m)
   end
   local bound = p.bound - m
   local reset_after, remaining = standing(p, state.tat, now, m)
@@ -160,13 +175,14 @@ end
 function ALG.refund(state, now, cost, p, receipt)
   if state.far then
     -- The admission set a TAT this far ahead only on a clock that has gone back since.
-    local slot_end, len = wparse(receipt), wtimes(wcost(cost), p.interval)
-    if cost == 0 or not slot_end or wlt(slot_end, state.far) or wlt(state.far, slot_end) then
+    local d = debts()
+    local slot_end, len = d.wparse(receipt), d.wtimes(d.wcost(cost), p.interval)
+    if cost == 0 or not slot_end or d.wlt(slot_end, state.far) or d.wlt(state.far, slot_end) then
       return nil
     end
-    local back = wnorm(NOW_S, now)
-    if len and wlt(back, wsub(slot_end, len)) then
-      back = wsub(slot_end, len)
+    local back = d.wnorm(NOW_S, now)
+    if len and d.wlt(back, d.wsub(slot_end, len)) then
+      back = d.wsub(slot_end, len)
     end
     return ending(back, state.lease)
   end
@@ -188,18 +204,19 @@ function ALG.charge(state, now, cost, p)
   if cost == 0 then
     return nil
   end
-  local from = state.far or wnorm(NOW_S, math.max(state.tat, now))
-  return ending(charged_end(from, cost, p), state.lease)
+  local d = debts()
+  local from = state.far or d.wnorm(NOW_S, math.max(state.tat, now))
+  return ending(d.charged_end(from, cost, p), state.lease)
 end
 
 -- Fresh when the TAT has passed and no lease margin holds.
 function ALG.fresh_in(state, now, p)
   if state.far then
-    local ends = state.far
+    local d, ends = debts(), state.far
     if state.lease then
-      ends = wadd(ends, wide(margin(p)))
+      ends = d.wadd(ends, d.wide(margin(p)))
     end
-    return wttl(wsub(ends, wnorm(NOW_S, now)))
+    return d.wttl(d.wsub(ends, d.wnorm(NOW_S, now)))
   end
   if state.lease then
     return math.max(state.tat, state.lease) + margin(p) - now
