@@ -32,9 +32,12 @@ mod redis_outage;
 mod redis_policies;
 mod redis_readiness;
 mod redis_sentinel;
+mod redis_settle;
+mod redis_settle_layer;
 mod redis_store;
 mod redis_vectors_buckets;
 mod redis_vectors_gcra;
+mod redis_vectors_settle;
 mod redis_vectors_windows;
 mod redis_version;
 
@@ -68,9 +71,12 @@ fn main() -> std::process::ExitCode {
             module("redis_policies", redis_policies::trials),
             module("redis_readiness", redis_readiness::trials),
             module("redis_sentinel", redis_sentinel::trials),
+            module("redis_settle", redis_settle::trials),
+            module("redis_settle_layer", redis_settle_layer::trials),
             module("redis_store", redis_store::trials),
             module("redis_vectors_buckets", redis_vectors_buckets::trials),
             module("redis_vectors_gcra", redis_vectors_gcra::trials),
+            module("redis_vectors_settle", redis_vectors_settle::trials),
             module("redis_vectors_windows", redis_vectors_windows::trials),
             module("redis_version", redis_version::trials),
         ]

@@ -236,6 +236,21 @@ async fn on_failure_needs_a_redis_store() {
     let _ = layer;
 }
 
+/// A zero timeout would fail every call before Redis could answer: refused where it is set,
+/// naming the value and the fix; a positive one is accepted.
+async fn a_zero_timeout_is_refused_where_set() {
+    let Some(redis) = server::RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let message = refusal(|| store.clone().timeout(Duration::ZERO));
+    assert!(message.contains("timeout(0ns)"), "{message}");
+    assert!(message.contains("positive duration"), "{message}");
+    let limiter = RateLimiter::gcra(Quota::per_minute(5).named("short"))
+        .with_store(store.timeout(Duration::from_secs(5)));
+    assert!(limiter.check("k").await.unwrap().allowed);
+}
+
 /// A clock that does not read the system's time, on a store that decides on Redis `TIME`,
 /// would be ignored: refused where the limiter or layer is built, naming `with_caller_clock`;
 /// accepted with it, where it moves time (1 a minute: denied, then admitted 61 s later).
@@ -336,6 +351,10 @@ pub(crate) fn trials() -> Vec<server::Trial> {
         server::needs_redis_async(
             "on_failure_needs_a_redis_store",
             on_failure_needs_a_redis_store,
+        ),
+        server::needs_redis_async(
+            "a_zero_timeout_is_refused_where_set",
+            a_zero_timeout_is_refused_where_set,
         ),
         server::needs_redis_async(
             "a_clock_the_store_would_ignore_is_refused_where_built",

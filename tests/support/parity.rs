@@ -128,18 +128,7 @@ where
                 redis.check_n(key.clone(), op.cost).await,
             )
         };
-        let expected = expected.map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let got = got.map_err(|e| TestCaseError::fail(format!("step {i} {op:?}: {e}")))?;
-        prop_assert_eq!(&got, &expected, "step {} {:?} of {:?}", i, op, ops);
-        prop_assert_eq!(got.tiers(), expected.tiers(), "tiers, step {} {:?}", i, op);
-        let receipts = |d: &Decision| d.tiers().iter().map(Decision::receipt).collect::<Vec<_>>();
-        prop_assert_eq!(
-            receipts(&got),
-            receipts(&expected),
-            "receipts, step {} {:?}",
-            i,
-            op
-        );
+        let (expected, got) = same(i, op, ops, expected, got)?;
         if !op.refund && op.cost > 0 && got.allowed {
             admitted.push((expected, got));
         }
@@ -150,6 +139,36 @@ where
         }
     }
     Ok(())
+}
+
+/// The decisions memory (`expected`) and Redis (`got`) gave at step `i` (`step` of `all`),
+/// when they are the same: every field, every tier, every receipt.
+fn same<T: std::fmt::Debug>(
+    i: usize,
+    step: &T,
+    all: &[T],
+    expected: Result<Decision, tollgate::Error>,
+    got: Result<Decision, tollgate::Error>,
+) -> Result<(Decision, Decision), TestCaseError> {
+    let expected = expected.map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let got = got.map_err(|e| TestCaseError::fail(format!("step {i} {step:?}: {e}")))?;
+    prop_assert_eq!(&got, &expected, "step {} {:?} of {:?}", i, step, all);
+    prop_assert_eq!(
+        got.tiers(),
+        expected.tiers(),
+        "tiers, step {} {:?}",
+        i,
+        step
+    );
+    let receipts = |d: &Decision| d.tiers().iter().map(Decision::receipt).collect::<Vec<_>>();
+    prop_assert_eq!(
+        receipts(&got),
+        receipts(&expected),
+        "receipts, step {} {:?}",
+        i,
+        step
+    );
+    Ok((expected, got))
 }
 
 /// An admission that took nothing, in the shape of `limiter`'s decisions (one per tier).
@@ -214,4 +233,136 @@ pub fn fresh_key() -> Key {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     Key::from(format!("case-{}", NEXT.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// One step of a settled sequence: move the clock, then check `cost`; or, with `actual`,
+/// settle one of the admissions so far ([`pick_settled`]) at that true cost, against what it
+/// reserved: below it a refund of the difference, above it a charge. With no admission left,
+/// a reservation of `cost` that took nothing is settled (above it: a charge alone).
+#[derive(Debug, Clone)]
+pub struct Settled {
+    pub advance: u64,
+    pub cost: u64,
+    pub actual: Option<u64>,
+}
+
+/// Steps as [`ops`], about one in three a settlement whose true cost is up to `3 * max_cost`
+/// (often below the reservation), or a debt past what a double holds (around 2^53 ns of intervals,
+/// up to `u64::MAX`).
+pub fn settled_ops(
+    max_len: usize,
+    unit: u64,
+    max_advance: u64,
+    max_cost: u64,
+) -> impl Strategy<Value = Vec<Settled>> {
+    let advance = prop_oneof![
+        3 => Just(0u64),
+        3 => (0..=max_advance / unit.max(1)).prop_map(move |k| k * unit),
+        3 => 0..=max_advance,
+        1 => Just(unit.saturating_sub(1)),
+    ];
+    let cost = prop_oneof![6 => Just(1u64), 3 => 0..=max_cost];
+    let actual = prop_oneof![
+        6 => 0..=3 * max_cost,
+        4 => 0..=max_cost / 2,
+        1 => (1u64 << 20)..(1u64 << 54),
+        1 => prop_oneof![Just(u64::MAX), Just(u64::MAX / 2), Just(1u64 << 53)],
+    ];
+    let settle = prop_oneof![2 => Just(None), 1 => actual.prop_map(Some)];
+    let step = (advance, cost, settle).prop_map(|(advance, cost, actual)| Settled {
+        advance,
+        cost,
+        actual,
+    });
+    prop::collection::vec(step, 1..max_len)
+}
+
+/// Which of `n` admissions a settling step settles.
+pub fn pick_settled(step: &Settled, n: usize) -> usize {
+    usize::try_from(step.advance).unwrap_or(0) % n
+}
+
+/// Runs `steps` for `key` on both limiters (which share `clock`) and fails at the first
+/// decision that differs: checks, and settlements below, at and above what was reserved.
+pub async fn same_settled_decisions<A>(
+    memory: &RateLimiter<A, MemoryStore, ManualClock>,
+    redis: &RateLimiter<A, RedisStore, ManualClock>,
+    clock: &ManualClock,
+    key: &Key,
+    steps: &[Settled],
+) -> Result<(), TestCaseError>
+where
+    A: RedisAlgorithm,
+    A: MemoryAlgorithm,
+{
+    same_settled_decisions_across(&[(memory, redis)], &[clock], key, steps).await
+}
+
+/// A limiter on the memory store and the same on Redis: one server of a fleet.
+pub type Server<'a, A> = (
+    &'a RateLimiter<A, MemoryStore, ManualClock>,
+    &'a RateLimiter<A, RedisStore, ManualClock>,
+);
+
+/// [`same_settled_decisions`] across servers that share their states (the memory limiters
+/// one memory store, the Redis limiters one Redis), each on its own clock
+/// (`clocks[j]` for `servers[j]`): every clock moves by each step's advance, and step `i` goes
+/// to server `(i + advance) % n`, a refund to the last. An admission may be settled through
+/// another server.
+pub async fn same_settled_decisions_across<A>(
+    servers: &[Server<'_, A>],
+    clocks: &[&ManualClock],
+    key: &Key,
+    steps: &[Settled],
+) -> Result<(), TestCaseError>
+where
+    A: RedisAlgorithm,
+    A: MemoryAlgorithm,
+{
+    let keys = redis_keys(servers[0].1, key);
+    // Each admission as memory and Redis answered it, and its cost (what it reserved).
+    let mut admitted: Vec<(Decision, Decision, u64)> = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        for clock in clocks {
+            clock.advance(Duration::from_nanos(step.advance));
+        }
+        let at = usize::try_from(step.advance).unwrap_or(0);
+        let (memory, redis) = servers[i.wrapping_add(at) % servers.len()];
+        let (expected, got) = match step.actual {
+            Some(actual) => {
+                let (on_memory, on_redis, reserved) = match admitted.len() {
+                    0 => (nothing(memory), nothing(memory), step.cost),
+                    n => admitted.swap_remove(pick_settled(step, n)),
+                };
+                // A refund goes through the last server. (With clocks that disagree, give it
+                // the earliest: a refund that leaves the state fresh on a later clock has Redis
+                // delete the key, while the memory store keeps a state an earlier clock reads
+                // as used. The stores keep keys apart there, whatever the scripts decide.)
+                let (memory, redis) = if actual < reserved {
+                    servers[servers.len() - 1]
+                } else {
+                    (memory, redis)
+                };
+                (
+                    memory
+                        .settle(key.clone(), &on_memory, reserved, actual)
+                        .await,
+                    redis.settle(key.clone(), &on_redis, reserved, actual).await,
+                )
+            }
+            None => (
+                memory.check_n(key.clone(), step.cost).await,
+                redis.check_n(key.clone(), step.cost).await,
+            ),
+        };
+        let (expected, got) = same(i, step, steps, expected, got)?;
+        if step.actual.is_none() && step.cost > 0 && got.allowed {
+            admitted.push((expected, got, step.cost));
+        }
+        if !keep(&keys) {
+            // Redis expired a key on its own clock: the rest would compare a lost state.
+            return Ok(());
+        }
+    }
+    Ok(())
 }

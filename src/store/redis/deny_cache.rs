@@ -134,8 +134,9 @@ impl Shard {
 /// before `retry_after`, and no other server's requests can make that time come sooner (they
 /// only ever push it further out). Only a refund or a reset gives capacity back early: through
 /// this store, either forgets the key's denial here; through another server, it reaches this
-/// one when the denial here ends, within the hold. Evicting a denial early only costs a round
-/// trip: Redis answers for it again.
+/// one when the denial here ends, within the hold. A charge only pushes the time further out:
+/// through this store it forgets the denial too, so that the next check is told the debt's
+/// wait. Evicting a denial early only costs a round trip: Redis answers for it again.
 pub(crate) struct DenyCache {
     shards: Box<[Mutex<Shard>]>,
     /// Keyed: the keys are the clients'.

@@ -11,6 +11,28 @@ use super::OnFailure;
 use crate::store::{MemoryStore, MemoryTable, Store};
 use crate::{Decision, Error, Key};
 
+/// What a call that Redis failed asked for, which the failure policy answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// A request of a cost (0: a peek).
+    Check,
+    /// A refund of what an admission took.
+    Refund,
+    /// A charge of a cost whatever the key has left (a debt).
+    Charge,
+}
+
+impl Asked {
+    /// A refund when `refund`, else a check.
+    pub(crate) fn check_or_refund(refund: bool) -> Self {
+        if refund {
+            Self::Refund
+        } else {
+            Self::Check
+        }
+    }
+}
+
 /// One policy's failure policy, ready to answer: for a table, `L` is its [`Local`] table; for
 /// the slots of a limit on requests in flight, local slots.
 pub(crate) enum Fallback<L> {
@@ -126,8 +148,13 @@ impl<A: RedisAlgorithm> Fallback<Local<A>> {
         }
     }
 
-    /// The answer to a request (or, with `refund`, a refund) of `cost` for `key` at `now`
-    /// that Redis failed with `error` (made only when answered), for tiers reporting `limits`.
+    /// The answer to what was `asked` (a request, a refund or a charge) of `cost` for `key` at
+    /// `now` that Redis failed with `error` (made only when answered), for tiers reporting
+    /// `limits`.
+    ///
+    /// A charge that Redis could not record is answered with the error, the local policy
+    /// aside: it charges its own table, which decides the key's next requests while Redis is
+    /// away (the debt counts there), and answers the key's standing in it.
     #[inline]
     pub(crate) fn answer(
         &self,
@@ -136,10 +163,11 @@ impl<A: RedisAlgorithm> Fallback<Local<A>> {
         key: Key,
         now: u64,
         cost: u64,
-        refund: bool,
+        asked: Asked,
     ) -> Result<Decision, Error> {
         match self {
             Self::Closed => Err(error()),
+            Self::Open if asked == Asked::Charge => Err(error()),
             Self::Open => {
                 // Allowed, reported as if every tier were fresh.
                 let fresh = |&limit: &u64| Decision::allow(limit, limit, Duration::ZERO);
@@ -157,8 +185,11 @@ impl<A: RedisAlgorithm> Fallback<Local<A>> {
             // once it is back must not take back an admission Redis made (the request keeps
             // counting, here and there).
             Self::Local(local) => {
-                let cost = if refund { 0 } else { cost };
-                let mut decision = local.with(|table| table.decide(key, now, cost));
+                let mut decision = local.with(|table| match asked {
+                    Asked::Check => table.decide(key, now, cost),
+                    Asked::Refund => table.decide(key, now, 0),
+                    Asked::Charge => table.charge(key, now, cost),
+                });
                 decision.forget_receipts();
                 Ok(decision)
             }

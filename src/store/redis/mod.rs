@@ -160,6 +160,16 @@
 //! key and per second. No request on another server can make a denial end sooner; a reset
 //! or a refund through another server frees the client here within that second.
 //!
+//! # Costs settled after the response
+//!
+//! A charge ([`RateLimiter::settle`](crate::RateLimiter::settle) above the reservation) is
+//! one script call, as a refund: every tier is charged, blocked or not, and a key past its
+//! quota is in debt, denied on every server until the debt is paid back, its key kept in
+//! Redis until then. A debt stops at the end of the clock (`u64::MAX` ns). The windows and the
+//! hybrid carry no debt: a charge of them is answered with the key's standing, as in memory.
+//! A charge forgets the denial its server remembers and ends its server's leases of the
+//! table ([`Leases`]); while Redis fails it follows the [failure policy](OnFailure).
+//!
 //! # A layer's blocks and resets
 //!
 //! The tables of one layer ([`RateLimitLayer`](crate::RateLimitLayer), its per-key plans and
@@ -521,8 +531,19 @@ impl RedisStore {
 
     /// The longest one check waits for Redis (50 ms by default); after it the
     /// [failure policy](Self::on_failure) answers.
+    ///
+    /// # Panics
+    ///
+    /// When `timeout` is zero: every call would fail before Redis could answer.
     #[must_use]
+    #[track_caller]
     pub fn timeout(mut self, timeout: Duration) -> Self {
+        assert!(
+            !timeout.is_zero(),
+            "tollgate::RedisStore::timeout({timeout:?}): a zero timeout fails every call before \
+             Redis can answer; give a positive duration, such as Duration::from_millis(50) (the \
+             default)"
+        );
         self.timeout = timeout;
         self
     }
@@ -642,6 +663,7 @@ impl<A: RedisAlgorithm> Store<A> for RedisStore {
         table.run(key, now, cost, Some(receipts))
     }
 
+    /// One script call; see [Costs settled after the response](self#costs-settled-after-the-response).
     fn charge(table: &RedisTable<A>, key: Key, now: u64, cost: u64) -> RedisFuture {
         table.charge(key, now, cost)
     }

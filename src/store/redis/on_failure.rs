@@ -3,6 +3,12 @@
 use crate::store::MemoryStore;
 
 /// What a check does when Redis fails or does not answer within the timeout.
+///
+/// A charge (a cost settled above its reservation, [`RateLimiter::settle`](crate::RateLimiter::settle))
+/// that Redis fails is answered with the error under `Open` and `Closed`: the debt is not
+/// recorded, and the layer logs it. Under `Local` the local store is charged, so that it
+/// counts the debt in the decisions it makes while Redis is away, and its standing is the
+/// answer.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum OnFailure {

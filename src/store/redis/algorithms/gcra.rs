@@ -3,11 +3,25 @@ use super::{CAPACITY, INTERVAL, SHORTER_OR_SMALLER, WITH_DELAY};
 use crate::algorithm::{Gcra, LeakyBucket};
 
 /// GCRA's script keeps times relative to the current second in doubles: with every figure at
-/// most 2^52 ns (52 days), a TAT up to a second plus the bound ahead stays exact.
+/// most 2^52 ns (52 days), a TAT up to a second plus the bound ahead stays exact. A debt (a
+/// charge past the bound) may take the TAT further: it is kept as a wide integer.
 const MAX_FIGURE: u64 = 1 << 52;
 
+/// GCRA's module, after `make_debts()`: the wide integers and the debts it keeps with them,
+/// defined by the calls that meet a debt only (see `gcra.lua`).
+const LUA: &str = concat!(
+    "local function make_debts()\n",
+    include_str!("../lua/wide.lua"),
+    "\n",
+    include_str!("../lua/debt.lua"),
+    "\nreturn { wide = wide, wadd = wadd, wsub = wsub, wlt = wlt, wnum = wnum, wnorm = wnorm, \
+     wparse = wparse, wformat = wformat, wttl = wttl, wcost = wcost, wtimes = wtimes, \
+     charged_end = charged_end, in_debt = in_debt }\nend\n",
+    include_str!("../lua/gcra.lua")
+);
+
 impl RedisAlgorithm for Gcra {
-    const LUA: &'static str = include_str!("../lua/gcra.lua");
+    const LUA: &'static str = LUA;
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "gcra";
     const LEASING: Leasing = Leasing::Bucket;
@@ -32,7 +46,7 @@ impl RedisAlgorithm for Gcra {
 const QUEUE: Figure = ("queue length (interval x burst, in ns)", SHORTER_OR_SMALLER);
 
 impl RedisAlgorithm for LeakyBucket {
-    const LUA: &'static str = include_str!("../lua/gcra.lua");
+    const LUA: &'static str = LUA;
     const MAX_FIGURE: u64 = MAX_FIGURE;
     const NAME: &'static str = "leaky_bucket";
     const FIGURES: &'static [Figure] = &[INTERVAL, INTERVAL, QUEUE, QUEUE];

@@ -9,6 +9,8 @@ impl RedisAlgorithm for TokenBucket {
     const LUA: &'static str = concat!(
         include_str!("../lua/wide.lua"),
         "\n",
+        include_str!("../lua/debt.lua"),
+        "\n",
         include_str!("../lua/token_bucket.lua")
     );
     const NAME: &'static str = "token_bucket";

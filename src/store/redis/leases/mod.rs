@@ -111,6 +111,13 @@ mod book;
 ///   denial remembered by [`deny_cache`](super::RedisStore::deny_cache)).
 /// - A refund whose receipts are those of the key's live slice goes back into the slice, up to
 ///   what the slice has spent; otherwise to Redis, as for any request.
+/// - A charge (a cost settled above its reservation, [`RateLimiter::settle`](crate::RateLimiter::settle))
+///   ends the key's slice on the server it goes through (its unused units stay counted) and
+///   stops that server's leases of the table, as a refund does: a key in debt is denied there
+///   at once. Slices other servers took before the charge were counted in Redis before it and
+///   are spent until they end (within the margin, and `max_life`): the fleet never admits more
+///   than the quota and what was overspent, but those servers may admit the key from them
+///   meanwhile.
 /// - Peeks ask Redis, which counts the slices as spent.
 /// - A denial this server remembers ([`deny_cache`](super::RedisStore::deny_cache)) may
 ///   outlast what units another server gives back, by at most a second: it only denies longer

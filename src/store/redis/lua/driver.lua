@@ -10,6 +10,9 @@
 -- ALG.refund(state, now, cost, p, receipt)  the state after giving back what the admission
 --                               with that receipt (decimal text, as ALG.check returned it) took,
 --                               or nil when unchanged
+-- ALG.charge(state, now, cost, p)  (modules that carry a debt) the state charged `cost` more
+--                               whatever is left, or nil when unchanged (a cost of 0); a cost
+--                               of 2^53 or more is read exactly from ARGV[2]
 -- ALG.fresh_in(state, now, p)   nanoseconds until the state is fresh again (<= 0: fresh now)
 -- ALG.span(p)                   the longest a state takes to be fresh again after a request
 --                               (leases aside), in ns: how long keys are kept past that
@@ -22,10 +25,13 @@
 --
 -- KEYS: each tier's key, then the key's block (the end of the block, as an absolute time in
 -- decimal ns, with a PX TTL to it). Modes besides 'c' and 'r': 'x' deletes every key (a reset),
--- 'b' blocks the key for ARGV[2] ns (decimal) from NOW, or keeps a block that ends later.
+-- 'b' blocks the key for ARGV[2] ns (decimal) from NOW, or keeps a block that ends later, 'd'
+-- charges every tier ARGV[2] more whatever it has left (a cost settled above its reservation:
+-- a debt), blocked or not, and answers the key's standing as 'r' does; a module without
+-- ALG.charge refuses it before it reads or writes anything.
 --
--- Carrying usage over (a live layer's new quotas): modes 'C' and 'R' are 'c' and 'r' for a
--- table that took over from tables of other quotas (generations, the latest first). KEYS are
+-- Carrying usage over (a live layer's new quotas): modes 'C', 'R' and 'D' are 'c', 'r' and 'd'
+-- for a table that took over from tables of other quotas (generations, the latest first). KEYS are
 -- then the table's tiers, each generation's tiers, and the blocks; ARGV ends with each
 -- generation's parameters, each generation's age (ns since it was taken over), the table's id,
 -- HOLD (whole ms) and the counts 'n,m1,m2,...' (the table's tiers, then each generation's).
@@ -104,7 +110,7 @@ if MODE == 'b' then
 end
 
 -- A carrying table's generations and stamp.
-local carrying = MODE == 'C' or MODE == 'R'
+local carrying = MODE == 'C' or MODE == 'R' or MODE == 'D'
 local MINE, HOLD, gens = nil, 0, {}
 if carrying then
   local counts = {}
@@ -128,6 +134,10 @@ if carrying then
   end
 end
 local mode = string.lower(MODE)
+if mode == 'd' and not ALG.charge then
+  return redis.error_reply('ERR tollgate: ' .. ALG.TAG .. ' states carry no debt: a cost '
+    .. 'settled above its reservation is not charged to them')
+end
 
 -- The state stored under `key` for parameters `p`, the id of the carrying table that wrote it
 -- (nil for none) and what it had carried over into it (nil when not recorded); nil when none is
@@ -207,6 +217,10 @@ local function lifetime(state, p, can)
     return 0
   end
   local ms = idiv(fresh + 999999, 1000000)
+  if fresh > 576460752303423488 then
+    -- A debt past 2^59 ns (18 years) is not exact in ms: a ms more, never one less.
+    ms = ms + 1
+  end
   -- What a fresh key could take at once, found once per tier and call.
   if p.could == nil then
     p.could = tonumber(ALG.check(ALG.fresh(p), NOW, 0, p)[2]) or 0
@@ -293,7 +307,7 @@ end
 
 -- The tiers a check must write even when it changes nothing (carried or stamped afresh).
 local restamp = {}
-if carrying and mode == 'c' then
+if carrying and (mode == 'c' or mode == 'd') then
   -- What the key had used when the generation after the one read last began. A state a
   -- carrying table wrote records what it carried over into it: servers not yet changed may
   -- have admitted more under the earlier quotas since, which the key used too.
@@ -382,15 +396,25 @@ local function block_of(decision)
   return { 2, 0, reset, blocked_text, 0, 0 }
 end
 
-if mode == 'r' then
-  -- Each tier's receipt follows the parameters. A carrying table stamps only its own states: a
-  -- refund never makes another's its own before the check that carries over to it.
+if mode == 'r' or mode == 'd' then
+  -- A refund gives back what each tier's admission took (each tier's receipt follows the
+  -- parameters); a charge takes `cost` more from every tier, whatever it has left. Blocked or
+  -- not, and the answer is the key's standing. A carrying table stamps only its own states: a
+  -- refund never makes another's its own before the check that carries over to it; a charge
+  -- writes what it carried over, as a check's would.
   local receipts = 5 + tiers * ALG.NPARAMS
   for i = 1, tiers do
-    local refunded = ALG.refund(states[i], NOW, cost, params[i], ARGV[receipts + i - 1])
-    if refunded then
-      save(i, refunded, carrying)
-      states[i] = refunded
+    local changed
+    if mode == 'r' then
+      changed = ALG.refund(states[i], NOW, cost, params[i], ARGV[receipts + i - 1])
+    else
+      changed = ALG.charge(states[i], NOW, cost, params[i])
+    end
+    if changed then
+      save(i, changed, carrying)
+      states[i] = changed
+    elseif restamp[i] then
+      save(i, states[i], true)
     end
     local standing = (ALG.check(states[i], NOW, 0, params[i]))
     if blocked > 0 then

@@ -7,8 +7,9 @@
 -- works with wider integers), so every sum, product and comparison is exact, as in the Rust
 -- reference.
 --
--- KEYS: one key per tier, then the key's block (see the driver). ARGV: mode ('c' check, 'r' refund), cost, the caller's time as whole
--- seconds and nanoseconds ('' and '' to read the server's TIME), then each tier's parameters.
+-- KEYS: one key per tier, then the key's block (see the driver). ARGV: mode ('c' check, 'r' refund,
+-- 'd' charge, ...), cost, the caller's time as whole seconds and nanoseconds ('' and '' to read
+-- the server's TIME), then each tier's parameters.
 local NOW_S, NOW
 if ARGV[3] ~= '' then
   NOW_S = tonumber(ARGV[3])

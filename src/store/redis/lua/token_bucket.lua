@@ -1,8 +1,13 @@
--- The token bucket (after wide.lua): the state is how many ns of tokens the bucket lacked at
--- its last refill, and when that was. Parameters: the emission interval T (one token), the
--- capacity T * burst, the bound (the capacity plus the longest wait, for shaping) and the
--- largest cost that fits in the bound, floor(bound / T); all at most 2^53, so everything but
--- the absolute times is an exact double, and the times are wide.
+-- The token bucket (after wide.lua and debt.lua): the state is how many ns of tokens the bucket
+-- lacked at its last refill, and when that was. Parameters: the emission interval T (one
+-- token), the capacity T * burst, the bound (the capacity plus the longest wait, for shaping)
+-- and the largest cost that fits in the bound, floor(bound / T); all at most 2^53, so
+-- everything but the absolute times is an exact double, and the times are wide.
+--
+-- Debts (debt.lua): a charge may leave the bucket short of more than 2^53 ns of tokens. Such a
+-- deficit is kept as a wide integer (`big`, for which `deficit` is nil) and written
+-- `d<deficit>`, so that a plain deficit above 2^53 is still no state this store wrote; every
+-- request waits until the deficit, refilled, is back within 2^53.
 --
 -- Leases: as GCRA's (gcra.lua). A key whose slices may be out is decided with a bound smaller
 -- by the margin M = min(bound / 16, 1 s) in whole intervals; the state keeps `lease`, the end of the latest
@@ -26,15 +31,20 @@ end
 
 -- '<refilled at, absolute ns>:<deficit ns>', and ':<end of the latest slice's life, absolute
 -- ns>' while slices may be out; a deficit above 2^53 is no state this store wrote (every
--- bound is at most 2^53).
+-- bound is at most 2^53) unless it is a debt, written 'd<deficit>' (full again by the end of
+-- the clock).
 function ALG.decode(text, p)
-  local at, deficit, lease = string.match(text, '^(%d+):(%d+):(%d+)$')
+  local at, deficit, lease = string.match(text, '^(%d+):(d?%d+):(%d+)$')
   if not at then
-    at, deficit = string.match(text, '^(%d+):(%d+)$')
+    at, deficit = string.match(text, '^(%d+):(d?%d+)$')
   end
+  local debt = deficit ~= nil and string.sub(deficit, 1, 1) == 'd'
   at = wparse(at)
-  deficit = wparse(deficit)
-  if not at or not deficit or not wsmall(deficit) then
+  deficit = wparse(debt and string.sub(deficit, 2) or deficit)
+  if not at or not deficit or wsmall(deficit) == debt then
+    return nil
+  end
+  if debt and wlt(U64MAX, wadd(at, deficit)) then
     return nil
   end
   if lease then
@@ -43,15 +53,32 @@ function ALG.decode(text, p)
       return nil
     end
   end
+  if debt then
+    return { at = at, big = deficit, lease = lease }
+  end
   return { at = at, deficit = wnum(deficit), lease = lease }
 end
 
 function ALG.encode(state, p)
-  local text = wformat(state.at) .. ':' .. string.format('%d', state.deficit)
+  local deficit = state.big and 'd' .. wformat(state.big) or string.format('%d', state.deficit)
+  local text = wformat(state.at) .. ':' .. deficit
   if state.lease then
     text = text .. ':' .. wformat(state.lease)
   end
   return text
+end
+
+-- The bucket refilled at `at` (wide) short of `short` ns (wide, >= 0), keeping `lease`.
+local function short_of(at, short, lease)
+  if wsmall(short) then
+    return { at = at, deficit = wnum(short), lease = lease }
+  end
+  return { at = at, big = short, lease = lease }
+end
+
+-- The deficit of `state` at its last refill, wide.
+local function deficit_of(state)
+  return state.big or wide(state.deficit)
 end
 
 -- The lease margin M, in ns: whole intervals.
@@ -66,7 +93,7 @@ local function lifts(state, p)
   if not state.lease then
     return nil
   end
-  return wadd(wmax(wadd(state.at, wide(state.deficit)), state.lease), wide(margin(p)))
+  return wadd(wmax(wadd(state.at, deficit_of(state)), state.lease), wide(margin(p)))
 end
 
 -- The margin that holds for `state` now (0 for none), and the lease the state keeps.
@@ -79,14 +106,16 @@ local function held(state, p)
 end
 
 -- The state read at `now`: the time to read it at (a `now` before the last refill counts as no
--- time elapsed) and the deficit then.
+-- time elapsed) and the deficit then; nil for a deficit still past 2^53 (a debt).
 local function refill(state, now)
   if wlt(now, state.at) then
     return state.at, state.deficit
   end
-  local short = wsub(wide(state.deficit), wsub(now, state.at))
+  local short = wsub(deficit_of(state), wsub(now, state.at))
   if wneg(short) then
     return now, 0
+  elseif not wsmall(short) then
+    return now, nil
   end
   return now, wnum(short)
 end
@@ -110,6 +139,10 @@ end
 decide = function(state, cost, p)
   local at, deficit = refill(state, WNOW)
   local m, lease = held(state, p)
+  if not deficit then
+    -- Measured from the refill: ALG.check measures the waits from the reading.
+    return in_debt(wadd(state.at, state.big), at, cost, p, m)
+  end
   local bound = p.bound - m
   local function refuse(retry_after)
     return deny(remaining(p, deficit, m), deficit, retry_after)
@@ -144,7 +177,9 @@ end
 -- exactly at its receipt), up to a full bucket.
 function ALG.refund(state, now, cost, p, receipt)
   local at, deficit = refill(state, WNOW)
-  if deficit == 0 or cost == 0 then
+  -- A debt past 2^53 ends no admission's slot: an admission leaves the bucket at most its
+  -- bound short at its own refill, and no refill goes back in time.
+  if not deficit or deficit == 0 or cost == 0 then
     return nil
   end
   local full_at, slot_end = wadd(at, wide(deficit)), wparse(receipt)
@@ -160,6 +195,17 @@ function ALG.span(p)
   return p.bound
 end
 
+-- The state charged `cost` tokens now, whatever it holds: GCRA's charge on the deficit refilled
+-- to now (Rust's `charge`); nil for a cost of 0.
+function ALG.charge(state, now, cost, p)
+  if cost == 0 then
+    return nil
+  end
+  local at = wmax(WNOW, state.at)
+  local full_at = wmax(wadd(state.at, deficit_of(state)), at)
+  return short_of(at, wsub(charged_end(full_at, cost, p), at), state.lease)
+end
+
 -- Full at the last refill plus the deficit, and no lease margin holding.
 function ALG.fresh_in(state, now, p)
   local ends = lifts(state, p)
@@ -169,7 +215,7 @@ function ALG.fresh_in(state, now, p)
   if state.deficit == 0 then
     return 0
   end
-  return wttl(wsub(wadd(state.at, wide(state.deficit)), WNOW))
+  return wttl(wsub(wadd(state.at, deficit_of(state)), WNOW))
 end
 
 -- The state a lease now decides with: the margin in force, for a slice living M.
@@ -178,7 +224,7 @@ function ALG.lease_begin(state, now, p)
   if state.lease then
     lease = wmax(state.lease, lease)
   end
-  return { at = state.at, deficit = state.deficit, lease = lease }
+  return { at = state.at, deficit = state.deficit, big = state.big, lease = lease }
 end
 
 -- A slice lives M: the margin its decisions were taken with.

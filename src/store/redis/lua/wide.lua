@@ -47,8 +47,9 @@ local function wnum(a)
   return a[1] * E9 + a[2]
 end
 
+-- Whether a <= 2^53 (compared without a table for the bound).
 local function wsmall(a)
-  return not wlt({ 9007199, 254740992 }, a)
+  return a[1] < 9007199 or (a[1] == 9007199 and a[2] <= 254740992)
 end
 
 -- x * y for integers 0 <= x, y <= 2^53 whose product is below 2^53 * 10^9: both split at

@@ -1,5 +1,6 @@
 //! How a [`RedisTable`] decides a request: from a lease of this server's, a denial
-//! remembered here, the failure policy while Redis is down, or one round trip.
+//! remembered here, the failure policy while Redis is down, or one round trip; and how it
+//! charges a key (a cost settled above its reservation).
 
 use std::time::{Duration, Instant};
 
@@ -8,23 +9,50 @@ use super::RedisTable;
 use crate::clock::saturating_nanos;
 use crate::store::redis::algorithms::RedisAlgorithm;
 use crate::store::redis::connection::OnDrop;
+use crate::store::redis::fallback::Asked;
 use crate::store::redis::future::RedisFuture;
 use crate::store::redis::leases::{GiveBack, LeaseBook, Plan};
 use crate::store::redis::reply;
 use crate::{Decision, Error, Key};
 
 impl<A: RedisAlgorithm> RedisTable<A> {
+    /// Charges `key` `cost` more, whatever it has left (a debt), in one script call, and
+    /// answers with its standing afterwards. An algorithm that carries no debt, or a cost of 0,
+    /// is answered with the standing alone (a peek), as in memory.
+    ///
+    /// A charge only makes the key more limited; so that no state kept here admits what Redis
+    /// now denies, it forgets the key's remembered denial (which may end before the debt's
+    /// wait) and its slice on this server, and stops the table's leases, as a refund does: its
+    /// keys are decided in Redis from then on. Slices other servers took before the charge
+    /// were counted in Redis before it (see [`Leases`](crate::store::Leases)).
+    pub(crate) fn charge(&self, key: Key, now: u64, cost: u64) -> RedisFuture {
+        let inner = &self.inner;
+        if cost == 0 || !inner.settles {
+            return self.run(key, now, 0, None);
+        }
+        self.decide_exactly();
+        if let Some(book) = &inner.leases {
+            book.forget(&key);
+        }
+        inner.denials.remove(&key);
+        if let Some(health) = inner.health.down(&key) {
+            let answer = inner.answered_down(&health, key, now, cost, Asked::Charge);
+            return RedisFuture::ready(answer);
+        }
+        let table = self.clone();
+        RedisFuture::pending(Box::pin(async move {
+            let inner = &table.inner;
+            let reply = table.round_trip(&key, now, Mode::Charge(cost)).await;
+            let result = reply.and_then(|reply| reply::decision(&reply, &inner.limits, A::TIERED));
+            // A denial remembered while the charge was on its way waits less than the debt.
+            inner.denials.remove(&key);
+            result.or_else(|error| inner.failed(error, key, now, cost, Asked::Charge))
+        }))
+    }
+
     /// Checks a request of `cost` for `key`; or, with `refund` (each tier's receipt from the
     /// admission), gives back what that admission took.
     #[inline]
-    /// Charges `key` `cost` more, whatever it has left (a debt).
-    pub(crate) fn charge(&self, key: Key, now: u64, cost: u64) -> RedisFuture {
-        let _ = (key, now, cost);
-        RedisFuture::ready(Err(crate::Error::misconfigured(
-            "the Redis store does not settle costs yet",
-        )))
-    }
-
     pub(crate) fn run(
         &self,
         key: Key,
@@ -55,13 +83,8 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         }
         // While Redis is known to be down, the failure policy answers at once.
         if let Some(health) = inner.health.down(&key) {
-            return RedisFuture::ready(inner.answered_down(
-                &health,
-                key,
-                now,
-                cost,
-                refund.is_some(),
-            ));
+            let asked = Asked::check_or_refund(refund.is_some());
+            return RedisFuture::ready(inner.answered_down(&health, key, now, cost, asked));
         }
         self.remote(key, now, cost, refund, book)
     }
@@ -99,7 +122,10 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                     }
                     Ok(decision)
                 }
-                Err(error) => inner.failed(error, key, now, cost, refund.is_some()),
+                Err(error) => {
+                    let asked = Asked::check_or_refund(refund.is_some());
+                    inner.failed(error, key, now, cost, asked)
+                }
             }
         }))
     }

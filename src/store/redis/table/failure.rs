@@ -3,6 +3,7 @@
 
 use super::Inner;
 use crate::store::redis::algorithms::RedisAlgorithm;
+use crate::store::redis::fallback::Asked;
 use crate::store::redis::health::Health;
 use crate::{Decision, Error, Key};
 
@@ -23,11 +24,11 @@ impl<A: RedisAlgorithm> Inner<A> {
         key: Key,
         now: u64,
         cost: u64,
-        refund: bool,
+        asked: Asked,
     ) -> Result<Decision, Error> {
         self.failures.note(now, || health.error());
         self.fallback
-            .answer(|| health.error(), &self.limits, key, now, cost, refund)
+            .answer(|| health.error(), &self.limits, key, now, cost, asked)
     }
 
     /// What the failure policy answers when Redis could not; counted, and logged at most
@@ -38,7 +39,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         key: Key,
         now: u64,
         cost: u64,
-        refund: bool,
+        asked: Asked,
     ) -> Result<Decision, Error> {
         // Redis out of memory records nothing: an admission here (open, or on a local budget
         // of this server's own) would go past the quota, so it is refused whatever the policy,
@@ -49,6 +50,6 @@ impl<A: RedisAlgorithm> Inner<A> {
         }
         self.failures.note(now, || &error);
         self.fallback
-            .answer(|| error, &self.limits, key, now, cost, refund)
+            .answer(|| error, &self.limits, key, now, cost, asked)
     }
 }

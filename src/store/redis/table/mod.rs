@@ -82,8 +82,11 @@ struct Inner<A: RedisAlgorithm> {
     /// their windows).
     refunding: AtomicBool,
     leases_with_refunds: bool,
-    /// Whether the table was asked to decide every request in Redis (a ban counter).
+    /// Whether the table was asked to decide every request in Redis (a ban counter, or a
+    /// charge: [`charge`](RedisTable::charge)).
     exactly: AtomicBool,
+    /// Whether the algorithm carries a debt ([`Algorithm::settles`](crate::algorithm::Algorithm::settles)).
+    settles: bool,
     /// Whether the server's version was found good (checked once per store).
     version: Arc<AtomicBool>,
     /// Whether Redis answers (on a Redis Cluster, each master), shared by the store's tables
@@ -193,6 +196,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 ),
                 leases_with_refunds: tiers.iter().all(|t| t.leases_with_refunds(A::LEASING)),
                 exactly: AtomicBool::new(old.is_some_and(|o| o.exactly.load(Ordering::Relaxed))),
+                settles: algorithm.settles(),
                 version: Arc::clone(&store.version),
                 health: store.health.clone(),
                 family,

@@ -24,6 +24,8 @@ pub(super) enum Mode<'a> {
     Check(u64),
     /// A refund of a cost, with each tier's receipt.
     Refund(u64, &'a [u64]),
+    /// A charge of a cost, whatever the key has left (a debt).
+    Charge(u64),
     /// Deletes the key's states and block.
     Reset,
     /// Blocks the key for a number of ns.
@@ -98,6 +100,8 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             Mode::Check(cost) => ('c', cost),
             Mode::Refund(cost, _) if carry.is_some() => ('R', cost),
             Mode::Refund(cost, _) => ('r', cost),
+            Mode::Charge(cost) if carry.is_some() => ('D', cost),
+            Mode::Charge(cost) => ('d', cost),
             Mode::Reset => ('x', 0),
             Mode::Block(nanos) => ('b', nanos),
             Mode::Lease { cost, .. } => ('l', cost),

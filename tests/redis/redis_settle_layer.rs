@@ -1,0 +1,204 @@
+//! A settling layer (`.settle()`) on a fleet: servers (each its own `RedisStore`) on one real
+//! `redis-server`, one `ManualClock`, the same scenarios run on a `MemoryStore` for the figures
+//! to agree with.
+//!
+//! - A cost reported above the reservation through one server puts the key in debt on the
+//!   other, with the same `Retry-After`.
+//! - A charge made after the layer's quotas changed goes to the quotas in force, as in memory.
+
+use crate::support::redis as server;
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use tollgate::clock::ManualClock;
+use tollgate::key::{Header, RequestHead};
+use tollgate::layer::{Handle, ResponseBody};
+use tollgate::store::{MemoryStore, RedisStore};
+use tollgate::{Key, Quota, RateLimitLayer, Usage};
+use tower::{Layer, ServiceExt};
+
+use server::{needs_redis_async, RedisServer};
+
+type Svc =
+    tower::util::BoxCloneService<Request<String>, Response<ResponseBody<String>>, Infallible>;
+
+/// A fresh prefix for one test's servers.
+fn prefix() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("settle{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A server's store on `url` under `prefix`: its own connection, on the caller's clock.
+async fn redis_store(url: &str, prefix: &str) -> RedisStore {
+    server::closed_on_caller_clock(url)
+        .await
+        .deny_cache(0)
+        .timeout(Duration::from_secs(5))
+        .prefix(prefix)
+}
+
+/// A handler that reports `x-set` tokens, if the request says.
+fn handler() -> impl tower::Service<
+    Request<String>,
+    Response = Response<String>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone {
+    tower::service_fn(|req: Request<String>| {
+        let set = req
+            .headers()
+            .get("x-set")
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if let (Some(set), Some(usage)) = (set, req.extensions().get::<Usage>()) {
+            usage.set(set);
+        }
+        async { Ok::<_, Infallible>(Response::new(String::new())) }
+    })
+}
+
+/// 60 tokens a minute, settled, per `x-key`, reserving `x-estimate`, on `store` and `clock`.
+fn layer<St: tollgate::layer::LayerStore>(store: St, clock: &ManualClock) -> RateLimitLayer {
+    RateLimitLayer::gcra(Quota::per_minute(60).named("tokens"))
+        .store(store)
+        .clock(clock.clone())
+        .key(Header::new("x-key"))
+        .cost(|_: &Key, head: RequestHead<'_>| {
+            head.headers()
+                .get("x-estimate")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(1)
+        })
+        .settle()
+}
+
+fn serve(layer: RateLimitLayer) -> (Handle, Svc) {
+    let handle = layer.handle();
+    (handle, Svc::new(layer.layer(handler())))
+}
+
+/// Sends a request reserving `estimate` and reporting `set` (if any), reads its body to the
+/// end (where it settles); its status and `Retry-After`.
+async fn send(svc: &Svc, estimate: u64, set: Option<u64>) -> (StatusCode, Option<String>) {
+    let mut req = Request::builder()
+        .header("x-key", "k")
+        .header("x-estimate", estimate.to_string());
+    if let Some(set) = set {
+        req = req.header("x-set", set.to_string());
+    }
+    let response = svc
+        .clone()
+        .oneshot(req.body(String::new()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    body.collect().await.unwrap();
+    let retry = parts
+        .headers
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (parts.status, retry)
+}
+
+/// Waits (at most 2 s) for the settlement a server's body spawned on the runtime to reach
+/// Redis: until `handle` peeks `key` denied.
+async fn settled_in_debt(handle: &Handle) -> tollgate::Decision {
+    for _ in 0..200 {
+        let standing = handle.peek("k").await.unwrap();
+        if !standing.allowed {
+            return standing;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the charge never reached Redis");
+}
+
+/// A cost above the reservation reported through A is a debt on B, with the same wait.
+async fn a_debt_settled_through_one_server_holds_on_the_other() {
+    let redis = RedisServer::start().expect("redis-server");
+    let (clock, prefix) = (ManualClock::new(), prefix());
+    let (a, on_a) = serve(layer(redis_store(&redis.url(), &prefix).await, &clock));
+    let (b, on_b) = serve(layer(redis_store(&redis.url(), &prefix).await, &clock));
+    assert_eq!(send(&on_a, 10, Some(100)).await.0, StatusCode::OK);
+    let on_a_standing = settled_in_debt(&a).await;
+    assert_eq!(on_a_standing.retry_after, Some(Duration::from_secs(40)));
+    assert_eq!(b.peek("k").await.unwrap(), on_a_standing);
+    let (status, retry) = send(&on_b, 1, None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        retry.as_deref(),
+        Some("41"),
+        "40 s of debt and 1 s for the token"
+    );
+    clock.advance(Duration::from_secs(41));
+    assert_eq!(send(&on_b, 1, None).await.0, StatusCode::OK);
+}
+
+/// The same steps on a memory store and on Redis: a request in flight while the layer's
+/// quotas change is charged on the quotas in force (on Redis, by the table that carries usage
+/// over), then goes into debt there. Each figure is the same on both stores.
+async fn a_charge_after_new_quotas_is_the_same_on_redis_as_in_memory() {
+    let redis = RedisServer::start().expect("redis-server");
+    let prefix = prefix();
+    let mut seen = Vec::new();
+    for on_redis in [false, true] {
+        let clock = ManualClock::new();
+        let layer = if on_redis {
+            layer(redis_store(&redis.url(), &prefix).await, &clock)
+        } else {
+            layer(MemoryStore::new(), &clock)
+        };
+        let (handle, svc) = serve(layer);
+        let mut figures = Vec::new();
+        // Reserved under 60 a minute, reported after the change to 120 a minute.
+        let req = Request::builder()
+            .header("x-key", "k")
+            .header("x-estimate", "10")
+            .header("x-set", "100")
+            .body(String::new())
+            .unwrap();
+        let in_flight = svc.clone().oneshot(req).await.unwrap();
+        handle
+            .set_quotas(Quota::per_minute(120).named("tokens"))
+            .unwrap();
+        figures.push(handle.peek("k").await.unwrap().remaining);
+        in_flight.into_body().collect().await.unwrap();
+        // On Redis the settlement runs on the runtime: until it lands, the reservation shows.
+        let mut remaining = handle.peek("k").await.unwrap().remaining;
+        for _ in 0..200 {
+            if remaining != figures[0] {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            remaining = handle.peek("k").await.unwrap().remaining;
+        }
+        figures.push(remaining);
+        // Into debt under 120 a minute, then back to 60 a minute: the debt stays.
+        send(&svc, 1, Some(100)).await;
+        let standing = settled_in_debt(&handle).await;
+        figures.push(standing.retry_after.unwrap().as_millis() as u64);
+        seen.push(figures);
+    }
+    assert_eq!(seen[0], seen[1], "memory, then Redis");
+    assert_eq!(
+        seen[0],
+        [110, 20, 40_000],
+        "100 used of 120 once settled, then 80 of debt"
+    );
+}
+
+pub(crate) fn trials() -> Vec<server::Trial> {
+    vec![
+        needs_redis_async(
+            "a_debt_settled_through_one_server_holds_on_the_other",
+            a_debt_settled_through_one_server_holds_on_the_other,
+        ),
+        needs_redis_async(
+            "a_charge_after_new_quotas_is_the_same_on_redis_as_in_memory",
+            a_charge_after_new_quotas_is_the_same_on_redis_as_in_memory,
+        ),
+    ]
+}
