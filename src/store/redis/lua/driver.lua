@@ -386,14 +386,25 @@ do
   end
 end
 
--- A tier's standing as the denial of a blocked key (allowed 2 marks a block): nothing left,
--- fresh no sooner than the block ends, which is when it may retry.
-local function block_of(decision)
-  local reset = blocked_text
-  if tonumber(decision[3]) > blocked then
-    reset = decision[3]
+-- The tiers' standings as the denial of a blocked key (allowed 2 marks a block): nothing
+-- left, fresh no sooner than the block ends, which is when it may retry; for a key in debt (a
+-- tier's standing denied), when the debt is paid if that is later, in every tier (as the
+-- memory store answers: told to retry when the block ends, it would be denied again).
+local function answer_blocked(standings)
+  local left, left_text = blocked, blocked_text
+  for i = 1, tiers do
+    local retry = tonumber(standings[i][4])
+    if standings[i][1] == 0 and retry and retry > left then
+      left, left_text = retry, standings[i][4]
+    end
   end
-  return { 2, 0, reset, blocked_text, 0, 0 }
+  for i = 1, tiers do
+    local reset = left_text
+    if tonumber(standings[i][3]) > left then
+      reset = standings[i][3]
+    end
+    answer({ 2, 0, reset, left_text, 0, 0 })
+  end
 end
 
 if mode == 'r' or mode == 'd' then
@@ -403,6 +414,7 @@ if mode == 'r' or mode == 'd' then
   -- refund never makes another's its own before the check that carries over to it; a charge
   -- writes what it carried over, as a check's would.
   local receipts = 5 + tiers * ALG.NPARAMS
+  local standings = {}
   for i = 1, tiers do
     local changed
     if mode == 'r' then
@@ -416,20 +428,24 @@ if mode == 'r' or mode == 'd' then
     elseif restamp[i] then
       save(i, states[i], true)
     end
-    local standing = (ALG.check(states[i], NOW, 0, params[i]))
-    if blocked > 0 then
-      standing = block_of(standing)
+    standings[i] = (ALG.check(states[i], NOW, 0, params[i]))
+    if blocked == 0 then
+      answer(standings[i])
     end
-    answer(standing)
+  end
+  if blocked > 0 then
+    answer_blocked(standings)
   end
   return reply
 end
 
 if blocked > 0 then
   -- Denied, consuming nothing, in every tier.
+  local standings = {}
   for i = 1, tiers do
-    answer(block_of((ALG.check(states[i], NOW, 0, params[i]))))
+    standings[i] = (ALG.check(states[i], NOW, 0, params[i]))
   end
+  answer_blocked(standings)
   return reply
 end
 
