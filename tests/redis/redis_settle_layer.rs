@@ -5,6 +5,7 @@
 //! - A cost reported above the reservation through one server puts the key in debt on the
 //!   other, with the same `Retry-After`.
 //! - A charge made after the layer's quotas changed goes to the quotas in force, as in memory.
+//! - A debt outlives new quotas, smaller or larger, as in memory (GCRA, the token bucket, tiers).
 
 use crate::support::redis as server;
 
@@ -62,17 +63,13 @@ fn handler() -> impl tower::Service<
 
 /// 60 tokens a minute, settled, per `x-key`, reserving `x-estimate`, on `store` and `clock`.
 fn layer<St: tollgate::layer::LayerStore>(store: St, clock: &ManualClock) -> RateLimitLayer {
-    RateLimitLayer::gcra(Quota::per_minute(60).named("tokens"))
-        .store(store)
-        .clock(clock.clone())
-        .key(Header::new("x-key"))
-        .cost(|_: &Key, head: RequestHead<'_>| {
-            head.headers()
-                .get("x-estimate")
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(1)
-        })
-        .settle()
+    let one: Build = |q| RateLimitLayer::gcra(q[0].clone());
+    settling(
+        one,
+        vec![Quota::per_minute(60).named("tokens")],
+        store,
+        clock,
+    )
 }
 
 fn serve(layer: RateLimitLayer) -> (Handle, Svc) {
@@ -190,6 +187,108 @@ async fn a_charge_after_new_quotas_is_the_same_on_redis_as_in_memory() {
     );
 }
 
+/// Builds a settling layer of quotas on a store and a clock.
+type Build = fn(Vec<Quota>) -> RateLimitLayer;
+
+/// `build`'s layer of `quotas`, settled, per `x-key`, reserving `x-estimate`, on `store` and
+/// `clock`.
+fn settling<St: tollgate::layer::LayerStore>(
+    build: Build,
+    quotas: Vec<Quota>,
+    store: St,
+    clock: &ManualClock,
+) -> RateLimitLayer {
+    build(quotas)
+        .store(store)
+        .clock(clock.clone())
+        .key(Header::new("x-key"))
+        .cost(|_: &Key, head: RequestHead<'_>| {
+            head.headers()
+                .get("x-estimate")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(1)
+        })
+        .settle()
+}
+
+/// A peek's figures: allowed, remaining, `retry_after` in ms.
+async fn standing(handle: &Handle) -> (bool, u64, Option<u128>) {
+    let d = handle.peek("k").await.unwrap();
+    (d.allowed, d.remaining, d.retry_after.map(|r| r.as_millis()))
+}
+
+/// A key 180 tokens in debt under 120 a minute (and, tiered, 300 of 1 000 an hour), then moved
+/// to 60 a minute (500 an hour), 10 s later to 180 a minute (2 000 an hour), and checked as
+/// its debt is paid back: every figure the same on a memory store and on Redis.
+async fn a_debt_outlives_new_quotas_on_redis_as_in_memory() {
+    let redis = RedisServer::start().expect("redis-server");
+    let one = |q: Vec<Quota>| RateLimitLayer::gcra(q[0].clone());
+    let bucket = |q: Vec<Quota>| RateLimitLayer::token_bucket(q[0].clone());
+    let tiers = |q: Vec<Quota>| RateLimitLayer::gcra(q);
+    let cases: [(&str, Build, bool); 3] = [
+        ("gcra", one, false),
+        ("token_bucket", bucket, false),
+        ("gcra tiers", tiers, true),
+    ];
+    for (name, build, tiered) in cases {
+        let quotas = |minute: u64, hour: u64| {
+            let mut q = vec![Quota::per_minute(minute).named("m")];
+            if tiered {
+                q.push(Quota::per_hour(hour).named("h"));
+            }
+            q
+        };
+        let mut seen = Vec::new();
+        for on_redis in [false, true] {
+            let clock = ManualClock::new();
+            let layer = if on_redis {
+                let store = redis_store(&redis.url(), &prefix()).await;
+                settling(build, quotas(120, 1000), store, &clock)
+            } else {
+                settling(build, quotas(120, 1000), MemoryStore::new(), &clock)
+            };
+            let (handle, svc) = serve(layer);
+            let set = |q: Vec<Quota>| {
+                if tiered {
+                    handle.set_quotas(q)
+                } else {
+                    handle.set_quotas(q[0].clone())
+                }
+                .unwrap();
+            };
+            let mut figures = Vec::new();
+            assert_eq!(send(&svc, 1, Some(300)).await.0, StatusCode::OK);
+            settled_in_debt(&handle).await;
+            figures.push(standing(&handle).await);
+            set(quotas(60, 500));
+            figures.push(standing(&handle).await);
+            clock.advance(Duration::from_secs(10));
+            figures.push(standing(&handle).await);
+            let (status, retry) = send(&svc, 1, None).await;
+            set(quotas(180, 2000));
+            figures.push(standing(&handle).await);
+            let mut sent = vec![(status, retry)];
+            for step in [1, 5, 10, 20, 40] {
+                clock.advance(Duration::from_secs(step));
+                figures.push(standing(&handle).await);
+                sent.push(send(&svc, 2, None).await);
+            }
+            seen.push((figures, sent));
+        }
+        assert_eq!(seen[0], seen[1], "{name}: memory, then Redis");
+        let (figures, _) = &seen[0];
+        assert_eq!(
+            figures[1].2,
+            Some(180_000),
+            "{name}: 180 owed at 1 a second"
+        );
+        assert!(
+            !figures[3].0,
+            "{name}: still in debt under the larger quota"
+        );
+    }
+}
+
 pub(crate) fn trials() -> Vec<server::Trial> {
     vec![
         needs_redis_async(
@@ -199,6 +298,10 @@ pub(crate) fn trials() -> Vec<server::Trial> {
         needs_redis_async(
             "a_charge_after_new_quotas_is_the_same_on_redis_as_in_memory",
             a_charge_after_new_quotas_is_the_same_on_redis_as_in_memory,
+        ),
+        needs_redis_async(
+            "a_debt_outlives_new_quotas_on_redis_as_in_memory",
+            a_debt_outlives_new_quotas_on_redis_as_in_memory,
         ),
     ]
 }

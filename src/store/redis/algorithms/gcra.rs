@@ -16,7 +16,7 @@ const LUA: &str = concat!(
     include_str!("../lua/debt.lua"),
     "\nreturn { wide = wide, wadd = wadd, wsub = wsub, wlt = wlt, wnum = wnum, wnorm = wnorm, \
      wparse = wparse, wformat = wformat, wttl = wttl, wcost = wcost, wtimes = wtimes, \
-     charged_end = charged_end, in_debt = in_debt }\nend\n",
+     charged_end = charged_end, in_debt = in_debt, owed_units = owed_units }\nend\n",
     include_str!("../lua/gcra.lua")
 );
 

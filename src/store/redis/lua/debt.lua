@@ -42,3 +42,21 @@ local function in_debt(e, now, cost, p, m)
   end
   return deny(0, wreply(owed), wreply(wsub(wadd(owed, wide(increment)), wide(p.bound - m))))
 end
+
+-- What a schedule that ends `owed` ns (wide) after the time owes past the bound, in intervals
+-- rounded up (Rust's `debt`): 0 when it ends within the bound. Exact up to 2^53 intervals;
+-- beyond, a debt the driver charges again at 2^53 - 1 intervals (some 104 days at least).
+local function owed_units(owed, p)
+  local past = wsub(owed, wide(p.bound))
+  if not wlt({ 0, 0 }, past) then
+    return 0
+  elseif not wsmall(past) then
+    return math.min(math.ceil(wnum(past) / p.interval), MAX53 - 1)
+  end
+  local n = wnum(past)
+  local q = idiv(n, p.interval)
+  if n - q * p.interval > 0 then
+    q = q + 1
+  end
+  return q
+end

@@ -280,16 +280,45 @@ local function used(state, t, p)
   end))
 end
 
--- A fresh state charged `n` requests at `t`, up to what a fresh key may take at once; nil for
--- none.
-local function charged(n, t, p)
-  if n <= 0 then
-    return nil
+-- What a key in `state` owes at `t` past what it may take at once, in requests (ALG.debt): 0
+-- for a module that carries no debt.
+local function owes(state, t, p)
+  if not ALG.debt then
+    return 0
   end
   return (at(t, function()
+    return ALG.debt(state, t, p)
+  end))
+end
+
+-- What a tier that may take `room` at once is charged for `carry`, the pairs { used, owed } that
+-- the tiers of the quotas before show: the most any of them used, up to `room`, and what it
+-- owes on top.
+local function units(carry, room)
+  local n = 0
+  for _, c in ipairs(carry) do
+    n = math.max(n, math.min(c[1], room) + c[2])
+  end
+  return n
+end
+
+-- A fresh state charged `carry` (see `units`) at `t`: up to what a fresh key may take at once,
+-- and the rest as a debt (ALG.charge); nil for none.
+local function charged(carry, t, p)
+  return (at(t, function()
     local fresh = ALG.fresh(p)
-    local room = ALG.check(fresh, t, 0, p)[2]
-    local _, state = ALG.check(fresh, t, math.min(n, room), p)
+    local room = math.max(tonumber(ALG.check(fresh, t, 0, p)[2]) or 0, 0)
+    local n = units(carry, room)
+    local take = math.min(n, room)
+    local state = nil
+    if take > 0 then
+      local _, taken = ALG.check(fresh, t, take, p)
+      state = taken
+    end
+    if n > take and ALG.charge then
+      -- A debt past 2^53 requests is charged as 2^53 - 1 (see debt.lua).
+      state = ALG.charge(state or fresh, t, math.min(n - take, 9007199254740991), p) or state
+    end
     return state
   end))
 end
@@ -311,28 +340,36 @@ if carrying and (mode == 'c' or mode == 'd') then
   -- What the key had used when the generation after the one read last began. A state a
   -- carrying table wrote records what it carried over into it: servers not yet changed may
   -- have admitted more under the earlier quotas since, which the key used too.
-  local most = 0
+  -- A debt is never forgiven: each tier's state also shows what it owes past what it may take
+  -- at once, carried over on top of what it used (`carry`: the pairs { used, owed } each
+  -- generation's tiers show, for the next; `most`: the most any of them used).
+  local most, carry = 0, {}
   for g = #gens, 1, -1 do
     local gen, began = gens[g], gens[g + 1] and gens[g + 1].ended
-    local u = 0
+    local u, shown = 0, {}
     for j = 0, gen.n - 1 do
       local p = ALG.params(ARGV, gen.arg + j * ALG.NPARAMS)
       local state, problem, carried = read(KEYS[gen.key + j], p, j + 1)
       if state == false then
         return redis.error_reply(problem)
       elseif state then
-        local own = used(state, gen.ended, p)
+        local own, owed = used(state, gen.ended, p), owes(state, gen.ended, p)
         u = math.max(u, own)
+        shown[#shown + 1] = { own, owed }
         if carried and began then
-          u = math.max(u, own + math.max(most - carried, 0))
+          local since = own + math.max(most - carried, 0)
+          u = math.max(u, since)
+          shown[#shown + 1] = { since, owed }
         end
       end
-      local passed = began and charged(most, began, p)
+      local passed = began and charged(carry, began, p)
       if passed then
-        u = math.max(u, used(passed, gen.ended, p))
+        local was = used(passed, gen.ended, p)
+        u = math.max(u, was)
+        shown[#shown + 1] = { was, owes(passed, gen.ended, p) }
       end
     end
-    most = u
+    most, carry = u, shown
   end
   for i = 1, tiers do
     local p = params[i]
@@ -343,8 +380,9 @@ if carrying and (mode == 'c' or mode == 'd') then
         states[i], counted[i], restamp[i] = more(states[i], most - counted[i], p), most, true
       end
     else
-      local carried = gens[1] and charged(most, gens[1].ended, p)
-      if carried and used(carried, NOW, p) > used(states[i], NOW, p) then
+      local carried = gens[1] and charged(carry, gens[1].ended, p)
+      if carried and used(carried, NOW, p) + owes(carried, NOW, p)
+          > used(states[i], NOW, p) + owes(states[i], NOW, p) then
         -- The tier's lease margin stays: other servers' slices may still be out.
         carried.lease = states[i].lease
         states[i], stored[i] = carried, true

@@ -209,6 +209,20 @@ function ALG.charge(state, now, cost, p)
   return ending(d.charged_end(from, cost, p), state.lease)
 end
 
+-- What the key owes at `now` past the bound, in intervals rounded up (Rust's `debt`): 0 when
+-- it is not in debt.
+function ALG.debt(state, now, p)
+  if state.far then
+    local d = debts()
+    return d.owed_units(d.wsub(state.far, d.wnorm(NOW_S, now)), p)
+  end
+  if state.tat - now <= p.bound then
+    return 0
+  end
+  local d = debts()
+  return d.owed_units(d.wide(state.tat - now), p)
+end
+
 -- Fresh when the TAT has passed and no lease margin holds.
 function ALG.fresh_in(state, now, p)
   if state.far then

@@ -206,6 +206,16 @@ function ALG.charge(state, now, cost, p)
   return short_of(at, wsub(charged_end(full_at, cost, p), at), state.lease)
 end
 
+-- What the key owes now past the bound, in intervals rounded up: GCRA's debt on the deficit
+-- refilled to now (Rust's `debt`).
+function ALG.debt(state, now, p)
+  local short = deficit_of(state)
+  if wlt(state.at, WNOW) then
+    short = wsub(short, wsub(WNOW, state.at))
+  end
+  return owed_units(short, p)
+end
+
 -- Full at the last refill plus the deficit, and no lease margin holding.
 function ALG.fresh_in(state, now, p)
   local ends = lifts(state, p)
