@@ -114,7 +114,9 @@ where
         // With `settle`, the handler reports the true cost through the request's `Usage`.
         let usage = responder.settles().then(|| {
             // A charge goes to the layer's quotas in force when it is made.
-            let usage = Usage::new(own.then(|| self.shared.clone()));
+            // Inside another settling layer, what the handler reports reaches both.
+            let outer = req.extensions().get::<Usage>().cloned();
+            let usage = Usage::new(own.then(|| self.shared.clone()), outer);
             req.extensions_mut().insert(usage.clone());
             usage
         });

@@ -35,20 +35,26 @@ pub struct Usage(Arc<Reported>);
 /// What a request's handler reported (its cost plus one; 0 for nothing), and, for a request
 /// decided by the layer's own quotas, the layer's services: a charge goes to the quotas in
 /// force when it is made (they may have changed since the admission, and taken the key over).
+/// `outer` is the usage of a settling layer around this one: what is reported here is
+/// reported there too (the request's extensions hold one `Usage`, the innermost).
 struct Reported {
     cost: AtomicU64,
     layer: Option<Arc<Shared>>,
+    outer: Option<Usage>,
 }
 
 impl Usage {
-    pub(crate) fn new(layer: Option<Arc<Shared>>) -> Self {
+    pub(crate) fn new(layer: Option<Arc<Shared>>, outer: Option<Usage>) -> Self {
         let cost = AtomicU64::new(0);
-        Self(Arc::new(Reported { cost, layer }))
+        Self(Arc::new(Reported { cost, layer, outer }))
     }
 
     /// Reports the request's true cost: `cost` in all, replacing what was reported before.
     pub fn set(&self, cost: u64) {
         self.0.cost.store(cost.saturating_add(1), Ordering::Release);
+        if let Some(outer) = &self.0.outer {
+            outer.set(cost);
+        }
     }
 
     /// Adds `cost` to what was reported (from 0 when nothing was): for a body that counts as
@@ -60,6 +66,9 @@ impl Usage {
             .0
             .cost
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, add);
+        if let Some(outer) = &self.0.outer {
+            outer.add(cost);
+        }
     }
 
     /// The cost reported so far; `None` when nothing was.
@@ -71,7 +80,7 @@ impl Usage {
 /// A usage of its own, reported to no layer: for testing what reports through it.
 impl Default for Usage {
     fn default() -> Self {
-        Self::new(None)
+        Self::new(None, None)
     }
 }
 

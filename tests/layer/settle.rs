@@ -491,3 +491,27 @@ async fn a_blocked_key_in_debt_retries_when_both_are_over() {
     let (_, _, retry) = send(&svc, &[("x-estimate", "0")]).await;
     assert_eq!(retry.as_deref(), Some("90"));
 }
+
+/// Two settling layers on one route (a per-minute limit inside a per-day one): the handler
+/// sees one `Usage`, and what it reports settles on both.
+#[tokio::test]
+async fn stacked_settling_layers_both_settle_what_the_handler_reports() {
+    let clock = ManualClock::new();
+    let day = configured(
+        RateLimitLayer::gcra(Quota::per_day(1000).named("day")).settle(),
+        &clock,
+    );
+    let minute = configured(per_minute(), &clock);
+    let (day_handle, minute_handle) = (day.handle(), minute.handle());
+    let svc = tower::ServiceBuilder::new()
+        .layer(day)
+        .layer(minute)
+        .service(handler());
+    let response = svc
+        .oneshot(request(&[("x-estimate", "10"), ("x-set", "50")]))
+        .await
+        .unwrap();
+    response.into_body().collect().await.unwrap();
+    assert_eq!(minute_handle.peek("k").await.unwrap().remaining, 10);
+    assert_eq!(day_handle.peek("k").await.unwrap().remaining, 950);
+}
