@@ -2,7 +2,7 @@
 //! the [`Usage`] a handler reports a request's true cost through, and the settlement the
 //! response body carries until it ends.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::shared::Shared;
@@ -32,26 +32,33 @@ use crate::{Decision, Key};
 #[derive(Clone)]
 pub struct Usage(Arc<Reported>);
 
-/// What a request's handler reported (its cost plus one; 0 for nothing), and, for a request
+/// What a request's handler reported (its cost, once `reported`), and, for a request
 /// decided by the layer's own quotas, the layer's services: a charge goes to the quotas in
 /// force when it is made (they may have changed since the admission, and taken the key over).
 /// `outer` is the usage of a settling layer around this one: what is reported here is
 /// reported there too (the request's extensions hold one `Usage`, the innermost).
 struct Reported {
     cost: AtomicU64,
+    reported: AtomicBool,
     layer: Option<Arc<Shared>>,
     outer: Option<Usage>,
 }
 
 impl Usage {
     pub(crate) fn new(layer: Option<Arc<Shared>>, outer: Option<Usage>) -> Self {
-        let cost = AtomicU64::new(0);
-        Self(Arc::new(Reported { cost, layer, outer }))
+        let (cost, reported) = (AtomicU64::new(0), AtomicBool::new(false));
+        Self(Arc::new(Reported {
+            cost,
+            reported,
+            layer,
+            outer,
+        }))
     }
 
     /// Reports the request's true cost: `cost` in all, replacing what was reported before.
     pub fn set(&self, cost: u64) {
-        self.0.cost.store(cost.saturating_add(1), Ordering::Release);
+        self.0.cost.store(cost, Ordering::Release);
+        self.0.reported.store(true, Ordering::Release);
         if let Some(outer) = &self.0.outer {
             outer.set(cost);
         }
@@ -60,12 +67,13 @@ impl Usage {
     /// Adds `cost` to what was reported (from 0 when nothing was): for a body that counts as
     /// it streams.
     pub fn add(&self, cost: u64) {
-        let add = |reported: u64| Some(reported.max(1).saturating_add(cost));
+        let add = |reported: u64| Some(reported.saturating_add(cost));
         // The closure always returns `Some`: the update cannot fail.
         let _ = self
             .0
             .cost
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, add);
+        self.0.reported.store(true, Ordering::Release);
         if let Some(outer) = &self.0.outer {
             outer.add(cost);
         }
@@ -73,7 +81,8 @@ impl Usage {
 
     /// The cost reported so far; `None` when nothing was.
     pub fn get(&self) -> Option<u64> {
-        self.0.cost.load(Ordering::Acquire).checked_sub(1)
+        let reported = self.0.reported.load(Ordering::Acquire);
+        reported.then(|| self.0.cost.load(Ordering::Acquire))
     }
 }
 

@@ -17,6 +17,7 @@ mod layer_types;
 #[cfg(feature = "metrics")]
 mod observe;
 mod settle;
+mod settle_attacks;
 mod shaping_readiness;
 mod stacked_layers;
 mod tonic_server;

@@ -19,10 +19,10 @@ use tower::{Layer, Service, ServiceExt};
 
 /// A body of `chunks` chunks that reports `tokens` per chunk through `usage` as it streams,
 /// the way an LLM proxy counts an answer.
-struct Streamed {
-    chunks: u64,
-    tokens: u64,
-    usage: Option<Usage>,
+pub(super) struct Streamed {
+    pub(super) chunks: u64,
+    pub(super) tokens: u64,
+    pub(super) usage: Option<Usage>,
 }
 
 impl Body for Streamed {
@@ -48,7 +48,7 @@ impl Body for Streamed {
 
 /// A handler whose answer streams `x-chunks` chunks of `x-tokens` tokens each (reported as
 /// they go), or reports `x-set` tokens at once, or reports nothing.
-fn handler() -> impl Service<
+pub(super) fn handler() -> impl Service<
     Request<String>,
     Response = Response<Streamed>,
     Error = Infallible,
@@ -80,11 +80,11 @@ fn handler() -> impl Service<
     })
 }
 
-type Svc =
+pub(super) type Svc =
     tower::util::BoxCloneService<Request<String>, Response<ResponseBody<Streamed>>, Infallible>;
 
 /// `layer` per `x-key` on `clock`, reserving `x-estimate`.
-fn configured(layer: RateLimitLayer, clock: &ManualClock) -> RateLimitLayer {
+pub(super) fn configured(layer: RateLimitLayer, clock: &ManualClock) -> RateLimitLayer {
     let estimate = |_: &Key, head: RequestHead<'_>| {
         head.headers()
             .get("x-estimate")
@@ -98,15 +98,15 @@ fn configured(layer: RateLimitLayer, clock: &ManualClock) -> RateLimitLayer {
 }
 
 /// The handler behind `layer` configured on `clock`.
-fn tokens(layer: RateLimitLayer, clock: &ManualClock) -> Svc {
+pub(super) fn tokens(layer: RateLimitLayer, clock: &ManualClock) -> Svc {
     Svc::new(configured(layer, clock).layer(handler()))
 }
 
-fn per_minute() -> RateLimitLayer {
+pub(super) fn per_minute() -> RateLimitLayer {
     RateLimitLayer::gcra(Quota::per_minute(60).named("tokens")).settle()
 }
 
-fn request(headers: &[(&str, &str)]) -> Request<String> {
+pub(super) fn request(headers: &[(&str, &str)]) -> Request<String> {
     let mut req = Request::builder().uri("/v1/chat/completions");
     req = req.header("x-key", "k");
     for (name, value) in headers {
@@ -116,7 +116,10 @@ fn request(headers: &[(&str, &str)]) -> Request<String> {
 }
 
 /// Sends `headers`, reads the whole body; the status, `RateLimit` and `Retry-After`.
-async fn send(svc: &Svc, headers: &[(&str, &str)]) -> (StatusCode, String, Option<String>) {
+pub(super) async fn send(
+    svc: &Svc,
+    headers: &[(&str, &str)],
+) -> (StatusCode, String, Option<String>) {
     let response = svc.clone().oneshot(request(headers)).await.unwrap();
     let (parts, body) = response.into_parts();
     body.collect().await.unwrap();
@@ -134,7 +137,7 @@ async fn send(svc: &Svc, headers: &[(&str, &str)]) -> (StatusCode, String, Optio
 }
 
 /// The key's remaining tokens, from the headers of a request that reserves none.
-async fn remaining(svc: &Svc) -> u64 {
+pub(super) async fn remaining(svc: &Svc) -> u64 {
     let (_, rate, _) = send(svc, &[("x-estimate", "0")]).await;
     let r = rate.split(";r=").nth(1).expect("an r= parameter");
     r.split(';').next().unwrap().parse().unwrap()
@@ -355,16 +358,7 @@ async fn a_handle_peeks_a_keys_debt_and_a_reset_forgives_it() {
 #[tokio::test]
 async fn a_plans_request_settles_on_its_plan() {
     let clock = ManualClock::new();
-    let pro = Quota::per_minute(600).named("pro");
-    let plan = pro.clone();
-    let layer = per_minute().quota_for(move |key: &Key, _: RequestHead<'_>| {
-        if key.as_bytes() == Some(b"pro".as_slice()) {
-            plan.clone()
-        } else {
-            Quota::per_minute(60).named("tokens")
-        }
-    });
-    let layer = configured(layer, &clock);
+    let (pro, layer) = with_pro_plan(&clock);
     let handle = layer.handle();
     let svc = Svc::new(layer.layer(handler()));
     let req = |key: &'static str, set: &'static str| {
@@ -514,4 +508,18 @@ async fn stacked_settling_layers_both_settle_what_the_handler_reports() {
     response.into_body().collect().await.unwrap();
     assert_eq!(minute_handle.peek("k").await.unwrap().remaining, 10);
     assert_eq!(day_handle.peek("k").await.unwrap().remaining, 950);
+}
+
+/// The tokens layer on `clock` with a plan of 600 a minute for the key `pro`; the plan too.
+pub(super) fn with_pro_plan(clock: &ManualClock) -> (Quota, RateLimitLayer) {
+    let pro = Quota::per_minute(600).named("pro");
+    let plan = pro.clone();
+    let layer = per_minute().quota_for(move |key: &Key, _: RequestHead<'_>| {
+        if key.as_bytes() == Some(b"pro".as_slice()) {
+            plan.clone()
+        } else {
+            Quota::per_minute(60).named("tokens")
+        }
+    });
+    (pro, configured(layer, clock))
 }
