@@ -116,7 +116,7 @@ where
             // A charge goes to the layer's quotas in force when it is made.
             // Inside another settling layer, what the handler reports reaches both.
             let outer = req.extensions().get::<Usage>().cloned();
-            let usage = Usage::new(own.then(|| self.shared.clone()), outer);
+            let usage = Usage::new(Some(&self.shared), own, outer);
             req.extensions_mut().insert(usage.clone());
             usage
         });

@@ -36,23 +36,36 @@ pub struct Usage(Arc<Reported>);
 /// decided by the layer's own quotas, the layer's services: a charge goes to the quotas in
 /// force when it is made (they may have changed since the admission, and taken the key over).
 /// `outer` is the usage of a settling layer around this one: what is reported here is
-/// reported there too (the request's extensions hold one `Usage`, the innermost).
+/// reported there too (the request's extensions hold one `Usage`, the innermost). `resets` is
+/// the layer's and how many resets it had made before the request was admitted.
 struct Reported {
     cost: AtomicU64,
     reported: AtomicBool,
     layer: Option<Arc<Shared>>,
     outer: Option<Usage>,
+    resets: Option<(Arc<Shared>, u64)>,
 }
 
 impl Usage {
-    pub(crate) fn new(layer: Option<Arc<Shared>>, outer: Option<Usage>) -> Self {
+    /// The usage of a request of the layer `shared` (its own quotas', when `own`), made
+    /// before its check.
+    pub(crate) fn new(shared: Option<&Arc<Shared>>, own: bool, outer: Option<Usage>) -> Self {
         let (cost, reported) = (AtomicU64::new(0), AtomicBool::new(false));
         Self(Arc::new(Reported {
             cost,
             reported,
-            layer,
+            layer: shared.filter(|_| own).cloned(),
             outer,
+            resets: shared.map(|shared| (shared.clone(), shared.resets())),
         }))
+    }
+
+    /// Whether the layer's handle reset a key since the request was admitted.
+    fn reset_since(&self) -> bool {
+        self.0
+            .resets
+            .as_ref()
+            .is_some_and(|(shared, before)| shared.resets() != *before)
     }
 
     /// Reports the request's true cost: `cost` in all, replacing what was reported before.
@@ -89,7 +102,7 @@ impl Usage {
 /// A usage of its own, reported to no layer: for testing what reports through it.
 impl Default for Usage {
     fn default() -> Self {
-        Self::new(None, None)
+        Self::new(None, false, None)
     }
 }
 
@@ -118,6 +131,9 @@ impl Drop for Settlement {
         let key = self.key.clone();
         let settled = match actual.cmp(&self.reserved) {
             std::cmp::Ordering::Equal => return,
+            // After a reset the admission's receipt may match a later admission's: nothing
+            // is given back (the client loses, never gains).
+            std::cmp::Ordering::Less if self.usage.reset_since() => return,
             std::cmp::Ordering::Less => {
                 let back = self.reserved - actual;
                 self.limiter.refund(key, &self.admission, back)

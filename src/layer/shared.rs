@@ -71,6 +71,12 @@ impl Shared {
         self
     }
 
+    /// How many resets the layer's handle has made: a settlement's refund across one is
+    /// dropped (its admission may have been forgotten, and its receipt match a later one's).
+    pub(crate) fn resets(&self) -> u64 {
+        self.held.lifts()
+    }
+
     /// The cost of a request for `key` with `head`.
     #[inline]
     pub(crate) fn cost(&self, key: &Key, head: RequestHead<'_>) -> u64 {

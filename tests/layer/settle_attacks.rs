@@ -451,3 +451,53 @@ async fn a_skipped_request_carries_no_usage() {
     svc.oneshot(req).await.unwrap();
     assert_eq!(*seen.lock().unwrap(), Some(false));
 }
+
+/// A reset, then an admission at the same instant and cost as one in flight: the older
+/// request's receipt matches the fresh admission's schedule, and its refund must not give
+/// that away (a third request would pass: 120 of a 60 burst at one instant).
+async fn refund_after_reset(layer: RateLimitLayer) {
+    let clock = ManualClock::new();
+    let layer = configured(layer.settle(), &clock);
+    let handle = layer.handle();
+    let svc = Svc::new(layer.layer(handler()));
+    // Reserves 60, will report 0 when its body is read.
+    let first = svc
+        .clone()
+        .oneshot(request(&[
+            ("x-estimate", "60"),
+            ("x-chunks", "1"),
+            ("x-tokens", "0"),
+        ]))
+        .await
+        .unwrap();
+    handle.reset("k").await.unwrap();
+    let (status, _, _) = send(&svc, &[("x-estimate", "60"), ("x-set", "60")]).await;
+    assert_eq!(status, StatusCode::OK, "the fresh key's burst");
+    first.into_body().collect().await.unwrap();
+    let (status, _, _) = send(&svc, &[("x-estimate", "60"), ("x-set", "60")]).await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "60 already used at this instant: a third 60 would pass the burst"
+    );
+}
+
+#[tokio::test]
+async fn a_refund_after_a_reset_never_frees_a_later_admission_gcra() {
+    refund_after_reset(RateLimitLayer::gcra(Quota::per_minute(60).named("tokens"))).await;
+}
+
+#[tokio::test]
+async fn a_refund_after_a_reset_never_frees_a_later_admission_token_bucket() {
+    let quota = Quota::per_minute(60).named("tokens");
+    refund_after_reset(RateLimitLayer::token_bucket(quota)).await;
+}
+
+#[tokio::test]
+async fn a_refund_after_a_reset_never_frees_a_later_admission_tiers() {
+    let tiers = [
+        Quota::per_minute(60).named("tpm"),
+        Quota::per_hour(600).named("tph"),
+    ];
+    refund_after_reset(RateLimitLayer::gcra(tiers)).await;
+}

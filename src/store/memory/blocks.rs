@@ -33,6 +33,9 @@ pub(crate) struct Blocks {
     hasher: KeyHasher,
     /// Taken by every write; holds how many blocks are held (ended ones included).
     writing: Mutex<usize>,
+    /// How many times a key was lifted (reset) here: a refund of an admission made before a
+    /// reset must not give away what a later admission took.
+    lifts: AtomicU64,
 }
 
 /// `standing` (a key's, consuming nothing) as the denial of a key blocked from `now` until
@@ -69,6 +72,7 @@ impl Blocks {
             per_shard: max / count,
             hasher: KeyHasher::new(),
             writing: Mutex::new(0),
+            lifts: AtomicU64::new(0),
         }
     }
 
@@ -126,8 +130,14 @@ impl Blocks {
         self.horizon.fetch_max(until, Ordering::AcqRel);
     }
 
-    /// Lifts `key`'s block, if any.
+    /// How many times a key was lifted here ([`lift`](Self::lift)).
+    pub(crate) fn lifts(&self) -> u64 {
+        self.lifts.load(Ordering::Acquire)
+    }
+
+    /// Lifts `key`'s block, if any (a reset, for a layer's own blocks).
     pub(crate) fn lift(&self, key: &Key) {
+        self.lifts.fetch_add(1, Ordering::AcqRel);
         let mut held = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
         let hash = self.hasher.hash(key);
         let mut shard = self
