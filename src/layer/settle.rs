@@ -32,18 +32,24 @@ use crate::{Decision, Key};
 #[derive(Clone)]
 pub struct Usage(Arc<Reported>);
 
-/// What a request's handler reported (its cost, once `reported`), and, for a request
-/// decided by the layer's own quotas, the layer's services: a charge goes to the quotas in
-/// force when it is made (they may have changed since the admission, and taken the key over).
-/// `outer` is the usage of a settling layer around this one: what is reported here is
-/// reported there too (the request's extensions hold one `Usage`, the innermost). `resets` is
-/// the layer's and how many resets it had made before the request was admitted.
+/// What a request's handler reported (its cost, once `reported`). `outer` is the usage of a
+/// settling layer around this one: what is reported here is reported there too (the
+/// request's extensions hold one `Usage`, the innermost). `layer` is the layer's services and
+/// how many resets its handle had made before the request was admitted: a refund across a
+/// reset is dropped, and for a request decided by the layer's own quotas (`own`) a charge goes
+/// to the quotas in force when it is made (they may have changed since, and taken the key over).
 struct Reported {
     cost: AtomicU64,
     reported: AtomicBool,
-    layer: Option<Arc<Shared>>,
     outer: Option<Usage>,
-    resets: Option<(Arc<Shared>, u64)>,
+    layer: Option<Layer>,
+}
+
+/// The layer a usage reports to ([`Reported`]).
+struct Layer {
+    shared: Arc<Shared>,
+    own: bool,
+    resets: u64,
 }
 
 impl Usage {
@@ -51,21 +57,32 @@ impl Usage {
     /// before its check.
     pub(crate) fn new(shared: Option<&Arc<Shared>>, own: bool, outer: Option<Usage>) -> Self {
         let (cost, reported) = (AtomicU64::new(0), AtomicBool::new(false));
+        let layer = shared.map(|shared| Layer {
+            shared: shared.clone(),
+            own,
+            resets: shared.resets(),
+        });
         Self(Arc::new(Reported {
             cost,
             reported,
-            layer: shared.filter(|_| own).cloned(),
             outer,
-            resets: shared.map(|shared| (shared.clone(), shared.resets())),
+            layer,
         }))
     }
 
     /// Whether the layer's handle reset a key since the request was admitted.
     fn reset_since(&self) -> bool {
-        self.0
-            .resets
-            .as_ref()
-            .is_some_and(|(shared, before)| shared.resets() != *before)
+        let layer = self.0.layer.as_ref();
+        layer.is_some_and(|layer| layer.shared.resets() != layer.resets)
+    }
+
+    /// The limiter a charge goes to: the layer's quotas in force for a request of its own
+    /// quotas, else `admitted`, the one that admitted it.
+    fn charged(&self, admitted: &Arc<dyn Limiter>) -> Arc<dyn Limiter> {
+        match &self.0.layer {
+            Some(layer) if layer.own => layer.shared.active.load().limiter().clone(),
+            _ => admitted.clone(),
+        }
     }
 
     /// Reports the request's true cost: `cost` in all, replacing what was reported before.
@@ -139,10 +156,7 @@ impl Drop for Settlement {
                 self.limiter.refund(key, &self.admission, back)
             }
             std::cmp::Ordering::Greater => {
-                let limiter = match &self.usage.0.layer {
-                    Some(layer) => layer.active.load().limiter().clone(),
-                    None => self.limiter.clone(),
-                };
+                let limiter = self.usage.charged(&self.limiter);
                 limiter.charge(key, actual - self.reserved)
             }
         };
