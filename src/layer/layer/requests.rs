@@ -176,7 +176,8 @@ impl RateLimitLayer {
     /// # let _ = app;
     /// ```
     ///
-    /// Reserve low (the prompt's tokens, a lower bound): a cost above the reservation is
+    /// Reserve low but at least 1 (the prompt's tokens, a lower bound; 0 would let a key at its
+    /// limit start any number of requests): a cost above the reservation is
     /// charged in full, while one below it is given back only while no later request of the
     /// key was admitted ([`RateLimiter::settle`](crate::RateLimiter::settle)). Headers show
     /// the reservation, the next response the settled state. With
