@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::ban::{Bans, Judge};
-use super::object::{DecisionFuture, Limiter, Wrapper};
+use super::object::{DecisionFuture, Limiter};
 use crate::store::{Blocks, Update};
 use crate::{Decision, Error, Key};
 
@@ -68,9 +68,9 @@ impl Held {
     }
 }
 
-impl Wrapper for Held {
-    fn inner(&self) -> &Arc<dyn Limiter> {
-        &self.limiter
+impl Limiter for Held {
+    fn inner(&self) -> &dyn Limiter {
+        &*self.limiter
     }
 
     #[inline]

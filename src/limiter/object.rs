@@ -57,68 +57,112 @@ impl DecisionFuture {
     }
 }
 
-/// What a layer asks of its limiter; implemented by every [`RateLimiter`].
+/// What a layer asks of its limiter; implemented by every [`RateLimiter`], and by what wraps a
+/// limiter (the handle's blocks, the fleet's gate): a wrapper gives its [`inner`](Self::inner)
+/// limiter and overrides what it changes, every other operation being the inner limiter's. A
+/// limiter that wraps none overrides every operation.
 pub(crate) trait Limiter: Send + Sync + 'static {
+    /// The limiter wrapped; never called on one that wraps none.
+    fn inner(&self) -> &dyn Limiter;
+
     /// Decides a request of `cost` for `key` at `now`, a time read from [`now`](Self::now).
-    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture;
+    #[inline]
+    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
+        self.inner().check(key, now, cost)
+    }
 
     /// Gives back what the allowed request `admission` of `cost` took ([`RateLimiter::refund`]).
-    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture;
+    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
+        self.inner().refund(key, admission, cost)
+    }
 
     /// Charges `key` `cost` more, whatever it has left ([`RateLimiter::settle`] above the
     /// reservation).
-    fn charge(&self, key: Key, cost: u64) -> DecisionFuture;
+    fn charge(&self, key: Key, cost: u64) -> DecisionFuture {
+        self.inner().charge(key, cost)
+    }
 
     /// `key`'s standing, consuming nothing ([`RateLimiter::peek`]), for a handle on a live
     /// layer.
-    fn peek(&self, key: Key) -> DecisionFuture;
+    fn peek(&self, key: Key) -> DecisionFuture {
+        self.inner().peek(key)
+    }
 
     /// Makes `key` fresh again and lifts its block ([`RateLimiter::reset`]).
-    fn reset(&self, key: Key) -> Update;
+    fn reset(&self, key: Key) -> Update {
+        self.inner().reset(key)
+    }
 
     /// Denies `key` for `duration` from now ([`RateLimiter::block`]).
-    fn block(&self, key: Key, duration: Duration) -> Update;
+    fn block(&self, key: Key, duration: Duration) -> Update {
+        self.inner().block(key, duration)
+    }
 
     /// The limiter's clock, in nanoseconds.
-    fn now(&self) -> u64;
+    #[inline]
+    fn now(&self) -> u64 {
+        self.inner().now()
+    }
 
     /// Waits `delay` on the limiter's clock.
-    fn sleep(&self, delay: Duration) -> Sleep;
+    fn sleep(&self, delay: Duration) -> Sleep {
+        self.inner().sleep(delay)
+    }
 
     /// The quotas: one, or each tier in order.
-    fn quotas(&self) -> &[Quota];
+    fn quotas(&self) -> &[Quota] {
+        self.inner().quotas()
+    }
 
     /// The policy name.
-    fn policy(&self) -> &str;
+    fn policy(&self) -> &str {
+        self.inner().policy()
+    }
 
     /// Whether the algorithm can give capacity back (`count_if`).
-    fn refunds(&self) -> bool;
+    fn refunds(&self) -> bool {
+        self.inner().refunds()
+    }
 
     /// Whether the algorithm can settle costs after the response (`settle`).
-    fn settles(&self) -> bool;
+    fn settles(&self) -> bool {
+        self.inner().settles()
+    }
 
     /// Tells the store that admissions will be refunded (`count_if`; [`Store::expect_refunds`]).
-    fn expect_refunds(&self) {}
+    fn expect_refunds(&self) {
+        self.inner().expect_refunds();
+    }
 
     /// Asks the store to decide every request itself ([`Store::decide_exactly`]).
-    fn decide_exactly(&self) {}
+    fn decide_exactly(&self) {
+        self.inner().decide_exactly();
+    }
 
     /// For a limit on requests in flight, how many slots each key has; `None` for a rate
     /// limit. An allowed request of such a limit holds its slots until its response ends,
     /// then gives them back with [`release`](Self::release).
     fn in_flight(&self) -> Option<u64> {
-        None
+        self.inner().in_flight()
     }
 
     /// Gives back the `cost` slots that the admission `lease` of `key` holds (an in-flight
     /// limit); at once, or on the runtime. Runs in `Drop`: never blocks, never panics.
-    fn release(&self, _key: &Key, _cost: u64, _lease: u64) {}
+    fn release(&self, key: &Key, cost: u64, lease: u64) {
+        self.inner().release(key, cost, lease);
+    }
 
     /// The limiter's `Debug` form.
-    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
+    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner().describe(f)
+    }
 
-    /// The limiter, for [`inherit`](Self::inherit) to find its type.
-    fn as_any(&self) -> &dyn Any;
+    /// The limiter, for [`inherit`](Self::inherit) to find its type. New quotas are put in
+    /// force under a wrapper (this, `inherit` and `settled` are the innermost limiter's): a
+    /// live layer's services put the wrappers around the limiter they are handed.
+    fn as_any(&self) -> &dyn Any {
+        self.inner().as_any()
+    }
 
     /// This limiter (new quotas for the same algorithm, store and clock) taking over from
     /// `previous`: each key keeps what it used there ([`Store::succeed`]).
@@ -127,11 +171,15 @@ pub(crate) trait Limiter: Send + Sync + 'static {
     ///
     /// When `previous` is not a limiter of the same type (one quota against tiers), or the
     /// store cannot carry usage over.
-    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error>;
+    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
+        self.inner().inherit(previous)
+    }
 
     /// This limiter once it has carried over every key of the limiter it took over from
     /// ([`Store::settle`]).
-    fn settled(&self) -> Arc<dyn Limiter>;
+    fn settled(&self) -> Arc<dyn Limiter> {
+        self.inner().settled()
+    }
 }
 
 impl<A, St, C> Limiter for RateLimiter<A, St, C>
@@ -140,6 +188,10 @@ where
     St: Store<A>,
     C: Clock + Clone,
 {
+    fn inner(&self) -> &dyn Limiter {
+        unreachable!("a RateLimiter wraps no limiter")
+    }
+
     #[inline]
     fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
         DecisionFuture::of(self.check_n_at(key, now, cost))
@@ -198,6 +250,12 @@ where
         St::decide_exactly(self.table());
     }
 
+    fn in_flight(&self) -> Option<u64> {
+        None
+    }
+
+    fn release(&self, _key: &Key, _cost: u64, _lease: u64) {}
+
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -226,130 +284,6 @@ where
 
     fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self, f)
-    }
-}
-
-/// A limiter around another ([`inner`](Self::inner)): it changes the operations it overrides,
-/// and every other is the inner limiter's.
-pub(crate) trait Wrapper: Send + Sync + 'static {
-    /// The limiter wrapped.
-    fn inner(&self) -> &Arc<dyn Limiter>;
-
-    /// [`Limiter::check`].
-    #[inline]
-    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
-        self.inner().check(key, now, cost)
-    }
-
-    /// [`Limiter::refund`].
-    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
-        self.inner().refund(key, admission, cost)
-    }
-
-    /// [`Limiter::charge`].
-    fn charge(&self, key: Key, cost: u64) -> DecisionFuture {
-        self.inner().charge(key, cost)
-    }
-
-    /// [`Limiter::peek`].
-    fn peek(&self, key: Key) -> DecisionFuture {
-        self.inner().peek(key)
-    }
-
-    /// [`Limiter::reset`].
-    fn reset(&self, key: Key) -> Update {
-        self.inner().reset(key)
-    }
-
-    /// [`Limiter::block`].
-    fn block(&self, key: Key, duration: Duration) -> Update {
-        self.inner().block(key, duration)
-    }
-}
-
-// New quotas are put in force under a wrapper (`as_any`, `inherit`, `settled` are the inner
-// limiter's): a live layer's services put the wrappers around the limiter they are handed.
-impl<W: Wrapper> Limiter for W {
-    #[inline]
-    fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
-        Wrapper::check(self, key, now, cost)
-    }
-
-    fn refund(&self, key: Key, admission: &Decision, cost: u64) -> DecisionFuture {
-        Wrapper::refund(self, key, admission, cost)
-    }
-
-    fn charge(&self, key: Key, cost: u64) -> DecisionFuture {
-        Wrapper::charge(self, key, cost)
-    }
-
-    fn peek(&self, key: Key) -> DecisionFuture {
-        Wrapper::peek(self, key)
-    }
-
-    fn reset(&self, key: Key) -> Update {
-        Wrapper::reset(self, key)
-    }
-
-    fn block(&self, key: Key, duration: Duration) -> Update {
-        Wrapper::block(self, key, duration)
-    }
-
-    #[inline]
-    fn now(&self) -> u64 {
-        self.inner().now()
-    }
-
-    fn sleep(&self, delay: Duration) -> Sleep {
-        self.inner().sleep(delay)
-    }
-
-    fn quotas(&self) -> &[Quota] {
-        self.inner().quotas()
-    }
-
-    fn policy(&self) -> &str {
-        self.inner().policy()
-    }
-
-    fn refunds(&self) -> bool {
-        self.inner().refunds()
-    }
-
-    fn settles(&self) -> bool {
-        self.inner().settles()
-    }
-
-    fn expect_refunds(&self) {
-        self.inner().expect_refunds();
-    }
-
-    fn decide_exactly(&self) {
-        self.inner().decide_exactly();
-    }
-
-    fn in_flight(&self) -> Option<u64> {
-        self.inner().in_flight()
-    }
-
-    fn release(&self, key: &Key, cost: u64, lease: u64) {
-        self.inner().release(key, cost, lease);
-    }
-
-    fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.inner().describe(f)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self.inner().as_any()
-    }
-
-    fn inherit(&self, previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
-        self.inner().inherit(previous)
-    }
-
-    fn settled(&self) -> Arc<dyn Limiter> {
-        self.inner().settled()
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::fleet::Fleet;
-use crate::limiter::object::{DecisionFuture, Limiter, Wrapper};
+use crate::limiter::object::{DecisionFuture, Limiter};
 use crate::store::Update;
 use crate::{Decision, Key};
 
@@ -70,9 +70,9 @@ impl Gate {
     }
 }
 
-impl Wrapper for Gate {
-    fn inner(&self) -> &Arc<dyn Limiter> {
-        &self.inner
+impl Limiter for Gate {
+    fn inner(&self) -> &dyn Limiter {
+        &*self.inner
     }
 
     fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
