@@ -134,7 +134,7 @@ impl Ban {
             counter,
             duration: self.duration,
             dry_run,
-            observer: Reporter::new(limiter.policy()),
+            policy: limiter.policy().into(),
         })
     }
 }
@@ -157,7 +157,8 @@ pub(crate) struct Judge {
     counter: Arc<dyn Limiter>,
     duration: Duration,
     dry_run: bool,
-    observer: Reporter,
+    /// The policy name, for what a ban tells operators.
+    policy: Arc<str>,
 }
 
 impl Judge {
@@ -224,66 +225,43 @@ impl Judge {
     /// counts the ban, and starts its count of denials afresh. The answer is `decision` as the
     /// block's first denial, or `decision` itself when the block failed or in a dry run.
     async fn ban(&self, key: Key, decision: Decision) -> Decision {
-        let outcome = if self.dry_run {
-            Ok(())
-        } else {
-            self.limiter.block(key.clone(), self.duration).await
-        };
-        let answer = match outcome {
-            Ok(()) => {
-                self.observer.banned(&key, self.duration, self.dry_run);
-                if self.dry_run {
-                    decision
-                } else {
-                    decision.blocked_for(self.duration)
-                }
-            }
-            // The store logs and counts its failures; the request is denied as it was.
-            Err(_) => decision,
-        };
+        // A block that fails bans no one: the store logs and counts its failures.
+        let banned = self.dry_run || self.limiter.block(key.clone(), self.duration).await.is_ok();
+        if banned {
+            self.banned(&key);
+        }
         let _ = self.counter.reset(key).await;
-        answer
-    }
-}
-
-/// What a ban tells operators (features `tracing` and `metrics`): the ban counted in
-/// `tollgate_bans_total{policy, outcome}` and logged, as the layer reports its decisions.
-struct Reporter {
-    #[cfg(feature = "metrics")]
-    label: metrics::SharedString,
-    #[cfg(feature = "tracing")]
-    policy: Arc<str>,
-}
-
-impl Reporter {
-    fn new(_policy: &str) -> Self {
-        Self {
-            #[cfg(feature = "metrics")]
-            label: metrics::SharedString::from_owned(_policy.to_owned()),
-            #[cfg(feature = "tracing")]
-            policy: _policy.into(),
+        match banned && !self.dry_run {
+            true => decision.blocked_for(self.duration),
+            false => decision,
         }
     }
 
-    /// Counts and logs one ban of `key` for `duration` (in a dry run, one that would have
-    /// been): at info level with the key's kind, the key itself only at trace level.
-    fn banned(&self, key: &Key, duration: Duration, dry_run: bool) {
-        let outcome = if dry_run { "dry_run_banned" } else { "banned" };
+    /// Counts and logs one ban of `key` (in a dry run, one that would have been) in
+    /// `tollgate_bans_total{policy, outcome}` (features `metrics` and `tracing`): at info
+    /// level with the key's kind, the key itself only at trace level.
+    fn banned(&self, key: &Key) {
+        let outcome = if self.dry_run {
+            "dry_run_banned"
+        } else {
+            "banned"
+        };
         #[cfg(feature = "metrics")]
-        metrics::counter!("tollgate_bans_total", "policy" => self.label.clone(), "outcome" => outcome)
+        metrics::counter!("tollgate_bans_total", "policy" => metrics::SharedString::from_shared(self.policy.clone()), "outcome" => outcome)
             .increment(1);
         #[cfg(feature = "tracing")]
         {
+            let (policy, duration) = (&*self.policy, self.duration);
             tracing::info!(
-                policy = &*self.policy,
+                policy,
                 key_kind = key.kind(),
                 ?duration,
                 outcome,
                 "rate limit ban: a key denied too often is blocked"
             );
-            tracing::trace!(key = ?key, policy = &*self.policy, outcome, "rate limit ban key");
+            tracing::trace!(key = ?key, policy, outcome, "rate limit ban key");
         }
         #[cfg(not(feature = "tracing"))]
-        let _ = (key, duration, outcome);
+        let _ = (key, outcome, &self.policy);
     }
 }
