@@ -100,17 +100,16 @@ impl<St: LayerStore> Binder<St> {
         St: Keeps<A>,
     {
         let quotas = spec.quotas.clone();
-        Ok(if spec.tiered {
+        if spec.tiered {
             let algorithm = Tiered::new(quotas.iter().map(make));
-            Arc::new(RateLimiter::try_bind(
+            return Ok(Arc::new(RateLimiter::try_bind(
                 quotas, algorithm, store, clock, shared,
-            )?)
-        } else {
-            let algorithm = make(&quotas[0]);
-            Arc::new(RateLimiter::try_bind(
-                quotas, algorithm, store, clock, shared,
-            )?)
-        })
+            )?));
+        }
+        let algorithm = make(&quotas[0]);
+        Ok(Arc::new(RateLimiter::try_bind(
+            quotas, algorithm, store, clock, shared,
+        )?))
     }
 }
 

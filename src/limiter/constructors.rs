@@ -3,8 +3,6 @@
 //!
 //! [`from_parts`]: RateLimiter::from_parts
 
-use std::sync::Arc;
-
 use super::typed::RateLimiter;
 use crate::algorithm::{
     Algorithm, FixedWindow, Gcra, Hybrid, LeakyBucket, Quotas, SlidingLog, SlidingWindow,
@@ -94,12 +92,7 @@ impl<A: MemoryAlgorithm> RateLimiter<A> {
     /// A limiter for `quota` decided by `algorithm`, in a new [`MemoryStore`], on the
     /// [`SystemClock`], for an algorithm of this crate already made.
     pub fn from_parts(quota: Quota, algorithm: A) -> Self {
-        Self::bind(
-            Arc::new([quota]),
-            algorithm,
-            MemoryStore::new(),
-            SystemClock,
-        )
+        Self::build(quota, |_| algorithm.clone())
     }
 
     /// A limiter for `quotas`, each decided by the algorithm `make` builds for it.

@@ -225,9 +225,7 @@ async fn run(fleet: Weak<Fleet>, wake: Arc<Notify>) {
 
 /// `<kind>\t<quotas>`: the field of a plan or of the layer's own quotas, as built.
 fn field(kind: &str, quotas: &[Quota]) -> Vec<u8> {
-    let mut field = format!("{kind}\t").into_bytes();
-    field.extend(encode(quotas));
-    field
+    [kind.as_bytes(), b"\t", &encode(quotas)].concat()
 }
 
 /// Each quota on a line: its figures (`10/min;burst=20`), then a space and its name if named.
@@ -254,13 +252,12 @@ fn history(bytes: &[u8]) -> Option<Vec<Vec<Quota>>> {
 fn decode(bytes: &[u8]) -> Option<Vec<Quota>> {
     let text = std::str::from_utf8(bytes).ok()?;
     text.split('\n')
-        .map(|line| {
-            let Some((figures, name)) = line.split_once(' ') else {
-                return line.parse().ok();
-            };
-            let quota: Quota = figures.parse().ok()?;
-            let name = crate::quota::policy_name(name).ok()?;
-            Some(quota.named(name))
+        .map(|line| match line.split_once(' ') {
+            None => line.parse().ok(),
+            Some((figures, name)) => {
+                let name = crate::quota::policy_name(name).ok()?;
+                Some(figures.parse::<Quota>().ok()?.named(name))
+            }
         })
         .collect::<Option<Vec<Quota>>>()
         .filter(|quotas| !quotas.is_empty())
