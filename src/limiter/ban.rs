@@ -99,12 +99,9 @@ impl Ban {
     /// Counted for the layer of `tie`, when the limiter is one of a layer's.
     fn counter(&self, policy: &str, tie: Option<&Tie>) -> Spec {
         let quota = Quota::new(self.denials, self.within).named(counter_name(policy));
-        let spec = Spec::new(AlgorithmKind::FixedWindow, vec![quota], false);
-        Spec {
-            tie: tie.cloned(),
-            ..spec
-        }
-        .in_role(Role::Counter)
+        let mut spec = Spec::new(AlgorithmKind::FixedWindow, vec![quota], false);
+        spec.tie = tie.cloned();
+        spec.in_role(Role::Counter)
     }
 
     /// The limiter that counts the denials of `limiter`, made as `recipe` makes the layer's.

@@ -133,13 +133,9 @@ impl Live {
     /// Puts `limiter` in force for every service.
     fn put(&self, now: &mut Now, limiter: Arc<dyn Limiter>) {
         let serving = self.serving(limiter.clone());
-        now.services.retain(|service| match service.upgrade() {
-            Some(shared) => {
-                shared.put(serving.clone());
-                true
-            }
-            None => false,
-        });
+        let put = |shared: Arc<dyn Serve>| shared.put(serving.clone());
+        now.services
+            .retain(|service| service.upgrade().map(put).is_some());
         now.limiter = limiter;
     }
 
