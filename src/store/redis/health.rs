@@ -183,6 +183,7 @@ impl Health {
             && self.streak.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_DOWN
         {
             let reason = format!("{TIMEOUTS_DOWN} calls in a row got no answer within {timeout:?}");
+            connection.stalled(&reason);
             self.fell(sent, reason, connection, timeout);
         }
     }
@@ -251,6 +252,9 @@ async fn probe(health: Weak<Health>, connection: Option<Connection>, timeout: Du
         if up {
             health.rose(sent);
             return;
+        }
+        if let Some(connection) = &connection {
+            connection.stalled("the primary did not answer a probe");
         }
     }
 }

@@ -10,7 +10,7 @@ use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ErrorKind as RedisKin
 
 use super::explain::{printable, Missed};
 use super::tally::Address;
-use super::{Primary, Shared, Times, LOOKUP_BOUND, RECHECK, RECHECK_BOUND, RETRY_MAX, RETRY_MIN};
+use super::{Primary, Shared, LOOKUP_BOUND, RECHECK, RECHECK_BOUND, RETRY_MAX, RETRY_MIN};
 use crate::store::redis::connection::{lock, spawn, OnDrop};
 use crate::store::redis::{errors, version};
 
@@ -88,11 +88,8 @@ impl Shared {
             generation: lookups.generation,
             connection,
             address,
-            times: Mutex::new(Times {
-                silent_since: None,
-                // The sentinels were just asked.
-                next_check: Instant::now() + RECHECK,
-            }),
+            // The sentinels were just asked.
+            next_check: Mutex::new(Instant::now() + RECHECK),
         })));
         #[cfg(feature = "tracing")]
         tracing::info!(

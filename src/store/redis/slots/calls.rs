@@ -91,7 +91,7 @@ impl Slots for RedisSlots {
 }
 
 impl Inner {
-    /// One script call on `keys`, bounded by the timeout: whether the lease was taken, given
+    /// One script call on `keys`, bounded by the timeout, told to the store's health: whether the lease was taken, given
     /// back or renewed, the slots the key's leases hold afterwards, and what is left of the
     /// key's block (zero: not blocked).
     async fn run(
@@ -116,8 +116,13 @@ impl Inner {
         let call = invocation
             .arg(args)
             .invoke_async::<(i64, i64, i64)>(connection);
-        let (done, held, blocked) =
-            bounded(self.timeout, call, |e| errors::deciding(&e, key)).await?;
+        let health = self.health.of(key);
+        let sent = health.as_ref().map_or(0, |health| health.now());
+        let result = bounded(self.timeout, call, |e| errors::deciding(&e, key)).await;
+        if let Some(health) = health {
+            health.observe(&result, sent, &self.connection, self.timeout);
+        }
+        let (done, held, blocked) = result?;
         let (Ok(held), Ok(blocked)) = (u64::try_from(held), u64::try_from(blocked)) else {
             return Err(Error::protocol(format!(
                 "unexpected reply from the in-flight script: {held}, {blocked}"

@@ -20,6 +20,7 @@ use redis::Script;
 
 use super::failures::FailureCounter;
 use super::fallback::Fallback;
+use super::healths::Healths;
 use super::keys::encode_key;
 use super::{Connection, RedisStore};
 use crate::clock::Clock;
@@ -48,6 +49,8 @@ type Keys = [Vec<u8>; 3];
 
 struct Inner {
     connection: Connection,
+    /// The store's health, which the calls tell what they found (as a check's would).
+    health: Healths,
     script: Script,
     /// `<prefix>:{`
     head: Vec<u8>,
@@ -110,6 +113,7 @@ impl KeepsSlots for RedisStore {
         })?;
         Ok(Arc::new(RedisSlots(Arc::new(Inner {
             connection: self.connection.clone(),
+            health: self.health.clone(),
             script: Script::new(LUA),
             head: format!("{}:{{", self.prefix).into_bytes(),
             tail: format!("}}:{policy}:in_flight.{limit}").into_bytes(),
