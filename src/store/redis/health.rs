@@ -34,7 +34,6 @@ pub(crate) const TIMEOUTS_DOWN: u32 = 3;
 pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(200);
 
 /// Whether Redis answers, as a store's calls found it.
-#[derive(Debug)]
 pub(crate) struct Health {
     /// Whether a call that finds Redis unreachable marks it down. Not behind Sentinel: the
     /// connection drops an unreachable primary at once, answers every call at once while the
@@ -62,7 +61,7 @@ pub(crate) struct Health {
 }
 
 /// A Redis Cluster master, as the probe of its health asks it.
-pub(crate) trait Master: Send + Sync + std::fmt::Debug {
+pub(crate) trait Master: Send + Sync {
     /// Its address, `host:port`.
     fn address(&self) -> &str;
 

@@ -70,7 +70,7 @@ impl Healths {
 pub(crate) type Nodes = Arc<ArcSwap<NodeMap>>;
 
 /// Each slot range and the health of the master that serves it.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct NodeMap {
     /// First and last slot of each range, and its master's index in `masters`, in slot order.
     ranges: Vec<(u16, u16, usize)>,

@@ -38,9 +38,7 @@ pub(crate) async fn ask(node: ConnectionInfo) -> RedisResult<Value> {
 
 /// `CLUSTER SLOTS`.
 pub(crate) fn slots() -> redis::Cmd {
-    let mut cmd = redis::cmd("CLUSTER");
-    cmd.arg("SLOTS");
-    cmd
+    redis::cmd("CLUSTER").arg("SLOTS").clone()
 }
 
 /// The masters in a `CLUSTER SLOTS` reply: for each range, its first and last slot and its

@@ -24,15 +24,6 @@ pub(super) struct Node {
     pub(super) link: Weak<Link>,
 }
 
-/// Its address only: the settings hold credentials.
-impl std::fmt::Debug for Node {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node")
-            .field("address", &self.address)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Master for Node {
     fn address(&self) -> &str {
         &self.address
@@ -104,9 +95,7 @@ impl Master for Node {
 }
 
 fn cluster_info() -> Cmd {
-    let mut cmd = redis::cmd("CLUSTER");
-    cmd.arg("INFO");
-    cmd
+    redis::cmd("CLUSTER").arg("INFO").clone()
 }
 
 /// Whether a master's reply to `CLUSTER INFO` says it serves its slots (`cluster_state:ok`: a

@@ -90,6 +90,8 @@ struct Shared {
     /// The primary calls go to; `None` while a lookup is due or under way.
     primary: ArcSwapOption<Primary>,
     lookups: Mutex<Lookups>,
+    /// Held by the lookup under way.
+    running: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// One primary, and when the sentinels are next asked whether they still name it.
@@ -120,8 +122,6 @@ impl Primary {
 struct Lookups {
     /// The generation of the last primary found.
     generation: u64,
-    /// Whether a lookup is under way.
-    running: bool,
     /// No lookup starts before this.
     not_before: Instant,
     /// The wait after the next lookup that finds no primary.
@@ -179,9 +179,9 @@ impl SentinelConnection {
             sentinel_infos: infos,
             node,
             primary: ArcSwapOption::empty(),
+            running: Arc::default(),
             lookups: Mutex::new(Lookups {
                 generation: 0,
-                running: false,
                 not_before: Instant::now(),
                 retry: RETRY_MIN,
                 last_error: String::new(),

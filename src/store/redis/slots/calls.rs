@@ -185,21 +185,15 @@ impl Inner {
     /// Starts the task that renews this server's leases, if it does not run yet and a runtime
     /// does. It stops once the policy is dropped.
     fn renew_from(self: &Arc<Self>) {
-        if self.renewing.load(Ordering::Relaxed) || self.renewing.swap(true, Ordering::AcqRel) {
+        // Held by the task, however it ends (the policy dropped, its runtime shut down, or
+        // none runs): the next lease taken starts another.
+        let Ok(running) = Arc::clone(&self.renewing).try_lock_owned() else {
             return;
-        }
+        };
         let every = Duration::from_millis((self.ttl_ms / 3).max(1));
         let (weak, clock) = (Arc::downgrade(self), self.clock.clone());
-        // Ends with the task (the policy dropped, its runtime shut down, or none runs): the
-        // next lease taken starts another.
-        let stopped = weak.clone();
-        let stopped = OnDrop::new(move || {
-            if let Some(inner) = stopped.upgrade() {
-                inner.renewing.store(false, Ordering::Release);
-            }
-        });
         spawn(async move {
-            let _stopped = stopped;
+            let _running = running;
             loop {
                 clock.sleep(every).await;
                 let Some(inner) = weak.upgrade() else { return };

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -75,8 +75,8 @@ struct Inner {
     leases: AtomicU64,
     /// The leases held now, by number, for the renewals.
     held: Mutex<HashMap<u64, Lease>>,
-    /// Whether the task that renews leases runs.
-    renewing: AtomicBool,
+    /// Held by the task that renews leases while it runs.
+    renewing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SlotStore for RedisStore {}
@@ -127,7 +127,7 @@ impl KeepsSlots for RedisStore {
             server: std::hash::RandomState::new().hash_one(std::process::id()),
             leases: AtomicU64::new(0),
             held: Mutex::default(),
-            renewing: AtomicBool::new(false),
+            renewing: Arc::default(),
         }))))
     }
 
