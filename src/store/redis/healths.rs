@@ -66,7 +66,7 @@ impl Healths {
 }
 
 /// The masters of a cluster as the store last read them, shared by the store's clones and
-/// replaced by the cluster's watch when the slot map changes.
+/// replaced by a master's probe when the slot map changes.
 pub(crate) type Nodes = Arc<ArcSwap<NodeMap>>;
 
 /// Each slot range and the health of the master that serves it.
