@@ -24,9 +24,7 @@ impl Connection {
     pub(crate) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> redis::RedisResult<T> {
         cmd.query_async(&mut self.clone()).await
     }
-}
 
-impl Connection {
     /// Calls found Redis silent (`why`): behind Sentinel, the primary is dropped and the
     /// sentinels are asked again (a frozen host keeps the connection open and never answers).
     pub(crate) fn stalled(&self, why: &str) {

@@ -14,7 +14,9 @@
 //!
 //! While Redis is down, one task sends `PING` (bounded by the timeout) every [`PROBE_EVERY`],
 //! and the first answer brings calls back to Redis; no task runs while Redis is up. A Redis
-//! Cluster master is probed as its [`Master`] says.
+//! Cluster master is probed as its [`Master`] says (its probe follows a failover). Behind
+//! Sentinel, timeouts that mark Redis down, and each probe left unanswered, also drop the
+//! primary and have the sentinels asked again: this is how a frozen primary is left.
 
 use std::future::Future;
 use std::pin::Pin;

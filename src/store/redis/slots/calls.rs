@@ -91,9 +91,9 @@ impl Slots for RedisSlots {
 }
 
 impl Inner {
-    /// One script call on `keys`, bounded by the timeout, told to the store's health: whether the lease was taken, given
-    /// back or renewed, the slots the key's leases hold afterwards, and what is left of the
-    /// key's block (zero: not blocked).
+    /// One script call on `keys`, bounded by the timeout, and what it found told to the
+    /// store's health: whether the lease was taken, given back or renewed, the slots the
+    /// key's leases hold afterwards, and what is left of the key's block (zero: not blocked).
     async fn run(
         &self,
         keys: &Keys,
