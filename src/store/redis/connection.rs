@@ -24,6 +24,14 @@ impl Connection {
     pub(crate) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> redis::RedisResult<T> {
         cmd.query_async(&mut self.clone()).await
     }
+
+    /// Calls found Redis silent (`why`): behind Sentinel, the primary is dropped and the
+    /// sentinels are asked again (a frozen host keeps the connection open and never answers).
+    pub(crate) fn stalled(&self, why: &str) {
+        if let Self::Sentinel(c) = self {
+            c.stalled(why);
+        }
+    }
 }
 
 impl ConnectionLike for Connection {
@@ -31,7 +39,8 @@ impl ConnectionLike for Connection {
         match self {
             Self::Single(c) => c.req_packed_command(cmd),
             Self::Cluster(c) => {
-                c.on_current(move |mut c| async move { c.req_packed_command(cmd).await })
+                let mut c = c.current();
+                Box::pin(async move { c.req_packed_command(cmd).await })
             }
             Self::Sentinel(c) => {
                 c.on_primary(move |mut c| async move { c.req_packed_command(cmd).await })
@@ -47,9 +56,10 @@ impl ConnectionLike for Connection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Self::Cluster(c) => c.on_current(move |mut c| async move {
-                c.req_packed_commands(pipeline, offset, count).await
-            }),
+            Self::Cluster(c) => {
+                let mut c = c.current();
+                Box::pin(async move { c.req_packed_commands(pipeline, offset, count).await })
+            }
             Self::Sentinel(c) => c.on_primary(move |mut c| async move {
                 c.req_packed_commands(pipeline, offset, count).await
             }),

@@ -14,7 +14,9 @@
 //!
 //! While Redis is down, one task sends `PING` (bounded by the timeout) every [`PROBE_EVERY`],
 //! and the first answer brings calls back to Redis; no task runs while Redis is up. A Redis
-//! Cluster master is probed as its [`Master`] says.
+//! Cluster master is probed as its [`Master`] says (its probe follows a failover). Behind
+//! Sentinel, timeouts that mark Redis down, and each probe left unanswered, also drop the
+//! primary and have the sentinels asked again: this is how a frozen primary is left.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,7 +36,6 @@ pub(crate) const TIMEOUTS_DOWN: u32 = 3;
 pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(200);
 
 /// Whether Redis answers, as a store's calls found it.
-#[derive(Debug)]
 pub(crate) struct Health {
     /// Whether a call that finds Redis unreachable marks it down. Not behind Sentinel: the
     /// connection drops an unreachable primary at once, answers every call at once while the
@@ -62,7 +63,7 @@ pub(crate) struct Health {
 }
 
 /// A Redis Cluster master, as the probe of its health asks it.
-pub(crate) trait Master: Send + Sync + std::fmt::Debug {
+pub(crate) trait Master: Send + Sync {
     /// Its address, `host:port`.
     fn address(&self) -> &str;
 
@@ -183,6 +184,7 @@ impl Health {
             && self.streak.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_DOWN
         {
             let reason = format!("{TIMEOUTS_DOWN} calls in a row got no answer within {timeout:?}");
+            connection.stalled(&reason);
             self.fell(sent, reason, connection, timeout);
         }
     }
@@ -251,6 +253,9 @@ async fn probe(health: Weak<Health>, connection: Option<Connection>, timeout: Du
         if up {
             health.rose(sent);
             return;
+        }
+        if let Some(connection) = &connection {
+            connection.stalled("the primary did not answer a probe");
         }
     }
 }

@@ -66,11 +66,11 @@ impl Healths {
 }
 
 /// The masters of a cluster as the store last read them, shared by the store's clones and
-/// replaced by the cluster's watch when the slot map changes.
+/// replaced by a master's probe when the slot map changes.
 pub(crate) type Nodes = Arc<ArcSwap<NodeMap>>;
 
 /// Each slot range and the health of the master that serves it.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct NodeMap {
     /// First and last slot of each range, and its master's index in `masters`, in slot order.
     ranges: Vec<(u16, u16, usize)>,

@@ -1,46 +1,44 @@
 //! The slot map of a Redis Cluster as `CLUSTER SLOTS` tells it: each slot range and its
 //! master, read from the first of several nodes to answer.
 
+use std::future::Future;
 use std::time::Duration;
 
-use redis::{ConnectionInfo, Value};
-
-/// How long a reading waits for the first node to answer `CLUSTER SLOTS`.
-const ASK_BOUND: Duration = Duration::from_millis(500);
+use redis::{ConnectionInfo, RedisResult, Value};
 
 /// Each slot range and its master's address, as `CLUSTER SLOTS` lists them, in order.
 pub(crate) type Masters = Vec<(i64, i64, Vec<u8>, i64)>;
 
-/// The masters, from the first of `nodes` to answer `CLUSTER SLOTS` (all asked at once,
-/// each over a connection of its own, so a frozen node or a stalled client holds up nothing)
-/// within [`ASK_BOUND`]; `None` when none does.
-pub(crate) async fn masters(nodes: &[ConnectionInfo]) -> Option<Masters> {
-    let mut asks = tokio::task::JoinSet::new();
-    for node in nodes {
-        asks.spawn(ask(node.clone()));
-    }
+/// The masters, from the first of `asks` (each a node's `CLUSTER SLOTS` reply) to answer with
+/// a slot map within `bound`: all asked at once, so a frozen node holds up nothing; `None`
+/// when none does.
+pub(crate) async fn first<F>(asks: impl IntoIterator<Item = F>, bound: Duration) -> Option<Masters>
+where
+    F: Future<Output = RedisResult<Value>> + Send + 'static,
+{
+    let mut asks: tokio::task::JoinSet<_> = asks.into_iter().collect();
     let first = async {
         while let Some(answer) = asks.join_next().await {
-            if let Ok(Some(masters)) = answer {
+            if let Some(masters) = answer.ok().and_then(Result::ok).and_then(|r| parse(&r)) {
                 return Some(masters);
             }
         }
         None
     };
     // Dropping the set stops the asks still under way.
-    tokio::time::timeout(ASK_BOUND, first).await.ok().flatten()
+    tokio::time::timeout(bound, first).await.ok().flatten()
 }
 
-/// `node`'s `CLUSTER SLOTS`, read.
-async fn ask(node: ConnectionInfo) -> Option<Masters> {
-    let client = redis::Client::open(node).ok()?;
-    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
-    let reply: Value = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut connection)
-        .await
-        .ok()?;
-    parse(&reply)
+/// `node`'s `CLUSTER SLOTS`, over a connection of its own.
+pub(crate) async fn ask(node: ConnectionInfo) -> RedisResult<Value> {
+    let client = redis::Client::open(node)?;
+    let mut connection = client.get_multiplexed_async_connection().await?;
+    slots().query_async(&mut connection).await
+}
+
+/// `CLUSTER SLOTS`.
+pub(crate) fn slots() -> redis::Cmd {
+    redis::cmd("CLUSTER").arg("SLOTS").clone()
 }
 
 /// The masters in a `CLUSTER SLOTS` reply: for each range, its first and last slot and its

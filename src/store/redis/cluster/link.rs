@@ -1,18 +1,17 @@
-//! How a watched [`Cluster`](super::Cluster) connects again: the watch that reads the slot
-//! map after failures, and the store's map of the masters that follows each slot map.
+//! How a watched [`Cluster`](super::Cluster) connects again, and the store's map of the
+//! masters that follows each slot map.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use redis::cluster_async::ClusterConnection;
 use redis::{ConnectionAddr, ConnectionInfo};
-use tokio::sync::mpsc;
 
 use super::node::Node;
-use super::{Link, CONNECT_BOUND, ROUND_GAP};
+use super::{Link, CONNECT_BOUND};
 use crate::store::redis::connection::lock;
 use crate::store::redis::health::Master;
 use crate::store::redis::healths::NodeMap;
-use crate::store::redis::slot_map::{masters, Masters};
+use crate::store::redis::slot_map::Masters;
 
 impl Link {
     pub(super) fn known(&self) -> Option<Masters> {
@@ -64,22 +63,15 @@ impl Link {
     /// is not a plain TCP address (TLS, a Unix socket).
     fn at_masters(&self, masters: &Masters) -> Option<Vec<ConnectionInfo>> {
         let seed = self.seeds.first()?;
-        let mut nodes = Vec::new();
+        let mut nodes: Vec<ConnectionInfo> = Vec::new();
         for (_, _, host, port) in masters {
-            add(&mut nodes, at(seed, host, *port)?);
+            let node = at(seed, host, *port)?;
+            let address = node.addr().to_string();
+            if !nodes.iter().any(|n| n.addr().to_string() == address) {
+                nodes.push(node);
+            }
         }
         Some(nodes)
-    }
-
-    /// Whom to ask for the slot map: the `known` masters and the seeds, each once.
-    fn nodes(&self, known: Option<&Masters>) -> Vec<ConnectionInfo> {
-        let mut nodes = known
-            .and_then(|known| self.at_masters(known))
-            .unwrap_or_default();
-        for seed in &self.seeds {
-            add(&mut nodes, seed.clone());
-        }
-        nodes
     }
 
     /// A new connection: through the masters just read (a frozen seed costs nothing), else
@@ -103,14 +95,6 @@ impl Link {
     }
 }
 
-/// Adds `node` to `nodes` unless an address equal to its is there.
-fn add(nodes: &mut Vec<ConnectionInfo>, node: ConnectionInfo) {
-    let address = node.addr().to_string();
-    if !nodes.iter().any(|n| n.addr().to_string() == address) {
-        nodes.push(node);
-    }
-}
-
 /// `seed`'s settings at `host:port`, when `seed` is a plain TCP address.
 fn at(seed: &ConnectionInfo, host: &[u8], port: i64) -> Option<ConnectionInfo> {
     let ConnectionAddr::Tcp(..) = seed.addr() else {
@@ -119,33 +103,4 @@ fn at(seed: &ConnectionInfo, host: &[u8], port: i64) -> Option<ConnectionInfo> {
     let host = String::from_utf8(host.to_vec()).ok()?;
     let port = u16::try_from(port).ok()?;
     Some(seed.clone().set_addr(ConnectionAddr::Tcp(host, port)))
-}
-
-/// The watch: after each failure (at most one round every [`ROUND_GAP`]), reads the masters
-/// from the cluster, and when they are not the ones the connection was made with, replaces it
-/// with a new connection (and the store's map of the masters with theirs). Ends when every
-/// [`Cluster`](super::Cluster) of the link is gone.
-pub(super) async fn watch(link: Weak<Link>, mut failures: mpsc::Receiver<()>) {
-    while failures.recv().await.is_some() {
-        let Some(link) = link.upgrade() else {
-            return;
-        };
-        if link.current.strong_count() == 0 {
-            return;
-        }
-        let known = link.known();
-        let seen = masters(&link.nodes(known.as_ref())).await;
-        if let Some(seen) = seen.filter(|seen| known.as_ref() != Some(seen)) {
-            if link.reconnect(seen).await {
-                #[cfg(feature = "tracing")]
-                tracing::info!(
-                    "Redis Cluster: the masters changed while calls failed (a failover); \
-                     the rate limit store connected again"
-                );
-            }
-        }
-        drop(link);
-        tokio::time::sleep(ROUND_GAP).await;
-        while failures.try_recv().is_ok() {}
-    }
 }

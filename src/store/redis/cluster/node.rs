@@ -11,7 +11,7 @@ use redis::{Cmd, ConnectionInfo, RedisResult, Value};
 
 use super::Link;
 use crate::store::redis::health::{answered, Master};
-use crate::store::redis::slot_map::parse;
+use crate::store::redis::slot_map::{first, slots};
 
 /// A master of the slot map, as its probe asks it.
 pub(super) struct Node {
@@ -24,15 +24,6 @@ pub(super) struct Node {
     pub(super) link: Weak<Link>,
 }
 
-/// Its address only: the settings hold credentials.
-impl std::fmt::Debug for Node {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node")
-            .field("address", &self.address)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Master for Node {
     fn address(&self) -> &str {
         &self.address
@@ -40,8 +31,8 @@ impl Master for Node {
 
     /// `CLUSTER INFO` through the store's connection; else over a connection of its own, and
     /// when the master serves its slots there, a new connection for the store. While the
-    /// master does not, each probe reads the slot map through the store's connection (and the
-    /// watch is told): a replica promoted in its place is connected to, its slots' keys
+    /// master does not, each probe reads the slot map from the other masters through the
+    /// store's connection: a replica promoted in its place is connected to, its slots' keys
     /// decided there, within a probe of the promotion.
     fn probe(
         &self,
@@ -73,17 +64,25 @@ impl Master for Node {
                 cluster_info().query_async(&mut own).await
             };
             if !tokio::time::timeout(timeout, own).await.is_ok_and(serving) {
-                // Full: a round is due already. Closed: nothing watches any more.
-                let _ = link.failed.try_send(());
-                let slots = connection.route_command(
-                    redis::cmd("CLUSTER").arg("SLOTS").clone(),
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-                );
-                let seen = tokio::time::timeout(timeout, slots).await;
-                if let Some(seen) = seen.ok().and_then(Result::ok).and_then(|r| parse(&r)) {
-                    if link.known().as_ref() != Some(&seen) {
-                        link.reconnect(seen).await;
+                // The slot map from the other masters (and a node at random), through the
+                // store's connection.
+                let known = link.known();
+                let others = known.iter().flatten().filter_map(|(_, _, host, port)| {
+                    let host = String::from_utf8(host.clone()).ok()?;
+                    let port = u16::try_from(*port).ok()?;
+                    let other = host != self.host || port != self.port;
+                    other.then_some(SingleNodeRoutingInfo::ByAddress { host, port })
+                });
+                let asks = others.chain([SingleNodeRoutingInfo::Random]).map(|to| {
+                    let mut connection = connection.clone();
+                    async move {
+                        let to = RoutingInfo::SingleNode(to);
+                        connection.route_command(slots(), to).await
                     }
+                });
+                let seen = first(asks, timeout).await;
+                if let Some(seen) = seen.filter(|seen| known.as_ref() != Some(seen)) {
+                    link.reconnect(seen).await;
                 }
                 return false;
             }
@@ -96,9 +95,7 @@ impl Master for Node {
 }
 
 fn cluster_info() -> Cmd {
-    let mut cmd = redis::cmd("CLUSTER");
-    cmd.arg("INFO");
-    cmd
+    redis::cmd("CLUSTER").arg("INFO").clone()
 }
 
 /// Whether a master's reply to `CLUSTER INFO` says it serves its slots (`cluster_state:ok`: a

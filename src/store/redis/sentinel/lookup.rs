@@ -10,8 +10,8 @@ use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ErrorKind as RedisKin
 
 use super::explain::{printable, Missed};
 use super::tally::Address;
-use super::{Primary, Shared, Times, LOOKUP_BOUND, RECHECK, RECHECK_BOUND, RETRY_MAX, RETRY_MIN};
-use crate::store::redis::connection::{lock, spawn, OnDrop};
+use super::{Primary, Shared, LOOKUP_BOUND, RECHECK, RECHECK_BOUND, RETRY_MAX, RETRY_MIN};
+use crate::store::redis::connection::{lock, spawn};
 use crate::store::redis::{errors, version};
 
 impl Shared {
@@ -44,21 +44,13 @@ impl Shared {
 
     /// Starts a lookup on the runtime, unless one runs or the last failed too recently.
     pub(super) fn look_up(this: &Arc<Self>) {
-        {
-            let mut lookups = lock(&this.lookups);
-            if lookups.running || Instant::now() < lookups.not_before {
-                return;
-            }
-            lookups.running = true;
+        // Held by the lookup's task, however it ends (its runtime may shut down, or none runs).
+        let Ok(running) = Arc::clone(&this.running).try_lock_owned() else {
+            return;
+        };
+        if Instant::now() < lock(&this.lookups).not_before {
+            return;
         }
-        // The lookup is over when its task ends, however it ends (its runtime may shut down,
-        // or none runs).
-        let weak = Arc::downgrade(this);
-        let running = OnDrop::new(move || {
-            if let Some(shared) = weak.upgrade() {
-                lock(&shared.lookups).running = false;
-            }
-        });
         let shared = Arc::clone(this);
         spawn(async move {
             let _running = running;
@@ -88,11 +80,8 @@ impl Shared {
             generation: lookups.generation,
             connection,
             address,
-            times: Mutex::new(Times {
-                silent_since: None,
-                // The sentinels were just asked.
-                next_check: Instant::now() + RECHECK,
-            }),
+            // The sentinels were just asked.
+            next_check: Mutex::new(Instant::now() + RECHECK),
         })));
         #[cfg(feature = "tracing")]
         tracing::info!(

@@ -4,10 +4,10 @@
 //! The sentinels are asked for the primary when the store is built, and again when:
 //! - a call fails on the connection (refused, dropped), or is answered `READONLY` (the server
 //!   is a replica now), `MASTERDOWN` or `LOADING`;
-//! - a call is given up by the store's timeout while the primary has answered nothing for
-//!   [`STALL_AFTER`] since a call was sent to it (a frozen or unreachable host keeps the
-//!   connection open and never answers; a primary merely idle is not silent, so a client that
-//!   cancels its request after a quiet second drops nothing);
+//! - the store's health finds the primary silent: calls in a row outlive the store's timeout
+//!   with no answer between them, or a probe is not answered (a frozen or unreachable host
+//!   keeps the connection open and never answers; a call its client cancels tells nothing,
+//!   so a client cannot make the store drop its primary);
 //! - the sentinels, asked at most every [`RECHECK`] while calls come, name another primary by
 //!   more votes than the one in use, or by a majority (a primary demoted while reachable, by
 //!   `SENTINEL FAILOVER` or a partition that healed, answers as one until the sentinels make it
@@ -44,17 +44,13 @@ use redis::{
 
 use self::explain::{printable, without_credentials};
 use self::tally::Address;
-use super::connection::{lock, OnDrop};
+use super::connection::lock;
 use crate::Error;
 
 mod ask;
 mod explain;
 mod lookup;
 mod tally;
-
-/// A call given up by the store's timeout starts a new lookup when the primary has answered
-/// nothing for this long.
-const STALL_AFTER: Duration = Duration::from_secs(1);
 
 /// How often, at most, the sentinels are asked whether the primary calls go to is still the
 /// one they name (only while calls come).
@@ -94,9 +90,11 @@ struct Shared {
     /// The primary calls go to; `None` while a lookup is due or under way.
     primary: ArcSwapOption<Primary>,
     lookups: Mutex<Lookups>,
+    /// Held by the lookup under way.
+    running: Arc<tokio::sync::Mutex<()>>,
 }
 
-/// One primary, and when it last answered.
+/// One primary, and when the sentinels are next asked whether they still name it.
 struct Primary {
     /// Tells this primary from the ones before it: a late failure on an old connection does
     /// not drop the new one.
@@ -104,44 +102,19 @@ struct Primary {
     connection: MultiplexedConnection,
     /// Its host and port, as the sentinels name it.
     address: Option<Address>,
-    times: Mutex<Times>,
-}
-
-/// When a primary went silent, and when the sentinels are next asked about it.
-struct Times {
-    /// When the first call sent after the primary's last answer was sent; `None` when every
-    /// call sent has been answered since.
-    silent_since: Option<Instant>,
-    /// When the sentinels are next asked whether they still name it.
-    next_check: Instant,
+    next_check: Mutex<Instant>,
 }
 
 impl Primary {
     /// Notes an answer; whether the sentinels are due to be asked if they still name it.
     fn heard(&self) -> bool {
-        let mut times = lock(&self.times);
-        times.silent_since = None;
+        let mut next_check = lock(&self.next_check);
         let now = Instant::now();
-        let due = now >= times.next_check;
+        let due = now >= *next_check;
         if due {
-            times.next_check = now + RECHECK;
+            *next_check = now + RECHECK;
         }
         due
-    }
-
-    /// Notes a call sent: the start of a silence, unless one is already running.
-    fn asked(&self) {
-        lock(&self.times)
-            .silent_since
-            .get_or_insert_with(Instant::now);
-    }
-
-    /// How long the primary has answered nothing while asked: since the first call sent
-    /// after its last answer. (An idle primary is not silent: nothing was asked of it.)
-    fn silent_for(&self) -> Duration {
-        lock(&self.times)
-            .silent_since
-            .map_or(Duration::ZERO, |since| since.elapsed())
     }
 }
 
@@ -149,8 +122,6 @@ impl Primary {
 struct Lookups {
     /// The generation of the last primary found.
     generation: u64,
-    /// Whether a lookup is under way.
-    running: bool,
     /// No lookup starts before this.
     not_before: Instant,
     /// The wait after the next lookup that finds no primary.
@@ -208,9 +179,9 @@ impl SentinelConnection {
             sentinel_infos: infos,
             node,
             primary: ArcSwapOption::empty(),
+            running: Arc::default(),
             lookups: Mutex::new(Lookups {
                 generation: 0,
-                running: false,
                 not_before: Instant::now(),
                 retry: RETRY_MIN,
                 last_error: String::new(),
@@ -260,9 +231,15 @@ impl SentinelConnection {
         )))
     }
 
+    /// Calls found the primary silent (`why`): it is dropped and a lookup starts.
+    pub(crate) fn stalled(&self, why: &str) {
+        if let Some(primary) = self.shared.primary.load_full() {
+            Shared::drop_primary(&self.shared, primary.generation, why.to_owned());
+        }
+    }
+
     /// Runs `request` on the primary: a failure that says the primary is gone drops it and
-    /// starts a lookup; so does a call given up (dropped unanswered) while the primary has
-    /// been quiet for [`STALL_AFTER`].
+    /// starts a lookup.
     pub(crate) fn on_primary<'a, T, F>(
         &'a self,
         request: impl FnOnce(MultiplexedConnection) -> F + Send + 'a,
@@ -273,17 +250,7 @@ impl SentinelConnection {
     {
         Box::pin(async move {
             let (shared, primary) = (&self.shared, self.primary()?);
-            primary.asked();
-            // Dropped unanswered: the primary may have stalled.
-            let stalled = OnDrop::new(|| {
-                let silent = primary.silent_for();
-                if silent >= STALL_AFTER {
-                    let why = format!("the primary answered nothing for {silent:?} while asked");
-                    Shared::drop_primary(shared, primary.generation, why);
-                }
-            });
             let result = request(primary.connection.clone()).await;
-            stalled.defuse();
             match result.as_ref() {
                 Err(error) if primary_gone(error) => {
                     Shared::drop_primary(shared, primary.generation, error.to_string());

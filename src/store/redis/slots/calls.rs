@@ -91,9 +91,9 @@ impl Slots for RedisSlots {
 }
 
 impl Inner {
-    /// One script call on `keys`, bounded by the timeout: whether the lease was taken, given
-    /// back or renewed, the slots the key's leases hold afterwards, and what is left of the
-    /// key's block (zero: not blocked).
+    /// One script call on `keys`, bounded by the timeout, and what it found told to the
+    /// store's health: whether the lease was taken, given back or renewed, the slots the
+    /// key's leases hold afterwards, and what is left of the key's block (zero: not blocked).
     async fn run(
         &self,
         keys: &Keys,
@@ -116,8 +116,13 @@ impl Inner {
         let call = invocation
             .arg(args)
             .invoke_async::<(i64, i64, i64)>(connection);
-        let (done, held, blocked) =
-            bounded(self.timeout, call, |e| errors::deciding(&e, key)).await?;
+        let health = self.health.of(key);
+        let sent = health.as_ref().map_or(0, |health| health.now());
+        let result = bounded(self.timeout, call, |e| errors::deciding(&e, key)).await;
+        if let Some(health) = health {
+            health.observe(&result, sent, &self.connection, self.timeout);
+        }
+        let (done, held, blocked) = result?;
         let (Ok(held), Ok(blocked)) = (u64::try_from(held), u64::try_from(blocked)) else {
             return Err(Error::protocol(format!(
                 "unexpected reply from the in-flight script: {held}, {blocked}"
@@ -180,21 +185,15 @@ impl Inner {
     /// Starts the task that renews this server's leases, if it does not run yet and a runtime
     /// does. It stops once the policy is dropped.
     fn renew_from(self: &Arc<Self>) {
-        if self.renewing.load(Ordering::Relaxed) || self.renewing.swap(true, Ordering::AcqRel) {
+        // Held by the task, however it ends (the policy dropped, its runtime shut down, or
+        // none runs): the next lease taken starts another.
+        let Ok(running) = Arc::clone(&self.renewing).try_lock_owned() else {
             return;
-        }
+        };
         let every = Duration::from_millis((self.ttl_ms / 3).max(1));
         let (weak, clock) = (Arc::downgrade(self), self.clock.clone());
-        // Ends with the task (the policy dropped, its runtime shut down, or none runs): the
-        // next lease taken starts another.
-        let stopped = weak.clone();
-        let stopped = OnDrop::new(move || {
-            if let Some(inner) = stopped.upgrade() {
-                inner.renewing.store(false, Ordering::Release);
-            }
-        });
         spawn(async move {
-            let _stopped = stopped;
+            let _running = running;
             loop {
                 clock.sleep(every).await;
                 let Some(inner) = weak.upgrade() else { return };

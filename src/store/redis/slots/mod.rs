@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use redis::Script;
 
 use super::failures::FailureCounter;
 use super::fallback::Fallback;
+use super::healths::Healths;
 use super::keys::encode_key;
 use super::{Connection, RedisStore};
 use crate::clock::Clock;
@@ -48,6 +49,8 @@ type Keys = [Vec<u8>; 3];
 
 struct Inner {
     connection: Connection,
+    /// The store's health, which the calls tell what they found (as a check's would).
+    health: Healths,
     script: Script,
     /// `<prefix>:{`
     head: Vec<u8>,
@@ -72,8 +75,8 @@ struct Inner {
     leases: AtomicU64,
     /// The leases held now, by number, for the renewals.
     held: Mutex<HashMap<u64, Lease>>,
-    /// Whether the task that renews leases runs.
-    renewing: AtomicBool,
+    /// Held by the task that renews leases while it runs.
+    renewing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SlotStore for RedisStore {}
@@ -110,6 +113,7 @@ impl KeepsSlots for RedisStore {
         })?;
         Ok(Arc::new(RedisSlots(Arc::new(Inner {
             connection: self.connection.clone(),
+            health: self.health.clone(),
             script: Script::new(LUA),
             head: format!("{}:{{", self.prefix).into_bytes(),
             tail: format!("}}:{policy}:in_flight.{limit}").into_bytes(),
@@ -123,7 +127,7 @@ impl KeepsSlots for RedisStore {
             server: std::hash::RandomState::new().hash_one(std::process::id()),
             leases: AtomicU64::new(0),
             held: Mutex::default(),
-            renewing: AtomicBool::new(false),
+            renewing: Arc::default(),
         }))))
     }
 
