@@ -199,10 +199,7 @@ impl Algorithm for SlidingLog {
         })
     }
 
-    #[inline]
-    fn refunds(&self) -> bool {
-        true
-    }
+    const REFUNDS: bool = true;
 
     #[inline]
     fn is_fresh(&self, state: &SlidingLogState, now: u64) -> bool {

@@ -300,10 +300,7 @@ impl Algorithm for SlidingWindow {
         })
     }
 
-    #[inline]
-    fn refunds(&self) -> bool {
-        true
-    }
+    const REFUNDS: bool = true;
 
     #[inline]
     fn is_fresh(&self, state: &SlidingWindowState, now: u64) -> bool {
