@@ -298,24 +298,19 @@ pub(crate) fn used<A: Algorithm>(algorithm: &A, state: &A::State, now: u64) -> u
     could.saturating_sub(can)
 }
 
-/// The state under `algorithm` of a key charged `used` requests at `now`, up to what a fresh key
-/// may take at once.
-pub(crate) fn charged<A: Algorithm>(algorithm: &A, used: u64, now: u64) -> A::State {
+/// The state under `algorithm` of a key charged `used` requests at `now`, up to what a fresh
+/// key may take at once, then `debt` more whatever the key may take at once
+/// ([`Algorithm::charge`]): the state of a key that used `used` and owes `debt` past it.
+pub(crate) fn owing<A: Algorithm>(algorithm: &A, used: u64, debt: u64, now: u64) -> A::State {
     let fresh = A::State::default();
     let room = algorithm.check(&fresh, now, 0).decision.remaining;
-    match used.min(room) {
+    let state = match used.min(room) {
         0 => fresh,
         charge => algorithm
             .check(&fresh, now, charge)
             .state
             .unwrap_or_default(),
-    }
-}
-
-/// [`charged`], then `debt` more whatever the key may take at once ([`Algorithm::charge`]): the
-/// state of a key that used `used` and owes `debt` past it.
-pub(crate) fn owing<A: Algorithm>(algorithm: &A, used: u64, debt: u64, now: u64) -> A::State {
-    let state = charged(algorithm, used, now);
+    };
     match debt {
         0 => state,
         debt => algorithm.charge(&state, now, debt).unwrap_or(state),

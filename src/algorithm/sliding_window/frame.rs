@@ -19,6 +19,15 @@ pub(super) struct Frame<'a> {
     pub(super) offset: u128,
 }
 
+impl Frame<'_> {
+    /// A fresh state's frame: no counters, at the start of its first sub-window.
+    pub(super) const FRESH: Self = Frame {
+        live: &[],
+        index: 0,
+        offset: 0,
+    };
+}
+
 impl SlidingWindow {
     pub(super) fn k(&self) -> u128 {
         // At most 64.
