@@ -119,7 +119,7 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
     #[inline(never)]
     fn decide_among_blocks(&self, key: Key, hash: u64, now: u64, cost: u64) -> Decision {
         if let Some(until) = self.blocks.until(&key, now) {
-            return self.blocked(&key, now, until);
+            return blocked_until(self.standing(&key, now), now, until);
         }
         let seen = self.apply_hashed(key, hash, now, cost);
         A::Cell::decide(seen, &self.algorithm, now, cost)
@@ -127,10 +127,7 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
 
     /// The key's standing at `now`, consuming nothing and remembering no new key.
     pub(crate) fn peek(&self, key: &Key, now: u64) -> Decision {
-        if let Some(until) = self.blocks.until(key, now) {
-            return self.blocked(key, now, until);
-        }
-        self.standing(key, now)
+        self.blocks.hold(key, now, self.standing(key, now))
     }
 
     /// The key's standing at `now` by its state alone (a fresh state for a key not held).
@@ -142,11 +139,6 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
             Some(standing) => standing,
             None => algorithm.check(&A::State::default(), now, 0).decision,
         }
-    }
-
-    /// The denial of a key blocked until `until`: its standing, denied until then.
-    fn blocked(&self, key: &Key, now: u64, until: u64) -> Decision {
-        blocked_until(self.standing(key, now), now, until)
     }
 
     /// Gives back what `admission` took from `key` and returns the key's standing afterwards.
