@@ -210,14 +210,9 @@ impl Algorithm for FixedWindow {
         if cost == 0 || state.start != admission.receipt() {
             return None;
         }
-        let count = count.saturating_sub(cost);
-        Some(if count == 0 {
-            FixedWindowState::default()
-        } else {
-            FixedWindowState {
-                start: state.start,
-                count,
-            }
+        Some(match count.saturating_sub(cost) {
+            0 => FixedWindowState::default(),
+            count => FixedWindowState { count, ..*state },
         })
     }
 
