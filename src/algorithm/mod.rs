@@ -32,7 +32,7 @@
 //! The traits here ([`Algorithm`], [`Quotas`], [`Shaping`], [`SubWindows`], [`Aligned`]) are
 //! sealed: they are named in bounds, and implemented by this crate's algorithms only. Adding an
 //! algorithm takes one file here (its figures, its state, `impl Algorithm`), its Lua script in
-//! the Redis store, one line in `store/memory/algorithms.rs`, and a constructor beside the
+//! the Redis store, its name in a list in `store/memory/algorithms.rs`, and a constructor beside the
 //! others.
 
 mod divisor;
