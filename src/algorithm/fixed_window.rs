@@ -166,46 +166,32 @@ impl Algorithm for FixedWindow {
     #[inline]
     fn check(&self, state: &FixedWindowState, now: u64, cost: u64) -> Outcome<FixedWindowState> {
         let window = self.open_window(state, now);
-        let (count, reset_after) = match window {
-            Some((count, end)) => (count, until(end, now)),
-            None => (0, Duration::ZERO),
-        };
+        let (count, reset_after) =
+            window.map_or((0, Duration::ZERO), |(count, end)| (count, until(end, now)));
         let remaining = self.limit.saturating_sub(count);
         if cost > remaining {
             // A cost above the limit never passes; any other passes once the window is over.
-            let retry_after = match window {
-                Some((_, end)) if cost <= self.limit => Some(until(end, now)),
-                _ => None,
-            };
+            let retry_after = (cost <= self.limit).then_some(reset_after);
             let decision = Decision::deny(self.limit, remaining, reset_after, retry_after);
             return Outcome::new(decision, None);
         }
         if cost == 0 {
-            let decision = Decision::allow(self.limit, remaining, reset_after);
-            return Outcome::new(decision, None);
+            return Outcome::new(Decision::allow(self.limit, remaining, reset_after), None);
         }
-        let (next, reset_after) = match window {
-            Some((count, _)) => {
-                let next = FixedWindowState {
-                    start: state.start,
-                    count: count + cost,
-                };
-                (next, reset_after)
-            }
-            None => {
-                // A calendar window began at the last multiple of the period.
-                let start = if self.aligned {
-                    now - now % self.period
-                } else {
-                    now
-                };
-                let next = FixedWindowState { start, count: cost };
-                (next, Duration::from_nanos(self.period - (now - start)))
-            }
+        // A new window opens now; a calendar window began at the last multiple of the period.
+        let start = match window {
+            Some(_) => state.start,
+            None if self.aligned => now - now % self.period,
+            None => now,
         };
+        let reset_after = until(u128::from(start) + u128::from(self.period), now);
         // The receipt is the window the request was counted in.
         let decision =
-            Decision::allow(self.limit, remaining - cost, reset_after).with_receipt(next.start);
+            Decision::allow(self.limit, remaining - cost, reset_after).with_receipt(start);
+        let next = FixedWindowState {
+            start,
+            count: count + cost,
+        };
         Outcome::new(decision, Some(next))
     }
 
@@ -224,21 +210,13 @@ impl Algorithm for FixedWindow {
         if cost == 0 || state.start != admission.receipt() {
             return None;
         }
-        let count = count.saturating_sub(cost);
-        Some(if count == 0 {
-            FixedWindowState::default()
-        } else {
-            FixedWindowState {
-                start: state.start,
-                count,
-            }
+        Some(match count.saturating_sub(cost) {
+            0 => FixedWindowState::default(),
+            count => FixedWindowState { count, ..*state },
         })
     }
 
-    #[inline]
-    fn refunds(&self) -> bool {
-        true
-    }
+    const REFUNDS: bool = true;
 
     #[inline]
     fn is_fresh(&self, state: &FixedWindowState, now: u64) -> bool {

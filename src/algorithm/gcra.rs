@@ -215,10 +215,7 @@ impl Algorithm for Gcra {
         Some(end.saturating_sub(len).max(now))
     }
 
-    #[inline]
-    fn refunds(&self) -> bool {
-        true
-    }
+    const REFUNDS: bool = true;
 
     /// The debt is the TAT past the bound: paid back one interval per interval, and denied
     /// until then (`retry_after` says when). The TAT saturates at the end of the clock.
@@ -228,10 +225,7 @@ impl Algorithm for Gcra {
         (increment > 0).then(|| tat.max(now).saturating_add(increment))
     }
 
-    #[inline]
-    fn settles(&self) -> bool {
-        true
-    }
+    const SETTLES: bool = true;
 
     /// The TAT past the bound, in intervals rounded up.
     #[inline]

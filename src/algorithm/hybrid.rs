@@ -101,30 +101,11 @@ pub enum HybridState {
 #[derive(Debug, Clone, Copy)]
 enum Standing {
     /// Fresh, or back to fresh (a window over, a full smooth bucket): a request opens a window.
-    Fresh { now: u64 },
+    Fresh,
     /// `left` ns until the window ends (at least 1).
-    Bursty {
-        now: u64,
-        start: u64,
-        tokens: u64,
-        left: u64,
-    },
+    Bursty { start: u64, tokens: u64, left: u64 },
     /// `tokens` ns in the bucket (below a whole quota, possibly negative).
-    Smooth {
-        now: u64,
-        empty_at: u64,
-        tokens: i128,
-    },
-}
-
-impl Standing {
-    /// The time the state was read at: the reading, or the state's own time when the reading
-    /// was earlier.
-    fn now(&self) -> u64 {
-        match *self {
-            Self::Fresh { now } | Self::Bursty { now, .. } | Self::Smooth { now, .. } => now,
-        }
-    }
+    Smooth { empty_at: u64, tokens: i128 },
 }
 
 fn nanos(ns: i128) -> Duration {
@@ -160,37 +141,32 @@ impl Hybrid {
         self.period
     }
 
-    /// Reads `state` at `now`. A `now` before the state's own time counts as no time elapsed.
-    fn standing(&self, state: &HybridState, now: u64) -> Standing {
+    /// Reads `state` at `now`, and the time it was read at: `now`, or the state's own time
+    /// when `now` is earlier (no time elapsed).
+    fn standing(&self, state: &HybridState, now: u64) -> (u64, Standing) {
         match *state {
-            HybridState::Fresh => Standing::Fresh { now },
+            HybridState::Fresh => (now, Standing::Fresh),
             HybridState::Bursty { start, tokens } => {
                 let now = now.max(start);
-                match self
-                    .period
-                    .checked_sub(now - start)
-                    .filter(|&left| left > 0)
-                {
-                    Some(left) => Standing::Bursty {
+                match self.period.saturating_sub(now - start) {
+                    0 => (now, Standing::Fresh),
+                    left => (
                         now,
-                        start,
-                        tokens,
-                        left,
-                    },
-                    None => Standing::Fresh { now },
+                        Standing::Bursty {
+                            start,
+                            tokens,
+                            left,
+                        },
+                    ),
                 }
             }
             HybridState::Smooth { time, empty_at } => {
                 let now = now.max(time);
                 let tokens = i128::from(now) - i128::from(empty_at);
                 if tokens >= self.quota {
-                    Standing::Fresh { now }
+                    (now, Standing::Fresh)
                 } else {
-                    Standing::Smooth {
-                        now,
-                        empty_at,
-                        tokens,
-                    }
+                    (now, Standing::Smooth { empty_at, tokens })
                 }
             }
         }
@@ -199,7 +175,7 @@ impl Hybrid {
     /// `(remaining, reset_after)` for a standing.
     fn report(&self, standing: Standing) -> (u64, Duration) {
         match standing {
-            Standing::Fresh { .. } => (self.limit, Duration::ZERO),
+            Standing::Fresh => (self.limit, Duration::ZERO),
             Standing::Bursty { tokens, left, .. } => (tokens, Duration::from_nanos(left)),
             Standing::Smooth { tokens, .. } => {
                 // 0 <= tokens < now <= u64::MAX when it is positive.
@@ -209,37 +185,29 @@ impl Hybrid {
         }
     }
 
-    fn allow(&self, standing: Standing, next: Option<HybridState>) -> Outcome<HybridState> {
-        let (remaining, reset_after) = self.report(standing);
-        Outcome::new(Decision::allow(self.limit, remaining, reset_after), next)
-    }
-
-    fn deny(&self, standing: Standing, retry_after: Option<Duration>) -> Outcome<HybridState> {
-        let (remaining, reset_after) = self.report(standing);
-        let decision = Decision::deny(self.limit, remaining, reset_after, retry_after);
-        Outcome::new(decision, None)
-    }
-
-    /// The outcome of a request of `cost` on `standing`, its waits measured from the time
-    /// the state was read at.
-    fn decide(&self, standing: Standing, cost: u64) -> Outcome<HybridState> {
+    /// The state after a request of `cost` on `standing` read at `now` (`None` for a peek),
+    /// or its denial's `retry_after`, measured from `now`.
+    fn next(
+        &self,
+        standing: Standing,
+        now: u64,
+        cost: u64,
+    ) -> Result<Option<HybridState>, Option<Duration>> {
         if cost > self.limit {
-            return self.deny(standing, None);
+            return Err(None);
         }
         if cost == 0 {
-            return self.allow(standing, None);
+            return Ok(None);
         }
         let next = match standing {
             // A new window, with this request's tokens taken.
-            Standing::Fresh { now } => HybridState::Bursty {
+            Standing::Fresh => HybridState::Bursty {
                 start: now,
                 tokens: self.limit - cost,
             },
             // The window's last tokens: switch to smooth mode with one token at the window's
             // end, `now + left = start + period`.
-            Standing::Bursty {
-                now, start, tokens, ..
-            } if tokens == cost => {
+            Standing::Bursty { start, tokens, .. } if tokens == cost => {
                 let window_end = u128::from(start) + u128::from(self.period);
                 // Past the clock's range the bucket stays empty: later is the safe side.
                 let empty_at =
@@ -254,19 +222,13 @@ impl Hybrid {
                 tokens: tokens - cost,
             },
             // Too few tokens in the window: the next one opens with a full quota.
-            Standing::Bursty { left, .. } => {
-                return self.deny(standing, Some(Duration::from_nanos(left)));
-            }
-            Standing::Smooth {
-                now,
-                empty_at,
-                tokens,
-            } => {
+            Standing::Bursty { left, .. } => return Err(Some(Duration::from_nanos(left))),
+            Standing::Smooth { empty_at, tokens } => {
                 // `cost <= limit`, so `take <= quota`.
                 let take = i128::from(cost) * i128::from(self.interval);
                 if tokens < take {
                     // `take - tokens` is sooner than the bucket's return to a whole quota.
-                    return self.deny(standing, Some(nanos(take - tokens)));
+                    return Err(Some(nanos(take - tokens)));
                 }
                 // `empty_at + take <= now`: it fits.
                 let empty_at = u64::try_from(i128::from(empty_at) + take).unwrap_or(now);
@@ -276,9 +238,7 @@ impl Hybrid {
                 }
             }
         };
-        // The state after the request, read at the same time: it has taken the request's
-        // tokens, so it is never fresh.
-        self.allow(self.standing(&next, standing.now()), Some(next))
+        Ok(Some(next))
     }
 }
 
@@ -286,12 +246,25 @@ impl Algorithm for Hybrid {
     type State = HybridState;
 
     fn check(&self, state: &HybridState, now: u64, cost: u64) -> Outcome<HybridState> {
-        let standing = self.standing(state, now);
-        let mut outcome = self.decide(standing, cost);
+        let (at, standing) = self.standing(state, now);
+        let mut outcome = match self.next(standing, at, cost) {
+            Err(retry_after) => {
+                let (remaining, reset_after) = self.report(standing);
+                let decision = Decision::deny(self.limit, remaining, reset_after, retry_after);
+                Outcome::new(decision, None)
+            }
+            Ok(next) => {
+                // The state after the request, read at the same time: it has taken the
+                // request's tokens, so it is never fresh.
+                let after = next.map_or(standing, |next| self.standing(&next, at).1);
+                let (remaining, reset_after) = self.report(after);
+                Outcome::new(Decision::allow(self.limit, remaining, reset_after), next)
+            }
+        };
         // A reading before the state's own time (readings out of order across threads) is
         // decided at the state's time; the waits it reports are measured from the reading, so
         // that a client told to retry then is not early.
-        let skew = Duration::from_nanos(standing.now() - now);
+        let skew = Duration::from_nanos(at - now);
         if !skew.is_zero() {
             let decision = &mut outcome.decision;
             decision.reset_after = decision.reset_after.saturating_add(skew);
@@ -301,7 +274,7 @@ impl Algorithm for Hybrid {
     }
 
     fn is_fresh(&self, state: &HybridState, now: u64) -> bool {
-        matches!(self.standing(state, now), Standing::Fresh { .. })
+        matches!(self.standing(state, now).1, Standing::Fresh)
     }
 }
 

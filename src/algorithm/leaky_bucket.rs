@@ -52,55 +52,33 @@ impl LeakyBucket {
     }
 }
 
+/// Forwards each listed [`Algorithm`] method to the queue's [`Gcra`].
+macro_rules! to_gcra {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $out:ty;)*) => {$(
+        #[inline]
+        fn $name(&self, $($arg: $ty),*) -> $out {
+            self.gcra.$name($($arg),*)
+        }
+    )*};
+}
+
+/// The queue is its GCRA's schedule. A refund gives back the admission's place in the queue
+/// while it is the last one and has not left yet; the requests queued behind keep the times
+/// they were given.
 impl Algorithm for LeakyBucket {
     /// When the queue will be empty, in nanoseconds; 0 is fresh.
     type State = u64;
+    const REFUNDS: bool = true;
+    const SETTLES: bool = true;
 
-    #[inline]
-    fn check(&self, state: &u64, now: u64, cost: u64) -> Outcome<u64> {
-        self.gcra.check(state, now, cost)
-    }
-
-    #[inline]
-    fn transition(&self, state: &u64, now: u64, cost: u64) -> Option<u64> {
-        self.gcra.transition(state, now, cost)
-    }
-
-    #[inline]
-    fn decide(&self, state: &u64, next: Option<&u64>, now: u64, cost: u64) -> Decision {
-        self.gcra.decide(state, next, now, cost)
-    }
-
-    /// Gives back the admission's place in the queue while it is the last one and has not
-    /// left yet. The requests queued behind keep the times they were given.
-    #[inline]
-    fn refund(&self, state: &u64, admission: &Decision, now: u64, cost: u64) -> Option<u64> {
-        self.gcra.refund(state, admission, now, cost)
-    }
-
-    #[inline]
-    fn refunds(&self) -> bool {
-        true
-    }
-
-    #[inline]
-    fn charge(&self, state: &u64, now: u64, cost: u64) -> Option<u64> {
-        self.gcra.charge(state, now, cost)
-    }
-
-    #[inline]
-    fn settles(&self) -> bool {
-        true
-    }
-
-    #[inline]
-    fn debt(&self, state: &u64, now: u64) -> u64 {
-        self.gcra.debt(state, now)
-    }
-
-    #[inline]
-    fn is_fresh(&self, state: &u64, now: u64) -> bool {
-        self.gcra.is_fresh(state, now)
+    to_gcra! {
+        check(state: &u64, now: u64, cost: u64) -> Outcome<u64>;
+        transition(state: &u64, now: u64, cost: u64) -> Option<u64>;
+        decide(state: &u64, next: Option<&u64>, now: u64, cost: u64) -> Decision;
+        refund(state: &u64, admission: &Decision, now: u64, cost: u64) -> Option<u64>;
+        charge(state: &u64, now: u64, cost: u64) -> Option<u64>;
+        debt(state: &u64, now: u64) -> u64;
+        is_fresh(state: &u64, now: u64) -> bool;
     }
 }
 

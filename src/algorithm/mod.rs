@@ -32,7 +32,7 @@
 //! The traits here ([`Algorithm`], [`Quotas`], [`Shaping`], [`SubWindows`], [`Aligned`]) are
 //! sealed: they are named in bounds, and implemented by this crate's algorithms only. Adding an
 //! algorithm takes one file here (its figures, its state, `impl Algorithm`), its Lua script in
-//! the Redis store, one line in `store/memory/algorithms.rs`, and a constructor beside the
+//! the Redis store, its name in a list in `store/memory/algorithms.rs`, and a constructor beside the
 //! others.
 
 mod divisor;
@@ -131,7 +131,7 @@ pub trait Algorithm: Sealed + Clone + std::fmt::Debug + Send + Sync + 'static {
     /// the check returned; its [`receipt`](Decision::receipt) says, in the algorithm's terms,
     /// what it took (the window it was counted in, the slot it took in a schedule). Returns
     /// the next state, or `None` when there is nothing to give back or the algorithm cannot
-    /// give capacity back (the default: see [`refunds`](Self::refunds)).
+    /// give capacity back (the default: see [`REFUNDS`](Self::REFUNDS)).
     ///
     /// The guarantee every refund keeps: the requests that count (those not refunded) never
     /// exceed the quota in any window or burst, whatever the order and timing of refunds.
@@ -151,16 +151,20 @@ pub trait Algorithm: Sealed + Clone + std::fmt::Debug + Send + Sync + 'static {
     /// Whether [`refund`](Self::refund) can give capacity back. A layer's `count_if` refuses
     /// an algorithm that cannot, where the layer is built.
     #[doc(hidden)]
+    const REFUNDS: bool = false;
+
+    /// [`REFUNDS`](Self::REFUNDS), for a value at hand.
+    #[doc(hidden)]
     #[inline]
     fn refunds(&self) -> bool {
-        false
+        Self::REFUNDS
     }
 
     /// Charges `cost` more at `now`, whatever the key has left: what a request's true cost
     /// above its reservation adds once it is known (the layer's `settle`). The state may go
     /// past the quota: the key is then in debt, denied until the debt is paid back at the
     /// quota's rate. `None` when the algorithm cannot carry a debt (the default: see
-    /// [`settles`](Self::settles)) or `cost` is 0.
+    /// [`SETTLES`](Self::SETTLES)) or `cost` is 0.
     #[doc(hidden)]
     #[inline]
     fn charge(&self, state: &Self::State, now: u64, cost: u64) -> Option<Self::State> {
@@ -172,9 +176,13 @@ pub trait Algorithm: Sealed + Clone + std::fmt::Debug + Send + Sync + 'static {
     /// give part of an admission back). A layer's `settle` refuses an algorithm that cannot,
     /// where the layer is built.
     #[doc(hidden)]
+    const SETTLES: bool = false;
+
+    /// [`SETTLES`](Self::SETTLES), for a value at hand.
+    #[doc(hidden)]
     #[inline]
     fn settles(&self) -> bool {
-        false
+        Self::SETTLES
     }
 
     /// What a key whose state is `state` owes at `now` past the point where it is denied (the
@@ -290,24 +298,19 @@ pub(crate) fn used<A: Algorithm>(algorithm: &A, state: &A::State, now: u64) -> u
     could.saturating_sub(can)
 }
 
-/// The state under `algorithm` of a key charged `used` requests at `now`, up to what a fresh key
-/// may take at once.
-pub(crate) fn charged<A: Algorithm>(algorithm: &A, used: u64, now: u64) -> A::State {
+/// The state under `algorithm` of a key charged `used` requests at `now`, up to what a fresh
+/// key may take at once, then `debt` more whatever the key may take at once
+/// ([`Algorithm::charge`]): the state of a key that used `used` and owes `debt` past it.
+pub(crate) fn owing<A: Algorithm>(algorithm: &A, used: u64, debt: u64, now: u64) -> A::State {
     let fresh = A::State::default();
     let room = algorithm.check(&fresh, now, 0).decision.remaining;
-    match used.min(room) {
+    let state = match used.min(room) {
         0 => fresh,
         charge => algorithm
             .check(&fresh, now, charge)
             .state
             .unwrap_or_default(),
-    }
-}
-
-/// [`charged`], then `debt` more whatever the key may take at once ([`Algorithm::charge`]): the
-/// state of a key that used `used` and owes `debt` past it.
-pub(crate) fn owing<A: Algorithm>(algorithm: &A, used: u64, debt: u64, now: u64) -> A::State {
-    let state = charged(algorithm, used, now);
+    };
     match debt {
         0 => state,
         debt => algorithm.charge(&state, now, debt).unwrap_or(state),

@@ -59,17 +59,6 @@ pub struct SlidingLog {
     period: u64,
 }
 
-/// A log read at one instant.
-struct Reading {
-    /// The instant the window ends at: `now`, or the newest entry's time when the clock reads
-    /// earlier than that (no time has passed since).
-    at: u64,
-    /// The index of the oldest entry in the window `(at − period, at]`.
-    first_live: usize,
-    /// The cost in the window.
-    used: u64,
-}
-
 impl SlidingLog {
     /// The algorithm for `quota`: `quota.limit()` in any window of `quota.period()`. The burst
     /// is not used.
@@ -90,17 +79,16 @@ impl SlidingLog {
         self.period
     }
 
-    /// Reads the log at `now`: `O(1)` while its oldest entry is in the window, and
-    /// `O(log k)` when `k` entries have left it since the last admission.
+    /// Reads the log at `now`: the instant the window ends at (`now`, or the newest entry's
+    /// time when the clock reads earlier than that: no time has passed since), the index of
+    /// the oldest entry in the window `(at − period, at]`, and the cost in the window.
+    /// `O(1)` while the oldest entry is in the window, and `O(log k)` when `k` entries have
+    /// left it since the last admission.
     #[inline]
-    fn read(&self, state: &SlidingLogState, now: u64) -> Reading {
+    fn read(&self, state: &SlidingLogState, now: u64) -> (u64, usize, u64) {
         let at = state.newest().map_or(now, |t| t.max(now));
         let first_live = state.first_live(at, self.period);
-        Reading {
-            at,
-            first_live,
-            used: state.cost_from(first_live),
-        }
+        (at, first_live, state.cost_from(first_live))
     }
 
     /// The wait from `now` until an entry at `t` leaves the window.
@@ -112,11 +100,7 @@ impl SlidingLog {
     /// The decision, and the instant to log the request at when it is admitted with a cost.
     #[inline]
     fn evaluate(&self, state: &SlidingLogState, now: u64, cost: u64) -> (Decision, Option<u64>) {
-        let Reading {
-            at,
-            first_live,
-            used,
-        } = self.read(state, now);
+        let (at, first_live, used) = self.read(state, now);
         let remaining = self.limit.saturating_sub(used);
         let live = first_live < state.len();
         let reset_after = match state.newest() {
@@ -187,7 +171,7 @@ impl Algorithm for SlidingLog {
         if cost == 0 || !admission.allowed {
             return None;
         }
-        let first_live = self.read(state, now).first_live;
+        let (_, first_live, _) = self.read(state, now);
         let index = state.find(first_live, admission.receipt())?;
         let mut next = state.clone();
         next.drop_before(first_live);
@@ -199,10 +183,7 @@ impl Algorithm for SlidingLog {
         })
     }
 
-    #[inline]
-    fn refunds(&self) -> bool {
-        true
-    }
+    const REFUNDS: bool = true;
 
     #[inline]
     fn is_fresh(&self, state: &SlidingLogState, now: u64) -> bool {

@@ -1,5 +1,3 @@
-use std::time::Duration;
-
 use self::frame::Frame;
 use super::few::Few;
 use super::{Algorithm, Outcome};
@@ -150,52 +148,33 @@ impl SlidingWindow {
     }
 
     /// The decision, and where an admitted request of a positive cost goes (`None`: the
-    /// state stays as it is).
+    /// state stays as it is): how many counters were live (0 for a fresh key, whose windows
+    /// begin now), and the current sub-window's index.
     #[inline]
     fn evaluate(
         &self,
         state: &SlidingWindowState,
         now: u64,
         cost: u64,
-    ) -> (Decision, Option<Place>) {
-        let Some(frame) = self.frame(state, now) else {
+    ) -> (Decision, Option<(usize, u128)>) {
+        let (base, frame) = match self.frame(state, now) {
+            Some(frame) => (state.base, frame),
             // Fresh: nothing weighs in; a first request opens the key's windows at `now`.
-            if cost > self.limit {
-                let decision = Decision::deny(self.limit, self.limit, Duration::ZERO, None);
-                return (decision, None);
-            }
-            let (remaining, reset_after) = if cost == 0 {
-                (self.limit, Duration::ZERO)
-            } else {
-                let fresh = Frame {
-                    live: &[],
-                    index: 0,
-                    offset: 0,
-                };
-                let reset = self.reset_after(now, &fresh, cost, now);
-                (self.limit - cost, reset)
-            };
-            return (
-                Decision::allow(self.limit, remaining, reset_after),
-                (cost > 0).then_some(Place::Fresh),
-            );
+            None => (now, Frame::FRESH),
         };
         let (partial, full) = self.split(&frame, 0);
         let weight = u128::from(self.period) - frame.offset;
         if !self.fits(partial, weight, full, cost) {
             let remaining = self.remaining(&frame, 0);
-            let reset_after = self.reset_after(state.base, &frame, 0, now);
+            let reset_after = self.reset_after(base, &frame, 0, now);
             let retry_after =
-                (cost <= self.limit).then(|| self.retry_after(state.base, &frame, cost, now));
+                (cost <= self.limit).then(|| self.retry_after(base, &frame, cost, now));
             let decision = Decision::deny(self.limit, remaining, reset_after, retry_after);
             return (decision, None);
         }
         let remaining = self.remaining(&frame, cost);
-        let reset_after = self.reset_after(state.base, &frame, cost, now);
-        let place = Place::Live {
-            live: frame.live.len(),
-            index: frame.index,
-        };
+        let reset_after = self.reset_after(base, &frame, cost, now);
+        let place = (frame.live.len(), frame.index);
         (
             Decision::allow(self.limit, remaining, reset_after),
             (cost > 0).then_some(place),
@@ -205,12 +184,19 @@ impl SlidingWindow {
     /// Counts an admitted `cost` at `now` where [`evaluate`](Self::evaluate) placed it: moves
     /// the counters up to the current sub-window and adds to it. Allocates only for a key that
     /// had no counters.
-    #[inline]
     ///
     /// The receipt is a time in the sub-window the request was counted in.
-    fn admit(&self, state: &mut SlidingWindowState, place: Place, now: u64, cost: u64) -> u64 {
+    #[inline]
+    fn admit(
+        &self,
+        state: &mut SlidingWindowState,
+        place: (usize, u128),
+        now: u64,
+        cost: u64,
+    ) -> u64 {
         let k = self.sub_windows;
-        let Place::Live { live, index } = place else {
+        let (live, index) = place;
+        if live == 0 {
             // A new grid of windows, beginning now.
             if state.counts.len() == k + 1 {
                 state.counts.fill(0);
@@ -221,7 +207,7 @@ impl SlidingWindow {
             state.last = now;
             state.counts[k] = cost;
             return now;
-        };
+        }
         let passed = k + 1 - live;
         state.counts.copy_within(passed.., 0);
         state.counts[k + 1 - passed..].fill(0);
@@ -236,14 +222,6 @@ impl SlidingWindow {
         state.last = now.max(state.last);
         state.last
     }
-}
-
-/// Where an admitted request goes, as [`SlidingWindow::evaluate`] read the state: a new grid
-/// of windows, or the live counters (how many, and the current sub-window's index).
-#[derive(Clone, Copy)]
-enum Place {
-    Fresh,
-    Live { live: usize, index: u128 },
 }
 
 impl Algorithm for SlidingWindow {
@@ -300,10 +278,7 @@ impl Algorithm for SlidingWindow {
         })
     }
 
-    #[inline]
-    fn refunds(&self) -> bool {
-        true
-    }
+    const REFUNDS: bool = true;
 
     #[inline]
     fn is_fresh(&self, state: &SlidingWindowState, now: u64) -> bool {

@@ -43,6 +43,25 @@ impl<A: Algorithm> Tiered<A> {
     pub fn tiers(&self) -> &[A] {
         &self.tiers
     }
+
+    /// `state` with each tier's state replaced by what `f` makes of it (given the tier's index
+    /// and algorithm), where it makes anything; `None` when it makes nothing.
+    fn each_tier(
+        &self,
+        state: &TieredState<A::State>,
+        f: impl Fn(usize, &A, &A::State) -> Option<A::State>,
+    ) -> Option<TieredState<A::State>> {
+        let mut next = state.clone();
+        let mut changed = false;
+        let states = next.sized(self.tiers.len());
+        for (i, (tier, s)) in self.tiers.iter().zip(states).enumerate() {
+            if let Some(new) = f(i, tier, s) {
+                *s = new;
+                changed = true;
+            }
+        }
+        changed.then_some(next)
+    }
 }
 
 /// A key's state under [`Tiered`]: one state per tier. Empty (the default) is fresh.
@@ -128,38 +147,17 @@ impl<A: Algorithm> Algorithm for Tiered<A> {
         if admitted.len() != self.tiers.len() {
             return None;
         }
-        let mut next = state.clone();
-        let mut changed = false;
-        let tiers = self.tiers.iter().zip(admitted);
-        for ((tier, admission), s) in tiers.zip(next.sized(self.tiers.len())) {
-            if let Some(refunded) = tier.refund(s, admission, now, cost) {
-                *s = refunded;
-                changed = true;
-            }
-        }
-        changed.then_some(next)
+        self.each_tier(state, |i, tier, s| tier.refund(s, &admitted[i], now, cost))
     }
 
-    fn refunds(&self) -> bool {
-        self.tiers.iter().all(Algorithm::refunds)
-    }
+    const REFUNDS: bool = A::REFUNDS;
 
     /// Every tier is charged: the key is in debt on each tier it overspent.
     fn charge(&self, state: &Self::State, now: u64, cost: u64) -> Option<Self::State> {
-        let mut next = state.clone();
-        let mut changed = false;
-        for (tier, s) in self.tiers.iter().zip(next.sized(self.tiers.len())) {
-            if let Some(charged) = tier.charge(s, now, cost) {
-                *s = charged;
-                changed = true;
-            }
-        }
-        changed.then_some(next)
+        self.each_tier(state, |_, tier, s| tier.charge(s, now, cost))
     }
 
-    fn settles(&self) -> bool {
-        self.tiers.iter().all(Algorithm::settles)
-    }
+    const SETTLES: bool = A::SETTLES;
 
     /// The largest debt of any tier.
     fn debt(&self, state: &Self::State, now: u64) -> u64 {

@@ -136,10 +136,7 @@ impl Algorithm for TokenBucket {
         })
     }
 
-    #[inline]
-    fn refunds(&self) -> bool {
-        true
-    }
+    const REFUNDS: bool = true;
 
     /// GCRA's charge, on the deficit refilled to `now`.
     #[inline]
@@ -152,10 +149,7 @@ impl Algorithm for TokenBucket {
         })
     }
 
-    #[inline]
-    fn settles(&self) -> bool {
-        true
-    }
+    const SETTLES: bool = true;
 
     /// GCRA's debt, on the deficit refilled to `now`.
     #[inline]

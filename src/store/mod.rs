@@ -6,7 +6,7 @@
 //!
 //! [`Store`] is sealed: it is named in bounds (`RateLimiter<A, St>` takes any `St: Store<A>`),
 //! and implemented by these two stores only. Each keeps its own side of every algorithm: the
-//! memory store one line per algorithm in `store/memory/algorithms.rs`, the Redis store one
+//! memory store one name per algorithm in `store/memory/algorithms.rs`, the Redis store one
 //! module per algorithm in `store/redis/algorithms/` and its Lua in `store/redis/lua/`, checked
 //! against the Rust reference decision by decision by the Redis parity tests.
 //!

@@ -75,10 +75,8 @@ impl SlidingLogState {
     /// The running total before the entry at `index` (`index` at most `len()`).
     #[inline]
     fn total_before(&self, index: usize) -> u64 {
-        match index.checked_sub(1) {
-            Some(i) => self.entries.get(i).map_or(self.base, |&(_, total)| total),
-            None => self.base,
-        }
+        let before = index.checked_sub(1).and_then(|i| self.entries.get(i));
+        before.map_or(self.base, |&(_, total)| total)
     }
 
     /// The running total after the newest entry.

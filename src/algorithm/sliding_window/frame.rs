@@ -19,6 +19,15 @@ pub(super) struct Frame<'a> {
     pub(super) offset: u128,
 }
 
+impl Frame<'_> {
+    /// A fresh state's frame: no counters, at the start of its first sub-window.
+    pub(super) const FRESH: Self = Frame {
+        live: &[],
+        index: 0,
+        offset: 0,
+    };
+}
+
 impl SlidingWindow {
     pub(super) fn k(&self) -> u128 {
         // At most 64.
@@ -125,13 +134,10 @@ impl SlidingWindow {
         } else {
             frame.live.iter().rposition(|&c| c > 0)
         };
-        match newest {
-            Some(newest) => {
-                let leaves = frame.index + newest as u128 + 1;
-                self.until(base, leaves * u128::from(self.period), now)
-            }
-            None => Duration::ZERO,
-        }
+        newest.map_or(Duration::ZERO, |newest| {
+            let leaves = frame.index + newest as u128 + 1;
+            self.until(base, leaves * u128::from(self.period), now)
+        })
     }
 
     /// The wait until a request of `cost` (at most `limit`) passes, when it does not now.
@@ -152,10 +158,10 @@ impl SlidingWindow {
                 continue;
             };
             // It passes once the straddling counter's weight `period − offset` is at most this.
-            let weight = match room.checked_mul(p).and_then(|r| checked_div(r, partial)) {
-                Some(weight) => weight,
-                None => p,
-            };
+            // (Always, when nothing straddles or the product is past 2^128.)
+            let weight = (room.checked_mul(p))
+                .and_then(|r| checked_div(r, partial))
+                .unwrap_or(p);
             // In the current sub-window this is past the frame's offset, as the request does
             // not pass now.
             let offset = p.saturating_sub(weight);

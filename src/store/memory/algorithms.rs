@@ -3,9 +3,8 @@
 
 use super::{AtomicCell, LockedCell, StateCell};
 use crate::algorithm::{
-    Algorithm, FixedWindow, FixedWindowState, Gcra, Hybrid, HybridState, LeakyBucket, SlidingLog,
-    SlidingLogState, SlidingWindow, SlidingWindowState, Tiered, TieredState, TokenBucket,
-    TokenBucketState,
+    Algorithm, FixedWindow, Gcra, Hybrid, LeakyBucket, SlidingLog, SlidingWindow, Tiered,
+    TokenBucket,
 };
 
 /// An algorithm the [`MemoryStore`](super::MemoryStore) runs: every algorithm of this crate,
@@ -25,34 +24,18 @@ pub(crate) trait Held: Algorithm {
     type Cell: StateCell<Self>;
 }
 
-impl Held for Gcra {
-    type Cell = AtomicCell;
+/// Each algorithm's cell: a `u64` state by compare-and-swap, any other under a lock.
+macro_rules! held {
+    ($cell:ty: $($algorithm:ty),*) => {$(
+        impl Held for $algorithm {
+            type Cell = $cell;
+        }
+    )*};
 }
 
-impl Held for LeakyBucket {
-    type Cell = AtomicCell;
-}
-
-impl Held for TokenBucket {
-    type Cell = LockedCell<TokenBucketState>;
-}
-
-impl Held for FixedWindow {
-    type Cell = LockedCell<FixedWindowState>;
-}
-
-impl Held for SlidingWindow {
-    type Cell = LockedCell<SlidingWindowState>;
-}
-
-impl Held for SlidingLog {
-    type Cell = LockedCell<SlidingLogState>;
-}
-
-impl Held for Hybrid {
-    type Cell = LockedCell<HybridState>;
-}
+held!(AtomicCell: Gcra, LeakyBucket);
+held!(LockedCell<Self::State>: TokenBucket, FixedWindow, SlidingWindow, SlidingLog, Hybrid);
 
 impl<A: MemoryAlgorithm> Held for Tiered<A> {
-    type Cell = LockedCell<TieredState<A::State>>;
+    type Cell = LockedCell<Self::State>;
 }

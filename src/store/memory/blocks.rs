@@ -51,7 +51,7 @@ pub(crate) fn blocked_until(standing: Decision, now: u64, until: u64) -> Decisio
 }
 
 impl Blocks {
-    /// `standing` (a key's after a refund or a charge, consuming nothing) as `key`'s answer at
+    /// `standing` (a key's, consuming nothing: a peek, or after a refund or a charge) as `key`'s answer at
     /// `now`: as it is, or denied while the key is blocked ([`blocked_until`]).
     pub(crate) fn hold(&self, key: &Key, now: u64, standing: Decision) -> Decision {
         match self.until(key, now) {

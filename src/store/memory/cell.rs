@@ -31,13 +31,11 @@ pub(crate) trait StateCell<A: Held>: Default + Send + Sync + 'static {
     /// The decision for the request that `apply` saw as `seen`.
     fn decide(seen: Self::Seen, algorithm: &A, now: u64, cost: u64) -> Decision;
 
-    /// Gives back what `admission` took ([`Algorithm::refund`](crate::algorithm::Algorithm::refund))
-    /// atomically and returns the state afterwards.
-    fn refund(&self, algorithm: &A, admission: &Decision, now: u64, cost: u64) -> A::State;
-
-    /// Charges `cost` more whatever is left ([`Algorithm::charge`](crate::algorithm::Algorithm::charge))
-    /// atomically and returns the state afterwards.
-    fn charge(&self, algorithm: &A, now: u64, cost: u64) -> A::State;
+    /// Replaces the state in the cell by what `f` makes of it (`None`: it stays), atomically,
+    /// and returns the state afterwards: a refund ([`Algorithm::refund`](crate::algorithm::Algorithm::refund))
+    /// or a charge ([`Algorithm::charge`](crate::algorithm::Algorithm::charge)). `f` may run
+    /// more than once.
+    fn modify(&self, f: impl Fn(&A::State) -> Option<A::State>) -> A::State;
 
     /// `f` of the state in the cell.
     fn read<R>(&self, f: impl FnOnce(&A::State) -> R) -> R;
@@ -110,16 +108,9 @@ impl<A: Held<State = u64>> StateCell<A> for AtomicCell {
         algorithm.decide(&seen, next.as_ref(), now, cost)
     }
 
-    fn refund(&self, algorithm: &A, admission: &Decision, now: u64, cost: u64) -> u64 {
-        let seen = self.update(|state| algorithm.refund(&state, admission, now, cost));
-        algorithm
-            .refund(&seen, admission, now, cost)
-            .unwrap_or(seen)
-    }
-
-    fn charge(&self, algorithm: &A, now: u64, cost: u64) -> u64 {
-        let seen = self.update(|state| algorithm.charge(&state, now, cost));
-        algorithm.charge(&seen, now, cost).unwrap_or(seen)
+    fn modify(&self, f: impl Fn(&u64) -> Option<u64>) -> u64 {
+        let seen = self.update(|state| f(&state));
+        f(&seen).unwrap_or(seen)
     }
 
     fn read<R>(&self, f: impl FnOnce(&u64) -> R) -> R {
@@ -161,17 +152,9 @@ impl<A: Held> StateCell<A> for LockedCell<A::State> {
         seen
     }
 
-    fn refund(&self, algorithm: &A, admission: &Decision, now: u64, cost: u64) -> A::State {
+    fn modify(&self, f: impl Fn(&A::State) -> Option<A::State>) -> A::State {
         let mut state = self.lock();
-        if let Some(next) = algorithm.refund(&state, admission, now, cost) {
-            *state = next;
-        }
-        state.clone()
-    }
-
-    fn charge(&self, algorithm: &A, now: u64, cost: u64) -> A::State {
-        let mut state = self.lock();
-        if let Some(next) = algorithm.charge(&state, now, cost) {
+        if let Some(next) = f(&state) {
             *state = next;
         }
         state.clone()

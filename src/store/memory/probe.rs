@@ -21,21 +21,12 @@ impl<'k> Probe<'k> {
         match key.as_ip() {
             Some(IpAddr::V4(ip)) => Self::V4(u32::from_ne_bytes(ip.octets())),
             Some(IpAddr::V6(ip)) => {
-                let octets = ip.octets();
-                let (hi, lo) = octets.split_at(8);
-                Self::V6([word(hi), word(lo)])
+                let w = u128::from_ne_bytes(ip.octets());
+                Self::V6([w as u64, (w >> 64) as u64])
             }
             None => Self::Other(key),
         }
     }
-}
-
-/// Eight bytes as a native-endian word.
-#[inline]
-fn word(bytes: &[u8]) -> u64 {
-    let mut w = [0; 8];
-    w.copy_from_slice(bytes);
-    u64::from_ne_bytes(w)
 }
 
 /// What one of the tables holds a key as: the key it was made from can be rebuilt (to rehash
@@ -52,10 +43,8 @@ impl Word for u32 {
 
 impl Word for [u64; 2] {
     fn key(&self) -> Key {
-        let mut octets = [0; 16];
-        octets[..8].copy_from_slice(&self[0].to_ne_bytes());
-        octets[8..].copy_from_slice(&self[1].to_ne_bytes());
-        Key::from(Ipv6Addr::from(octets))
+        let w = u128::from(self[0]) | u128::from(self[1]) << 64;
+        Key::from(Ipv6Addr::from(w.to_ne_bytes()))
     }
 }
 

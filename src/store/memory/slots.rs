@@ -158,7 +158,6 @@ impl Slots for MemorySlots {
     }
 
     fn release(&self, key: &Key, cost: u64, lease: u64) {
-        let _ = lease;
         debug_assert!(cost > 0 || lease == NO_LEASE);
         self.give_back(key, cost);
     }

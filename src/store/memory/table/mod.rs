@@ -119,7 +119,7 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
     #[inline(never)]
     fn decide_among_blocks(&self, key: Key, hash: u64, now: u64, cost: u64) -> Decision {
         if let Some(until) = self.blocks.until(&key, now) {
-            return self.blocked(&key, now, until);
+            return blocked_until(self.standing(&key, now), now, until);
         }
         let seen = self.apply_hashed(key, hash, now, cost);
         A::Cell::decide(seen, &self.algorithm, now, cost)
@@ -127,10 +127,7 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
 
     /// The key's standing at `now`, consuming nothing and remembering no new key.
     pub(crate) fn peek(&self, key: &Key, now: u64) -> Decision {
-        if let Some(until) = self.blocks.until(key, now) {
-            return self.blocked(key, now, until);
-        }
-        self.standing(key, now)
+        self.blocks.hold(key, now, self.standing(key, now))
     }
 
     /// The key's standing at `now` by its state alone (a fresh state for a key not held).
@@ -144,43 +141,43 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         }
     }
 
-    /// The denial of a key blocked until `until`: its standing, denied until then.
-    fn blocked(&self, key: &Key, now: u64, until: u64) -> Decision {
-        blocked_until(self.standing(key, now), now, until)
-    }
-
     /// Gives back what `admission` took from `key` and returns the key's standing afterwards.
+    /// A key the store does not hold has nothing to give back.
     pub(crate) fn refund(&self, key: Key, admission: &Decision, now: u64, cost: u64) -> Decision {
-        let algorithm = &self.algorithm;
-        let hash = self.map.hash(&key);
-        let refund = |cell: &A::Cell| cell.refund(algorithm, admission, now, cost);
-        // A key the store does not hold has nothing to give back.
-        let after = self.map.get_with(hash, &key, refund).unwrap_or_default();
-        self.standing_after(&key, &after, now)
-    }
-
-    /// The standing of `key`, whose state is now `after`: blocked, or by that state.
-    fn standing_after(&self, key: &Key, after: &A::State, now: u64) -> Decision {
-        let standing = self.algorithm.check(after, now, 0).decision;
-        self.blocks.hold(key, now, standing)
+        self.modify(key, now, false, |s| {
+            self.algorithm.refund(s, admission, now, cost)
+        })
     }
 
     /// Charges `key` `cost` more, whatever it has left (a debt), and returns the key's
-    /// standing afterwards. A key the store does not hold is put in (from what it carried
-    /// over, while the table takes over from other quotas).
+    /// standing afterwards.
     pub(crate) fn charge(&self, key: Key, now: u64, cost: u64) -> Decision {
-        let algorithm = &self.algorithm;
+        self.modify(key, now, cost > 0, |s| self.algorithm.charge(s, now, cost))
+    }
+
+    /// Applies `f` to `key`'s state ([`StateCell::modify`]) and returns the key's standing
+    /// afterwards: blocked, or by that state. A key the store does not hold reads as fresh, or
+    /// with `insert` is put in first (from what it carried over, while the table takes over
+    /// from other quotas).
+    fn modify(
+        &self,
+        key: Key,
+        now: u64,
+        insert: bool,
+        f: impl Fn(&A::State) -> Option<A::State>,
+    ) -> Decision {
         let hash = self.map.hash(&key);
-        let charge = |cell: &A::Cell| cell.charge(algorithm, now, cost);
-        let after = match self.map.get_with(hash, &key, charge) {
+        let modify = |cell: &A::Cell| cell.modify(&f);
+        let after = match self.map.get_with(hash, &key, modify) {
             Some(after) => after,
-            None if cost == 0 => A::State::default(),
-            None => {
+            None if insert => {
                 let carried = self.carried(&key, now);
-                self.insert(key.clone(), hash, carried, now, charge)
+                self.insert(key.clone(), hash, carried, now, modify)
             }
+            None => A::State::default(),
         };
-        self.standing_after(&key, &after, now)
+        let standing = self.algorithm.check(&after, now, 0).decision;
+        self.blocks.hold(&key, now, standing)
     }
 
     /// Forgets `key`'s state and lifts its block: the key is fresh again.
