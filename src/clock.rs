@@ -15,12 +15,11 @@
 //! assert_eq!(view.now(), Duration::from_millis(1500));
 //! ```
 
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A monotonic source of time for a limiter.
@@ -55,7 +54,7 @@ pub trait Clock: Send + Sync + 'static {
     /// tonic and hyper-util servers run in one). [`ManualClock`] overrides it to wake when the
     /// clock is advanced.
     fn sleep(&self, duration: Duration) -> Sleep {
-        Sleep::new(tokio::time::sleep(duration))
+        Box::pin(tokio::time::sleep(duration))
     }
 
     /// The wall-clock time: nanoseconds since the UNIX epoch in UTC, saturating at 0 and at
@@ -93,30 +92,9 @@ pub(crate) fn saturating_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// The future returned by [`Clock::sleep`].
-#[must_use = "a sleep does nothing unless polled"]
-pub struct Sleep(Pin<Box<dyn Future<Output = ()> + Send>>);
-
-impl Sleep {
-    /// Wraps a future that completes when the time is up.
-    pub fn new(sleep: impl Future<Output = ()> + Send + 'static) -> Self {
-        Self(Box::pin(sleep))
-    }
-}
-
-impl Future for Sleep {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.0.as_mut().poll(cx)
-    }
-}
-
-impl fmt::Debug for Sleep {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sleep").finish_non_exhaustive()
-    }
-}
+/// The future returned by [`Clock::sleep`]: any future that completes when the time is up,
+/// boxed (`Box::pin(future)`).
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The default clock: the processor's time-stamp counter where the operating system trusts
 /// it, the OS monotonic clock elsewhere.
@@ -171,59 +149,52 @@ impl SystemClock {
     /// Chooses the process's time source and calibrates it now, rather than on the first
     /// reading (up to 200 ms the first time; nothing afterwards).
     pub fn calibrate() {
-        let _ = source();
+        let _ = counter();
     }
 
     /// Whether this process's `SystemClock` reads the processor's time-stamp counter (`true`) or
     /// the OS monotonic clock (`false`). Calibrates on the first call.
     pub fn reads_counter() -> bool {
-        matches!(source(), Source::Counter { .. })
+        counter().is_some()
     }
 }
 
-/// The process's time source.
-enum Source {
-    /// The TSC through `quanta`, its raw reading at `offset`, and [`OsClock`]'s reading at
-    /// that moment: the counter's readings are counted from `OsClock`'s origin, so the two
-    /// clocks agree (up to the calibration's drift) and may share a store.
-    Counter {
-        clock: quanta::Clock,
-        origin: u64,
-        offset: u64,
-    },
-    /// The OS monotonic clock.
-    Os,
+/// The TSC through `quanta`, its raw reading at `origin`, and [`OsClock`]'s reading at that
+/// moment (`offset`): the counter's readings are counted from `OsClock`'s origin, so the two
+/// clocks agree (up to the calibration's drift) and may share a store.
+struct Counter {
+    clock: quanta::Clock,
+    origin: u64,
+    offset: u64,
 }
 
-fn source() -> &'static Source {
-    static SOURCE: OnceLock<Source> = OnceLock::new();
-    SOURCE.get_or_init(|| {
-        if kernel_trusts_tsc() {
-            let clock = quanta::Clock::new();
-            let offset = OsClock.now_nanos();
-            let origin = clock.raw();
-            Source::Counter {
-                clock,
-                origin,
-                offset,
-            }
-        } else {
-            Source::Os
+/// The process's counter, or `None` where `SystemClock` reads the OS monotonic clock.
+fn counter() -> Option<&'static Counter> {
+    static COUNTER: OnceLock<Option<Counter>> = OnceLock::new();
+    let counter = || {
+        let clock = quanta::Clock::new();
+        let offset = OsClock.now_nanos();
+        let origin = clock.raw();
+        Counter {
+            clock,
+            origin,
+            offset,
         }
-    })
+    };
+    COUNTER
+        .get_or_init(|| kernel_trusts_tsc().then(counter))
+        .as_ref()
 }
 
-/// Whether the kernel keeps time with the TSC: it then found the counters synchronized across
-/// cores and invariant, and it stops using them when it finds otherwise.
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+/// Whether the kernel keeps time with the TSC (only ever on x86-64 Linux): it then found the
+/// counters synchronized across cores and invariant, and it stops using them when it finds
+/// otherwise.
 fn kernel_trusts_tsc() -> bool {
-    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+    cfg!(all(target_os = "linux", target_arch = "x86_64"))
+        && std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
         .is_ok_and(|source| source.trim() == "tsc")
-}
-
-#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-fn kernel_trusts_tsc() -> bool {
-    false
 }
 
 impl Clock for SystemClock {
@@ -234,15 +205,13 @@ impl Clock for SystemClock {
 
     #[inline]
     fn now_nanos(&self) -> u64 {
-        match source() {
+        match counter() {
             // Zero for a counter behind the origin's (a core whose counter lags the first one
             // read): no time elapsed, never a wrap.
-            Source::Counter {
-                clock,
-                origin,
-                offset,
-            } => offset.saturating_add(clock.delta_as_nanos(*origin, clock.raw())),
-            Source::Os => OsClock.now_nanos(),
+            Some(c) => c
+                .offset
+                .saturating_add(c.clock.delta_as_nanos(c.origin, c.clock.raw())),
+            None => OsClock.now_nanos(),
         }
     }
 
@@ -383,7 +352,7 @@ impl Clock for ManualClock {
     fn sleep(&self, duration: Duration) -> Sleep {
         let until = self.now_nanos().saturating_add(saturating_nanos(duration));
         let clock = self.clone();
-        Sleep::new(std::future::poll_fn(move |cx| {
+        Box::pin(std::future::poll_fn(move |cx| {
             if clock.now_nanos() >= until {
                 return Poll::Ready(());
             }
@@ -428,6 +397,8 @@ impl<C: Clock> Clock for Arc<C> {
 
 #[cfg(test)]
 mod tests {
+    use std::task::Context;
+
     use super::*;
 
     #[test]

@@ -138,29 +138,15 @@ impl Decision {
 
     /// Takes the receipt off the decision, in every tier: an admission nothing can be given
     /// back to (one a store's fallback made, whose receipt the store cannot read). In place,
-    /// so that a decision just made is not copied.
+    /// so that a decision just made is not copied (its tiers only when they are shared).
     #[cfg(feature = "redis")]
     #[inline]
     pub(crate) fn forget_receipts(&mut self) {
         self.receipt = 0;
-        if self.tiers.is_some() {
-            self.forget_tier_receipts();
-        }
-    }
-
-    #[cfg(feature = "redis")]
-    #[cold]
-    fn forget_tier_receipts(&mut self) {
-        if let Some(tiers) = &self.tiers {
-            let bare: Vec<Decision> = tiers
-                .iter()
-                .map(|tier| {
-                    let mut tier = tier.clone();
-                    tier.forget_receipts();
-                    tier
-                })
-                .collect();
-            self.tiers = Some(bare.into());
+        if let Some(tiers) = &mut self.tiers {
+            Arc::make_mut(tiers)
+                .iter_mut()
+                .for_each(|tier| tier.receipt = 0);
         }
     }
 
