@@ -15,11 +15,12 @@
 //! assert_eq!(view.now(), Duration::from_millis(1500));
 //! ```
 
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A monotonic source of time for a limiter.
@@ -54,7 +55,7 @@ pub trait Clock: Send + Sync + 'static {
     /// tonic and hyper-util servers run in one). [`ManualClock`] overrides it to wake when the
     /// clock is advanced.
     fn sleep(&self, duration: Duration) -> Sleep {
-        Box::pin(tokio::time::sleep(duration))
+        Sleep::new(tokio::time::sleep(duration))
     }
 
     /// The wall-clock time: nanoseconds since the UNIX epoch in UTC, saturating at 0 and at
@@ -92,9 +93,30 @@ pub(crate) fn saturating_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// The future returned by [`Clock::sleep`]: any future that completes when the time is up,
-/// boxed (`Box::pin(future)`).
-pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// The future returned by [`Clock::sleep`].
+#[must_use = "a sleep does nothing unless polled"]
+pub struct Sleep(Pin<Box<dyn Future<Output = ()> + Send>>);
+
+impl Sleep {
+    /// Wraps a future that completes when the time is up.
+    pub fn new(sleep: impl Future<Output = ()> + Send + 'static) -> Self {
+        Self(Box::pin(sleep))
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+impl fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sleep").finish_non_exhaustive()
+    }
+}
 
 /// The default clock: the processor's time-stamp counter where the operating system trusts
 /// it, the OS monotonic clock elsewhere.
@@ -352,7 +374,7 @@ impl Clock for ManualClock {
     fn sleep(&self, duration: Duration) -> Sleep {
         let until = self.now_nanos().saturating_add(saturating_nanos(duration));
         let clock = self.clone();
-        Box::pin(std::future::poll_fn(move |cx| {
+        Sleep::new(std::future::poll_fn(move |cx| {
             if clock.now_nanos() >= until {
                 return Poll::Ready(());
             }
@@ -397,8 +419,6 @@ impl<C: Clock> Clock for Arc<C> {
 
 #[cfg(test)]
 mod tests {
-    use std::task::Context;
-
     use super::*;
 
     #[test]
