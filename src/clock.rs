@@ -195,8 +195,8 @@ fn counter() -> Option<&'static Counter> {
     static COUNTER: OnceLock<Option<Counter>> = OnceLock::new();
     let counter = || {
         let clock = quanta::Clock::new();
-        let offset = OsClock.now_nanos();
-        let origin = clock.raw();
+        // `OsClock`'s reading, then the counter's, in this order.
+        let (offset, origin) = (OsClock.now_nanos(), clock.raw());
         Counter {
             clock,
             origin,
@@ -335,14 +335,13 @@ impl ManualClock {
     /// Wakes the sleeps that have ended.
     fn wake(&self) {
         let now = self.now_nanos();
-        let ended: Vec<Waker> = {
-            let mut sleepers = self.sleepers();
-            let (ended, waiting) = std::mem::take(&mut *sleepers)
-                .into_iter()
-                .partition(|(until, _)| *until <= now);
-            *sleepers = waiting;
-            ended.into_iter().map(|(_, waker)| waker).collect()
-        };
+        let mut ended = Vec::new();
+        self.sleepers().retain(|(until, waker)| {
+            *until > now || {
+                ended.push(waker.clone());
+                false
+            }
+        });
         ended.into_iter().for_each(Waker::wake);
     }
 

@@ -77,7 +77,7 @@ enum Domain {
 enum Repr {
     /// The octets in memory order (`u32::from_ne_bytes`).
     V4(u32),
-    /// The octets in memory order, as two native-endian halves.
+    /// The address's bits ([`Ipv6Addr::to_bits`]), the high half first.
     V6([u64; 2]),
     U64(u64),
     /// At most [`INLINE`] bytes; `len` carries [`INLINE_TUPLE`] for a tuple. Bytes past `len`
@@ -104,7 +104,7 @@ impl Key {
     pub fn as_ip(&self) -> Option<IpAddr> {
         match self.0 {
             Repr::V4(w) => Some(IpAddr::V4(Ipv4Addr::from(w.to_ne_bytes()))),
-            Repr::V6(words) => Some(IpAddr::V6(Ipv6Addr::from(v6_octets(words)))),
+            Repr::V6(words) => Some(IpAddr::V6(v6(words))),
             _ => None,
         }
     }
@@ -288,27 +288,15 @@ impl From<Ipv4Addr> for Key {
 impl From<Ipv6Addr> for Key {
     #[inline]
     fn from(ip: Ipv6Addr) -> Self {
-        let octets = ip.octets();
-        let (hi, lo) = octets.split_at(8);
-        Self(Repr::V6([word(hi), word(lo)]))
+        let bits = ip.to_bits();
+        Self(Repr::V6([(bits >> 64) as u64, bits as u64]))
     }
 }
 
-/// The octets of an IPv6 key's words.
+/// The address of an IPv6 key's words.
 #[inline]
-fn v6_octets([hi, lo]: [u64; 2]) -> [u8; 16] {
-    let mut octets = [0; 16];
-    octets[..8].copy_from_slice(&hi.to_ne_bytes());
-    octets[8..].copy_from_slice(&lo.to_ne_bytes());
-    octets
-}
-
-/// Eight bytes as a native-endian word.
-#[inline]
-fn word(bytes: &[u8]) -> u64 {
-    let mut w = [0; 8];
-    w.copy_from_slice(bytes);
-    u64::from_ne_bytes(w)
+fn v6([hi, lo]: [u64; 2]) -> Ipv6Addr {
+    Ipv6Addr::from_bits(u128::from(hi) << 64 | u128::from(lo))
 }
 
 impl From<u64> for Key {
