@@ -299,8 +299,9 @@ impl Decision {
                 ((false, false, None), u64::MAX - d.remaining, d.reset_after)
             }
         };
-        let greater = |i: usize, best: usize| rank(&decisions[i]) > rank(&decisions[best]);
-        (0..decisions.len()).fold(0, |best, i| if greater(i, best) { i } else { best })
+        // `max_by_key` keeps the last of equals: from the end, that is the first.
+        let ranked = decisions.iter().enumerate().rev();
+        ranked.max_by_key(|(_, d)| rank(d)).map_or(0, |(i, _)| i)
     }
 }
 
