@@ -41,10 +41,7 @@ pub trait Clock: Send + Sync + 'static {
     /// [`now`](Self::now) in whole nanoseconds, saturating at `u64::MAX` (about 584 years).
     #[inline]
     fn now_nanos(&self) -> u64 {
-        let now = self.now();
-        now.as_secs()
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::from(now.subsec_nanos()))
+        saturating_nanos(self.now())
     }
 
     /// A future that completes once `duration` has passed on this clock: the layer waits on it

@@ -181,10 +181,9 @@ impl Quota {
 
     /// The policy name: the one given to [`named`](Self::named), or else the quota's text form.
     pub fn name(&self) -> String {
-        match &self.name {
-            Some(n) => n.to_string(),
-            None => self.to_string(),
-        }
+        self.name
+            .as_ref()
+            .map_or_else(|| self.to_string(), |n| n.to_string())
     }
 
     /// The time one request's worth of capacity takes to come back: `period / limit`, rounded up
