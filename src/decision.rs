@@ -53,15 +53,21 @@ pub struct Decision {
     blocked: bool,
 }
 
+impl Decision {
+    /// What `==` and `Hash` look at: the public fields and the tiers.
+    fn compared(&self) -> impl PartialEq + std::hash::Hash + '_ {
+        let d = self;
+        (
+            (d.allowed, d.limit, d.remaining),
+            (d.reset_after, d.retry_after, d.delay),
+            &d.tiers,
+        )
+    }
+}
+
 impl PartialEq for Decision {
     fn eq(&self, other: &Self) -> bool {
-        self.allowed == other.allowed
-            && self.limit == other.limit
-            && self.remaining == other.remaining
-            && self.reset_after == other.reset_after
-            && self.retry_after == other.retry_after
-            && self.delay == other.delay
-            && self.tiers == other.tiers
+        self.compared() == other.compared()
     }
 }
 
@@ -69,13 +75,7 @@ impl Eq for Decision {}
 
 impl std::hash::Hash for Decision {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.allowed.hash(state);
-        self.limit.hash(state);
-        self.remaining.hash(state);
-        self.reset_after.hash(state);
-        self.retry_after.hash(state);
-        self.delay.hash(state);
-        self.tiers.hash(state);
+        self.compared().hash(state);
     }
 }
 
