@@ -41,10 +41,7 @@ pub trait Clock: Send + Sync + 'static {
     /// [`now`](Self::now) in whole nanoseconds, saturating at `u64::MAX` (about 584 years).
     #[inline]
     fn now_nanos(&self) -> u64 {
-        let now = self.now();
-        now.as_secs()
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::from(now.subsec_nanos()))
+        saturating_nanos(self.now())
     }
 
     /// A future that completes once `duration` has passed on this clock: the layer waits on it
@@ -171,59 +168,52 @@ impl SystemClock {
     /// Chooses the process's time source and calibrates it now, rather than on the first
     /// reading (up to 200 ms the first time; nothing afterwards).
     pub fn calibrate() {
-        let _ = source();
+        let _ = counter();
     }
 
     /// Whether this process's `SystemClock` reads the processor's time-stamp counter (`true`) or
     /// the OS monotonic clock (`false`). Calibrates on the first call.
     pub fn reads_counter() -> bool {
-        matches!(source(), Source::Counter { .. })
+        counter().is_some()
     }
 }
 
-/// The process's time source.
-enum Source {
-    /// The TSC through `quanta`, its raw reading at `offset`, and [`OsClock`]'s reading at
-    /// that moment: the counter's readings are counted from `OsClock`'s origin, so the two
-    /// clocks agree (up to the calibration's drift) and may share a store.
-    Counter {
-        clock: quanta::Clock,
-        origin: u64,
-        offset: u64,
-    },
-    /// The OS monotonic clock.
-    Os,
+/// The TSC through `quanta`, its raw reading at `origin`, and [`OsClock`]'s reading at that
+/// moment (`offset`): the counter's readings are counted from `OsClock`'s origin, so the two
+/// clocks agree (up to the calibration's drift) and may share a store.
+struct Counter {
+    clock: quanta::Clock,
+    origin: u64,
+    offset: u64,
 }
 
-fn source() -> &'static Source {
-    static SOURCE: OnceLock<Source> = OnceLock::new();
-    SOURCE.get_or_init(|| {
-        if kernel_trusts_tsc() {
-            let clock = quanta::Clock::new();
-            let offset = OsClock.now_nanos();
-            let origin = clock.raw();
-            Source::Counter {
-                clock,
-                origin,
-                offset,
-            }
-        } else {
-            Source::Os
+/// The process's counter, or `None` where `SystemClock` reads the OS monotonic clock.
+fn counter() -> Option<&'static Counter> {
+    static COUNTER: OnceLock<Option<Counter>> = OnceLock::new();
+    let counter = || {
+        let clock = quanta::Clock::new();
+        // `OsClock`'s reading, then the counter's, in this order.
+        let (offset, origin) = (OsClock.now_nanos(), clock.raw());
+        Counter {
+            clock,
+            origin,
+            offset,
         }
-    })
+    };
+    COUNTER
+        .get_or_init(|| kernel_trusts_tsc().then(counter))
+        .as_ref()
 }
 
-/// Whether the kernel keeps time with the TSC: it then found the counters synchronized across
-/// cores and invariant, and it stops using them when it finds otherwise.
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+/// Whether the kernel keeps time with the TSC (only ever on x86-64 Linux): it then found the
+/// counters synchronized across cores and invariant, and it stops using them when it finds
+/// otherwise.
 fn kernel_trusts_tsc() -> bool {
-    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+    cfg!(all(target_os = "linux", target_arch = "x86_64"))
+        && std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
         .is_ok_and(|source| source.trim() == "tsc")
-}
-
-#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-fn kernel_trusts_tsc() -> bool {
-    false
 }
 
 impl Clock for SystemClock {
@@ -234,15 +224,13 @@ impl Clock for SystemClock {
 
     #[inline]
     fn now_nanos(&self) -> u64 {
-        match source() {
+        match counter() {
             // Zero for a counter behind the origin's (a core whose counter lags the first one
             // read): no time elapsed, never a wrap.
-            Source::Counter {
-                clock,
-                origin,
-                offset,
-            } => offset.saturating_add(clock.delta_as_nanos(*origin, clock.raw())),
-            Source::Os => OsClock.now_nanos(),
+            Some(c) => c
+                .offset
+                .saturating_add(c.clock.delta_as_nanos(c.origin, c.clock.raw())),
+            None => OsClock.now_nanos(),
         }
     }
 
@@ -344,14 +332,13 @@ impl ManualClock {
     /// Wakes the sleeps that have ended.
     fn wake(&self) {
         let now = self.now_nanos();
-        let ended: Vec<Waker> = {
-            let mut sleepers = self.sleepers();
-            let (ended, waiting) = std::mem::take(&mut *sleepers)
-                .into_iter()
-                .partition(|(until, _)| *until <= now);
-            *sleepers = waiting;
-            ended.into_iter().map(|(_, waker)| waker).collect()
-        };
+        let mut ended = Vec::new();
+        self.sleepers().retain(|(until, waker)| {
+            *until > now || {
+                ended.push(waker.clone());
+                false
+            }
+        });
         ended.into_iter().for_each(Waker::wake);
     }
 

@@ -53,15 +53,21 @@ pub struct Decision {
     blocked: bool,
 }
 
+impl Decision {
+    /// What `==` and `Hash` look at: the public fields and the tiers.
+    fn compared(&self) -> impl PartialEq + std::hash::Hash + '_ {
+        let d = self;
+        (
+            (d.allowed, d.limit, d.remaining),
+            (d.reset_after, d.retry_after, d.delay),
+            &d.tiers,
+        )
+    }
+}
+
 impl PartialEq for Decision {
     fn eq(&self, other: &Self) -> bool {
-        self.allowed == other.allowed
-            && self.limit == other.limit
-            && self.remaining == other.remaining
-            && self.reset_after == other.reset_after
-            && self.retry_after == other.retry_after
-            && self.delay == other.delay
-            && self.tiers == other.tiers
+        self.compared() == other.compared()
     }
 }
 
@@ -69,13 +75,7 @@ impl Eq for Decision {}
 
 impl std::hash::Hash for Decision {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.allowed.hash(state);
-        self.limit.hash(state);
-        self.remaining.hash(state);
-        self.reset_after.hash(state);
-        self.retry_after.hash(state);
-        self.delay.hash(state);
-        self.tiers.hash(state);
+        self.compared().hash(state);
     }
 }
 
@@ -138,29 +138,15 @@ impl Decision {
 
     /// Takes the receipt off the decision, in every tier: an admission nothing can be given
     /// back to (one a store's fallback made, whose receipt the store cannot read). In place,
-    /// so that a decision just made is not copied.
+    /// so that a decision just made is not copied (its tiers only when they are shared).
     #[cfg(feature = "redis")]
     #[inline]
     pub(crate) fn forget_receipts(&mut self) {
         self.receipt = 0;
-        if self.tiers.is_some() {
-            self.forget_tier_receipts();
-        }
-    }
-
-    #[cfg(feature = "redis")]
-    #[cold]
-    fn forget_tier_receipts(&mut self) {
-        if let Some(tiers) = &self.tiers {
-            let bare: Vec<Decision> = tiers
-                .iter()
-                .map(|tier| {
-                    let mut tier = tier.clone();
-                    tier.forget_receipts();
-                    tier
-                })
-                .collect();
-            self.tiers = Some(bare.into());
+        if let Some(tiers) = &mut self.tiers {
+            Arc::make_mut(tiers)
+                .iter_mut()
+                .for_each(|tier| tier.receipt = 0);
         }
     }
 
@@ -313,8 +299,9 @@ impl Decision {
                 ((false, false, None), u64::MAX - d.remaining, d.reset_after)
             }
         };
-        let greater = |i: usize, best: usize| rank(&decisions[i]) > rank(&decisions[best]);
-        (0..decisions.len()).fold(0, |best, i| if greater(i, best) { i } else { best })
+        // `max_by_key` keeps the last of equals: from the end, that is the first.
+        let ranked = decisions.iter().enumerate().rev();
+        ranked.max_by_key(|(_, d)| rank(d)).map_or(0, |(i, _)| i)
     }
 }
 

@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+/// What an [`Error`] holds as its cause.
+type Source = Box<dyn std::error::Error + Send + Sync>;
+
 /// What kind of failure an [`Error`] is, for code that reacts differently to each (retry a
 /// timeout, alert on an unreachable store, fix a misconfiguration).
 ///
@@ -56,15 +59,12 @@ impl ErrorKind {
 #[derive(Debug)]
 pub struct Error {
     kind: ErrorKind,
-    source: Box<dyn std::error::Error + Send + Sync>,
+    source: Source,
 }
 
 impl Error {
     /// An error of `kind`, caused by `source`.
-    pub fn new(
-        kind: ErrorKind,
-        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-    ) -> Self {
+    pub fn new(kind: ErrorKind, source: impl Into<Source>) -> Self {
         Self {
             kind,
             source: source.into(),
@@ -72,28 +72,28 @@ impl Error {
     }
 
     /// Wraps a store's error, of kind [`ErrorKind::Other`].
-    pub fn store(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+    pub fn store(source: impl Into<Source>) -> Self {
         Self::new(ErrorKind::Other, source)
     }
 
     /// The store did not answer in time ([`ErrorKind::Timeout`]).
-    pub fn timeout(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+    pub fn timeout(source: impl Into<Source>) -> Self {
         Self::new(ErrorKind::Timeout, source)
     }
 
     /// The store could not be reached ([`ErrorKind::Unreachable`]).
-    pub fn unreachable(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+    pub fn unreachable(source: impl Into<Source>) -> Self {
         Self::new(ErrorKind::Unreachable, source)
     }
 
     /// The store answered in a way the limiter cannot use ([`ErrorKind::Protocol`]).
-    pub fn protocol(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+    pub fn protocol(source: impl Into<Source>) -> Self {
         Self::new(ErrorKind::Protocol, source)
     }
 
     /// The limiter or store cannot work as configured ([`ErrorKind::Misconfigured`]); the
     /// message should name the bad value and how to fix it.
-    pub fn misconfigured(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+    pub fn misconfigured(source: impl Into<Source>) -> Self {
         Self::new(ErrorKind::Misconfigured, source)
     }
 

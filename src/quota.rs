@@ -181,10 +181,9 @@ impl Quota {
 
     /// The policy name: the one given to [`named`](Self::named), or else the quota's text form.
     pub fn name(&self) -> String {
-        match &self.name {
-            Some(n) => n.to_string(),
-            None => self.to_string(),
-        }
+        self.name
+            .as_ref()
+            .map_or_else(|| self.to_string(), |n| n.to_string())
     }
 
     /// The time one request's worth of capacity takes to come back: `period / limit`, rounded up
@@ -218,20 +217,14 @@ impl fmt::Debug for Quota {
     }
 }
 
-const UNITS: &[(&str, u64)] = &[
-    ("d", 86_400_000_000_000),
-    ("h", 3_600_000_000_000),
-    ("min", 60_000_000_000),
-    ("s", 1_000_000_000),
-    ("ms", 1_000_000),
-];
-
 /// `100/min`, `10/s;burst=20`, `5000/h`, `1/d`, `3/15min`, `7/1500ms`: the shortest form that
 /// [`FromStr`] reads back to the same limit, period and burst. The name is not part of it.
 impl fmt::Display for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/", self.limit)?;
-        match UNITS.iter().find(|(_, ns)| self.period_ns % ns == 0) {
+        // The largest unit that divides the period (every unit written here is one).
+        let unit = ["d", "h", "min", "s", "ms"].map(|unit| (unit, unit_nanos(unit).unwrap_or(1)));
+        match unit.iter().find(|(_, ns)| self.period_ns % ns == 0) {
             Some((unit, ns)) if self.period_ns == *ns => f.write_str(unit)?,
             Some((unit, ns)) => write!(f, "{}{unit}", self.period_ns / ns)?,
             None => write!(f, "{}ns", self.period_ns)?,

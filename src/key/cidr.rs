@@ -49,7 +49,7 @@ impl IpNet {
     /// Fails when the prefix is longer than the address (32 bits for IPv4, 128 for IPv6) or
     /// when `addr` has bits set past the prefix.
     pub fn new(addr: IpAddr, prefix_len: u8) -> Result<Self, ParseIpNetError> {
-        let error = |reason| ParseIpNetError::new(format!("{addr}/{prefix_len}"), reason);
+        let error = |reason: String| ParseIpNetError::new(format!("{addr}/{prefix_len}"), reason);
         // An IPv4-mapped network of prefix 96 or longer is the IPv4 network it maps.
         let (ip, bits) = match addr {
             IpAddr::V6(v6) if prefix_len >= 96 => v6
@@ -58,12 +58,15 @@ impl IpNet {
             _ => (addr, prefix_len),
         };
         let max = if addr.is_ipv4() { 32 } else { 128 };
-        let net = Net::new(ip, bits).map_err(|_| error(Reason::PrefixTooLong(max)))?;
+        let too_long = format!("the prefix length is longer than the address ({max} bits)");
+        let net = Net::new(ip, bits).map_err(|_| error(too_long))?;
         // The one check `ipnet` leaves to its caller: it keeps host bits, and `trunc` drops
         // them. A trust list must not quietly widen a mistyped address to its network.
         if net.trunc() != net {
             let (network, host) = (Self(net.trunc()), Self::host(addr));
-            return Err(error(Reason::HostBits { network, host }));
+            return Err(error(format!(
+                "bits are set after the prefix; write {network} for the network or {host} for the one address"
+            )));
         }
         Ok(Self(net))
     }
@@ -177,7 +180,7 @@ impl FromStr for IpNet {
     type Err = ParseIpNetError;
 
     fn from_str(text: &str) -> Result<Self, ParseIpNetError> {
-        let error = |reason| ParseIpNetError::new(text, reason);
+        let error = |reason: &str| ParseIpNetError::new(text, reason);
         let mut parts = text.trim().splitn(2, '/');
         let (addr, prefix) = (parts.next().unwrap_or_default(), parts.next());
         // A zone id names an interface, not part of the network.
@@ -185,14 +188,16 @@ impl FromStr for IpNet {
             Some((addr, zone)) if !zone.is_empty() && addr.contains(':') => addr,
             _ => addr,
         };
-        let addr: IpAddr = addr.parse().map_err(|_| error(Reason::NotAnAddress))?;
+        let not_an_address =
+            "expected an IP address or a CIDR network such as 10.0.0.0/8 or 2001:db8::/32";
+        let addr: IpAddr = addr.parse().map_err(|_| error(not_an_address))?;
         let Some(prefix) = prefix else {
             return Ok(Self::host(addr));
         };
         let digits = !prefix.is_empty() && prefix.bytes().all(|b| b.is_ascii_digit());
         match prefix.parse::<u8>() {
-            Ok(prefix) if digits => Self::new(addr, prefix).map_err(|e| error(e.reason)),
-            _ => Err(error(Reason::BadPrefix)),
+            Ok(prefix) if digits => Self::new(addr, prefix).map_err(|e| error(&e.reason)),
+            _ => Err(error("the prefix length after '/' is not a number of bits")),
         }
     }
 }
@@ -216,22 +221,15 @@ impl fmt::Display for IpNet {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseIpNetError {
     value: String,
-    reason: Reason,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Reason {
-    NotAnAddress,
-    BadPrefix,
-    PrefixTooLong(u8),
-    HostBits { network: IpNet, host: IpNet },
+    /// What is wrong with it, and how to fix it.
+    reason: String,
 }
 
 impl ParseIpNetError {
-    fn new(value: impl Into<String>, reason: Reason) -> Self {
+    fn new(value: impl Into<String>, reason: impl Into<String>) -> Self {
         Self {
             value: value.into(),
-            reason,
+            reason: reason.into(),
         }
     }
 
@@ -243,20 +241,7 @@ impl ParseIpNetError {
 
 impl fmt::Display for ParseIpNetError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid IP network {:?}: ", self.value)?;
-        match &self.reason {
-            Reason::NotAnAddress => f.write_str(
-                "expected an IP address or a CIDR network such as 10.0.0.0/8 or 2001:db8::/32",
-            ),
-            Reason::BadPrefix => f.write_str("the prefix length after '/' is not a number of bits"),
-            Reason::PrefixTooLong(max) => {
-                write!(f, "the prefix length is longer than the address ({max} bits)")
-            }
-            Reason::HostBits { network, host } => write!(
-                f,
-                "bits are set after the prefix; write {network} for the network or {host} for the one address"
-            ),
-        }
+        write!(f, "invalid IP network {:?}: {}", self.value, self.reason)
     }
 }
 

@@ -275,10 +275,7 @@ impl ClientIp {
 
 impl KeyExtractor for ClientIp {
     fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
-        match self.client_addr(req) {
-            Some(ip) => Ok(Some(Key::from(group_v6(ip, self.ipv6_prefix)))),
-            None => Err(KeyError::missing_peer_addr()),
-        }
+        super::peer::ip_key(self.client_addr(req), self.ipv6_prefix)
     }
 
     /// The client's address, whole: [`client_addr`](ClientIp::client_addr).

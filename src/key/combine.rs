@@ -117,10 +117,8 @@ macro_rules! tuple {
                 let ($($name,)+) = self;
                 let mut parts = Parts::<{ $arity * PART_MAX }>::new();
                 $(
-                    match $name.extract(req)? {
-                        Some(key) => parts.push(&key),
-                        None => return Ok(None),
-                    }
+                    let Some(key) = $name.extract(req)? else { return Ok(None) };
+                    parts.push(&key);
                 )+
                 Ok(Some(parts.key()))
             }
@@ -187,10 +185,10 @@ impl KeyExtractor for DynTuple {
         // At most MAX_PARTS parts (checked by `new`): each has PART_MAX bytes.
         let mut parts = Parts::<{ DynTuple::MAX_PARTS * PART_MAX }>::new();
         for part in self.parts.iter() {
-            match part.extract(req)? {
-                Some(key) => parts.push(&key),
-                None => return Ok(None),
-            }
+            let Some(key) = part.extract(req)? else {
+                return Ok(None);
+            };
+            parts.push(&key);
         }
         Ok(Some(parts.key()))
     }

@@ -122,10 +122,10 @@ impl Iterator for Entries<'_> {
     type Item = Entry;
 
     fn next(&mut self) -> Option<Entry> {
-        let line = match self.rest.take() {
-            Some(rest) => rest,
-            None => self.lines.next_back()?.as_bytes(),
-        };
+        let line = self
+            .rest
+            .take()
+            .or_else(|| Some(self.lines.next_back()?.as_bytes()))?;
         let (rest, entry) = match self.header {
             ForwardedHeader::XForwardedFor => {
                 let (rest, last) = split_last(line, b',');
@@ -134,17 +134,13 @@ impl Iterator for Entries<'_> {
             ForwardedHeader::Forwarded => split_last_element(line),
             ForwardedHeader::XRealIp | ForwardedHeader::Single(_) => {
                 // Two lines mean the value was added to, not set: neither can be trusted.
-                let added = self.lines.next_back().is_some();
+                let entry = match self.lines.next_back() {
+                    Some(_) => Entry::Opaque,
+                    None => parse_node(line),
+                };
                 // The one entry: the lines left are never read.
                 self.lines.by_ref().for_each(drop);
-                (
-                    None,
-                    if added {
-                        Entry::Opaque
-                    } else {
-                        parse_node(line)
-                    },
-                )
+                (None, entry)
             }
         };
         self.rest = rest;
@@ -235,10 +231,7 @@ fn parse_for(value: &[u8]) -> Entry {
         [b'"', inner @ .., b'"'] => inner,
         _ => value,
     };
-    // A node never holds a quote or a backslash: an escaped or unbalanced value is malformed.
-    if node.len() > MAX_NODE || node.iter().any(|&b| b == b'"' || b == b'\\') {
-        return Entry::Opaque;
-    }
+    // No address holds a quote or a backslash: an escaped or unbalanced value is opaque.
     match parse_node(node) {
         Entry::Empty => Entry::Opaque,
         entry => entry,

@@ -124,12 +124,9 @@ impl<F> std::fmt::Debug for FromFn<F> {
     }
 }
 
-impl<F> KeyExtractor for FromFn<F>
-where
-    F: Fn(RequestHead<'_>) -> Result<Option<Key>, KeyError> + Send + Sync + 'static,
-{
+impl<F: KeyExtractor> KeyExtractor for FromFn<F> {
     #[inline]
     fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
-        (self.0)(req)
+        self.0.extract(req)
     }
 }

@@ -99,17 +99,13 @@ pub struct BearerToken;
 impl KeyExtractor for BearerToken {
     fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
         let mut values = req.headers().get_all(AUTHORIZATION).iter();
-        let token = match (values.next(), values.next()) {
-            (Some(value), None) => bearer(value.as_bytes()),
-            _ => None,
+        let once = values.next().filter(|_| values.next().is_none());
+        let missing = || {
+            let error = KeyError::new(StatusCode::UNAUTHORIZED, "missing bearer token");
+            error.with_challenge(HeaderValue::from_static("Bearer"))
         };
-        match token {
-            Some(token) => Ok(Some(Key::from(token))),
-            None => Err(
-                KeyError::new(StatusCode::UNAUTHORIZED, "missing bearer token")
-                    .with_challenge(HeaderValue::from_static("Bearer")),
-            ),
-        }
+        let token = once.and_then(|value| bearer(value.as_bytes()));
+        Ok(Some(Key::from(token.ok_or_else(missing)?)))
     }
 }
 

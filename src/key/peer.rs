@@ -62,6 +62,14 @@ pub(crate) fn ipv6_prefix(bits: u8) -> Result<u8, String> {
     fits.then_some(bits).ok_or_else(|| why.into())
 }
 
+/// The key of the client at `ip`, its IPv6 address grouped by `prefix`; an error when the
+/// server did not record the peer address.
+#[inline]
+pub(super) fn ip_key(ip: Option<IpAddr>, prefix: u8) -> Result<Option<Key>, KeyError> {
+    let ip = ip.ok_or_else(KeyError::missing_peer_addr)?;
+    Ok(Some(Key::from(group_v6(ip, prefix))))
+}
+
 impl Default for PeerIp {
     fn default() -> Self {
         PeerIp
@@ -167,10 +175,7 @@ fn peer_addr(req: RequestHead<'_>) -> Option<SocketAddr> {
 impl KeyExtractor for PeerIp {
     #[inline]
     fn extract(&self, req: RequestHead<'_>) -> Result<Option<Key>, KeyError> {
-        match Self::peer_ip(req) {
-            Some(ip) => Ok(Some(Key::from(group_v6(ip, self.ipv6_prefix)))),
-            None => Err(KeyError::missing_peer_addr()),
-        }
+        ip_key(Self::peer_ip(req), self.ipv6_prefix)
     }
 
     /// The peer's address, whole.

@@ -4,7 +4,7 @@
 #[cfg(feature = "redis")]
 use std::sync::Arc;
 
-use super::{v6_octets, Domain, Key, Repr, DIGEST};
+use super::{v6, Domain, Key, Repr, DIGEST};
 
 /// The most bytes one key takes in a tuple's encoding: a tag, a length byte and at most
 /// [`Key::MAX_LEN`] bytes (a longer key takes its tag and its digest).
@@ -30,7 +30,7 @@ impl Key {
         };
         match &self.0 {
             Repr::V4(w) => put(1, &w.to_ne_bytes()),
-            Repr::V6(words) => put(2, &v6_octets(*words)),
+            Repr::V6(words) => put(2, &v6(*words).octets()),
             Repr::U64(n) => put(3, &n.to_be_bytes()),
             Repr::Long(domain, _) | Repr::Digest(domain, _) => {
                 let tag = if *domain == Domain::Tuple { 7 } else { 5 };
