@@ -126,7 +126,7 @@ where
         timer,
         ..
     } = ticket;
-    let (observer, limiter) = (responder.observer(), responder.limiter());
+    let (observer, limiter) = (&responder.observer, &responder.limiter);
     observer.finish(timer);
     let admitted = observer.in_span(key_kind, || responder.admit(result, &mut req, key_kind));
     let decision = match admitted {
@@ -135,13 +135,8 @@ where
             if readied {
                 *inner = inner.clone();
             }
-            return (
-                State::Answered {
-                    response: Some(response),
-                },
-                None,
-                None,
-            );
+            let response = Some(response);
+            return (State::Answered { response }, None, None);
         }
     };
     // Taken before the inner service is called: a panic there drops it with the future. A
@@ -151,7 +146,7 @@ where
         .map(|hold| Held::of(hold, &mut req));
     // An in-flight limit's request that holds nothing (of cost 0, or let through by a dry
     // run) still has a slot for a handler that keeps it.
-    if hold.is_none() && responder.in_flight() {
+    if hold.is_none() && responder.in_flight {
         upgrade::pass_without_slot(&mut req);
     }
     // A request of cost 0 takes nothing, so it has no turn to wait for.
@@ -301,7 +296,7 @@ where
                         // The headers tell the client where it stands after the refund.
                         Ok(standing) => {
                             *this.decision = Some(standing);
-                            *this.decided_at = this.responder.now();
+                            *this.decided_at = this.responder.limiter.now();
                         }
                         Err(_error) => {
                             #[cfg(feature = "tracing")]
@@ -326,7 +321,7 @@ impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
             None => None,
             Some(Ok(hold)) => hold,
             // A dry run never changes an answer: the connection goes uncounted (logged).
-            Some(Err(unkept)) if self.responder.dry_run() => {
+            Some(Err(unkept)) if self.responder.settings.dry_run => {
                 unkept.let_through();
                 None
             }
@@ -354,7 +349,7 @@ impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
             return Ok(self.finish(response));
         };
         let (counts, response) = self.responder.counts(response);
-        let limiter = self.responder.limiter();
+        let limiter = &self.responder.limiter;
         if !counts && refund.cost > 0 {
             let refund = limiter.refund(refund.key, admission, refund.cost);
             let response = Some(response);

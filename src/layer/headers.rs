@@ -163,11 +163,7 @@ pub enum HeaderPlacement {
 
 impl HeaderPlacement {
     fn covers(self, decision: &Decision) -> bool {
-        match self {
-            Self::All => true,
-            Self::Allowed => decision.allowed,
-            Self::Denied => !decision.allowed,
-        }
+        self == Self::All || (self == Self::Allowed) == decision.allowed
     }
 }
 

@@ -30,14 +30,15 @@ const TOO_LARGE: &str = "Request too large: it costs more than the rate limit ev
 /// Answers for one policy: the rate limit headers in the layer's style, and denials.
 pub(crate) struct Responder {
     /// Logs and metrics for this policy.
-    observer: Observer,
+    pub(crate) observer: Observer,
     headers: HeaderWriter,
-    settings: Settings,
+    pub(crate) settings: Settings,
     /// The limiter answered for, whose clock is read when a response leaves: its headers
     /// report what is left of the waits decided earlier.
-    limiter: Arc<dyn Limiter>,
-    /// Whether the limiter is an in-flight limit: its denials name no wait.
-    in_flight: bool,
+    pub(crate) limiter: Arc<dyn Limiter>,
+    /// Whether the limiter is an in-flight limit: its allowed requests hold what they took
+    /// until their response ends, and its denials name no wait.
+    pub(crate) in_flight: bool,
 }
 
 impl Responder {
@@ -64,37 +65,11 @@ impl Responder {
         }
     }
 
-    /// Whether the layer only reports what it would deny ([`dry_run`](super::RateLimitLayer::dry_run)).
-    pub(crate) fn dry_run(&self) -> bool {
-        self.settings.dry_run
-    }
-
-    /// Whether the limiter is an in-flight limit: its allowed requests hold what they took
-    /// until their response ends.
-    pub(crate) fn in_flight(&self) -> bool {
-        self.in_flight
-    }
-
-    /// The limiter answered for.
-    pub(crate) fn limiter(&self) -> &Arc<dyn Limiter> {
-        &self.limiter
-    }
-
-    /// The limiter's time now, in nanoseconds.
-    pub(crate) fn now(&self) -> u64 {
-        self.limiter.now()
-    }
-
     /// How `req` is answered: the gRPC way, with its content type, when it is a gRPC request
     /// (or a gRPC-Web one, where the layer opted in) and the layer answers those the gRPC way;
     /// `None` for plain HTTP.
     pub(crate) fn grpc<B>(&self, req: &Request<B>) -> Option<Grpc> {
         Grpc::of(req, self.settings.grpc, self.settings.grpc_web)
-    }
-
-    /// The policy's instruments (logs and metrics).
-    pub(crate) fn observer(&self) -> &Observer {
-        &self.observer
     }
 
     /// Acts on a check's result: an allowed request gets the decision in its extensions and
@@ -117,7 +92,7 @@ impl Responder {
         };
         let dry_run = self.settings.dry_run;
         let denials = &self.settings.denials;
-        let now = || self.now();
+        let now = || self.limiter.now();
         self.observer
             .decision(&decision, dry_run, key_kind, denials, now);
         if decision.allowed || dry_run {
@@ -162,16 +137,6 @@ impl Responder {
         wait.then_some(decision.delay)
     }
 
-    /// Whether responses are sorted by `count_if`.
-    pub(crate) fn counts_some(&self) -> bool {
-        self.settings.count_if.is_some()
-    }
-
-    /// Whether costs are settled after the response (`settle`).
-    pub(crate) fn settles(&self) -> bool {
-        self.settings.settle
-    }
-
     /// Adds the rate limit fields describing `decision`, if the layer's placement wants them
     /// on this response. A response that leaves later than its decision was made, at
     /// `decided_at` (a shaping delay, a slow handler), reports what is left of its waits: the
@@ -183,7 +148,7 @@ impl Responder {
         decided_at: Option<u64>,
     ) {
         if self.headers.covers(decision) {
-            let elapsed = decided_at.map_or(0, |at| self.now().saturating_sub(at));
+            let elapsed = decided_at.map_or(0, |at| self.limiter.now().saturating_sub(at));
             let elapsed = Duration::from_nanos(elapsed);
             self.headers.write(decision.tiers(), elapsed, headers);
         }
@@ -211,17 +176,9 @@ impl Responder {
         }
         // Formatted on the stack and copied once, into the body or the gRPC message: a client
         // over its limit can ask for denials as fast as it likes, so they are kept cheap.
-        let mut message = Text::new();
         // An in-flight denial with slots still to come back (not a request above the limit).
         let busy = self.in_flight && decision.remaining < decision.limit;
-        match decision.retry_after_secs() {
-            Some(secs) => {
-                message.push("Too many requests: retry in ");
-                message.push_int(secs);
-                message.push(if secs == 1 { " second." } else { " seconds." });
-            }
-            None => message.push(if busy { BUSY } else { TOO_LARGE }),
-        }
+        let message = denial_message(decision, busy);
         let status = self
             .settings
             .status
@@ -298,16 +255,10 @@ impl Responder {
 ///  "detail":"Too many requests: retry in 3 seconds.","retry_after":3,"limit":60,"remaining":0}
 /// ```
 pub fn problem_details(decision: &Decision, _head: RequestHead<'_>) -> Response<Bytes> {
-    let (detail, retry_after) = match decision.retry_after_secs() {
-        Some(secs) => {
-            let unit = if secs == 1 { "second" } else { "seconds" };
-            (
-                format!("Too many requests: retry in {secs} {unit}."),
-                secs.to_string(),
-            )
-        }
-        None => (TOO_LARGE.to_owned(), "null".to_owned()),
-    };
+    let detail = denial_message(decision, false);
+    let detail = String::from_utf8_lossy(detail.as_bytes());
+    let secs = decision.retry_after_secs();
+    let retry_after = secs.map_or_else(|| "null".to_owned(), |secs| secs.to_string());
     let body = format!(
         concat!(
             r#"{{"type":"about:blank","title":"Too Many Requests","status":429,"#,
@@ -322,6 +273,21 @@ pub fn problem_details(decision: &Decision, _head: RequestHead<'_>) -> Response<
         HeaderValue::from_static("application/problem+json"),
     );
     response
+}
+
+/// The message of a denial: the wait in whole seconds, else why no wait helps (`busy`: an
+/// in-flight limit whose slots come back when requests finish).
+fn denial_message(decision: &Decision, busy: bool) -> Text {
+    let mut message = Text::new();
+    match decision.retry_after_secs() {
+        Some(secs) => {
+            message.push("Too many requests: retry in ");
+            message.push_int(secs);
+            message.push(if secs == 1 { " second." } else { " seconds." });
+        }
+        None => message.push(if busy { BUSY } else { TOO_LARGE }),
+    }
+    message
 }
 
 /// Puts this layer's decision in the request's extensions for the handler: as the

@@ -211,7 +211,9 @@ impl InFlightLayer {
     fn rebuilt(mut self, method: &str) -> Self {
         let slots = &self.slots;
         let method_name = format!("InFlightLayer::{method}");
-        self.layer = self.layer.limited_by(&method_name, || slots.bound(method));
+        self.layer = self
+            .layer
+            .remade(&method_name, None, || slots.bound(method));
         self
     }
 
