@@ -39,13 +39,6 @@ pub(crate) struct Ticket<B> {
     pub(crate) timer: Timer,
 }
 
-/// A request allowed after a delay, or after a wait for the store: a clone of the inner
-/// service, not readied, and the request. The service is readied once the request may go on.
-struct Delayed<S, B> {
-    inner: S,
-    req: Request<B>,
-}
-
 pin_project! {
     /// The response future of [`RateLimit`](super::RateLimit).
     #[project = ResponseFutureProj]
@@ -80,10 +73,11 @@ pin_project! {
             pending: Option<Box<(S, Ticket<B>)>>,
         },
         // Allowed after a delay (shaping, while `sleep` runs) or after a wait for the store:
-        // then readying the inner service, as for a new request. Until the call it holds
-        // nothing of the inner service's readiness, and dropping the future drops the request
-        // before the inner service sees it.
-        Readying { sleep: Option<Sleep>, delayed: Option<Box<Delayed<S, B>>> },
+        // then readying the inner service, as for a new request. `delayed` is a clone of the
+        // inner service, not readied, and the request. Until the call it holds nothing of the
+        // inner service's readiness, and dropping the future drops the request before the
+        // inner service sees it.
+        Readying { sleep: Option<Sleep>, delayed: Option<Box<(S, Request<B>)>> },
         // The inner service is answering.
         Inner { #[pin] future: F },
         // The response did not count (`count_if`): giving its capacity back.
@@ -161,10 +155,7 @@ where
     }
     let state = State::Readying {
         sleep: delay.map(|delay| limiter.sleep(delay)),
-        delayed: Some(Box::new(Delayed {
-            inner: waiting,
-            req,
-        })),
+        delayed: Some(Box::new((waiting, req))),
     };
     (state, Some(decision), hold)
 }
@@ -267,17 +258,16 @@ where
                     let Some(waiting) = delayed else {
                         unreachable!("ResponseFuture polled after completion");
                     };
-                    if let Err(error) = ready!(waiting.inner.poll_ready(cx)) {
+                    if let Err(error) = ready!(waiting.0.poll_ready(cx)) {
                         // Fails as the call would have: the request counts (no refund), and
                         // the in-flight slots it took are given back now.
                         *delayed = None;
                         *this.hold = None;
                         return Poll::Ready(Err(error));
                     }
-                    let Delayed { mut inner, req } = *taken(delayed);
-                    this.state.set(State::Inner {
-                        future: inner.call(req),
-                    });
+                    let (mut inner, req) = *taken(delayed);
+                    let future = inner.call(req);
+                    this.state.set(State::Inner { future });
                 }
                 StateProj::Inner { future } => {
                     let response = ready!(future.poll(cx))?;

@@ -57,7 +57,7 @@ impl Responder {
             }
         };
         Self {
-            observer: Observer::new(policy),
+            observer: Observer::new(policy, settings.dry_run, settings.denials.clone()),
             headers,
             settings,
             limiter: limiter.clone(),
@@ -90,12 +90,9 @@ impl Responder {
                 return Err(self.store_error(&error, req));
             }
         };
-        let dry_run = self.settings.dry_run;
-        let denials = &self.settings.denials;
         let now = || self.limiter.now();
-        self.observer
-            .decision(&decision, dry_run, key_kind, denials, now);
-        if decision.allowed || dry_run {
+        self.observer.decision(&decision, key_kind, now);
+        if decision.allowed || self.settings.dry_run {
             // A dry run's would-be denials are reported by the observer, as denials.
             hand_on(req.extensions_mut(), &decision, self.observer.policy_name());
             Ok(decision)

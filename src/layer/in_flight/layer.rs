@@ -209,11 +209,8 @@ impl InFlightLayer {
     /// The same layer, its limiter made again after `method` changed how.
     #[track_caller]
     fn rebuilt(mut self, method: &str) -> Self {
-        let slots = &self.slots;
-        let method_name = format!("InFlightLayer::{method}");
-        self.layer = self
-            .layer
-            .remade(&method_name, None, || slots.bound(method));
+        let (slots, name) = (&self.slots, format!("InFlightLayer::{method}"));
+        self.layer = self.layer.remade(&name, None, || slots.bound(method));
         self
     }
 
