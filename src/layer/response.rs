@@ -104,15 +104,9 @@ impl Responder {
     /// The answer when the store failed to decide (counted).
     pub(crate) fn store_error<B>(&self, _error: &Error, req: &Request<B>) -> Response<Answer> {
         self.observer.count("store_error");
-        let status = StatusCode::SERVICE_UNAVAILABLE;
-        let grpc = self.grpc(req);
-        let answer = own_answer(
-            status,
-            grpc.as_ref(),
-            grpc_code(status),
-            UNAVAILABLE.as_bytes(),
-        );
-        answer.map(Answer::Full)
+        let (status, grpc) = (StatusCode::SERVICE_UNAVAILABLE, self.grpc(req));
+        let message = UNAVAILABLE.as_bytes();
+        own_answer(status, grpc.as_ref(), grpc_code(status), message).map(Answer::Full)
     }
 
     /// Whether the request that got `response` counts against the quota (always, without
@@ -176,11 +170,7 @@ impl Responder {
         // An in-flight denial with slots still to come back (not a request above the limit).
         let busy = self.in_flight && decision.remaining < decision.limit;
         let message = denial_message(decision, busy);
-        let status = self
-            .settings
-            .status
-            .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-        let code = GRPC_RESOURCE_EXHAUSTED;
+        let (status, code) = (self.settings.status, GRPC_RESOURCE_EXHAUSTED);
         let mut response = own_answer(status, grpc.as_ref(), code, message.as_bytes());
         let wait = match (decision.retry_after, grpc.is_some()) {
             (Some(wait), false) => Some((RETRY_AFTER, int_value(ceil_secs(wait)))),
@@ -206,30 +196,24 @@ impl Responder {
     pub(crate) fn key_error<B>(&self, error: &KeyError, req: &Request<B>) -> Response<Answer> {
         self.observer.count("key_error");
         let grpc = self.grpc(req);
-        let Some(on_key_error) = self
-            .settings
-            .on_key_error
-            .as_ref()
-            .filter(|_| grpc.is_none())
-        else {
-            let (status, message) = (error.status(), error.message().as_bytes());
-            let mut response = own_answer(status, grpc.as_ref(), grpc_code(status), message);
-            if let (None, Some(challenge)) = (grpc, error.challenge()) {
-                let headers = response.headers_mut();
-                headers.insert(WWW_AUTHENTICATE, challenge.clone());
+        if let (Some(on_key_error), None) = (&self.settings.on_key_error, &grpc) {
+            let mut response = on_key_error(error, RequestHead::new(req));
+            let unauthorized = response.status() == StatusCode::UNAUTHORIZED;
+            let headers = response.headers_mut();
+            if let (true, Some(challenge)) = (unauthorized, error.challenge()) {
+                let challenge = || challenge.clone();
+                headers.entry(WWW_AUTHENTICATE).or_insert_with(challenge);
             }
-            return response.map(Answer::Full);
-        };
-        let mut response = on_key_error(error, RequestHead::new(req));
-        let unauthorized = response.status() == StatusCode::UNAUTHORIZED;
-        let headers = response.headers_mut();
-        if let (true, Some(challenge)) = (unauthorized, error.challenge()) {
-            headers
-                .entry(WWW_AUTHENTICATE)
-                .or_insert_with(|| challenge.clone());
+            not_to_be_stored(headers);
+            return response;
         }
-        not_to_be_stored(headers);
-        response
+        let (status, message) = (error.status(), error.message().as_bytes());
+        let mut response = own_answer(status, grpc.as_ref(), grpc_code(status), message);
+        if let (None, Some(challenge)) = (grpc, error.challenge()) {
+            let headers = response.headers_mut();
+            headers.insert(WWW_AUTHENTICATE, challenge.clone());
+        }
+        response.map(Answer::Full)
     }
 }
 
@@ -265,10 +249,8 @@ pub fn problem_details(decision: &Decision, _head: RequestHead<'_>) -> Response<
     );
     let mut response = Response::new(Bytes::from(body));
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
+    let json = HeaderValue::from_static("application/problem+json");
+    response.headers_mut().insert(CONTENT_TYPE, json);
     response
 }
 

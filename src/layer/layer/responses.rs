@@ -49,7 +49,7 @@ impl RateLimitLayer {
         if let Err(why) = Self::denial_status(status.as_u16()) {
             panic!("RateLimitLayer::status({status}): {why}");
         }
-        self.set(|s| s.status = Some(status))
+        self.set(|s| s.status = status)
     }
 
     /// The status `code`, when it can answer denials (a 4xx or 5xx); else why not.
