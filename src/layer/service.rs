@@ -96,13 +96,9 @@ where
             }
         };
         let plan = shared.per_key.as_ref();
-        let mut own = true;
-        let responder = match plan.map(|p| p.policy(&key, RequestHead::new(&req))) {
-            Some(Ok(Some(policy))) => {
-                own = false;
-                policy.responder.clone()
-            }
-            Some(Ok(None)) | None => responder,
+        let (responder, own) = match plan.map(|p| p.policy(&key, RequestHead::new(&req))) {
+            Some(Ok(Some(policy))) => (policy.responder.clone(), false),
+            Some(Ok(None)) | None => (responder, true),
             // A plan the store refuses: refused as by a store that fails closed.
             Some(Err(error)) => {
                 self.inner = self.inner.clone();

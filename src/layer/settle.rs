@@ -156,28 +156,18 @@ impl Drop for Settlement {
     }
 }
 
-/// Finishes a settlement that waits for its store (Redis) on the runtime of the caller.
-#[cfg(feature = "redis")]
+/// Finishes a settlement that waits for its store (Redis) on the runtime of the caller. Only a
+/// remote store's settlement waits, and only the Redis feature brings one (and tokio's `rt`).
 fn finish_later(future: crate::limiter::BoxedDecision) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(async move { failed(future.await.err()) });
-        }
-        Err(_) => failed(Some(no_runtime())),
+    #[cfg(feature = "redis")]
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move { failed(future.await.err()) });
+        return;
     }
-}
-
-/// Only a remote store's settlement waits, and only the Redis feature brings one.
-#[cfg(not(feature = "redis"))]
-fn finish_later(future: crate::limiter::BoxedDecision) {
     drop(future);
-    failed(Some(no_runtime()));
-}
-
-fn no_runtime() -> crate::Error {
-    crate::Error::misconfigured(
+    failed(Some(crate::Error::misconfigured(
         "a settlement that waits for its store needs a tokio runtime (with `rt`) to finish on",
-    )
+    )));
 }
 
 /// Logs a settlement that failed: the request keeps its reservation.
