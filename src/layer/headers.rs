@@ -241,12 +241,9 @@ impl HeaderWriter {
         let items: Vec<String> = policies.iter().map(item).collect();
         // Names are printable ASCII (checked by `Quota::named` or made by `Display`), so the
         // value is always valid.
-        let policy_value = match headers.style {
-            HeaderStyle::Ietf | HeaderStyle::Draft7 | HeaderStyle::Draft6 => {
-                HeaderValue::try_from(items.join(", ")).ok()
-            }
-            HeaderStyle::GitHub | HeaderStyle::None => None,
-        };
+        let lists = !matches!(headers.style, HeaderStyle::GitHub | HeaderStyle::None);
+        let value = || HeaderValue::try_from(items.join(", ")).ok();
+        let policy_value = lists.then(value).flatten();
         Self {
             headers,
             policies,
@@ -279,11 +276,13 @@ impl HeaderWriter {
         let left =
             |p: &Policy, d: &Decision| p.window.map(|_| d.reset_after.saturating_sub(elapsed));
         let reset = |p, d| left(p, d).map(|left| sf_int(ceil_secs(left)));
-        let mut rate = Text::new();
         match self.headers.style {
             HeaderStyle::Ietf => {
+                let mut rate = Text::new();
                 for (i, (p, d)) in self.policies.iter().zip(decisions).enumerate() {
-                    rate.push(if i > 0 { ", " } else { "" });
+                    if i > 0 {
+                        rate.push(", ");
+                    }
                     rate.push(&p.name);
                     rate.push(";r=");
                     rate.push_int(sf_int(d.remaining));
@@ -321,6 +320,7 @@ impl HeaderWriter {
                 if stricter(theirs, (remaining, reset)) {
                     // Another layer's figures stand, as a set.
                 } else if style == HeaderStyle::Draft7 {
+                    let mut rate = Text::new();
                     rate.push("limit=");
                     rate.push_int(limit);
                     rate.push(", remaining=");
@@ -395,10 +395,7 @@ fn append(
 ) {
     match out.entry(name) {
         Entry::Occupied(mut theirs) => {
-            let mut both = Vec::with_capacity(theirs.get().len() + 2 + ours.len());
-            both.extend_from_slice(theirs.get().as_bytes());
-            both.extend_from_slice(b", ");
-            both.extend_from_slice(ours);
+            let both = [theirs.get().as_bytes(), b", ", ours].concat();
             if let Ok(both) = HeaderValue::from_bytes(&both) {
                 theirs.insert(both);
             }

@@ -71,8 +71,9 @@ mod store;
 pub(crate) use self::store::failing;
 
 impl RateLimitLayer {
-    /// A layer deciding by `limiter`, made by `recipe` (`None`: a limiter built by hand).
-    fn new(limiter: Arc<dyn Limiter>, recipe: Option<Recipe>) -> Self {
+    /// A layer deciding by `limiter`, made by `recipe` (`None`: a limiter the layer cannot
+    /// make again, built by hand).
+    pub(crate) fn new(limiter: Arc<dyn Limiter>, recipe: Option<Recipe>) -> Self {
         Self {
             live: Live::new(limiter.clone(), recipe),
             limiter,

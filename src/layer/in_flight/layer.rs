@@ -106,7 +106,7 @@ impl InFlightLayer {
             #[cfg(feature = "redis")]
             on_failure: None,
         };
-        let layer = RateLimitLayer::from_limit(slots.bound("new"));
+        let layer = RateLimitLayer::new(slots.bound("new"), None);
         Self { layer, slots }
     }
 
