@@ -1,18 +1,17 @@
 //! How one policy answers: the rate limit headers of each response, and the answers to its
-//! denials and key errors (in the forms of `plain` and `grpc`).
+//! denials, key errors and failed stores, in plain HTTP or (see `grpc`) gRPC.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 
 use super::answer::Answer;
-use super::grpc::{grpc_code, Grpc, GRPC_PUSHBACK, GRPC_RESOURCE_EXHAUSTED};
+use super::grpc::{grpc_code, grpc_response, Grpc, GRPC_PUSHBACK, GRPC_RESOURCE_EXHAUSTED};
 use super::headers::HeaderWriter;
 use super::observe::Observer;
-use super::plain::{not_to_be_stored, own_answer};
 use super::settings::Settings;
 use super::text::{int_value, Text};
 use crate::decision::{ceil_millis, ceil_secs};
@@ -293,6 +292,42 @@ fn hand_on(extensions: &mut http::Extensions, decision: &Decision, policy: &Arc<
         }
     }
     extensions.insert(strictest);
+}
+
+/// The layer's own answer, not to be stored: for a gRPC request (`grpc`), trailers-only with
+/// the gRPC status `code` and `message`; else `status` with `message` as a line of plain text.
+pub(crate) fn own_answer(
+    status: StatusCode,
+    grpc: Option<&Grpc>,
+    code: &'static str,
+    message: &[u8],
+) -> Response<Bytes> {
+    if let Some(form) = grpc {
+        return grpc_response(form, code, message);
+    }
+    // One allocation of the exact size, which `Bytes` keeps.
+    let mut body = Vec::with_capacity(message.len() + 1);
+    body.extend_from_slice(message);
+    body.push(b'\n');
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = status;
+    // Room for the fields a denial gets (content type, `Cache-Control`, `Retry-After`, the
+    // rate limit fields of any style) in one allocation.
+    let mut headers = HeaderMap::with_capacity(8);
+    let text = HeaderValue::from_static("text/plain; charset=utf-8");
+    headers.insert(CONTENT_TYPE, text);
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    *response.headers_mut() = headers;
+    response
+}
+
+/// Marks an answer the layer writes as one no cache may keep: a denial, a key error or a store
+/// error is about one client at one moment, and a cache keyed by URL would hand it to others.
+/// A `Cache-Control` the answer has (from `on_limited` or `on_key_error`) is kept.
+pub(crate) fn not_to_be_stored(headers: &mut HeaderMap) {
+    if !headers.contains_key(CACHE_CONTROL) {
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
 }
 
 #[cfg(test)]

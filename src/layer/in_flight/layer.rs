@@ -296,16 +296,12 @@ impl Slots {
     /// cannot keep them.
     #[track_caller]
     fn bound(&self, method: &str) -> Arc<dyn Limiter> {
+        let (limit, policy, clock) = (self.limit, &*self.policy, &self.clock);
         let slots = self
             .store
-            .slots(&self.policy, self.limit, self.lease_ttl, self.clock.clone());
+            .slots(policy, limit, self.lease_ttl, clock.clone());
         match slots {
-            Ok(slots) => Arc::new(InFlight::new(
-                slots,
-                self.limit,
-                &self.policy,
-                self.clock.clone(),
-            )),
+            Ok(slots) => Arc::new(InFlight::new(slots, limit, policy, clock.clone())),
             Err(error) => panic!("InFlightLayer::{method}: {error}"),
         }
     }
