@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Empty, Full};
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The body of a response the layer answers with.
+#[derive(Debug)]
 pub(crate) enum Answer {
     /// A complete body (the layer's own answers, and bodies that are bytes already); empty
     /// once sent.
@@ -65,15 +66,6 @@ impl http_body::Body for Answer {
             Self::Body(body) => body
                 .try_lock()
                 .map_or_else(|_| SizeHint::default(), |body| body.size_hint()),
-        }
-    }
-}
-
-impl std::fmt::Debug for Answer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Full(bytes) => f.debug_tuple("Full").field(bytes).finish(),
-            Self::Body(_) => f.write_str("Body"),
         }
     }
 }

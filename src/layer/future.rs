@@ -39,13 +39,6 @@ pub(crate) struct Ticket<B> {
     pub(crate) timer: Timer,
 }
 
-/// A request allowed after a delay, or after a wait for the store: a clone of the inner
-/// service, not readied, and the request. The service is readied once the request may go on.
-struct Delayed<S, B> {
-    inner: S,
-    req: Request<B>,
-}
-
 pin_project! {
     /// The response future of [`RateLimit`](super::RateLimit).
     #[project = ResponseFutureProj]
@@ -80,10 +73,11 @@ pin_project! {
             pending: Option<Box<(S, Ticket<B>)>>,
         },
         // Allowed after a delay (shaping, while `sleep` runs) or after a wait for the store:
-        // then readying the inner service, as for a new request. Until the call it holds
-        // nothing of the inner service's readiness, and dropping the future drops the request
-        // before the inner service sees it.
-        Readying { sleep: Option<Sleep>, delayed: Option<Box<Delayed<S, B>>> },
+        // then readying the inner service, as for a new request. `delayed` is a clone of the
+        // inner service, not readied, and the request. Until the call it holds nothing of the
+        // inner service's readiness, and dropping the future drops the request before the
+        // inner service sees it.
+        Readying { sleep: Option<Sleep>, delayed: Option<Box<(S, Request<B>)>> },
         // The inner service is answering.
         Inner { #[pin] future: F },
         // The response did not count (`count_if`): giving its capacity back.
@@ -126,7 +120,7 @@ where
         timer,
         ..
     } = ticket;
-    let (observer, limiter) = (responder.observer(), responder.limiter());
+    let (observer, limiter) = (&responder.observer, &responder.limiter);
     observer.finish(timer);
     let admitted = observer.in_span(key_kind, || responder.admit(result, &mut req, key_kind));
     let decision = match admitted {
@@ -135,13 +129,8 @@ where
             if readied {
                 *inner = inner.clone();
             }
-            return (
-                State::Answered {
-                    response: Some(response),
-                },
-                None,
-                None,
-            );
+            let response = Some(response);
+            return (State::Answered { response }, None, None);
         }
     };
     // Taken before the inner service is called: a panic there drops it with the future. A
@@ -151,7 +140,7 @@ where
         .map(|hold| Held::of(hold, &mut req));
     // An in-flight limit's request that holds nothing (of cost 0, or let through by a dry
     // run) still has a slot for a handler that keeps it.
-    if hold.is_none() && responder.in_flight() {
+    if hold.is_none() && responder.in_flight {
         upgrade::pass_without_slot(&mut req);
     }
     // A request of cost 0 takes nothing, so it has no turn to wait for.
@@ -166,10 +155,7 @@ where
     }
     let state = State::Readying {
         sleep: delay.map(|delay| limiter.sleep(delay)),
-        delayed: Some(Box::new(Delayed {
-            inner: waiting,
-            req,
-        })),
+        delayed: Some(Box::new((waiting, req))),
     };
     (state, Some(decision), hold)
 }
@@ -272,17 +258,16 @@ where
                     let Some(waiting) = delayed else {
                         unreachable!("ResponseFuture polled after completion");
                     };
-                    if let Err(error) = ready!(waiting.inner.poll_ready(cx)) {
+                    if let Err(error) = ready!(waiting.0.poll_ready(cx)) {
                         // Fails as the call would have: the request counts (no refund), and
                         // the in-flight slots it took are given back now.
                         *delayed = None;
                         *this.hold = None;
                         return Poll::Ready(Err(error));
                     }
-                    let Delayed { mut inner, req } = *taken(delayed);
-                    this.state.set(State::Inner {
-                        future: inner.call(req),
-                    });
+                    let (mut inner, req) = *taken(delayed);
+                    let future = inner.call(req);
+                    this.state.set(State::Inner { future });
                 }
                 StateProj::Inner { future } => {
                     let response = ready!(future.poll(cx))?;
@@ -301,7 +286,7 @@ where
                         // The headers tell the client where it stands after the refund.
                         Ok(standing) => {
                             *this.decision = Some(standing);
-                            *this.decided_at = this.responder.now();
+                            *this.decided_at = this.responder.limiter.now();
                         }
                         Err(_error) => {
                             #[cfg(feature = "tracing")]
@@ -326,7 +311,7 @@ impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
             None => None,
             Some(Ok(hold)) => hold,
             // A dry run never changes an answer: the connection goes uncounted (logged).
-            Some(Err(unkept)) if self.responder.dry_run() => {
+            Some(Err(unkept)) if self.responder.settings.dry_run => {
                 unkept.let_through();
                 None
             }
@@ -354,7 +339,7 @@ impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
             return Ok(self.finish(response));
         };
         let (counts, response) = self.responder.counts(response);
-        let limiter = self.responder.limiter();
+        let limiter = &self.responder.limiter;
         if !counts && refund.cost > 0 {
             let refund = limiter.refund(refund.key, admission, refund.cost);
             let response = Some(response);

@@ -52,10 +52,10 @@ impl Grpc {
             _ => return None,
         }
         // The common types, without allocating.
-        let content_type = match COMMON
+        let common = COMMON
             .iter()
-            .find(|t| t.as_bytes().eq_ignore_ascii_case(media))
-        {
+            .find(|t| t.as_bytes().eq_ignore_ascii_case(media));
+        let content_type = match common {
             Some(common) => HeaderValue::from_static(common),
             None => HeaderValue::from_bytes(&media.to_ascii_lowercase()).ok()?,
         };

@@ -163,11 +163,7 @@ pub enum HeaderPlacement {
 
 impl HeaderPlacement {
     fn covers(self, decision: &Decision) -> bool {
-        match self {
-            Self::All => true,
-            Self::Allowed => decision.allowed,
-            Self::Denied => !decision.allowed,
-        }
+        self == Self::All || (self == Self::Allowed) == decision.allowed
     }
 }
 
@@ -245,12 +241,9 @@ impl HeaderWriter {
         let items: Vec<String> = policies.iter().map(item).collect();
         // Names are printable ASCII (checked by `Quota::named` or made by `Display`), so the
         // value is always valid.
-        let policy_value = match headers.style {
-            HeaderStyle::Ietf | HeaderStyle::Draft7 | HeaderStyle::Draft6 => {
-                HeaderValue::try_from(items.join(", ")).ok()
-            }
-            HeaderStyle::GitHub | HeaderStyle::None => None,
-        };
+        let lists = !matches!(headers.style, HeaderStyle::GitHub | HeaderStyle::None);
+        let value = || HeaderValue::try_from(items.join(", ")).ok();
+        let policy_value = lists.then(value).flatten();
         Self {
             headers,
             policies,
@@ -273,41 +266,60 @@ impl HeaderWriter {
     /// Within one layer they report the tier that the decision reports (the one that makes the
     /// client wait longest when denied, else the one with the fewest remaining).
     pub(crate) fn write(&self, decisions: &[Decision], elapsed: Duration, out: &mut HeaderMap) {
-        let pairs = || self.policies.iter().zip(decisions);
         let reported = Decision::most_restrictive(decisions);
         let (Some(policy), Some(decision)) = (self.policies.get(reported), decisions.get(reported))
         else {
             return;
         };
-        let left = |d: &Decision| d.reset_after.saturating_sub(elapsed);
-        let limit = sf_int(policy.limit);
-        let remaining = sf_int(decision.remaining);
-        // The reset time, when the limit has one to report (an in-flight limit has none).
-        let timed = policy.window.is_some();
-        let reset = timed.then(|| sf_int(ceil_secs(left(decision))));
+        // What is left of a decision's reset time, when its limit has one (an in-flight limit
+        // has none), and that in whole seconds.
+        let left =
+            |p: &Policy, d: &Decision| p.window.map(|_| d.reset_after.saturating_sub(elapsed));
+        let reset = |p, d| left(p, d).map(|left| sf_int(ceil_secs(left)));
         match self.headers.style {
             HeaderStyle::Ietf => {
                 let mut rate = Text::new();
-                for (i, (p, d)) in pairs().enumerate() {
+                for (i, (p, d)) in self.policies.iter().zip(decisions).enumerate() {
                     if i > 0 {
                         rate.push(", ");
                     }
                     rate.push(&p.name);
                     rate.push(";r=");
                     rate.push_int(sf_int(d.remaining));
-                    if p.window.is_some() {
+                    if let Some(t) = reset(p, d) {
                         rate.push(";t=");
-                        rate.push_int(sf_int(ceil_secs(left(d))));
+                        rate.push_int(t);
                     }
                 }
                 append(out, &RATELIMIT, rate.as_bytes(), || rate.to_header_value());
             }
-            HeaderStyle::Draft7 => {
-                let theirs = out
-                    .get(&RATELIMIT)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(draft7_figures);
-                if !stricter(theirs, (remaining, reset)) {
+            HeaderStyle::None => {}
+            style => {
+                let github = style == HeaderStyle::GitHub;
+                let (limit, remaining, reset) = if github {
+                    // The only wall clock read in the crate: GitHub clients want an epoch time.
+                    let now = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap_or_default();
+                    let reset_at =
+                        left(policy, decision).map(|left| ceil_secs(now.saturating_add(left)));
+                    (decision.limit, decision.remaining, reset_at)
+                } else {
+                    let reset = reset(policy, decision);
+                    (sf_int(policy.limit), sf_int(decision.remaining), reset)
+                };
+                let [limit_field, remaining_field, reset_field] =
+                    if github { &GITHUB } else { &DRAFT6 };
+                let theirs = match style {
+                    HeaderStyle::Draft7 => out
+                        .get(&RATELIMIT)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(draft7_figures),
+                    _ => int_field(out, remaining_field).map(|r| (r, int_field(out, reset_field))),
+                };
+                if stricter(theirs, (remaining, reset)) {
+                    // Another layer's figures stand, as a set.
+                } else if style == HeaderStyle::Draft7 {
                     let mut rate = Text::new();
                     rate.push("limit=");
                     rate.push_int(limit);
@@ -320,24 +332,7 @@ impl HeaderWriter {
                     if let Some(value) = rate.to_header_value() {
                         out.insert(RATELIMIT.clone(), value);
                     }
-                }
-            }
-            HeaderStyle::Draft6 | HeaderStyle::GitHub => {
-                let github = self.headers.style == HeaderStyle::GitHub;
-                let ([limit_field, remaining_field, reset_field], figures) = if github {
-                    // The only wall clock read in the crate: GitHub clients want an epoch time.
-                    let now = SystemTime::now()
-                        .duration_since(UNIX_EPOCH)
-                        .unwrap_or_default();
-                    let reset_at = timed.then(|| ceil_secs(now.saturating_add(left(decision))));
-                    (&GITHUB, (decision.limit, decision.remaining, reset_at))
                 } else {
-                    (&DRAFT6, (limit, remaining, reset))
-                };
-                let (limit, remaining, reset) = figures;
-                let theirs =
-                    int_field(out, remaining_field).map(|r| (r, int_field(out, reset_field)));
-                if !stricter(theirs, (remaining, reset)) {
                     out.insert(limit_field.clone(), int_value(limit));
                     out.insert(remaining_field.clone(), int_value(remaining));
                     if github {
@@ -353,7 +348,6 @@ impl HeaderWriter {
                     };
                 }
             }
-            HeaderStyle::None => {}
         }
         if let Some(policy) = &self.policy_value {
             // The value is shared when no other layer wrote the field first.
@@ -401,10 +395,7 @@ fn append(
 ) {
     match out.entry(name) {
         Entry::Occupied(mut theirs) => {
-            let mut both = Vec::with_capacity(theirs.get().len() + 2 + ours.len());
-            both.extend_from_slice(theirs.get().as_bytes());
-            both.extend_from_slice(b", ");
-            both.extend_from_slice(ours);
+            let both = [theirs.get().as_bytes(), b", ", ours].concat();
             if let Ok(both) = HeaderValue::from_bytes(&both) {
                 theirs.insert(both);
             }

@@ -2,6 +2,7 @@ use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
+use arc_swap::ArcSwap;
 use tower_layer::Layer;
 
 use super::handle::{Handle, Live};
@@ -70,8 +71,9 @@ mod store;
 pub(crate) use self::store::failing;
 
 impl RateLimitLayer {
-    /// A layer deciding by `limiter`, made by `recipe` (`None`: a limiter built by hand).
-    fn new(limiter: Arc<dyn Limiter>, recipe: Option<Recipe>) -> Self {
+    /// A layer deciding by `limiter`, made by `recipe` (`None`: a limiter the layer cannot
+    /// make again, built by hand).
+    pub(crate) fn new(limiter: Arc<dyn Limiter>, recipe: Option<Recipe>) -> Self {
         Self {
             live: Live::new(limiter.clone(), recipe),
             limiter,
@@ -118,20 +120,14 @@ impl RateLimitLayer {
         layer
     }
 
-    /// The same layer deciding by the limiter `make` makes, `method` naming what made it.
+    /// The same layer deciding by the limiter `make` makes (made by `recipe`; `None`: not
+    /// made again by the layer's options), `method` naming what made it.
     ///
     /// # Panics
     ///
     /// When a handle was taken before: it would not reach the new limiter.
     #[track_caller]
-    pub(crate) fn limited_by(self, method: &str, make: impl FnOnce() -> Arc<dyn Limiter>) -> Self {
-        let recipe = self.live.recipe.clone();
-        self.remade(method, recipe, make)
-    }
-
-    /// [`limited_by`](Self::limited_by), the new limiter made by `recipe`.
-    #[track_caller]
-    fn remade(
+    pub(crate) fn remade(
         mut self,
         method: &str,
         recipe: Option<Recipe>,
@@ -197,45 +193,36 @@ impl RateLimitLayer {
 
     /// What the services of this layer share, made on first use.
     fn shared(&self) -> Arc<Shared> {
-        self.built
-            .get_or_init(|| {
-                let ban = self
-                    .ban
-                    .as_ref()
-                    .map(|(ban, counter)| (*ban, counter.clone(), self.settings.dry_run));
-                self.live.serve(|limiter| {
-                    let per_key = match (&self.select, &self.live.recipe) {
-                        (Some(select), Some(recipe)) => {
-                            let settings = self.settings.clone();
-                            let maker = Maker {
-                                recipe: recipe.clone(),
-                                responder: Arc::new(move |limiter| {
-                                    Arc::new(Responder::for_limit(limiter, settings.clone()))
-                                }),
-                                expect_refunds: self.settings.count_if.is_some(),
-                                dry_run: self.settings.dry_run,
-                                ban: self.ban.as_ref().map(|(ban, _)| *ban),
-                                live: self.live.clone(),
-                            };
-                            Some(Arc::new(PerKey::new(select.clone(), maker)))
-                        }
-                        _ => None,
-                    };
-                    Arc::new(
-                        Shared::new(
-                            limiter,
-                            self.settings.clone(),
-                            self.key.clone(),
-                            per_key,
-                            self.cost.clone(),
-                            ban,
-                            self.live.held.clone(),
-                        )
-                        .keeping(self.live.clone()),
-                    )
-                })
+        let settings = &self.settings;
+        let make = |limiter| {
+            let bans = self.ban.as_ref();
+            let bans = bans.map(|(ban, counter)| (*ban, counter.clone(), settings.dry_run));
+            let plans = self.select.as_ref().zip(self.live.recipe.as_ref());
+            let per_key = plans.map(|(select, recipe)| {
+                let answers = settings.clone();
+                let maker = Maker {
+                    recipe: recipe.clone(),
+                    responder: Arc::new(move |limiter| {
+                        Arc::new(Responder::for_limit(limiter, answers.clone()))
+                    }),
+                    expect_refunds: settings.count_if.is_some(),
+                    dry_run: settings.dry_run,
+                    ban: self.ban.as_ref().map(|(ban, _)| *ban),
+                    live: self.live.clone(),
+                };
+                Arc::new(PerKey::new(select.clone(), maker))
+            });
+            let responder = Shared::responder(&bans, &self.live, limiter, settings.clone());
+            Arc::new(Shared {
+                active: ArcSwap::from_pointee(responder),
+                key: self.key.clone(),
+                per_key,
+                cost: self.cost.clone(),
+                bans,
+                live: self.live.clone(),
             })
-            .clone()
+        };
+        self.built.get_or_init(|| self.live.serve(make)).clone()
     }
 }
 

@@ -89,7 +89,6 @@ mod in_flight;
 #[allow(clippy::module_inception)]
 mod layer;
 mod observe;
-mod plain;
 mod response;
 mod service;
 mod settings;

@@ -55,16 +55,25 @@ impl Denials {
     }
 }
 
-/// Per-policy instruments, made once per policy.
+/// Per-policy instruments, made once per policy: `denials` is shared by the layer's plans,
+/// so that plans made again after their eviction, or many at once, do not multiply reports.
 #[derive(Debug, Clone)]
 pub(crate) struct Observer {
     name: std::sync::Arc<str>,
+    /// Whether the layer only reports what it would deny.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    dry_run: bool,
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    denials: std::sync::Arc<Denials>,
 }
 
 impl Observer {
-    pub(crate) fn new(policy: &str) -> Self {
+    pub(crate) fn new(policy: &str, dry_run: bool, denials: std::sync::Arc<Denials>) -> Self {
+        let name = policy.into();
         Self {
-            name: policy.into(),
+            name,
+            dry_run,
+            denials,
         }
     }
 
@@ -96,19 +105,16 @@ impl Observer {
     }
 
     /// Records a decision: counted, and logged at debug level with the key's kind; a denial
-    /// also counts in the layer's `denials`, reported at `info` level on the layer's clock
-    /// (`now`, read only then). `denials` is shared by the layer's plans, so
-    /// that plans made again after their eviction, or many at once, do not multiply reports.
+    /// also counts in the layer's denials, reported at `info` level on the layer's clock
+    /// (`now`, read only then).
     #[inline]
     pub(crate) fn decision(
         &self,
         decision: &Decision,
-        dry_run: bool,
         key_kind: &'static str,
-        denials: &Denials,
         now: impl FnOnce() -> u64,
     ) {
-        let outcome = match (decision.allowed, dry_run) {
+        let outcome = match (decision.allowed, self.dry_run) {
             (true, _) if !decision.delay.is_zero() => "delayed",
             (true, _) => "allowed",
             (false, true) => "dry_run_denied",
@@ -125,11 +131,11 @@ impl Observer {
                 "rate limit decision"
             );
             if !decision.allowed && tracing::enabled!(tracing::Level::INFO) {
-                self.denied(decision, dry_run, key_kind, denials, now());
+                self.denied(decision, key_kind, now());
             }
         }
         #[cfg(not(feature = "tracing"))]
-        let _ = (key_kind, denials, now);
+        let _ = (key_kind, now);
     }
 
     /// Reports denials (in a dry run, those that would have been) at `info` level: the first
@@ -139,19 +145,12 @@ impl Observer {
     #[cfg(feature = "tracing")]
     #[cold]
     #[inline(never)]
-    fn denied(
-        &self,
-        decision: &Decision,
-        dry_run: bool,
-        key_kind: &'static str,
-        denials: &Denials,
-        now: u64,
-    ) {
-        let Some(denied) = denials.record(now) else {
+    fn denied(&self, decision: &Decision, key_kind: &'static str, now: u64) {
+        let Some(denied) = self.denials.record(now) else {
             return;
         };
         let retry_after_ms = decision.retry_after.map(crate::decision::ceil_millis);
-        let what = if dry_run {
+        let what = if self.dry_run {
             "dry run: requests would have been rate limited"
         } else {
             "requests rate limited"

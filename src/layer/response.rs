@@ -1,18 +1,17 @@
 //! How one policy answers: the rate limit headers of each response, and the answers to its
-//! denials and key errors (in the forms of `plain` and `grpc`).
+//! denials, key errors and failed stores, in plain HTTP or (see `grpc`) gRPC.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 
 use super::answer::Answer;
-use super::grpc::{grpc_code, Grpc, GRPC_PUSHBACK, GRPC_RESOURCE_EXHAUSTED};
+use super::grpc::{grpc_code, grpc_response, Grpc, GRPC_PUSHBACK, GRPC_RESOURCE_EXHAUSTED};
 use super::headers::HeaderWriter;
 use super::observe::Observer;
-use super::plain::{not_to_be_stored, own_answer};
 use super::settings::Settings;
 use super::text::{int_value, Text};
 use crate::decision::{ceil_millis, ceil_secs};
@@ -30,14 +29,15 @@ const TOO_LARGE: &str = "Request too large: it costs more than the rate limit ev
 /// Answers for one policy: the rate limit headers in the layer's style, and denials.
 pub(crate) struct Responder {
     /// Logs and metrics for this policy.
-    observer: Observer,
+    pub(crate) observer: Observer,
     headers: HeaderWriter,
-    settings: Settings,
+    pub(crate) settings: Settings,
     /// The limiter answered for, whose clock is read when a response leaves: its headers
     /// report what is left of the waits decided earlier.
-    limiter: Arc<dyn Limiter>,
-    /// Whether the limiter is an in-flight limit: its denials name no wait.
-    in_flight: bool,
+    pub(crate) limiter: Arc<dyn Limiter>,
+    /// Whether the limiter is an in-flight limit: its allowed requests hold what they took
+    /// until their response ends, and its denials name no wait.
+    pub(crate) in_flight: bool,
 }
 
 impl Responder {
@@ -56,7 +56,7 @@ impl Responder {
             }
         };
         Self {
-            observer: Observer::new(policy),
+            observer: Observer::new(policy, settings.dry_run, settings.denials.clone()),
             headers,
             settings,
             limiter: limiter.clone(),
@@ -64,37 +64,11 @@ impl Responder {
         }
     }
 
-    /// Whether the layer only reports what it would deny ([`dry_run`](super::RateLimitLayer::dry_run)).
-    pub(crate) fn dry_run(&self) -> bool {
-        self.settings.dry_run
-    }
-
-    /// Whether the limiter is an in-flight limit: its allowed requests hold what they took
-    /// until their response ends.
-    pub(crate) fn in_flight(&self) -> bool {
-        self.in_flight
-    }
-
-    /// The limiter answered for.
-    pub(crate) fn limiter(&self) -> &Arc<dyn Limiter> {
-        &self.limiter
-    }
-
-    /// The limiter's time now, in nanoseconds.
-    pub(crate) fn now(&self) -> u64 {
-        self.limiter.now()
-    }
-
     /// How `req` is answered: the gRPC way, with its content type, when it is a gRPC request
     /// (or a gRPC-Web one, where the layer opted in) and the layer answers those the gRPC way;
     /// `None` for plain HTTP.
     pub(crate) fn grpc<B>(&self, req: &Request<B>) -> Option<Grpc> {
         Grpc::of(req, self.settings.grpc, self.settings.grpc_web)
-    }
-
-    /// The policy's instruments (logs and metrics).
-    pub(crate) fn observer(&self) -> &Observer {
-        &self.observer
     }
 
     /// Acts on a check's result: an allowed request gets the decision in its extensions and
@@ -115,12 +89,9 @@ impl Responder {
                 return Err(self.store_error(&error, req));
             }
         };
-        let dry_run = self.settings.dry_run;
-        let denials = &self.settings.denials;
-        let now = || self.now();
-        self.observer
-            .decision(&decision, dry_run, key_kind, denials, now);
-        if decision.allowed || dry_run {
+        let now = || self.limiter.now();
+        self.observer.decision(&decision, key_kind, now);
+        if decision.allowed || self.settings.dry_run {
             // A dry run's would-be denials are reported by the observer, as denials.
             hand_on(req.extensions_mut(), &decision, self.observer.policy_name());
             Ok(decision)
@@ -132,15 +103,9 @@ impl Responder {
     /// The answer when the store failed to decide (counted).
     pub(crate) fn store_error<B>(&self, _error: &Error, req: &Request<B>) -> Response<Answer> {
         self.observer.count("store_error");
-        let status = StatusCode::SERVICE_UNAVAILABLE;
-        let grpc = self.grpc(req);
-        let answer = own_answer(
-            status,
-            grpc.as_ref(),
-            grpc_code(status),
-            UNAVAILABLE.as_bytes(),
-        );
-        answer.map(Answer::Full)
+        let (status, grpc) = (StatusCode::SERVICE_UNAVAILABLE, self.grpc(req));
+        let message = UNAVAILABLE.as_bytes();
+        own_answer(status, grpc.as_ref(), grpc_code(status), message).map(Answer::Full)
     }
 
     /// Whether the request that got `response` counts against the quota (always, without
@@ -162,16 +127,6 @@ impl Responder {
         wait.then_some(decision.delay)
     }
 
-    /// Whether responses are sorted by `count_if`.
-    pub(crate) fn counts_some(&self) -> bool {
-        self.settings.count_if.is_some()
-    }
-
-    /// Whether costs are settled after the response (`settle`).
-    pub(crate) fn settles(&self) -> bool {
-        self.settings.settle
-    }
-
     /// Adds the rate limit fields describing `decision`, if the layer's placement wants them
     /// on this response. A response that leaves later than its decision was made, at
     /// `decided_at` (a shaping delay, a slow handler), reports what is left of its waits: the
@@ -183,7 +138,7 @@ impl Responder {
         decided_at: Option<u64>,
     ) {
         if self.headers.covers(decision) {
-            let elapsed = decided_at.map_or(0, |at| self.now().saturating_sub(at));
+            let elapsed = decided_at.map_or(0, |at| self.limiter.now().saturating_sub(at));
             let elapsed = Duration::from_nanos(elapsed);
             self.headers.write(decision.tiers(), elapsed, headers);
         }
@@ -211,22 +166,10 @@ impl Responder {
         }
         // Formatted on the stack and copied once, into the body or the gRPC message: a client
         // over its limit can ask for denials as fast as it likes, so they are kept cheap.
-        let mut message = Text::new();
         // An in-flight denial with slots still to come back (not a request above the limit).
         let busy = self.in_flight && decision.remaining < decision.limit;
-        match decision.retry_after_secs() {
-            Some(secs) => {
-                message.push("Too many requests: retry in ");
-                message.push_int(secs);
-                message.push(if secs == 1 { " second." } else { " seconds." });
-            }
-            None => message.push(if busy { BUSY } else { TOO_LARGE }),
-        }
-        let status = self
-            .settings
-            .status
-            .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-        let code = GRPC_RESOURCE_EXHAUSTED;
+        let message = denial_message(decision, busy);
+        let (status, code) = (self.settings.status, GRPC_RESOURCE_EXHAUSTED);
         let mut response = own_answer(status, grpc.as_ref(), code, message.as_bytes());
         let wait = match (decision.retry_after, grpc.is_some()) {
             (Some(wait), false) => Some((RETRY_AFTER, int_value(ceil_secs(wait)))),
@@ -252,30 +195,24 @@ impl Responder {
     pub(crate) fn key_error<B>(&self, error: &KeyError, req: &Request<B>) -> Response<Answer> {
         self.observer.count("key_error");
         let grpc = self.grpc(req);
-        let Some(on_key_error) = self
-            .settings
-            .on_key_error
-            .as_ref()
-            .filter(|_| grpc.is_none())
-        else {
-            let (status, message) = (error.status(), error.message().as_bytes());
-            let mut response = own_answer(status, grpc.as_ref(), grpc_code(status), message);
-            if let (None, Some(challenge)) = (grpc, error.challenge()) {
-                let headers = response.headers_mut();
-                headers.insert(WWW_AUTHENTICATE, challenge.clone());
+        if let (Some(on_key_error), None) = (&self.settings.on_key_error, &grpc) {
+            let mut response = on_key_error(error, RequestHead::new(req));
+            let unauthorized = response.status() == StatusCode::UNAUTHORIZED;
+            let headers = response.headers_mut();
+            if let (true, Some(challenge)) = (unauthorized, error.challenge()) {
+                let challenge = || challenge.clone();
+                headers.entry(WWW_AUTHENTICATE).or_insert_with(challenge);
             }
-            return response.map(Answer::Full);
-        };
-        let mut response = on_key_error(error, RequestHead::new(req));
-        let unauthorized = response.status() == StatusCode::UNAUTHORIZED;
-        let headers = response.headers_mut();
-        if let (true, Some(challenge)) = (unauthorized, error.challenge()) {
-            headers
-                .entry(WWW_AUTHENTICATE)
-                .or_insert_with(|| challenge.clone());
+            not_to_be_stored(headers);
+            return response;
         }
-        not_to_be_stored(headers);
-        response
+        let (status, message) = (error.status(), error.message().as_bytes());
+        let mut response = own_answer(status, grpc.as_ref(), grpc_code(status), message);
+        if let (None, Some(challenge)) = (grpc, error.challenge()) {
+            let headers = response.headers_mut();
+            headers.insert(WWW_AUTHENTICATE, challenge.clone());
+        }
+        response.map(Answer::Full)
     }
 }
 
@@ -298,16 +235,10 @@ impl Responder {
 ///  "detail":"Too many requests: retry in 3 seconds.","retry_after":3,"limit":60,"remaining":0}
 /// ```
 pub fn problem_details(decision: &Decision, _head: RequestHead<'_>) -> Response<Bytes> {
-    let (detail, retry_after) = match decision.retry_after_secs() {
-        Some(secs) => {
-            let unit = if secs == 1 { "second" } else { "seconds" };
-            (
-                format!("Too many requests: retry in {secs} {unit}."),
-                secs.to_string(),
-            )
-        }
-        None => (TOO_LARGE.to_owned(), "null".to_owned()),
-    };
+    let detail = denial_message(decision, false);
+    let detail = String::from_utf8_lossy(detail.as_bytes());
+    let secs = decision.retry_after_secs();
+    let retry_after = secs.map_or_else(|| "null".to_owned(), |secs| secs.to_string());
     let body = format!(
         concat!(
             r#"{{"type":"about:blank","title":"Too Many Requests","status":429,"#,
@@ -317,11 +248,24 @@ pub fn problem_details(decision: &Decision, _head: RequestHead<'_>) -> Response<
     );
     let mut response = Response::new(Bytes::from(body));
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
+    let json = HeaderValue::from_static("application/problem+json");
+    response.headers_mut().insert(CONTENT_TYPE, json);
     response
+}
+
+/// The message of a denial: the wait in whole seconds, else why no wait helps (`busy`: an
+/// in-flight limit whose slots come back when requests finish).
+fn denial_message(decision: &Decision, busy: bool) -> Text {
+    let mut message = Text::new();
+    match decision.retry_after_secs() {
+        Some(secs) => {
+            message.push("Too many requests: retry in ");
+            message.push_int(secs);
+            message.push(if secs == 1 { " second." } else { " seconds." });
+        }
+        None => message.push(if busy { BUSY } else { TOO_LARGE }),
+    }
+    message
 }
 
 /// Puts this layer's decision in the request's extensions for the handler: as the
@@ -348,6 +292,42 @@ fn hand_on(extensions: &mut http::Extensions, decision: &Decision, policy: &Arc<
         }
     }
     extensions.insert(strictest);
+}
+
+/// The layer's own answer, not to be stored: for a gRPC request (`grpc`), trailers-only with
+/// the gRPC status `code` and `message`; else `status` with `message` as a line of plain text.
+pub(crate) fn own_answer(
+    status: StatusCode,
+    grpc: Option<&Grpc>,
+    code: &'static str,
+    message: &[u8],
+) -> Response<Bytes> {
+    if let Some(form) = grpc {
+        return grpc_response(form, code, message);
+    }
+    // One allocation of the exact size, which `Bytes` keeps.
+    let mut body = Vec::with_capacity(message.len() + 1);
+    body.extend_from_slice(message);
+    body.push(b'\n');
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = status;
+    // Room for the fields a denial gets (content type, `Cache-Control`, `Retry-After`, the
+    // rate limit fields of any style) in one allocation.
+    let mut headers = HeaderMap::with_capacity(8);
+    let text = HeaderValue::from_static("text/plain; charset=utf-8");
+    headers.insert(CONTENT_TYPE, text);
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    *response.headers_mut() = headers;
+    response
+}
+
+/// Marks an answer the layer writes as one no cache may keep: a denial, a key error or a store
+/// error is about one client at one moment, and a cache keyed by URL would hand it to others.
+/// A `Cache-Control` the answer has (from `on_limited` or `on_key_error`) is kept.
+pub(crate) fn not_to_be_stored(headers: &mut HeaderMap) {
+    if !headers.contains_key(CACHE_CONTROL) {
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
 }
 
 #[cfg(test)]

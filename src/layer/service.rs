@@ -57,7 +57,7 @@ impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
-            .field("policy", &self.shared.active.load().limiter().policy())
+            .field("policy", &self.shared.active.load().limiter.policy())
             .finish_non_exhaustive()
     }
 }
@@ -83,7 +83,7 @@ where
         let key = match shared.key.extract(RequestHead::new(&req)) {
             Ok(Some(key)) => key,
             Ok(None) => {
-                if responder.in_flight() {
+                if responder.in_flight {
                     upgrade::pass_without_slot(&mut req);
                 }
                 return ResponseFuture::unlimited(self.inner.call(req), responder);
@@ -96,42 +96,41 @@ where
             }
         };
         let plan = shared.per_key.as_ref();
-        let mut own = true;
-        let responder = match plan.map(|p| p.policy(&key, RequestHead::new(&req))) {
-            Some(Ok(Some(policy))) => {
-                own = false;
-                policy.responder.clone()
-            }
-            Some(Ok(None)) | None => responder,
+        let (responder, own) = match plan.map(|p| p.policy(&key, RequestHead::new(&req))) {
+            Some(Ok(Some(policy))) => (policy.responder.clone(), false),
+            Some(Ok(None)) | None => (responder, true),
             // A plan the store refuses: refused as by a store that fails closed.
             Some(Err(error)) => {
                 self.inner = self.inner.clone();
                 return ResponseFuture::answered(responder.store_error(&error, &req), responder);
             }
         };
-        let limiter = responder.limiter();
+        let limiter = &responder.limiter;
         let cost = shared.cost(&key, RequestHead::new(&req));
         // With `settle`, the handler reports the true cost through the request's `Usage`.
-        let usage = responder.settles().then(|| {
+        let usage = responder.settings.settle.then(|| {
             // A charge goes to the layer's quotas in force when it is made.
             // Inside another settling layer, what the handler reports reaches both.
             let outer = req.extensions().get::<Usage>().cloned();
-            let usage = Usage::new(Some(&self.shared), own, outer);
+            let usage = Usage::new(&self.shared, own, outer);
             req.extensions_mut().insert(usage.clone());
             usage
         });
         // With `count_if`, a request whose response does not count gives back what it took;
         // with `settle`, one whose response counts settles its cost when its body ends.
-        let refund = ((responder.counts_some() && cost > 0) || usage.is_some()).then(|| Refund {
-            key: key.clone(),
-            cost,
-            usage,
-        });
+        let refund =
+            ((responder.settings.count_if.is_some() && cost > 0) || usage.is_some()).then(|| {
+                Refund {
+                    key: key.clone(),
+                    cost,
+                    usage,
+                }
+            });
         observe::trace_key(&key);
         let key_kind = key.kind();
         // An in-flight limit: the key of the slots the request will hold, to give them back.
-        let hold = (responder.in_flight() && cost > 0).then(|| key.clone());
-        let observer = responder.observer();
+        let hold = (responder.in_flight && cost > 0).then(|| key.clone());
+        let observer = &responder.observer;
         let timer = observer.start();
         let now = limiter.now();
         let check = observer.in_span(key_kind, || limiter.check(key, now, cost));

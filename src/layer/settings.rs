@@ -25,8 +25,8 @@ pub(crate) type CountIf = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
 #[derive(Clone)]
 pub(crate) struct Settings {
     pub(crate) headers: Headers,
-    /// The status of denied HTTP requests; `None` for 429.
-    pub(crate) status: Option<StatusCode>,
+    /// The status of denied HTTP requests (429 unless set).
+    pub(crate) status: StatusCode,
     pub(crate) on_limited: Option<Arc<OnLimited>>,
     pub(crate) on_key_error: Option<Arc<OnKeyError>>,
     pub(crate) dry_run: bool,
@@ -47,7 +47,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             headers: Headers::default(),
-            status: None,
+            status: StatusCode::TOO_MANY_REQUESTS,
             on_limited: None,
             on_key_error: None,
             dry_run: false,

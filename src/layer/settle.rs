@@ -16,7 +16,8 @@ use crate::{Decision, Key};
 ///
 /// Report at any time until the response body ends: the layer settles then (or when the
 /// body is dropped) with what was reported last. A request whose usage was never reported
-/// keeps its reservation. Clones report to the same request.
+/// keeps its reservation. Clones report to the same request. `Usage::default()` reports to
+/// no layer: for testing what reports through it.
 ///
 /// ```
 /// use axum::Extension;
@@ -29,7 +30,7 @@ use crate::{Decision, Key};
 /// }
 /// # let _ = chat;
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Usage(Arc<Reported>);
 
 /// What a request's handler reported (its cost, once `reported`). `outer` is the usage of a
@@ -38,6 +39,7 @@ pub struct Usage(Arc<Reported>);
 /// how many resets its handle had made before the request was admitted: a refund across a
 /// reset is dropped, and for a request decided by the layer's own quotas (`own`) a charge goes
 /// to the quotas in force when it is made (they may have changed since, and taken the key over).
+#[derive(Default)]
 struct Reported {
     cost: AtomicU64,
     reported: AtomicBool,
@@ -55,34 +57,19 @@ struct Layer {
 impl Usage {
     /// The usage of a request of the layer `shared` (its own quotas', when `own`), made
     /// before its check.
-    pub(crate) fn new(shared: Option<&Arc<Shared>>, own: bool, outer: Option<Usage>) -> Self {
-        let (cost, reported) = (AtomicU64::new(0), AtomicBool::new(false));
-        let layer = shared.map(|shared| Layer {
+    pub(crate) fn new(shared: &Arc<Shared>, own: bool, outer: Option<Usage>) -> Self {
+        let resets = shared.resets();
+        let layer = Some(Layer {
             shared: shared.clone(),
             own,
-            resets: shared.resets(),
+            resets,
         });
-        Self(Arc::new(Reported {
-            cost,
-            reported,
+        let reported = Reported {
             outer,
             layer,
-        }))
-    }
-
-    /// Whether the layer's handle reset a key since the request was admitted.
-    fn reset_since(&self) -> bool {
-        let layer = self.0.layer.as_ref();
-        layer.is_some_and(|layer| layer.shared.resets() != layer.resets)
-    }
-
-    /// The limiter a charge goes to: the layer's quotas in force for a request of its own
-    /// quotas, else `admitted`, the one that admitted it.
-    fn charged(&self, admitted: &Arc<dyn Limiter>) -> Arc<dyn Limiter> {
-        match &self.0.layer {
-            Some(layer) if layer.own => layer.shared.active.load().limiter().clone(),
-            _ => admitted.clone(),
-        }
+            ..Reported::default()
+        };
+        Self(Arc::new(reported))
     }
 
     /// Reports the request's true cost: `cost` in all, replacing what was reported before.
@@ -116,13 +103,6 @@ impl Usage {
     }
 }
 
-/// A usage of its own, reported to no layer: for testing what reports through it.
-impl Default for Usage {
-    fn default() -> Self {
-        Self::new(None, false, None)
-    }
-}
-
 impl std::fmt::Debug for Usage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("Usage").field(&self.get()).finish()
@@ -146,17 +126,25 @@ impl Drop for Settlement {
             return;
         };
         let key = self.key.clone();
+        let layer = self.usage.0.layer.as_ref();
         let settled = match actual.cmp(&self.reserved) {
             std::cmp::Ordering::Equal => return,
             // After a reset the admission's receipt may match a later admission's: nothing
             // is given back (the client loses, never gains).
-            std::cmp::Ordering::Less if self.usage.reset_since() => return,
+            std::cmp::Ordering::Less if layer.is_some_and(|l| l.shared.resets() != l.resets) => {
+                return
+            }
             std::cmp::Ordering::Less => {
                 let back = self.reserved - actual;
                 self.limiter.refund(key, &self.admission, back)
             }
             std::cmp::Ordering::Greater => {
-                let limiter = self.usage.charged(&self.limiter);
+                // A charge goes to the layer's quotas in force for a request of its own
+                // quotas, else to the limiter that admitted it.
+                let limiter = match layer {
+                    Some(layer) if layer.own => layer.shared.active.load().limiter.clone(),
+                    _ => self.limiter.clone(),
+                };
                 limiter.charge(key, actual - self.reserved)
             }
         };
@@ -168,28 +156,18 @@ impl Drop for Settlement {
     }
 }
 
-/// Finishes a settlement that waits for its store (Redis) on the runtime of the caller.
-#[cfg(feature = "redis")]
+/// Finishes a settlement that waits for its store (Redis) on the runtime of the caller. Only a
+/// remote store's settlement waits, and only the Redis feature brings one (and tokio's `rt`).
 fn finish_later(future: crate::limiter::BoxedDecision) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(async move { failed(future.await.err()) });
-        }
-        Err(_) => failed(Some(no_runtime())),
+    #[cfg(feature = "redis")]
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move { failed(future.await.err()) });
+        return;
     }
-}
-
-/// Only a remote store's settlement waits, and only the Redis feature brings one.
-#[cfg(not(feature = "redis"))]
-fn finish_later(future: crate::limiter::BoxedDecision) {
     drop(future);
-    failed(Some(no_runtime()));
-}
-
-fn no_runtime() -> crate::Error {
-    crate::Error::misconfigured(
+    failed(Some(crate::Error::misconfigured(
         "a settlement that waits for its store needs a tokio runtime (with `rt`) to finish on",
-    )
+    )));
 }
 
 /// Logs a settlement that failed: the request keeps its reservation.

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::header::UPGRADE;
 use http::{Method, Request, Response, StatusCode};
 
-use super::plain::own_answer;
+use super::response::own_answer;
 use crate::limiter::Hold;
 
 /// The in-flight slot of a request that asks to switch protocols (a WebSocket, or any

@@ -106,7 +106,7 @@ impl InFlightLayer {
             #[cfg(feature = "redis")]
             on_failure: None,
         };
-        let layer = RateLimitLayer::from_limit(slots.bound("new"));
+        let layer = RateLimitLayer::new(slots.bound("new"), None);
         Self { layer, slots }
     }
 
@@ -209,9 +209,8 @@ impl InFlightLayer {
     /// The same layer, its limiter made again after `method` changed how.
     #[track_caller]
     fn rebuilt(mut self, method: &str) -> Self {
-        let slots = &self.slots;
-        let method_name = format!("InFlightLayer::{method}");
-        self.layer = self.layer.limited_by(&method_name, || slots.bound(method));
+        let (slots, name) = (&self.slots, format!("InFlightLayer::{method}"));
+        self.layer = self.layer.remade(&name, None, || slots.bound(method));
         self
     }
 
@@ -297,16 +296,12 @@ impl Slots {
     /// cannot keep them.
     #[track_caller]
     fn bound(&self, method: &str) -> Arc<dyn Limiter> {
+        let (limit, policy, clock) = (self.limit, &*self.policy, &self.clock);
         let slots = self
             .store
-            .slots(&self.policy, self.limit, self.lease_ttl, self.clock.clone());
+            .slots(policy, limit, self.lease_ttl, clock.clone());
         match slots {
-            Ok(slots) => Arc::new(InFlight::new(
-                slots,
-                self.limit,
-                &self.policy,
-                self.clock.clone(),
-            )),
+            Ok(slots) => Arc::new(InFlight::new(slots, limit, policy, clock.clone())),
             Err(error) => panic!("InFlightLayer::{method}: {error}"),
         }
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{bound, RateLimitLayer};
 use crate::algorithm::{Algorithm, Gcra, Quotas, Tiered};
 use crate::clock::Clock;
-use crate::limiter::{AlgorithmKind, Binder, LayerClock, Limiter, Recipe, Spec};
+use crate::limiter::{AlgorithmKind, Binder, LayerClock, Recipe, Spec};
 use crate::store::{MemoryStore, Store};
 #[cfg(feature = "serde")]
 use crate::Error;
@@ -93,11 +93,6 @@ impl RateLimitLayer {
         St: Store<A>,
         C: Clock + Clone,
     {
-        Self::from_limit(Arc::new(limiter))
-    }
-
-    /// A layer deciding by `limiter`, which it cannot make again.
-    pub(crate) fn from_limit(limiter: Arc<dyn Limiter>) -> Self {
-        Self::new(limiter, None)
+        Self::new(Arc::new(limiter), None)
     }
 }

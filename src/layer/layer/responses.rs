@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::{Response, StatusCode};
 
 use super::super::answer::{answer, AnswerBody};
-use super::super::headers::{HeaderPlacement, HeaderStyle, Headers};
+use super::super::headers::{HeaderPlacement, HeaderStyle};
 use super::super::settings::{OnKeyError, OnLimited};
 use super::RateLimitLayer;
 use crate::key::{KeyError, RequestHead};
@@ -25,19 +25,14 @@ impl RateLimitLayer {
     /// ```
     #[must_use]
     pub fn headers(self, style: HeaderStyle) -> Self {
-        self.set(|s| s.headers = Headers { style, ..s.headers })
+        self.set(|s| s.headers.style = style)
     }
 
     /// Writes the rate limit headers only on some responses: allowed ones, denied ones, or all
     /// (the default). See [`HeaderPlacement`].
     #[must_use]
     pub fn headers_on(self, placement: HeaderPlacement) -> Self {
-        self.set(|s| {
-            s.headers = Headers {
-                placement,
-                ..s.headers
-            }
-        })
+        self.set(|s| s.headers.placement = placement)
     }
 
     /// Answers denied HTTP requests with `status` instead of `429 Too Many Requests`, such as
@@ -54,7 +49,7 @@ impl RateLimitLayer {
         if let Err(why) = Self::denial_status(status.as_u16()) {
             panic!("RateLimitLayer::status({status}): {why}");
         }
-        self.set(|s| s.status = Some(status))
+        self.set(|s| s.status = status)
     }
 
     /// The status `code`, when it can answer denials (a 4xx or 5xx); else why not.
