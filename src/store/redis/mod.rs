@@ -342,11 +342,11 @@ impl RedisStore {
     /// When the primary fails over, decisions go on on the replica the sentinels promote,
     /// without rebuilding the store: the sentinels are asked again after a call fails on the
     /// connection or is answered `READONLY` (the old primary came back as a replica),
-    /// `MASTERDOWN` or `LOADING`, and after a call times out while the primary has answered
-    /// nothing for a second (a frozen or unreachable host). While calls come, the sentinels are
-    /// also asked every second whether they still name the same primary: one demoted while
-    /// reachable (`SENTINEL FAILOVER`, a partition that healed) answers as a primary until the
-    /// sentinels reconfigure it, seconds to minutes later.
+    /// `MASTERDOWN` or `LOADING`, and after calls in a row time out with no answer between
+    /// them, 3 of them or a second of them (a frozen or unreachable host). While calls come,
+    /// the sentinels are also asked every second whether they still name the same primary:
+    /// one demoted while reachable (`SENTINEL FAILOVER`, a partition that healed) answers as a
+    /// primary until the sentinels reconfigure it, seconds to minutes later.
     ///
     /// **A primary is used only when more than half of the sentinels in `sentinel_urls` name
     /// it**, so list every sentinel, each once, and not behind a load balancer: a stale one
