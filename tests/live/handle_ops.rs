@@ -275,3 +275,53 @@ fn a_handle_taken_before_the_limiter_is_set_is_refused() {
     assert!(!passes(&rt, &app, "k"));
     assert!(passes(&rt, &app, "other"));
 }
+
+/// An in-flight layer's limiter wraps no other: every operation of its handle reaches it
+/// (through the blocks the handle keeps) and answers, an error where a limit on requests in
+/// flight has no quotas, and none panics; a request through the layer is denied while its
+/// key is blocked and admitted once the block is lifted.
+#[test]
+fn every_handle_operation_on_an_in_flight_layer_answers() {
+    use tollgate::key::Header;
+    use tollgate::InFlightLayer;
+    use tower::{Layer, ServiceExt};
+
+    runtime().block_on(async {
+        let layer = InFlightLayer::new(2)
+            .key(Header::new("x-api-key"))
+            .clock(ManualClock::new());
+        let handle = layer.handle();
+        let misconfigured = Some(tollgate::ErrorKind::Misconfigured);
+        let svc = layer.layer(tower::service_fn(|_: http::Request<Body>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(Body::empty()))
+        }));
+        assert!(handle.peek("k").await.unwrap().allowed);
+        handle.block("k", Duration::from_secs(60)).await.unwrap();
+        assert!(!handle.peek("k").await.unwrap().allowed);
+        let call = || {
+            let request = http::Request::builder()
+                .header("x-api-key", "k")
+                .body(Body::empty())
+                .unwrap();
+            svc.clone().oneshot(request)
+        };
+        assert_eq!(
+            call().await.unwrap().status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        handle.reset("k").await.unwrap();
+        assert!(handle.peek("k").await.unwrap().allowed);
+        assert_eq!(call().await.unwrap().status(), StatusCode::OK);
+        assert!(!handle.policy().is_empty());
+        assert!(handle.quotas().is_empty());
+        let changed = handle.set_quotas(Quota::per_second(1));
+        assert_eq!(changed.map_err(|e| e.kind()).err(), misconfigured);
+        let plan = Quota::per_second(1);
+        assert!(handle
+            .set_plan_quotas(plan.clone(), Quota::per_second(2))
+            .is_err());
+        let _ = handle.plan_quotas(plan.clone());
+        assert!(handle.peek_plan(plan, "k").await.is_err());
+        assert!(!format!("{layer:?} {svc:?}").is_empty());
+    });
+}

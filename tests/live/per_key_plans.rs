@@ -328,3 +328,61 @@ async fn reset_and_block_reach_plans_evicted_from_the_layer() {
         assert_eq!(status(&svc, "plan-5-b").await.0, StatusCode::OK);
     }
 }
+
+/// The layer keeps the limiters of 256 plans in use and 4 096 dropped to make room, in one
+/// map: with 4 352 plans made (one of them dropped and picked again between, which adds
+/// none), a handle's reset reaches every client and says so; past them the layer forgets
+/// plans, and a reset says that it may not reach every plan.
+#[tokio::test]
+async fn plans_up_to_4352_are_all_reached_and_the_next_is_reported() {
+    let layer = RateLimitLayer::gcra(Quota::per_hour(1))
+        .key(Header::new("x-api-key"))
+        .quota_for(|key: &Key, _head: RequestHead<'_>| {
+            let n: u64 = std::str::from_utf8(key.as_bytes().unwrap_or_default())
+                .ok()
+                .and_then(|t| t.strip_prefix("plan-")?.parse().ok())
+                .unwrap_or(0);
+            Quota::new(1, Duration::from_secs(3601 + n))
+        })
+        .store(MemoryStore::new())
+        .clock(ManualClock::new());
+    let handle = layer.handle();
+    let svc = layer.layer(ok());
+    let call = |n: u64| {
+        let svc = svc.clone();
+        async move {
+            let request = Req::new()
+                .header("x-api-key", &format!("plan-{n}"))
+                .from("192.0.2.1:1")
+                .build();
+            svc.oneshot(request).await.unwrap().status()
+        }
+    };
+    for n in 0..300 {
+        assert_eq!(call(n).await, StatusCode::OK);
+    }
+    // Plan 0 was dropped to make room: picked again, it is the same plan, its client limited.
+    assert_eq!(call(0).await, StatusCode::TOO_MANY_REQUESTS);
+    for n in 300..4352 {
+        assert_eq!(call(n).await, StatusCode::OK);
+    }
+    let sample: Vec<u64> = (0..4352).step_by(97).chain([4351]).collect();
+    for &n in &sample {
+        let reset = handle.reset(format!("plan-{n}").as_str()).await;
+        assert!(reset.is_ok(), "a reset with 4352 plans made: {reset:?}");
+    }
+    for &n in &sample {
+        assert_eq!(call(n).await, StatusCode::OK, "plan {n} after its reset");
+        assert_eq!(call(n).await, StatusCode::TOO_MANY_REQUESTS, "plan {n}");
+    }
+    assert_eq!(call(4352).await, StatusCode::OK);
+    match handle.reset("plan-4352").await {
+        Ok(()) => panic!("a reset that may miss a forgotten plan answered Ok"),
+        Err(error) => assert_eq!(error.kind(), tollgate::ErrorKind::Misconfigured, "{error}"),
+    }
+    assert_eq!(
+        call(4352).await,
+        StatusCode::OK,
+        "plan 4352 after its reset"
+    );
+}

@@ -755,6 +755,51 @@ fn a_check_cancelled_after_an_idle_second_keeps_the_primary() {
     });
 }
 
+/// A frozen primary is left once a call has waited a second for it unanswered: with a timeout
+/// of a second, the first check that times out drops it, and the next is answered at once by
+/// the failure policy rather than after another second's wait (three in a row would hold
+/// every request for three timeouts). Once the primary wakes, decisions come from it again.
+fn a_frozen_primary_is_left_after_one_timeout_of_a_second() {
+    // No replica: the sentinels have nothing to fail over to, and keep naming the primary.
+    let Some(mut set) = RedisSentinels::start(0) else {
+        return;
+    };
+    let primary = set.servers[0].port;
+    runtime().block_on(async {
+        let timeout = Duration::from_secs(1);
+        let limiter = RateLimiter::gcra(Quota::per_hour(1_000).named("long"))
+            .with_store(sentinel_closed(&set, timeout).await);
+        assert!(limiter.check("k").await.unwrap().allowed);
+        set.server(primary).pause();
+        let first = limiter.check("k").await;
+        assert_eq!(
+            first.as_ref().map_err(|e| e.kind()).err(),
+            Some(ErrorKind::Timeout),
+            "the first check on the frozen primary: {:?}",
+            first.map(|d| d.allowed)
+        );
+        let started = Instant::now();
+        let second = limiter.check("k").await;
+        let waited = started.elapsed();
+        set.server(primary).resume();
+        assert!(second.is_err(), "decided by a frozen primary");
+        assert!(
+            waited < Duration::from_millis(500),
+            "the check after a second of silence waited {waited:?} ({:?}): the frozen primary \
+             was kept",
+            second.map_err(|e| e.kind()).err()
+        );
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !limiter.check("k").await.is_ok_and(|d| d.allowed) {
+            assert!(
+                Instant::now() < deadline,
+                "the woken primary never decided again"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}
+
 fn a_bad_master_name_or_no_sentinel_fails_at_construction_naming_it() {
     let Some(set) = RedisSentinels::start(0) else {
         return;
@@ -932,6 +977,10 @@ pub(crate) fn trials() -> Vec<server::Trial> {
         server::needs_redis(
             "a_primary_demoted_while_reachable_loses_its_calls_before_it_is_a_replica",
             a_primary_demoted_while_reachable_loses_its_calls_before_it_is_a_replica,
+        ),
+        server::needs_redis(
+            "a_frozen_primary_is_left_after_one_timeout_of_a_second",
+            a_frozen_primary_is_left_after_one_timeout_of_a_second,
         ),
         server::needs_redis(
             "a_stale_sentinel_never_chooses_the_primary",

@@ -15,8 +15,9 @@
 //! While Redis is down, one task sends `PING` (bounded by the timeout) every [`PROBE_EVERY`],
 //! and the first answer brings calls back to Redis; no task runs while Redis is up. A Redis
 //! Cluster master is probed as its [`Master`] says (its probe follows a failover). Behind
-//! Sentinel, timeouts that mark Redis down, and each probe left unanswered, also drop the
-//! primary and have the sentinels asked again: this is how a frozen primary is left.
+//! Sentinel, timeouts that mark Redis down (or fewer when they add up to [`STALL_AFTER`]),
+//! and each probe left unanswered, also drop the primary and have the sentinels asked again:
+//! this is how a frozen primary is left.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -31,6 +32,10 @@ use crate::{Error, ErrorKind};
 
 /// How many timeouts in a row, with no answer between them, mark Redis down.
 pub(crate) const TIMEOUTS_DOWN: u32 = 3;
+
+/// Behind Sentinel, how long calls in a row find the primary silent before it is dropped,
+/// when that is fewer than [`TIMEOUTS_DOWN`] timeouts (a long timeout).
+const STALL_AFTER: Duration = Duration::from_secs(1);
 
 /// How often a store that knows Redis is down asks it again (`PING`).
 pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(200);
@@ -180,11 +185,19 @@ impl Health {
         if self
             .counted
             .compare_exchange(counted, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-            && self.streak.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_DOWN
+            .is_err()
         {
-            let reason = format!("{TIMEOUTS_DOWN} calls in a row got no answer within {timeout:?}");
-            connection.stalled(&reason);
+            return;
+        }
+        let streak = self.streak.fetch_add(1, Ordering::Relaxed) + 1;
+        let down = streak >= TIMEOUTS_DOWN;
+        // Counted timeouts follow one another: Redis was silent for `streak` timeouts.
+        if !down && timeout.saturating_mul(streak) < STALL_AFTER {
+            return;
+        }
+        let reason = format!("{streak} calls in a row got no answer within {timeout:?}");
+        connection.stalled(&reason);
+        if down {
             self.fell(sent, reason, connection, timeout);
         }
     }

@@ -129,21 +129,21 @@
 //! restarting the application. A store made by [`cluster`](RedisStore::cluster) learns the new
 //! slot map by itself: from the failing calls when the master's connections close (a crash),
 //! and, when they stay open and nothing answers (a frozen process or machine, packets
-//! dropped), from a watch over its calls: while calls fail or time out it reads `CLUSTER
-//! SLOTS` from the nodes it knows (at most once a second), and when the masters changed it
-//! connects again. The scripts are loaded on the new master after its first `NOSCRIPT`. Until
-//! the replica is promoted (about the cluster's `cluster-node-timeout`, then an election),
-//! the failure policy answers the keys of the failed master's slots, at once from the moment
-//! the store knows it down (see [When Redis fails](self#when-redis-fails)); meanwhile its
-//! probe reads the slot map through the store's connection every 200 ms, so the promoted
-//! replica, a master new to the store, decides its slots' keys within a probe of the
-//! promotion (and a new connection). With
+//! dropped), from the master's health: once its calls find it down (3 timeouts in a row),
+//! its probe reads `CLUSTER SLOTS` from the other masters through the store's connection
+//! every 200 ms, and when the masters changed it connects again. The scripts are loaded on
+//! the new master after its first `NOSCRIPT`. Until the replica is promoted (about the
+//! cluster's `cluster-node-timeout`, then an election), the failure policy answers the keys
+//! of the failed master's slots, at once from the moment the store knows it down (see
+//! [When Redis fails](self#when-redis-fails)), and the promoted replica, a master new to the
+//! store, decides its slots' keys within a probe of the promotion (and a new connection).
+//! With
 //! `cluster-require-full-coverage yes` (Redis's default) the cluster itself refuses every key
 //! from the moment it marks the master failed until the promotion (the other masters are then
 //! known down too, until they say `cluster_state:ok` again); with `no` the other masters keep
 //! deciding their keys throughout. A store over a connection you made
-//! ([`from_cluster_connection`](RedisStore::from_cluster_connection)) has no watch: it follows
-//! a crash, not a frozen master.
+//! ([`from_cluster_connection`](RedisStore::from_cluster_connection)) reads no slot map: it
+//! follows a crash, not a frozen master.
 //!
 //! Replication is asynchronous and the store does not wait for replicas (`WAIT` would add a
 //! round trip to every decision): decisions the old master made and acknowledged but had not
@@ -342,11 +342,11 @@ impl RedisStore {
     /// When the primary fails over, decisions go on on the replica the sentinels promote,
     /// without rebuilding the store: the sentinels are asked again after a call fails on the
     /// connection or is answered `READONLY` (the old primary came back as a replica),
-    /// `MASTERDOWN` or `LOADING`, and after a call times out while the primary has answered
-    /// nothing for a second (a frozen or unreachable host). While calls come, the sentinels are
-    /// also asked every second whether they still name the same primary: one demoted while
-    /// reachable (`SENTINEL FAILOVER`, a partition that healed) answers as a primary until the
-    /// sentinels reconfigure it, seconds to minutes later.
+    /// `MASTERDOWN` or `LOADING`, and after calls in a row time out with no answer between
+    /// them, 3 of them or a second of them (a frozen or unreachable host). While calls come,
+    /// the sentinels are also asked every second whether they still name the same primary:
+    /// one demoted while reachable (`SENTINEL FAILOVER`, a partition that healed) answers as a
+    /// primary until the sentinels reconfigure it, seconds to minutes later.
     ///
     /// **A primary is used only when more than half of the sentinels in `sentinel_urls` name
     /// it**, so list every sentinel, each once, and not behind a load balancer: a stale one

@@ -4,8 +4,9 @@
 //! The sentinels are asked for the primary when the store is built, and again when:
 //! - a call fails on the connection (refused, dropped), or is answered `READONLY` (the server
 //!   is a replica now), `MASTERDOWN` or `LOADING`;
-//! - the store's health finds the primary silent: calls in a row outlive the store's timeout
-//!   with no answer between them, or a probe is not answered (a frozen or unreachable host
+//! - the store's health finds the primary silent: 3 calls in a row outlive the store's timeout
+//!   with no answer between them (fewer when their timeouts add up to a second: one, with a
+//!   timeout of a second or more), or a probe is not answered (a frozen or unreachable host
 //!   keeps the connection open and never answers; a call its client cancels tells nothing,
 //!   so a client cannot make the store drop its primary);
 //! - the sentinels, asked at most every [`RECHECK`] while calls come, name another primary by
