@@ -73,6 +73,22 @@ pub(crate) fn decision(reply: &[Figure], limits: &[u64], tiered: bool) -> Result
     }
 }
 
+/// Every text or integer in `value`, as text, in order: one reply, or one per node for a
+/// cluster (a map of node to reply: the node's address, then its reply's texts).
+pub(crate) fn collect_texts(value: &redis::Value, out: &mut Vec<String>) {
+    use redis::Value;
+    match value {
+        Value::Array(values) | Value::Set(values) => {
+            values.iter().for_each(|v| collect_texts(v, out));
+        }
+        Value::Map(pairs) => pairs.iter().for_each(|(k, v)| {
+            collect_texts(k, out);
+            collect_texts(v, out);
+        }),
+        value => out.extend(text(value)),
+    }
+}
+
 /// A reply that is one text or integer, as text.
 pub(crate) fn text(value: &redis::Value) -> Option<String> {
     match value {

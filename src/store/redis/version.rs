@@ -8,6 +8,7 @@ use std::fmt;
 
 use redis::Value;
 
+use super::reply::collect_texts;
 use crate::Error;
 use redis::aio::ConnectionLike;
 
@@ -61,7 +62,7 @@ pub(crate) fn require(found: Version) -> Result<(), String> {
 /// does not answer `INFO`, or answers without a version (a proxy, say), is taken as it is:
 /// the scripts will tell.
 pub(crate) async fn check(connection: &mut impl ConnectionLike, server: &str) -> Result<(), Error> {
-    let reply = match redis::cmd("INFO")
+    let reply: Value = match redis::cmd("INFO")
         .arg("server")
         .query_async(connection)
         .await
@@ -76,17 +77,6 @@ pub(crate) async fn check(connection: &mut impl ConnectionLike, server: &str) ->
     match texts.iter().filter_map(|t| parse(t)).min() {
         Some(oldest) => require(oldest).map_err(|m| Error::misconfigured(format!("{server}{m}"))),
         None => Ok(()),
-    }
-}
-
-/// Every text in `value`: one reply, or one per node for a cluster (a map of node to reply).
-fn collect_texts(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::Array(values) | Value::Set(values) => {
-            values.iter().for_each(|v| collect_texts(v, out));
-        }
-        Value::Map(pairs) => pairs.iter().for_each(|(_, v)| collect_texts(v, out)),
-        value => out.extend(super::reply::text(value)),
     }
 }
 
