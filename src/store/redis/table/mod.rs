@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
-use super::algorithms::{RedisAlgorithm, RedisTier};
-use super::carry::{Carry, Generation};
+use super::algorithms::RedisAlgorithm;
+use super::carry::{self, Carry, Generation};
 use super::deny_cache::DenyCache;
 use super::failures::FailureCounter;
 use super::fallback::{Fallback, Local};
@@ -30,16 +30,9 @@ mod update;
 
 /// A [`RedisStore`]'s view of one policy.
 #[doc(hidden)]
+#[derive(Clone)]
 pub struct RedisTable<A: RedisAlgorithm> {
     inner: Arc<Inner<A>>,
-}
-
-impl<A: RedisAlgorithm> Clone for RedisTable<A> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: Arc::clone(&self.inner),
-        }
-    }
 }
 
 impl<A: RedisAlgorithm> std::fmt::Debug for RedisTable<A> {
@@ -121,9 +114,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         algorithm: &A,
         previous: Option<(&Self, u64)>,
     ) -> Result<Self, Error> {
-        bounds::check(policy, algorithm)?;
-        let mut tiers: Vec<RedisTier> = Vec::new();
-        algorithm.redis_tiers(&mut tiers);
+        let tiers = bounds::tiers(policy, algorithm)?;
         let params: Vec<u64> = tiers
             .iter()
             .flat_map(|t| t.params.iter().copied())
@@ -151,14 +142,13 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         )?;
         let carry = match (old, previous) {
             (Some(old), Some((_, now))) => {
-                let last = Generation::new(
-                    old.names.clone(),
-                    old.params.clone(),
-                    old.limits.len(),
-                    now,
-                    old.lifetime,
-                    old.carry.as_ref().map(|c| c.until),
-                );
+                let last = Generation {
+                    names: old.names.clone(),
+                    params: old.params.clone(),
+                    tiers: old.limits.len(),
+                    switched: now,
+                    until: carry::until(old.lifetime, old.carry.as_ref()),
+                };
                 let earlier = old.carry.iter().flat_map(|c| c.generations.iter().cloned());
                 let generations = std::iter::once(last).chain(earlier);
                 Carry::new(&names, limits.len(), generations, policy)?
