@@ -25,10 +25,12 @@ const MAX_SHARDS: usize = 64;
 /// How many denials a full shard looks at to pick one to evict.
 const PROBE: usize = 4;
 
-/// A denial and the limiter's time (ns) when it was decided.
+/// A denial, the limiter's time (ns) when it was decided, and its place in its shard's order of
+/// insertion.
 struct Denial {
     key: Key,
     hash: u64,
+    seq: u64,
     decided: u64,
     until: u64,
     decision: Decision,
@@ -38,6 +40,8 @@ struct Denial {
 struct Shard {
     denials: HashTable<Denial>,
     capacity: usize,
+    /// How many denials were put in.
+    inserted: u64,
 }
 
 impl Shard {
@@ -46,16 +50,18 @@ impl Shard {
     }
 
     /// Puts `denial` in, in place of the key's; a full shard first evicts, of the first
-    /// [`PROBE`] denials it holds, the first that has ended at `now`, else the one that ends
-    /// first.
-    fn insert(&mut self, denial: Denial, now: u64) {
+    /// [`PROBE`] denials it holds, the one that has ended at `now`, else that ends first, the
+    /// oldest put in among those.
+    fn insert(&mut self, mut denial: Denial, now: u64) {
+        self.inserted += 1;
+        denial.seq = self.inserted;
         if let Some(mut entry) = self.find(denial.hash, &denial.key) {
             *entry.get_mut() = denial;
             return;
         }
         if self.denials.len() >= self.capacity {
             let victim = self.denials.iter().take(PROBE);
-            if let Some(victim) = victim.min_by_key(|d| d.until.max(now)) {
+            if let Some(victim) = victim.min_by_key(|d| (d.until.max(now), d.seq)) {
                 let (hash, key) = (victim.hash, victim.key.clone());
                 if let Some(entry) = self.find(hash, &key) {
                     entry.remove();
@@ -105,6 +111,7 @@ impl DenyCache {
                 Mutex::new(Shard {
                     denials: HashTable::new(),
                     capacity: share,
+                    inserted: 0,
                 })
             })
             .collect();
@@ -171,6 +178,7 @@ impl DenyCache {
             // Without a long key's bytes: the cache holds digests, as the stores do.
             key: key.stored(),
             hash,
+            seq: 0,
             decided: now,
             until,
             decision: decision.clone(),

@@ -33,7 +33,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         self.decide_exactly();
         inner.leases.iter().for_each(|book| book.forget(&key));
         inner.denials.remove(&key);
-        if let Some(health) = inner.health.down(&key) {
+        if let Some(health) = inner.store.health.down(&key) {
             let answer = inner.answered_down(&health, key, now, cost, Asked::Charge);
             return RedisFuture::ready(answer);
         }
@@ -80,7 +80,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             }
         }
         // While Redis is known to be down, the failure policy answers at once.
-        if let Some(health) = inner.health.down(&key) {
+        if let Some(health) = inner.store.health.down(&key) {
             let asked = Asked::check_or_refund(refund.is_some());
             return RedisFuture::ready(inner.answered_down(&health, key, now, cost, asked));
         }
@@ -172,7 +172,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             Plan::Wait(mut slice) => {
                 let waiting = Instant::now();
                 // The other call ends within the timeout: it is bounded by it.
-                let _ = tokio::time::timeout(inner.timeout, slice.changed()).await;
+                let _ = tokio::time::timeout(inner.store.timeout, slice.changed()).await;
                 // The slice is spent no later than its end, counting the time that passed
                 // meanwhile. (The call below still names `now`: it began then.)
                 let waited = saturating_nanos(waiting.elapsed());
@@ -222,7 +222,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         // Spent here no later than the slice's end in Redis: the call left at `now`, before
         // Redis began the slice's life. On Redis's clock, a margin of a thousandth for the
         // rates of the two clocks.
-        let (life, deadline) = if inner.caller_clock {
+        let (life, deadline) = if inner.store.caller_clock {
             (life, None)
         } else {
             let life = life - life / 1024;

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis::Script;
 
@@ -16,10 +16,9 @@ use super::deny_cache::DenyCache;
 use super::failures::FailureCounter;
 use super::fallback::{Fallback, Local};
 use super::family::Family;
-use super::healths::Healths;
 use super::keys::KeyNames;
 use super::leases::LeaseBook;
-use super::{bounds, script, Connection, RedisStore};
+use super::{bounds, script, RedisStore};
 use crate::store::Role;
 use crate::{Error, Key};
 
@@ -45,7 +44,10 @@ impl<A: RedisAlgorithm> std::fmt::Debug for RedisTable<A> {
 }
 
 struct Inner<A: RedisAlgorithm> {
-    connection: Connection,
+    /// The store that made the table: its connection, timeout and clock, whether the server's
+    /// version was found good (checked once per store), and whether Redis answers (on a Redis
+    /// Cluster, each master), shared by the store's tables and clones.
+    store: RedisStore,
     script: Script,
     /// How many times this table loaded its script, and the lock its loaders take turns on:
     /// together they load it once per `NOSCRIPT` episode rather than once per caller.
@@ -55,8 +57,6 @@ struct Inner<A: RedisAlgorithm> {
     names: KeyNames,
     params: Vec<u64>,
     limits: Vec<u64>,
-    timeout: Duration,
-    caller_clock: bool,
     /// Whether the policy's name was given by the user (for the local fallback's table).
     shared: bool,
     /// The longest a state of this table lives ([`RedisAlgorithm::lifetime`]).
@@ -80,11 +80,6 @@ struct Inner<A: RedisAlgorithm> {
     exactly: AtomicBool,
     /// Whether the algorithm carries a debt ([`Algorithm::settles`](crate::algorithm::Algorithm::settles)).
     settles: bool,
-    /// Whether the server's version was found good (checked once per store).
-    version: Arc<AtomicBool>,
-    /// Whether Redis answers (on a Redis Cluster, each master), shared by the store's tables
-    /// and clones.
-    health: Healths,
     /// The table's part in its layer's family, for a table of a layer's.
     family: Option<Family>,
 }
@@ -158,15 +153,13 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         Ok(Self {
             inner: Arc::new(Inner {
                 failures: FailureCounter::new(&policy.into(), fallback.name()),
-                connection: store.connection.clone(),
+                store: store.clone(),
                 script: Script::new(&script::source::<A>()),
                 script_loads: AtomicU64::new(0),
                 script_loading: tokio::sync::Mutex::new(()),
                 names,
                 params,
                 limits,
-                timeout: store.timeout,
-                caller_clock: store.caller_clock,
                 shared,
                 lifetime: algorithm.lifetime(),
                 carry,
@@ -187,8 +180,6 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 leases_with_refunds: tiers.iter().all(|t| t.leases_with_refunds(A::LEASING)),
                 exactly: AtomicBool::new(old.is_some_and(|o| o.exactly.load(Ordering::Relaxed))),
                 settles: algorithm.settles(),
-                version: Arc::clone(&store.version),
-                health: store.health.clone(),
                 family,
             }),
         })

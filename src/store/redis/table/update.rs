@@ -42,7 +42,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             return Ok(());
         };
         // The list's master known down (on a Redis Cluster): the reset fails at once.
-        if let Some(down) = inner.health.down_at(&family.list) {
+        if let Some(down) = inner.store.health.down_at(&family.list) {
             return Err(down.error());
         }
         let ends: Vec<Vec<u8>> = inner.bounded(&reading, key).await?;
