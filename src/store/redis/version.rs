@@ -30,19 +30,14 @@ pub(crate) fn parse(info: &str) -> Option<Version> {
     let text = info
         .lines()
         .find_map(|line| line.trim().strip_prefix("redis_version:"))?;
-    let mut parts = text.trim().splitn(3, '.');
-    let mut part = || -> Option<u32> {
-        let digits: &str = parts.next()?;
+    let mut parts = text.trim().splitn(3, '.').map(|digits| {
         // "7.2.4-rc1" and the like: the leading digits.
-        let end = digits
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(digits.len());
-        digits[..end].parse().ok()
-    };
-    let major = part()?;
-    let minor = part().unwrap_or(0);
-    let patch = part().unwrap_or(0);
-    Some(Version(major, minor, patch))
+        let end = digits.find(|c: char| !c.is_ascii_digit());
+        digits[..end.unwrap_or(digits.len())].parse::<u32>().ok()
+    });
+    let major = parts.next()??;
+    let mut part = || parts.next().flatten().unwrap_or(0);
+    Some(Version(major, part(), part()))
 }
 
 /// Refuses a server older than [`MIN_VERSION`], with a message that says what to do.

@@ -62,16 +62,6 @@ struct Entry {
     leasing: Option<(u64, watch::Sender<()>)>,
 }
 
-impl Entry {
-    fn new(seen: u64) -> Self {
-        Self {
-            seen,
-            slice: None,
-            leasing: None,
-        }
-    }
-}
-
 struct Shard {
     entries: HashMap<Key, Entry, std::hash::RandomState>,
     capacity: usize,
@@ -205,7 +195,12 @@ impl LeaseBook {
         }
         if shard.entries.len() < shard.capacity {
             // A long key by its digest: a book holds at most Key::MAX_LEN bytes per key.
-            shard.entries.insert(key.clone().stored(), Entry::new(now));
+            let entry = Entry {
+                seen: now,
+                slice: None,
+                leasing: None,
+            };
+            shard.entries.insert(key.clone().stored(), entry);
         }
         Plan::Exact
     }

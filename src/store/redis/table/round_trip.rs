@@ -96,15 +96,17 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             cmd.arg(k);
         }
         let (letter, cost) = match mode {
-            Mode::Check(cost) if carry.is_some() => ('C', cost),
             Mode::Check(cost) => ('c', cost),
-            Mode::Refund(cost, _) if carry.is_some() => ('R', cost),
             Mode::Refund(cost, _) => ('r', cost),
-            Mode::Charge(cost) if carry.is_some() => ('D', cost),
             Mode::Charge(cost) => ('d', cost),
             Mode::Reset => ('x', 0),
             Mode::Block(nanos) => ('b', nanos),
             Mode::Lease { cost, .. } => ('l', cost),
+        };
+        // A check, refund or charge that carries over is told by its capital letter.
+        let letter = match letter {
+            'c' | 'r' | 'd' if carry.is_some() => letter.to_ascii_uppercase(),
+            _ => letter,
         };
         // The letter, then how many blocks under earlier names the keys hold.
         match inner.names.earlier_blocks() {

@@ -47,8 +47,10 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         }
         let ends: Vec<Vec<u8>> = inner.bounded(&reading, key).await?;
         let keys = inner.names.under(key, &ends);
-        for deletion in family::deletions(&keys) {
-            inner.bounded::<redis::Value>(&deletion, key).await?;
+        for batch in keys.chunks(family::DEL_BATCH) {
+            inner
+                .bounded::<redis::Value>(redis::cmd("DEL").arg(batch), key)
+                .await?;
         }
         Ok(())
     }
