@@ -220,13 +220,11 @@ fn aged(decision: &Decision, elapsed: u64) -> Decision {
         d.retry_after = d.retry_after.map(|r| r.saturating_sub(elapsed));
         d
     };
-    let tiers = decision.tiers();
-    if tiers.len() > 1 || !std::ptr::eq(&tiers[0], decision) {
-        let tiers: Vec<Decision> = tiers.iter().map(age).collect();
-        age(decision).with_tiers(tiers)
-    } else {
-        age(decision)
+    if !decision.is_tiered() {
+        return age(decision);
     }
+    let tiers: Vec<Decision> = decision.tiers().iter().map(age).collect();
+    age(decision).with_tiers(tiers)
 }
 
 #[cfg(test)]

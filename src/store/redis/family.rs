@@ -57,9 +57,7 @@ impl Family {
         }
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(LIST).arg(1).arg(&self.list).arg(MAX_LISTED);
-        for end in &self.ends {
-            cmd.arg(end);
-        }
+        cmd.arg(&self.ends);
         Some(cmd)
     }
 

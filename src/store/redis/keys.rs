@@ -48,17 +48,16 @@ const MAX_EARLIER_BLOCKS: usize = 8;
 
 impl KeyNames {
     pub(crate) fn new<A: RedisAlgorithm>(prefix: &str, policy: &str, tiers: &[RedisTier]) -> Self {
-        let mut head = Vec::with_capacity(prefix.len() + 2);
-        head.extend_from_slice(prefix.as_bytes());
-        head.extend_from_slice(b":{");
+        let head = format!("{prefix}:{{").into_bytes();
         let identity = identity::<A>(tiers);
         let tails = (0..tiers.len())
             .map(|i| {
-                let mut tail = format!("}}:{policy}:{identity}").into_bytes();
-                if A::TIERED {
-                    tail.extend_from_slice(format!(":{i}").as_bytes());
-                }
-                tail
+                let tier = if A::TIERED {
+                    format!(":{i}")
+                } else {
+                    String::new()
+                };
+                format!("}}:{policy}:{identity}{tier}").into_bytes()
             })
             .collect();
         let block_tail = format!("}}:{policy}:block").into_bytes();

@@ -195,7 +195,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         let Plan::Lease { back, ticket, want } = plan else {
             return self.call(key, now, cost, None).await;
         };
-        let share = book.leases().share;
+        let share = book.leases.share;
         let back = back.as_ref();
         let mode = Mode::Lease {
             cost,

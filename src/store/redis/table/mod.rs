@@ -150,6 +150,8 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             }
             _ => None,
         };
+        let margin = tiers.iter().map(|t| t.lease_margin(A::LEASING)).min();
+        let margin = margin.unwrap_or(0);
         Ok(Self {
             inner: Arc::new(Inner {
                 failures: FailureCounter::new(&policy.into(), fallback.name()),
@@ -169,11 +171,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                     .leases
                     .as_ref()
                     .filter(|_| tiers.iter().all(|t| t.leasable(A::LEASING)))
-                    .map(|leases| {
-                        let margin = tiers.iter().map(|t| t.lease_margin(A::LEASING)).min();
-                        let margin = margin.unwrap_or(0);
-                        LeaseBook::new(leases, margin)
-                    }),
+                    .map(|leases| LeaseBook::new(leases, margin)),
                 refunding: AtomicBool::new(
                     old.is_some_and(|o| o.refunding.load(Ordering::Relaxed)),
                 ),

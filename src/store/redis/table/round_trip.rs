@@ -91,10 +91,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             .map(|generation| &generation.names);
         let keys = inner.names.call_keys(key, carried);
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(inner.script.get_hash()).arg(keys.len());
-        for k in keys {
-            cmd.arg(k);
-        }
+        cmd.arg(inner.script.get_hash()).arg(keys.len()).arg(keys);
         let (letter, cost) = match mode {
             Mode::Check(cost) => ('c', cost),
             Mode::Refund(cost, _) => ('r', cost),
