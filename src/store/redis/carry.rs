@@ -35,34 +35,15 @@ pub(crate) struct Generation {
     pub(crate) until: Instant,
 }
 
-impl Generation {
-    /// A table of `names` and `params` (for `tiers` tiers) taken over at `switched` (on the
-    /// limiter's clock), whose states live at most `lifetime` ns from now, or until `carried`
-    /// (the end of its own carrying over: the states it wrote then are kept that long).
-    pub(crate) fn new(
-        names: KeyNames,
-        params: Vec<u64>,
-        tiers: usize,
-        switched: u64,
-        lifetime: u64,
-        carried: Option<Instant>,
-    ) -> Self {
-        let until = Instant::now() + margin(lifetime);
-        Self {
-            names,
-            params,
-            tiers,
-            switched,
-            until: carried.map_or(until, |c| c.max(until)),
-        }
-    }
-}
-
-/// Twice the longest a state lives, and a second more: the old keys are read past their TTLs
-/// by a wide margin rather than forgotten a moment too soon (the local clock and Redis's run
-/// at slightly different rates).
-fn margin(lifetime: u64) -> Duration {
-    Duration::from_nanos(lifetime.saturating_mul(2)).saturating_add(Duration::from_secs(1))
+/// Until when the states of a table taken over now may be read: twice the longest a state
+/// lives (`lifetime` ns), and a second more, so that the old keys are read past their TTLs by a
+/// wide margin rather than forgotten a moment too soon (the local clock and Redis's run at
+/// slightly different rates); and no sooner than the end of the table's own carrying over
+/// (`carry`: the states it wrote then are kept that long).
+pub(crate) fn until(lifetime: u64, carry: Option<&Carry>) -> Instant {
+    let margin = Duration::from_nanos(lifetime.saturating_mul(2));
+    let until = Instant::now() + margin.saturating_add(Duration::from_secs(1));
+    carry.map_or(until, |c| c.until.max(until))
 }
 
 /// A table's carrying over: the tables it reads from, the latest first.
@@ -96,13 +77,8 @@ impl Carry {
     ) -> Result<Option<Self>, Error> {
         let now = Instant::now();
         let mut kept: Vec<Generation> = Vec::new();
-        for generation in generations {
-            if generation.until <= now {
-                continue;
-            }
-            if generation.names.same_states(names) {
-                continue;
-            }
+        let live = generations.into_iter().filter(|g| g.until > now);
+        for generation in live.filter(|g| !g.names.same_states(names)) {
             match kept
                 .iter_mut()
                 .find(|g| g.names.same_states(&generation.names))
@@ -126,11 +102,8 @@ impl Carry {
                 wait.as_secs() + 1,
             )));
         }
-        let mut counts = tiers.to_string();
-        for generation in &kept {
-            counts.push(',');
-            counts.push_str(&generation.tiers.to_string());
-        }
+        let counts = std::iter::once(tiers).chain(kept.iter().map(|g| g.tiers));
+        let counts: Vec<String> = counts.map(|n| n.to_string()).collect();
         let params = kept.iter().flat_map(|g| g.params.iter().copied()).collect();
 
         let until = kept.iter().map(|g| g.until).max().unwrap_or(now);
@@ -138,7 +111,7 @@ impl Carry {
             generations: kept,
             params,
             id: format!("{:016x}", RandomState::new().hash_one(now)),
-            counts,
+            counts: counts.join(","),
             until,
         }))
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::reply::text;
+use super::reply::collect_texts;
 use super::Connection;
 
 /// The policies under which Redis may evict a limited client's state before the states of
@@ -67,16 +67,17 @@ fn warn(policy: &str, bytes: u64) {
     let _ = (policy, bytes);
 }
 
-/// The policy and `maxmemory` of the first node in `settings` whose `maxmemory` is set and
-/// whose policy can free a limited client.
-fn freeing(settings: &[(String, String)]) -> Option<(&str, u64)> {
-    // One node's settings after another's: each node's begin again with its own names.
+/// The policy and `maxmemory` of the first node in `settings` (the texts of a `CONFIG GET`
+/// reply: names each followed by its value, one node's after another's) whose `maxmemory` is
+/// set and whose policy can free a limited client.
+fn freeing(settings: &[String]) -> Option<(&str, u64)> {
+    // Each node's settings begin again with its own names.
     let mut bytes: Option<u64> = None;
     let mut policy: Option<&str> = None;
-    for (name, value) in settings {
-        match name.as_str() {
-            "maxmemory" => bytes = value.parse().ok(),
-            "maxmemory-policy" => policy = Some(value),
+    for pair in settings.windows(2) {
+        match pair[0].as_str() {
+            "maxmemory" => bytes = pair[1].parse().ok(),
+            "maxmemory-policy" => policy = Some(&pair[1]),
             _ => continue,
         }
         if let (Some(b), Some(p)) = (bytes, policy) {
@@ -89,35 +90,12 @@ fn freeing(settings: &[(String, String)]) -> Option<(&str, u64)> {
     None
 }
 
-/// The `(name, value)` pairs of a `CONFIG GET` reply: a flat array (RESP2) or a map (RESP3),
-/// or one such reply per node.
-fn settings(reply: &Value) -> Vec<(String, String)> {
+/// The texts of a `CONFIG GET` reply: a flat array (RESP2) or a map (RESP3), or one such reply
+/// per node (under its address).
+fn settings(reply: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    collect(reply, &mut out);
+    collect_texts(reply, &mut out);
     out
-}
-
-fn collect(value: &Value, out: &mut Vec<(String, String)>) {
-    match value {
-        Value::Array(items) | Value::Set(items) if items.iter().all(|v| text(v).is_some()) => {
-            for pair in items.chunks_exact(2) {
-                if let (Some(name), Some(value)) = (text(&pair[0]), text(&pair[1])) {
-                    out.push((name, value));
-                }
-            }
-        }
-        Value::Array(items) | Value::Set(items) => items.iter().for_each(|v| collect(v, out)),
-        Value::Map(pairs) => {
-            for (name, value) in pairs {
-                match (text(name), text(value)) {
-                    (Some(name), Some(value)) => out.push((name, value)),
-                    // A node's reply under its address.
-                    _ => collect(value, out),
-                }
-            }
-        }
-        _ => {}
-    }
 }
 
 #[cfg(test)]

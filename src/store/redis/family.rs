@@ -19,7 +19,7 @@ use crate::store::{Role, Tie};
 pub(crate) const MAX_LISTED: usize = 65_536;
 
 /// How many keys one `DEL` of a reset names at most.
-const DEL_BATCH: usize = 512;
+pub(crate) const DEL_BATCH: usize = 512;
 
 /// Adds the ends (ARGV after the bound) to the list (KEYS[1]) while it holds fewer than the
 /// bound (ARGV[1]).
@@ -57,9 +57,7 @@ impl Family {
         }
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(LIST).arg(1).arg(&self.list).arg(MAX_LISTED);
-        for end in &self.ends {
-            cmd.arg(end);
-        }
+        cmd.arg(&self.ends);
         Some(cmd)
     }
 
@@ -77,15 +75,4 @@ impl Family {
             cmd
         })
     }
-}
-
-/// The `DEL` calls of `keys` (all in one client's slot), a batch each.
-pub(crate) fn deletions(keys: &[Vec<u8>]) -> Vec<redis::Cmd> {
-    keys.chunks(DEL_BATCH)
-        .map(|batch| {
-            let mut cmd = redis::cmd("DEL");
-            cmd.arg(batch);
-            cmd
-        })
-        .collect()
 }

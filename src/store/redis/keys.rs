@@ -10,6 +10,7 @@
 
 use std::io::Write as _;
 
+use percent_encoding::{percent_encode, AsciiSet, CONTROLS};
 use sha2::{Digest as _, Sha256};
 
 use super::algorithms::{RedisAlgorithm, RedisTier};
@@ -47,17 +48,16 @@ const MAX_EARLIER_BLOCKS: usize = 8;
 
 impl KeyNames {
     pub(crate) fn new<A: RedisAlgorithm>(prefix: &str, policy: &str, tiers: &[RedisTier]) -> Self {
-        let mut head = Vec::with_capacity(prefix.len() + 2);
-        head.extend_from_slice(prefix.as_bytes());
-        head.extend_from_slice(b":{");
+        let head = format!("{prefix}:{{").into_bytes();
         let identity = identity::<A>(tiers);
         let tails = (0..tiers.len())
             .map(|i| {
-                let mut tail = format!("}}:{policy}:{identity}").into_bytes();
-                if A::TIERED {
-                    tail.extend_from_slice(format!(":{i}").as_bytes());
-                }
-                tail
+                let tier = if A::TIERED {
+                    format!(":{i}")
+                } else {
+                    String::new()
+                };
+                format!("}}:{policy}:{identity}{tier}").into_bytes()
             })
             .collect();
         let block_tail = format!("}}:{policy}:block").into_bytes();
@@ -126,10 +126,7 @@ impl KeyNames {
 
     /// The Redis key of each tier for `key`.
     pub(crate) fn keys(&self, key: &Key) -> Vec<Vec<u8>> {
-        let client = client(key);
-        let mut keys = Vec::with_capacity(self.tails.len());
-        self.push_tiers(&client, &mut keys);
-        keys
+        self.under(key, &self.tails)
     }
 
     /// The Redis key of `key`'s block.
@@ -141,41 +138,24 @@ impl KeyNames {
     /// then each tier's of `carried` (the tables carried over from, in order), then the blocks
     /// under earlier names and the policy's own last. All are in the key's slot.
     pub(crate) fn call_keys<'a>(
-        &self,
+        &'a self,
         key: &Key,
-        carried: impl Iterator<Item = &'a KeyNames> + Clone,
+        carried: impl Iterator<Item = &'a KeyNames>,
     ) -> Vec<Vec<u8>> {
-        let client = client(key);
-        let count = self.tails.len()
-            + carried
-                .clone()
-                .map(|names| names.tails.len())
-                .sum::<usize>()
-            + self.earlier_blocks.len()
-            + 1;
-        let mut keys = Vec::with_capacity(count);
-        self.push_tiers(&client, &mut keys);
-        for names in carried {
-            names.push_tiers(&client, &mut keys);
-        }
-        for tail in self.earlier_blocks.iter().chain([&self.block_tail]) {
-            keys.push(self.join(&client, tail));
-        }
-        keys
-    }
-
-    /// Appends each tier's key for the encoded client key `client`.
-    fn push_tiers(&self, client: &[u8], keys: &mut Vec<Vec<u8>>) {
-        keys.extend(self.tails.iter().map(|tail| self.join(client, tail)));
+        let client = &client(key);
+        let tiers = std::iter::once(self).chain(carried).flat_map(|names| {
+            let join = move |tail: &Vec<u8>| names.join(client, tail);
+            names.tails.iter().map(join)
+        });
+        let blocks = self.earlier_blocks.iter().chain([&self.block_tail]);
+        tiers
+            .chain(blocks.map(|tail| self.join(client, tail)))
+            .collect()
     }
 
     /// `<prefix>:{<client>` and `tail`.
     fn join(&self, client: &[u8], tail: &[u8]) -> Vec<u8> {
-        let mut k = Vec::with_capacity(self.head.len() + client.len() + tail.len());
-        k.extend_from_slice(&self.head);
-        k.extend_from_slice(client);
-        k.extend_from_slice(tail);
-        k
+        [&self.head[..], client, tail].concat()
     }
 }
 
@@ -261,17 +241,22 @@ pub(crate) fn encode_key(key: &Key, out: &mut Vec<u8>) {
     }
 }
 
-/// Appends `bytes` with every byte that is not printable ASCII, the space and `%{}(),`
-/// written `%XX`: printable, never a brace, never a tuple's `(`, `,` or `)`, and injective
-/// (a `%` is always the start of an escape).
+/// Every byte that is not printable ASCII (non-ASCII bytes always are), the space and
+/// `%{}(),`: written `%XX`, so the text is printable, never holds a brace nor a tuple's `(`,
+/// `,` or `)`, and reads back in one way only (a `%` is always the start of an escape).
+const ESCAPED: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'%')
+    .add(b'{')
+    .add(b'}')
+    .add(b'(')
+    .add(b')')
+    .add(b',');
+
+/// Appends `bytes`, [`ESCAPED`].
 fn escape(bytes: &[u8], out: &mut Vec<u8>) {
-    const UPPER: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in bytes {
-        if b.is_ascii_graphic() && !b"%{}(),".contains(&b) {
-            out.push(b);
-        } else {
-            out.extend_from_slice(&[b'%', UPPER[usize::from(b >> 4)], UPPER[usize::from(b & 15)]]);
-        }
+    for chunk in percent_encode(bytes, ESCAPED) {
+        out.extend_from_slice(chunk.as_bytes());
     }
 }
 

@@ -13,8 +13,7 @@
 use std::time::Duration;
 
 use super::errors::bounded;
-use super::healths::Healths;
-use super::{errors, Connection, RedisStore};
+use super::{errors, RedisStore};
 use crate::Error;
 
 /// How often each server reads the version of each layer's record.
@@ -30,10 +29,8 @@ const HISTORY: usize = 8;
 /// A layer's record in Redis.
 #[derive(Clone)]
 pub(crate) struct LiveRecord {
-    connection: Connection,
+    store: RedisStore,
     key: Vec<u8>,
-    timeout: Duration,
-    health: Healths,
 }
 
 impl std::fmt::Debug for LiveRecord {
@@ -48,10 +45,8 @@ impl LiveRecord {
     /// The record of the layer named `layer` in `store`.
     pub(crate) fn of(store: &RedisStore, layer: &str) -> Self {
         Self {
-            connection: store.connection.clone(),
+            store: store.clone(),
             key: format!("{}:live:{layer}", store.prefix).into_bytes(),
-            timeout: store.timeout,
-            health: store.health.clone(),
         }
     }
 
@@ -93,10 +88,15 @@ impl LiveRecord {
     /// `cmd`, bounded by the timeout; an error at once while Redis is known to be down.
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
         // On a Redis Cluster, by the record's slot.
-        if let Some(health) = self.health.down_at(&self.key) {
+        let store = &self.store;
+        if let Some(health) = store.health.down_at(&self.key) {
             return Err(health.error());
         }
-        let call = self.connection.query(cmd);
-        bounded(self.timeout, call, errors::connecting).await
+        bounded(
+            store.timeout,
+            store.connection.query(cmd),
+            errors::connecting,
+        )
+        .await
     }
 }

@@ -39,25 +39,23 @@ pub(crate) fn decision(reply: &[Figure], limits: &[u64], tiered: bool) -> Result
     if reply.len() != 6 * limits.len() {
         return Err(bad());
     }
-    let reply: Vec<i128> = reply.iter().map(|f| f.0).collect();
-    let nanos = |v: i128| {
-        u64::try_from(v)
-            .map(Duration::from_nanos)
-            .map_err(|_| bad())
-    };
+    let whole = |f: Figure| u64::try_from(f.0).map_err(|_| bad());
+    let nanos = |f: Figure| whole(f).map(Duration::from_nanos);
     let decisions = reply
         .chunks_exact(6)
         .zip(limits)
         .map(|(d, &limit)| {
-            let remaining = u64::try_from(d[1]).map_err(|_| bad())?;
-            let reset_after = nanos(d[2])?;
-            let receipt = u64::try_from(d[5]).map_err(|_| bad())?;
-            match d[0] {
+            let (remaining, reset_after, receipt) = (whole(d[1])?, nanos(d[2])?, whole(d[5])?);
+            match d[0].0 {
                 1 => Ok(Decision::allow(limit, remaining, reset_after)
                     .delayed(nanos(d[4])?)
                     .with_receipt(receipt)),
                 0 => {
-                    let retry_after = if d[3] == -1 { None } else { Some(nanos(d[3])?) };
+                    let retry_after = if d[3].0 == -1 {
+                        None
+                    } else {
+                        Some(nanos(d[3])?)
+                    };
                     Ok(Decision::deny(limit, remaining, reset_after, retry_after))
                 }
                 // Denied by a block, for what is left of it.
@@ -70,6 +68,22 @@ pub(crate) fn decision(reply: &[Figure], limits: &[u64], tiered: bool) -> Result
         Ok(Decision::from_tiers(decisions.into()))
     } else {
         decisions.into_iter().next().ok_or_else(bad)
+    }
+}
+
+/// Every text or integer in `value`, as text, in order: one reply, or one per node for a
+/// cluster (a map of node to reply: the node's address, then its reply's texts).
+pub(crate) fn collect_texts(value: &redis::Value, out: &mut Vec<String>) {
+    use redis::Value;
+    match value {
+        Value::Array(values) | Value::Set(values) => {
+            values.iter().for_each(|v| collect_texts(v, out));
+        }
+        Value::Map(pairs) => pairs.iter().for_each(|(k, v)| {
+            collect_texts(k, out);
+            collect_texts(v, out);
+        }),
+        value => out.extend(text(value)),
     }
 }
 

@@ -8,6 +8,7 @@ use std::fmt;
 
 use redis::Value;
 
+use super::reply::collect_texts;
 use crate::Error;
 use redis::aio::ConnectionLike;
 
@@ -29,19 +30,14 @@ pub(crate) fn parse(info: &str) -> Option<Version> {
     let text = info
         .lines()
         .find_map(|line| line.trim().strip_prefix("redis_version:"))?;
-    let mut parts = text.trim().splitn(3, '.');
-    let mut part = || -> Option<u32> {
-        let digits: &str = parts.next()?;
+    let mut parts = text.trim().splitn(3, '.').map(|digits| {
         // "7.2.4-rc1" and the like: the leading digits.
-        let end = digits
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(digits.len());
-        digits[..end].parse().ok()
-    };
-    let major = part()?;
-    let minor = part().unwrap_or(0);
-    let patch = part().unwrap_or(0);
-    Some(Version(major, minor, patch))
+        let end = digits.find(|c: char| !c.is_ascii_digit());
+        digits[..end.unwrap_or(digits.len())].parse::<u32>().ok()
+    });
+    let major = parts.next()??;
+    let mut part = || parts.next().flatten().unwrap_or(0);
+    Some(Version(major, part(), part()))
 }
 
 /// Refuses a server older than [`MIN_VERSION`], with a message that says what to do.
@@ -61,7 +57,7 @@ pub(crate) fn require(found: Version) -> Result<(), String> {
 /// does not answer `INFO`, or answers without a version (a proxy, say), is taken as it is:
 /// the scripts will tell.
 pub(crate) async fn check(connection: &mut impl ConnectionLike, server: &str) -> Result<(), Error> {
-    let reply = match redis::cmd("INFO")
+    let reply: Value = match redis::cmd("INFO")
         .arg("server")
         .query_async(connection)
         .await
@@ -76,17 +72,6 @@ pub(crate) async fn check(connection: &mut impl ConnectionLike, server: &str) ->
     match texts.iter().filter_map(|t| parse(t)).min() {
         Some(oldest) => require(oldest).map_err(|m| Error::misconfigured(format!("{server}{m}"))),
         None => Ok(()),
-    }
-}
-
-/// Every text in `value`: one reply, or one per node for a cluster (a map of node to reply).
-fn collect_texts(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::Array(values) | Value::Set(values) => {
-            values.iter().for_each(|v| collect_texts(v, out));
-        }
-        Value::Map(pairs) => pairs.iter().for_each(|(_, v)| collect_texts(v, out)),
-        value => out.extend(super::reply::text(value)),
     }
 }
 

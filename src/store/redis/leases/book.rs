@@ -62,16 +62,6 @@ struct Entry {
     leasing: Option<(u64, watch::Sender<()>)>,
 }
 
-impl Entry {
-    fn new(seen: u64) -> Self {
-        Self {
-            seen,
-            slice: None,
-            leasing: None,
-        }
-    }
-}
-
 struct Shard {
     entries: HashMap<Key, Entry, std::hash::RandomState>,
     capacity: usize,
@@ -84,7 +74,7 @@ const MAX_SHARDS: usize = 16;
 
 /// One policy's leases on this server.
 pub(crate) struct LeaseBook {
-    leases: Leases,
+    pub(crate) leases: Leases,
     /// The life of a bucket's slices (its lease margin, at most `max_life`), in ns; 0 for
     /// windows. A bucket's unused units go back only when nothing was admitted after the
     /// slice, so its slices are sized to what this server spent of the last one in that long.
@@ -115,10 +105,6 @@ impl LeaseBook {
             shards,
             tickets: AtomicU64::new(1),
         }
-    }
-
-    pub(crate) fn leases(&self) -> &Leases {
-        &self.leases
     }
 
     /// How many units a slice should hold, having spent `units` in `span` ns before: the whole
@@ -205,7 +191,12 @@ impl LeaseBook {
         }
         if shard.entries.len() < shard.capacity {
             // A long key by its digest: a book holds at most Key::MAX_LEN bytes per key.
-            shard.entries.insert(key.clone().stored(), Entry::new(now));
+            let entry = Entry {
+                seen: now,
+                slice: None,
+                leasing: None,
+            };
+            shard.entries.insert(key.clone().stored(), entry);
         }
         Plan::Exact
     }
@@ -240,11 +231,7 @@ impl LeaseBook {
             return decision;
         }
         let life = life.min(self.leases.max_life_nanos());
-        let receipts: Arc<[u64]> = if !decision.is_tiered() {
-            Arc::from([decision.receipt()])
-        } else {
-            decision.tiers().iter().map(Decision::receipt).collect()
-        };
+        let receipts: Arc<[u64]> = decision.tiers().iter().map(Decision::receipt).collect();
         let slice = Slice {
             units,
             spent: 0,

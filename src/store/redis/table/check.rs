@@ -11,7 +11,7 @@ use crate::store::redis::algorithms::RedisAlgorithm;
 use crate::store::redis::connection::OnDrop;
 use crate::store::redis::fallback::Asked;
 use crate::store::redis::future::RedisFuture;
-use crate::store::redis::leases::{GiveBack, LeaseBook, Plan};
+use crate::store::redis::leases::{LeaseBook, Plan};
 use crate::store::redis::reply;
 use crate::{Decision, Error, Key};
 
@@ -31,11 +31,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             return self.run(key, now, 0, None);
         }
         self.decide_exactly();
-        if let Some(book) = &inner.leases {
-            book.forget(&key);
-        }
+        inner.leases.iter().for_each(|book| book.forget(&key));
         inner.denials.remove(&key);
-        if let Some(health) = inner.health.down(&key) {
+        if let Some(health) = inner.store.health.down(&key) {
             let answer = inner.answered_down(&health, key, now, cost, Asked::Charge);
             return RedisFuture::ready(answer);
         }
@@ -82,7 +80,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             }
         }
         // While Redis is known to be down, the failure policy answers at once.
-        if let Some(health) = inner.health.down(&key) {
+        if let Some(health) = inner.store.health.down(&key) {
             let asked = Asked::check_or_refund(refund.is_some());
             return RedisFuture::ready(inner.answered_down(&health, key, now, cost, asked));
         }
@@ -160,7 +158,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
     }
 
     /// A request of `cost` for a hot key: after waiting for the slice another call is taking
-    /// (spent from it when it holds enough), a lease or an exact check.
+    /// (spent from it when it holds enough), a lease or an exact check. A lease is one round
+    /// trip that decides the request and takes a slice of up to `want` units of what is left
+    /// on top (giving `back` an ended slice's units first), kept in the table's book.
     async fn leased(&self, key: &Key, now: u64, cost: u64, plan: Plan) -> Result<Decision, Error> {
         let inner = &self.inner;
         let Some(book) = inner.leases.as_ref() else {
@@ -172,7 +172,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             Plan::Wait(mut slice) => {
                 let waiting = Instant::now();
                 // The other call ends within the timeout: it is bounded by it.
-                let _ = tokio::time::timeout(inner.timeout, slice.changed()).await;
+                let _ = tokio::time::timeout(inner.store.timeout, slice.changed()).await;
                 // The slice is spent no later than its end, counting the time that passed
                 // meanwhile. (The call below still names `now`: it began then.)
                 let waited = saturating_nanos(waiting.elapsed());
@@ -192,31 +192,11 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             }
             plan => (plan, None),
         };
-        match plan {
-            Plan::Lease { back, ticket, want } => {
-                self.lease(book, key, now, cost, want, back.as_ref(), ticket)
-                    .await
-            }
-            _ => self.call(key, now, cost, None).await,
-        }
-    }
-
-    /// One round trip that decides a request of `cost` and takes a slice of up to `want` units
-    /// of what is left on top (giving `back` an ended slice's units first), kept in the
-    /// table's book.
-    #[allow(clippy::too_many_arguments)]
-    async fn lease(
-        &self,
-        book: &LeaseBook,
-        key: &Key,
-        now: u64,
-        cost: u64,
-        want: u64,
-        back: Option<&GiveBack>,
-        ticket: u64,
-    ) -> Result<Decision, Error> {
-        let inner = &self.inner;
-        let share = book.leases().share;
+        let Plan::Lease { back, ticket, want } = plan else {
+            return self.call(key, now, cost, None).await;
+        };
+        let share = book.leases.share;
+        let back = back.as_ref();
         let mode = Mode::Lease {
             cost,
             want,
@@ -242,7 +222,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         // Spent here no later than the slice's end in Redis: the call left at `now`, before
         // Redis began the slice's life. On Redis's clock, a margin of a thousandth for the
         // rates of the two clocks.
-        let (life, deadline) = if inner.caller_clock {
+        let (life, deadline) = if inner.store.caller_clock {
             (life, None)
         } else {
             let life = life - life / 1024;

@@ -6,20 +6,19 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis::Script;
 
-use super::algorithms::{RedisAlgorithm, RedisTier};
-use super::carry::{Carry, Generation};
+use super::algorithms::RedisAlgorithm;
+use super::carry::{self, Carry, Generation};
 use super::deny_cache::DenyCache;
 use super::failures::FailureCounter;
 use super::fallback::{Fallback, Local};
 use super::family::Family;
-use super::healths::Healths;
 use super::keys::KeyNames;
 use super::leases::LeaseBook;
-use super::{bounds, script, Connection, RedisStore};
+use super::{bounds, script, RedisStore};
 use crate::store::Role;
 use crate::{Error, Key};
 
@@ -30,16 +29,9 @@ mod update;
 
 /// A [`RedisStore`]'s view of one policy.
 #[doc(hidden)]
+#[derive(Clone)]
 pub struct RedisTable<A: RedisAlgorithm> {
     inner: Arc<Inner<A>>,
-}
-
-impl<A: RedisAlgorithm> Clone for RedisTable<A> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: Arc::clone(&self.inner),
-        }
-    }
 }
 
 impl<A: RedisAlgorithm> std::fmt::Debug for RedisTable<A> {
@@ -52,7 +44,10 @@ impl<A: RedisAlgorithm> std::fmt::Debug for RedisTable<A> {
 }
 
 struct Inner<A: RedisAlgorithm> {
-    connection: Connection,
+    /// The store that made the table: its connection, timeout and clock, whether the server's
+    /// version was found good (checked once per store), and whether Redis answers (on a Redis
+    /// Cluster, each master), shared by the store's tables and clones.
+    store: RedisStore,
     script: Script,
     /// How many times this table loaded its script, and the lock its loaders take turns on:
     /// together they load it once per `NOSCRIPT` episode rather than once per caller.
@@ -62,8 +57,6 @@ struct Inner<A: RedisAlgorithm> {
     names: KeyNames,
     params: Vec<u64>,
     limits: Vec<u64>,
-    timeout: Duration,
-    caller_clock: bool,
     /// Whether the policy's name was given by the user (for the local fallback's table).
     shared: bool,
     /// The longest a state of this table lives ([`RedisAlgorithm::lifetime`]).
@@ -87,11 +80,6 @@ struct Inner<A: RedisAlgorithm> {
     exactly: AtomicBool,
     /// Whether the algorithm carries a debt ([`Algorithm::settles`](crate::algorithm::Algorithm::settles)).
     settles: bool,
-    /// Whether the server's version was found good (checked once per store).
-    version: Arc<AtomicBool>,
-    /// Whether Redis answers (on a Redis Cluster, each master), shared by the store's tables
-    /// and clones.
-    health: Healths,
     /// The table's part in its layer's family, for a table of a layer's.
     family: Option<Family>,
 }
@@ -121,9 +109,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         algorithm: &A,
         previous: Option<(&Self, u64)>,
     ) -> Result<Self, Error> {
-        bounds::check(policy, algorithm)?;
-        let mut tiers: Vec<RedisTier> = Vec::new();
-        algorithm.redis_tiers(&mut tiers);
+        let tiers = bounds::tiers(policy, algorithm)?;
         let params: Vec<u64> = tiers
             .iter()
             .flat_map(|t| t.params.iter().copied())
@@ -151,32 +137,31 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         )?;
         let carry = match (old, previous) {
             (Some(old), Some((_, now))) => {
-                let last = Generation::new(
-                    old.names.clone(),
-                    old.params.clone(),
-                    old.limits.len(),
-                    now,
-                    old.lifetime,
-                    old.carry.as_ref().map(|c| c.until),
-                );
+                let last = Generation {
+                    names: old.names.clone(),
+                    params: old.params.clone(),
+                    tiers: old.limits.len(),
+                    switched: now,
+                    until: carry::until(old.lifetime, old.carry.as_ref()),
+                };
                 let earlier = old.carry.iter().flat_map(|c| c.generations.iter().cloned());
                 let generations = std::iter::once(last).chain(earlier);
                 Carry::new(&names, limits.len(), generations, policy)?
             }
             _ => None,
         };
+        let margin = tiers.iter().map(|t| t.lease_margin(A::LEASING)).min();
+        let margin = margin.unwrap_or(0);
         Ok(Self {
             inner: Arc::new(Inner {
                 failures: FailureCounter::new(&policy.into(), fallback.name()),
-                connection: store.connection.clone(),
+                store: store.clone(),
                 script: Script::new(&script::source::<A>()),
                 script_loads: AtomicU64::new(0),
                 script_loading: tokio::sync::Mutex::new(()),
                 names,
                 params,
                 limits,
-                timeout: store.timeout,
-                caller_clock: store.caller_clock,
                 shared,
                 lifetime: algorithm.lifetime(),
                 carry,
@@ -186,19 +171,13 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                     .leases
                     .as_ref()
                     .filter(|_| tiers.iter().all(|t| t.leasable(A::LEASING)))
-                    .map(|leases| {
-                        let margin = tiers.iter().map(|t| t.lease_margin(A::LEASING)).min();
-                        let margin = margin.unwrap_or(0);
-                        LeaseBook::new(leases, margin)
-                    }),
+                    .map(|leases| LeaseBook::new(leases, margin)),
                 refunding: AtomicBool::new(
                     old.is_some_and(|o| o.refunding.load(Ordering::Relaxed)),
                 ),
                 leases_with_refunds: tiers.iter().all(|t| t.leases_with_refunds(A::LEASING)),
                 exactly: AtomicBool::new(old.is_some_and(|o| o.exactly.load(Ordering::Relaxed))),
                 settles: algorithm.settles(),
-                version: Arc::clone(&store.version),
-                health: store.health.clone(),
                 family,
             }),
         })

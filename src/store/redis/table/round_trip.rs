@@ -51,7 +51,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         mode: Mode<'_>,
     ) -> Result<Vec<Figure>, Error> {
         let inner = &self.inner;
-        let Some(health) = inner.health.of(key) else {
+        let Some(health) = inner.store.health.of(key) else {
             return self.round_trip_once(key, now, mode).await;
         };
         if health.is_down() {
@@ -59,7 +59,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         }
         let sent = health.now();
         let result = self.round_trip_once(key, now, mode).await;
-        health.observe(&result, sent, &inner.connection, inner.timeout);
+        health.observe(&result, sent, &inner.store.connection, inner.store.timeout);
         result
     }
 
@@ -71,11 +71,11 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         mode: Mode<'_>,
     ) -> Result<Vec<Figure>, Error> {
         let inner = &self.inner;
-        if !inner.version.load(Ordering::Acquire) {
-            let connection = &mut inner.connection.clone();
+        if !inner.store.version.load(Ordering::Acquire) {
+            let connection = &mut inner.store.connection.clone();
             let check = version::check(connection, "");
-            bounded(inner.timeout, check, |e| e).await?;
-            inner.version.store(true, Ordering::Release);
+            bounded(inner.store.timeout, check, |e| e).await?;
+            inner.store.version.store(true, Ordering::Release);
         }
         inner.list().await;
         // While the table carries over, a check and a refund name the old tables' keys too (a
@@ -91,20 +91,19 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             .map(|generation| &generation.names);
         let keys = inner.names.call_keys(key, carried);
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(inner.script.get_hash()).arg(keys.len());
-        for k in keys {
-            cmd.arg(k);
-        }
+        cmd.arg(inner.script.get_hash()).arg(keys.len()).arg(keys);
         let (letter, cost) = match mode {
-            Mode::Check(cost) if carry.is_some() => ('C', cost),
             Mode::Check(cost) => ('c', cost),
-            Mode::Refund(cost, _) if carry.is_some() => ('R', cost),
             Mode::Refund(cost, _) => ('r', cost),
-            Mode::Charge(cost) if carry.is_some() => ('D', cost),
             Mode::Charge(cost) => ('d', cost),
             Mode::Reset => ('x', 0),
             Mode::Block(nanos) => ('b', nanos),
             Mode::Lease { cost, .. } => ('l', cost),
+        };
+        // A check, refund or charge that carries over is told by its capital letter.
+        let letter = match letter {
+            'c' | 'r' | 'd' if carry.is_some() => letter.to_ascii_uppercase(),
+            _ => letter,
         };
         // The letter, then how many blocks under earlier names the keys hold.
         match inner.names.earlier_blocks() {
@@ -112,7 +111,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             n => cmd.arg(format!("{letter}{n}")),
         };
         cmd.arg(cost);
-        if inner.caller_clock {
+        if inner.store.caller_clock {
             cmd.arg(now / 1_000_000_000).arg(now % 1_000_000_000);
         } else {
             cmd.arg("").arg("");
@@ -136,7 +135,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         if let Some((carry, hold)) = carry {
             carry.arguments(&mut cmd, now, hold);
         }
-        bounded(inner.timeout, inner.evaluate(&cmd), |e| {
+        bounded(inner.store.timeout, inner.evaluate(&cmd), |e| {
             errors::deciding(&e, key)
         })
         .await
@@ -151,7 +150,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// whoever finds it missing.
     async fn evaluate(&self, cmd: &redis::Cmd) -> redis::RedisResult<Vec<Figure>> {
         let seen = self.script_loads.load(Ordering::Acquire);
-        match self.connection.query(cmd).await {
+        match self.store.connection.query(cmd).await {
             Err(error) if is_no_script(&error) => {}
             reply => return reply,
         }
@@ -162,10 +161,10 @@ impl<A: RedisAlgorithm> Inner<A> {
                 self.script_loads.fetch_add(1, Ordering::Release);
             }
         }
-        match self.connection.query(cmd).await {
+        match self.store.connection.query(cmd).await {
             Err(error) if is_no_script(&error) => {
                 self.load_script().await?;
-                self.connection.query(cmd).await
+                self.store.connection.query(cmd).await
             }
             reply => reply,
         }
@@ -180,11 +179,11 @@ impl<A: RedisAlgorithm> Inner<A> {
             return;
         };
         // Not while the list's master is known down (on a Redis Cluster): the call goes on.
-        if self.health.down_at(&family.list).is_some() {
+        if self.store.health.down_at(&family.list).is_some() {
             return;
         }
-        let listed = self.connection.query::<redis::Value>(&listing);
-        if let Ok(Ok(_)) = tokio::time::timeout(self.timeout, listed).await {
+        let listed = self.store.connection.query::<redis::Value>(&listing);
+        if let Ok(Ok(_)) = tokio::time::timeout(self.store.timeout, listed).await {
             family.listed();
         }
     }
@@ -195,13 +194,13 @@ impl<A: RedisAlgorithm> Inner<A> {
         cmd: &redis::Cmd,
         key: &Key,
     ) -> Result<T, Error> {
-        let call = self.connection.query(cmd);
-        bounded(self.timeout, call, |e| errors::deciding(&e, key)).await
+        let call = self.store.connection.query(cmd);
+        bounded(self.store.timeout, call, |e| errors::deciding(&e, key)).await
     }
 
     /// `SCRIPT LOAD`; on a Redis Cluster, on every primary.
     async fn load_script(&self) -> redis::RedisResult<()> {
-        let connection = &mut self.connection.clone();
+        let connection = &mut self.store.connection.clone();
         self.script.load_async(connection).await.map(drop)
     }
 }

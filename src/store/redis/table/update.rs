@@ -19,9 +19,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         Box::pin(async move {
             let inner = &table.inner;
             inner.denials.remove(&key);
-            if let Some(book) = &inner.leases {
-                book.forget(&key);
-            }
+            inner.leases.iter().for_each(|book| book.forget(&key));
             inner.fallback.reset(&key, now);
             let mut result = table.round_trip(&key, now, Mode::Reset).await.map(drop);
             if result.is_ok() {
@@ -30,9 +28,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             // A denial remembered, or a slice taken, while the reset was on its way is
             // forgotten too.
             inner.denials.remove(&key);
-            if let Some(book) = &inner.leases {
-                book.forget(&key);
-            }
+            inner.leases.iter().for_each(|book| book.forget(&key));
             result.map_err(|error| inner.update_failed(error, now))
         })
     }
@@ -46,13 +42,15 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             return Ok(());
         };
         // The list's master known down (on a Redis Cluster): the reset fails at once.
-        if let Some(down) = inner.health.down_at(&family.list) {
+        if let Some(down) = inner.store.health.down_at(&family.list) {
             return Err(down.error());
         }
         let ends: Vec<Vec<u8>> = inner.bounded(&reading, key).await?;
         let keys = inner.names.under(key, &ends);
-        for deletion in family::deletions(&keys) {
-            inner.bounded::<redis::Value>(&deletion, key).await?;
+        for batch in keys.chunks(family::DEL_BATCH) {
+            inner
+                .bounded::<redis::Value>(redis::cmd("DEL").arg(batch), key)
+                .await?;
         }
         Ok(())
     }
@@ -64,15 +62,11 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         let nanos = saturating_nanos(duration);
         Box::pin(async move {
             let inner = &table.inner;
-            if let Some(book) = &inner.leases {
-                book.forget(&key);
-            }
+            inner.leases.iter().for_each(|book| book.forget(&key));
             inner.fallback.block(&key, now, duration);
             let result = table.round_trip(&key, now, Mode::Block(nanos)).await;
             // A slice taken while the block was on its way ends too.
-            if let Some(book) = &inner.leases {
-                book.forget(&key);
-            }
+            inner.leases.iter().for_each(|book| book.forget(&key));
             result
                 .map(drop)
                 .map_err(|error| inner.update_failed(error, now))
