@@ -2,17 +2,17 @@
 //! round trip to Redis a second rather than one per request.
 //!
 //! The cache is sharded by the key's hash (the memory store's keyed hasher: keys are chosen by
-//! clients), so checks of different keys rarely wait on one lock. Finding, adding, forgetting
-//! and evicting a denial are each O(1): a full shard evicts, of the first few denials its table
-//! holds, one that has ended, else the one that ends first.
+//! clients), so checks of different keys rarely wait on one lock. Each shard keeps its denials
+//! in a dense array with an index beside it: finding, adding, forgetting and evicting a denial
+//! are each O(1). A full shard evicts with a clock hand: of the next few denials under the hand,
+//! one that has ended, else the one that ends first.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use hashbrown::hash_table::{HashTable, OccupiedEntry};
+use hashbrown::HashTable;
 
-use super::connection::lock;
 use crate::store::KeyHasher;
 use crate::{Decision, Key};
 
@@ -22,54 +22,108 @@ const PER_SHARD: usize = 64;
 /// The most shards a cache has.
 const MAX_SHARDS: usize = 64;
 
-/// How many denials a full shard looks at to pick one to evict.
+/// How many denials under the clock hand a full shard looks at to pick one to evict.
 const PROBE: usize = 4;
 
-/// A denial, the limiter's time (ns) when it was decided, and its place in its shard's order of
-/// insertion.
+/// A denial and the limiter's time (ns) when it was decided.
 struct Denial {
     key: Key,
     hash: u64,
-    seq: u64,
     decided: u64,
     until: u64,
     decision: Decision,
 }
 
-/// One shard: its denials, found by the key's hash.
+/// One shard: its denials, densely, and where each key's denial is.
 struct Shard {
-    denials: HashTable<Denial>,
+    denials: Vec<Denial>,
+    /// Index into `denials`, found by the key's hash.
+    index: HashTable<usize>,
     capacity: usize,
-    /// How many denials were put in.
-    inserted: u64,
+    /// Where the clock hand points in `denials`.
+    hand: usize,
 }
 
 impl Shard {
-    fn find(&mut self, hash: u64, key: &Key) -> Option<OccupiedEntry<'_, Denial>> {
-        self.denials.find_entry(hash, |d| d.key == *key).ok()
+    /// Forgets every denial ended at `now`.
+    fn forget_ended(&mut self, now: u64) {
+        let mut at = 0;
+        while at < self.denials.len() {
+            if self.denials[at].until <= now {
+                self.remove_at(at);
+            } else {
+                at += 1;
+            }
+        }
     }
 
-    /// Puts `denial` in, in place of the key's; a full shard first evicts, of the first
-    /// [`PROBE`] denials it holds, the one that has ended at `now`, else that ends first, the
-    /// oldest put in among those.
-    fn insert(&mut self, mut denial: Denial, now: u64) {
-        self.inserted += 1;
-        denial.seq = self.inserted;
-        if let Some(mut entry) = self.find(denial.hash, &denial.key) {
-            *entry.get_mut() = denial;
+    fn new(capacity: usize) -> Self {
+        Self {
+            denials: Vec::new(),
+            index: HashTable::new(),
+            capacity,
+            hand: 0,
+        }
+    }
+
+    fn find(&self, hash: u64, key: &Key) -> Option<usize> {
+        let denials = &self.denials;
+        self.index.find(hash, |&i| denials[i].key == *key).copied()
+    }
+
+    /// Forgets the denial at `at`; the last one moves into its place.
+    fn remove_at(&mut self, at: usize) {
+        let hash = self.denials[at].hash;
+        if let Ok(entry) = self.index.find_entry(hash, |&i| i == at) {
+            entry.remove();
+        }
+        let last = self.denials.len() - 1;
+        self.denials.swap_remove(at);
+        if at != last {
+            let moved = self.denials[at].hash;
+            if let Some(slot) = self.index.find_mut(moved, |&i| i == last) {
+                *slot = at;
+            }
+        }
+        if self.hand >= self.denials.len() {
+            self.hand = 0;
+        }
+    }
+
+    /// The denial to evict from a full shard: of the next [`PROBE`] under the hand, the first
+    /// that has ended at `now`, else the one that ends first. Moves the hand past it.
+    fn victim(&mut self, now: u64) -> usize {
+        let len = self.denials.len();
+        let mut best = self.hand % len;
+        for step in 0..PROBE.min(len) {
+            let at = (self.hand + step) % len;
+            let until = self.denials[at].until;
+            if until <= now {
+                best = at;
+                break;
+            }
+            if until < self.denials[best].until {
+                best = at;
+            }
+        }
+        self.hand = (best + 1) % len;
+        best
+    }
+
+    fn insert(&mut self, denial: Denial, now: u64) {
+        if let Some(at) = self.find(denial.hash, &denial.key) {
+            self.denials[at] = denial;
             return;
         }
         if self.denials.len() >= self.capacity {
-            let victim = self.denials.iter().take(PROBE);
-            if let Some(victim) = victim.min_by_key(|d| (d.until.max(now), d.seq)) {
-                let (hash, key) = (victim.hash, victim.key.clone());
-                if let Some(entry) = self.find(hash, &key) {
-                    entry.remove();
-                }
-            }
+            let at = self.victim(now);
+            self.remove_at(at);
         }
+        let at = self.denials.len();
         let hash = denial.hash;
-        self.denials.insert_unique(hash, denial, |d| d.hash);
+        self.denials.push(denial);
+        let denials = &self.denials;
+        self.index.insert_unique(hash, at, |&i| denials[i].hash);
     }
 }
 
@@ -108,11 +162,7 @@ impl DenyCache {
         let shards = (0..count)
             .map(|i| {
                 let share = capacity / count + usize::from(i < capacity % count);
-                Mutex::new(Shard {
-                    denials: HashTable::new(),
-                    capacity: share,
-                    inserted: 0,
-                })
+                Mutex::new(Shard::new(share))
             })
             .collect();
         Self {
@@ -124,9 +174,11 @@ impl DenyCache {
     }
 
     /// The shard of a key's hash: the hash's high bits (the tables use the low ones).
-    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
+    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, Shard> {
         let at = ((hash >> 32) as usize) & (self.shards.len() - 1);
-        lock(&self.shards[at])
+        self.shards[at]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The denial of `key` that still holds at `now`, aged to `now`.
@@ -139,17 +191,18 @@ impl DenyCache {
             // first: a lookup that finds nothing to forget writes nothing shared).
             if self.holding.load(Ordering::Relaxed) && self.holding.swap(false, Ordering::Relaxed) {
                 for shard in &self.shards {
-                    lock(shard).denials.retain(|d| d.until > now);
+                    let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                    shard.forget_ended(now);
                 }
             }
             return None;
         }
         let hash = self.hasher.hash(key);
         let mut shard = self.shard(hash);
-        let entry = shard.find(hash, key)?;
-        let denial = entry.get();
+        let at = shard.find(hash, key)?;
+        let denial = &shard.denials[at];
         if denial.until <= now {
-            entry.remove();
+            shard.remove_at(at);
             return None;
         }
         Some(aged(&denial.decision, now.saturating_sub(denial.decided)))
@@ -178,7 +231,6 @@ impl DenyCache {
             // Without a long key's bytes: the cache holds digests, as the stores do.
             key: key.stored(),
             hash,
-            seq: 0,
             decided: now,
             until,
             decision: decision.clone(),
@@ -193,21 +245,32 @@ impl DenyCache {
         }
         let hash = self.hasher.hash(key);
         let mut shard = self.shard(hash);
-        if let Some(entry) = shard.find(hash, key) {
-            entry.remove();
+        if let Some(at) = shard.find(hash, key) {
+            shard.remove_at(at);
         }
     }
 
     /// How many denials the cache holds (ended ones included until they are looked up or
     /// evicted).
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).denials.len()).sum()
+        self.shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .denials
+                    .len()
+            })
+            .sum()
     }
 
     /// How many denials the cache holds at most.
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).capacity).sum()
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).capacity)
+            .sum()
     }
 }
 
@@ -220,11 +283,13 @@ fn aged(decision: &Decision, elapsed: u64) -> Decision {
         d.retry_after = d.retry_after.map(|r| r.saturating_sub(elapsed));
         d
     };
-    if !decision.is_tiered() {
-        return age(decision);
+    let tiers = decision.tiers();
+    if tiers.len() > 1 || !std::ptr::eq(&tiers[0], decision) {
+        let tiers: Vec<Decision> = tiers.iter().map(age).collect();
+        age(decision).with_tiers(tiers)
+    } else {
+        age(decision)
     }
-    let tiers: Vec<Decision> = decision.tiers().iter().map(age).collect();
-    age(decision).with_tiers(tiers)
 }
 
 #[cfg(test)]
