@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::object::{DecisionFuture, Limiter};
 use crate::clock::{Clock, Sleep};
-use crate::store::in_flight::{Acquire, Slots, NO_LEASE};
+use crate::store::in_flight::{Slots, NO_LEASE};
 use crate::store::Update;
 use crate::{Decision, Error, Key, Quota};
 
@@ -61,7 +61,7 @@ impl Limiter for InFlight {
             let never = Decision::deny(self.limit, self.limit, Duration::ZERO, None);
             return DecisionFuture::Ready(Some(Ok(never)));
         }
-        answer(self.slots.acquire(key, now, cost))
+        self.slots.acquire(key, now, cost)
     }
 
     fn refund(&self, _key: Key, _admission: &Decision, _cost: u64) -> DecisionFuture {
@@ -80,7 +80,7 @@ impl Limiter for InFlight {
 
     /// The slots of `key` free now, taking none.
     fn peek(&self, key: Key) -> DecisionFuture {
-        answer(self.slots.acquire(key, self.now(), 0))
+        self.slots.acquire(key, self.now(), 0)
     }
 
     // A layer's handle also holds blocks of an in-flight limit itself (in this process); a
@@ -152,14 +152,6 @@ impl Limiter for InFlight {
             .field("policy", &self.policy)
             .field("limit", &self.limit)
             .finish_non_exhaustive()
-    }
-}
-
-/// The store's answer to an acquisition, as a limiter's.
-fn answer(acquired: Acquire) -> DecisionFuture {
-    match acquired {
-        Acquire::Ready(result) => DecisionFuture::Ready(Some(result)),
-        Acquire::Waiting(future) => DecisionFuture::Waiting(future),
     }
 }
 

@@ -2,60 +2,15 @@
 
 use std::any::Any;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use super::typed::RateLimiter;
 use crate::algorithm::Algorithm;
 use crate::clock::{Clock, Sleep};
+pub(crate) use crate::store::{BoxedDecision, DecisionFuture};
 use crate::store::{Store, Update};
 use crate::{Decision, Error, Key, Quota};
-
-/// A store's answer still on its way (a remote store), boxed once it has to wait.
-pub(crate) type BoxedDecision = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>;
-
-/// The answer of a check or a refund: at once (the memory store: nothing boxed), or later.
-pub(crate) enum DecisionFuture {
-    /// Decided at once; `None` once taken.
-    Ready(Option<Result<Decision, Error>>),
-    /// Waiting for the store.
-    Waiting(BoxedDecision),
-}
-
-impl Future for DecisionFuture {
-    type Output = Result<Decision, Error>;
-
-    #[inline]
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.get_mut() {
-            DecisionFuture::Ready(result) => match result.take() {
-                Some(result) => Poll::Ready(result),
-                None => unreachable!("DecisionFuture polled after completion"),
-            },
-            DecisionFuture::Waiting(future) => future.as_mut().poll(cx),
-        }
-    }
-}
-
-impl DecisionFuture {
-    /// `future`'s answer if it has one at once (a local store), else `future` boxed. A future
-    /// polled here with a waker that does nothing is polled again, with the task's waker,
-    /// before anyone waits on it.
-    #[inline]
-    pub(crate) fn of<F>(mut future: F) -> Self
-    where
-        F: Future<Output = Result<Decision, Error>> + Send + Unpin + 'static,
-    {
-        let mut cx = Context::from_waker(Waker::noop());
-        match Pin::new(&mut future).poll(&mut cx) {
-            Poll::Ready(result) => DecisionFuture::Ready(Some(result)),
-            Poll::Pending => DecisionFuture::Waiting(Box::pin(future)),
-        }
-    }
-}
 
 /// What a layer asks of its limiter; implemented by every [`RateLimiter`], and by what wraps a
 /// limiter (the handle's blocks, the fleet's gate): a wrapper gives its [`inner`](Self::inner)

@@ -4,14 +4,13 @@
 //! The memory store keeps a counter per key (`memory/slots.rs`); the Redis store keeps leases
 //! with an expiry (`redis/slots.rs`), so that a server that dies gives its slots back.
 
-use std::future::{ready, Future};
-use std::pin::Pin;
+use std::future::ready;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Update;
+use super::{DecisionFuture, Update};
 use crate::clock::Clock;
-use crate::{Decision, Error, Key};
+use crate::{Error, Key};
 
 /// A store that keeps the slots of limits on requests in flight, what
 /// [`InFlightLayer::store`](crate::InFlightLayer::store) takes: [`MemoryStore`](super::MemoryStore)
@@ -52,22 +51,13 @@ pub(crate) const NO_LEASE: u64 = 0;
 #[cfg(feature = "redis")]
 pub(crate) const LOCAL_LEASE: u64 = u64::MAX;
 
-/// A store's answer to a request for slots: at once, or after a round trip.
-pub(crate) enum Acquire {
-    /// Decided at once (in memory).
-    Ready(Result<Decision, Error>),
-    /// Waiting for the store.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    Waiting(Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>),
-}
-
 /// One in-flight policy in a store: how many slots each key holds.
 pub(crate) trait Slots: Send + Sync + 'static {
     /// Takes `cost` slots of `key` if that many are free. The decision reports the limit and
-    /// the slots free afterwards; an admission's [`receipt`](Decision::receipt) is the lease
+    /// the slots free afterwards; an admission's [`receipt`](crate::Decision::receipt) is the lease
     /// that [`release`](Self::release) gives back. `now` is the limiter's clock, read only by a
     /// store told to use it (Redis `with_caller_clock`).
-    fn acquire(&self, key: Key, now: u64, cost: u64) -> Acquire;
+    fn acquire(&self, key: Key, now: u64, cost: u64) -> DecisionFuture;
 
     /// Gives back the `cost` slots that `lease` of `key` holds: at once, or (a remote store)
     /// on the runtime without waiting. Never blocks and never panics: it runs in `Drop`.

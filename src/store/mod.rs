@@ -47,6 +47,7 @@ pub(crate) use self::redis::{LiveRecord, POLL_EVERY};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::algorithm::Algorithm;
@@ -54,6 +55,50 @@ use crate::{Decision, Error, Key};
 
 /// The future of a change a store makes to one key ([`Store::reset`], [`Store::block`]).
 pub(crate) type Update = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'static>>;
+
+/// A store's answer still on its way (a remote store), boxed once it has to wait.
+pub(crate) type BoxedDecision = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>;
+
+/// The answer of a check, a refund or a request for slots: at once (the memory store: nothing
+/// boxed), or later.
+pub(crate) enum DecisionFuture {
+    /// Decided at once; `None` once taken.
+    Ready(Option<Result<Decision, Error>>),
+    /// Waiting for the store.
+    Waiting(BoxedDecision),
+}
+
+impl Future for DecisionFuture {
+    type Output = Result<Decision, Error>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            DecisionFuture::Ready(result) => match result.take() {
+                Some(result) => Poll::Ready(result),
+                None => unreachable!("DecisionFuture polled after completion"),
+            },
+            DecisionFuture::Waiting(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl DecisionFuture {
+    /// `future`'s answer if it has one at once (a local store), else `future` boxed. A future
+    /// polled here with a waker that does nothing is polled again, with the task's waker,
+    /// before anyone waits on it.
+    #[inline]
+    pub(crate) fn of<F>(mut future: F) -> Self
+    where
+        F: Future<Output = Result<Decision, Error>> + Send + Unpin + 'static,
+    {
+        let mut cx = Context::from_waker(Waker::noop());
+        match Pin::new(&mut future).poll(&mut cx) {
+            Poll::Ready(result) => DecisionFuture::Ready(Some(result)),
+            Poll::Pending => DecisionFuture::Waiting(Box::pin(future)),
+        }
+    }
+}
 
 /// What seals [`Store`]: implemented by the stores of this crate, and by the stand-ins for a
 /// remote store that the crate's own tests write. Not part of the API.

@@ -13,7 +13,8 @@ use hashbrown::HashTable;
 use super::hasher::KeyHasher;
 use crate::clock::Clock;
 use crate::store::in_flight::sealed::KeepsSlots;
-use crate::store::in_flight::{Acquire, SlotStore, Slots, NO_LEASE};
+use crate::store::in_flight::{SlotStore, Slots, NO_LEASE};
+use crate::store::DecisionFuture;
 use crate::store::MemoryStore;
 use crate::{Decision, Error, Key};
 
@@ -153,8 +154,8 @@ impl MemorySlots {
 }
 
 impl Slots for MemorySlots {
-    fn acquire(&self, key: Key, _now: u64, cost: u64) -> Acquire {
-        Acquire::Ready(self.take(key, cost))
+    fn acquire(&self, key: Key, _now: u64, cost: u64) -> DecisionFuture {
+        DecisionFuture::Ready(Some(self.take(key, cost)))
     }
 
     fn release(&self, key: &Key, cost: u64, lease: u64) {

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Inner, Keys, Lease, RedisSlots};
-use crate::store::in_flight::{Acquire, Slots, LOCAL_LEASE, NO_LEASE};
+use crate::store::in_flight::{Slots, LOCAL_LEASE, NO_LEASE};
 use crate::store::redis::connection::{lock, spawn, OnDrop};
 use crate::store::redis::errors::{self, bounded};
 use crate::store::redis::fallback::Fallback;
+use crate::store::DecisionFuture;
 use crate::store::Update;
 use crate::{Decision, Error, Key};
 
@@ -33,10 +34,10 @@ impl Slots for RedisSlots {
         Box::pin(async move { inner.update(key, "x", Duration::ZERO).await })
     }
 
-    fn acquire(&self, key: Key, _now: u64, cost: u64) -> Acquire {
+    fn acquire(&self, key: Key, _now: u64, cost: u64) -> DecisionFuture {
         let inner = self.0.clone();
         let lease = inner.leases.fetch_add(1, Ordering::Relaxed) + 1;
-        Acquire::Waiting(Box::pin(async move {
+        DecisionFuture::Waiting(Box::pin(async move {
             let (keys, member) = (inner.keys(&key), inner.member(lease, cost));
             // Until Redis answers, the script may have taken the lease: given back if the
             // acquire fails or is dropped (the request went away). Cost 0 takes none.
