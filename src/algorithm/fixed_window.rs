@@ -50,9 +50,9 @@ use crate::{Decision, Quota};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindow {
-    limit: u64,
+    pub(super) limit: u64,
     /// The window length in nanoseconds, at least 1.
-    period: u64,
+    pub(super) period: u64,
     /// Windows start at multiples of `period` since the UNIX epoch, on the wall clock.
     aligned: bool,
 }
@@ -135,16 +135,6 @@ impl FixedWindow {
     /// Whether the windows are calendar windows ([`aligned`](Self::aligned)).
     pub fn is_aligned(&self) -> bool {
         self.aligned
-    }
-
-    /// The limit: how many requests a window holds.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// The period (the window's length) in nanoseconds.
-    pub fn period_nanos(&self) -> u64 {
-        self.period
     }
 
     /// The window's count at `now`, and the window's end (exclusive, in nanoseconds), or

@@ -62,9 +62,9 @@ use crate::{Decision, Quota};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hybrid {
-    limit: u64,
+    pub(super) limit: u64,
     /// The window, in nanoseconds.
-    period: u64,
+    pub(super) period: u64,
     /// Emission interval `T`: nanoseconds per smooth-mode token.
     interval: u64,
     /// A whole quota of smooth-mode tokens, `limit × T` ns (up to 2^65).
@@ -129,16 +129,6 @@ impl Hybrid {
     #[doc(hidden)]
     pub fn interval_nanos(&self) -> u64 {
         self.interval
-    }
-
-    /// The limit: the quota of one fixed window.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// The period (one fixed window) in nanoseconds.
-    pub fn period_nanos(&self) -> u64 {
-        self.period
     }
 
     /// Reads `state` at `now`, and the time it was read at: `now`, or the state's own time

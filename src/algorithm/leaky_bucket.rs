@@ -34,12 +34,6 @@ impl LeakyBucket {
         }
     }
 
-    /// The interval between two requests leaving the queue, in nanoseconds.
-    #[doc(hidden)]
-    pub fn interval_nanos(&self) -> u64 {
-        self.gcra.interval_nanos()
-    }
-
     /// The GCRA that is this queue: a tolerance of one interval, shaping up to
     /// `(burst − 1)·T`.
     pub fn gcra(&self) -> &Gcra {
@@ -50,16 +44,6 @@ impl LeakyBucket {
     pub fn max_delay(&self) -> Duration {
         Duration::from_nanos(self.gcra.max_delay_nanos())
     }
-}
-
-/// Forwards each listed [`Algorithm`] method to the queue's [`Gcra`].
-macro_rules! to_gcra {
-    ($($name:ident($($arg:ident: $ty:ty),*) -> $out:ty;)*) => {$(
-        #[inline]
-        fn $name(&self, $($arg: $ty),*) -> $out {
-            self.gcra.$name($($arg),*)
-        }
-    )*};
 }
 
 /// The queue is its GCRA's schedule. A refund gives back the admission's place in the queue

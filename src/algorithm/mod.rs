@@ -35,6 +35,18 @@
 //! the Redis store, its name in a list in `store/memory/algorithms.rs`, and a constructor beside the
 //! others.
 
+/// Forwards each listed method to the algorithm's `gcra` (the leaky and token buckets are
+/// GCRA's schedule).
+macro_rules! to_gcra {
+    ($($(#[$attr:meta])* $vis:vis $name:ident($($arg:ident: $ty:ty),*) -> $out:ty;)*) => {$(
+        $(#[$attr])*
+        #[inline]
+        $vis fn $name(&self, $($arg: $ty),*) -> $out {
+            self.gcra.$name($($arg),*)
+        }
+    )*};
+}
+
 mod divisor;
 mod few;
 mod fixed_window;
@@ -68,6 +80,25 @@ impl Sealed for SlidingWindow {}
 impl Sealed for SlidingLog {}
 impl Sealed for Hybrid {}
 impl<A: Algorithm> Sealed for Tiered<A> {}
+
+/// The limit and the period of each algorithm that counts requests in a window of a period.
+macro_rules! window_figures {
+    ($($algorithm:ident),*) => {$(
+        impl $algorithm {
+            /// The limit: how many requests a window holds.
+            pub fn limit(&self) -> u64 {
+                self.limit
+            }
+
+            /// The period (the window's length) in nanoseconds.
+            pub fn period_nanos(&self) -> u64 {
+                self.period
+            }
+        }
+    )*};
+}
+
+window_figures!(FixedWindow, SlidingWindow, SlidingLog, Hybrid);
 
 /// An algorithm of this crate: what a [`RateLimiter`](crate::RateLimiter) names in its type and
 /// bounds. Sealed; its items are the crate's own.

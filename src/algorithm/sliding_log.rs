@@ -54,9 +54,9 @@ use crate::{Decision, Quota};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingLog {
-    limit: u64,
+    pub(super) limit: u64,
     /// The window length in nanoseconds, at least 1.
-    period: u64,
+    pub(super) period: u64,
 }
 
 impl SlidingLog {
@@ -67,16 +67,6 @@ impl SlidingLog {
             limit: quota.limit(),
             period: quota.period_ns(),
         }
-    }
-
-    /// The limit: how many requests a window holds.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// The period (the window's length) in nanoseconds.
-    pub fn period_nanos(&self) -> u64 {
-        self.period
     }
 
     /// Reads the log at `now`: the instant the window ends at (`now`, or the newest entry's

@@ -66,9 +66,9 @@ mod frame;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingWindow {
-    limit: u64,
+    pub(super) limit: u64,
     /// The window length in nanoseconds, at least 1.
-    period: u64,
+    pub(super) period: u64,
     /// Sub-windows per period, `1..=MAX_SUB_WINDOWS`.
     sub_windows: usize,
 }
@@ -135,16 +135,6 @@ impl SlidingWindow {
     /// The number of sub-windows per period.
     pub fn sub_window_count(&self) -> usize {
         self.sub_windows
-    }
-
-    /// The limit: how many requests a window holds.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// The period (the window's length) in nanoseconds.
-    pub fn period_nanos(&self) -> u64 {
-        self.period
     }
 
     /// The decision, and where an admitted request of a positive cost goes (`None`: the

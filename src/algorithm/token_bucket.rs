@@ -70,23 +70,17 @@ impl TokenBucket {
         }
     }
 
-    /// Nanoseconds per token: the emission interval `T`.
-    #[doc(hidden)]
-    pub fn interval_nanos(&self) -> u64 {
-        self.gcra.interval_nanos()
-    }
-
-    /// The bucket's capacity `T × burst`, in nanoseconds.
-    #[doc(hidden)]
-    pub fn capacity_nanos(&self) -> u64 {
-        self.gcra.capacity_nanos()
-    }
-
-    /// The most the bucket may lack, in nanoseconds: its capacity plus the longest wait
-    /// ([`max_delay`](Self::max_delay)).
-    #[doc(hidden)]
-    pub fn bound_nanos(&self) -> u64 {
-        self.gcra.bound_nanos()
+    to_gcra! {
+        /// Nanoseconds per token: the emission interval `T`.
+        #[doc(hidden)]
+        pub interval_nanos() -> u64;
+        /// The bucket's capacity `T × burst`, in nanoseconds.
+        #[doc(hidden)]
+        pub capacity_nanos() -> u64;
+        /// The most the bucket may lack, in nanoseconds: its capacity plus the longest wait
+        /// ([`max_delay`](Self::max_delay)).
+        #[doc(hidden)]
+        pub bound_nanos() -> u64;
     }
 
     /// Refills `state` up to `now`: the time to read it at (a `now` before the last refill
