@@ -231,7 +231,11 @@ fn parse_for(value: &[u8]) -> Entry {
         [b'"', inner @ .., b'"'] => inner,
         _ => value,
     };
-    // No address holds a quote or a backslash: an escaped or unbalanced value is opaque.
+    // No address holds a quote or a backslash: an escaped or unbalanced value is opaque. The
+    // length bound counts what is inside the quotes, padding included.
+    if node.len() > MAX_NODE {
+        return Entry::Opaque;
+    }
     match parse_node(node) {
         Entry::Empty => Entry::Opaque,
         entry => entry,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::Quotas;
-use crate::limiter::Limiter;
 pub(crate) use crate::limiter::Live;
+use crate::limiter::{guarded, Limiter};
 use crate::limiter::{sealed, Plan};
 use crate::store::Update;
 use crate::{Decision, Error, Key, Quota};
@@ -70,8 +70,9 @@ impl Handle {
         &self,
         key: impl Into<Key>,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'static {
-        // The limiter the layer's own quotas are decided by now, bans included.
-        let limiter = self.live.lock().own();
+        // The limiter the layer's own quotas are decided by now, bans included, under the
+        // handle's blocks (which the bare limiter, before any service is made, does not read).
+        let limiter = guarded(&None, &self.live.held, self.live.lock().own());
         let key = key.into();
         async move { limiter.peek(key).await }
     }

@@ -107,7 +107,7 @@ impl RateLimitLayer {
     fn rebuilt(self, method: &str, recipe: Recipe) -> Self {
         let method = format!("RateLimitLayer::{method}");
         let mut layer = self.remade(&method, Some(recipe.clone()), || bound(&recipe));
-        if layer.settings.count_if.is_some() {
+        if layer.settings.refunds() {
             layer.limiter.expect_refunds();
         }
         if layer.select.is_some() {
@@ -205,7 +205,7 @@ impl RateLimitLayer {
                     responder: Arc::new(move |limiter| {
                         Arc::new(Responder::for_limit(limiter, answers.clone()))
                     }),
-                    expect_refunds: settings.count_if.is_some(),
+                    expect_refunds: settings.refunds(),
                     dry_run: settings.dry_run,
                     ban: self.ban.as_ref().map(|(ban, _)| *ban),
                     live: self.live.clone(),

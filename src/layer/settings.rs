@@ -43,6 +43,14 @@ pub(crate) struct Settings {
     pub(crate) denials: Arc<Denials>,
 }
 
+impl Settings {
+    /// Whether the layer gives admissions back (`count_if`, `settle`): its stores are told
+    /// to expect refunds wherever its limiters are made.
+    pub(crate) fn refunds(&self) -> bool {
+        self.count_if.is_some() || self.settle
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Self {

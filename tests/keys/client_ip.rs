@@ -244,6 +244,30 @@ fn forwarded_rfc_7239() {
     assert_eq!(extract(&proxy(), &req), key("198.51.100.1"));
 }
 
+/// A quoted `for=` node over 100 bytes (padding inside the quotes counted) is no address: the
+/// walk stops at the proxy that reported it, as for any malformed entry; within 100 bytes the
+/// padding is trimmed.
+#[test]
+fn a_quoted_node_over_100_bytes_is_malformed() {
+    let client_ip = proxy().header(ForwardedHeader::Forwarded);
+    let padded = |pad: usize| {
+        let pad = " ".repeat(pad);
+        format!("for=\"{pad}203.0.113.9{pad}\"")
+    };
+    assert_eq!(
+        key_for(&client_ip, "10.0.0.2", FORWARDED, &padded(40)),
+        key("203.0.113.9")
+    );
+    for pad in [45, 60, 200] {
+        let header = padded(pad);
+        assert_eq!(
+            key_for(&client_ip, "10.0.0.2", FORWARDED, &header),
+            key("10.0.0.2"),
+            "{header}"
+        );
+    }
+}
+
 #[test]
 fn one_address_headers() {
     for (header, name) in [

@@ -628,3 +628,33 @@ async fn tiered_quotas_are_described_tier_by_tier() {
     run_tiers(RateLimiter::sliding_log).await;
     run_tiers(RateLimiter::hybrid).await;
 }
+
+/// Tiers that stand equally (the same remaining and reset, as two fresh buckets of one burst
+/// report for a request of cost 0) are reported by the first: its limit in Draft 6's
+/// `RateLimit-Limit` and Draft 7's `limit`, whichever order the tiers are given in.
+#[tokio::test]
+async fn tiers_that_stand_equally_are_reported_by_the_first() {
+    let slow = || Quota::per_minute(10).with_burst(4).named("slow");
+    let fast = || Quota::per_minute(20).with_burst(4).named("fast");
+    for (tiers, limit) in [([slow(), fast()], "10"), ([fast(), slow()], "20")] {
+        for (style, field) in [
+            (HeaderStyle::Draft6, "ratelimit-limit"),
+            (HeaderStyle::Draft7, "ratelimit"),
+        ] {
+            let layer = RateLimitLayer::gcra(tiers.clone())
+                .clock(ManualClock::new())
+                .cost(|_: &tollgate::Key, _: tollgate::key::RequestHead<'_>| 0)
+                .headers(style);
+            let response = layer.layer(ok()).oneshot(request("/")).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let value = text(response.headers(), field);
+            let reported = match style {
+                HeaderStyle::Draft7 => value
+                    .split(',')
+                    .find_map(|f| f.trim().strip_prefix("limit=")),
+                _ => Some(value),
+            };
+            assert_eq!(reported, Some(limit), "{style:?}: {value}");
+        }
+    }
+}

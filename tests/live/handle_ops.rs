@@ -325,3 +325,50 @@ fn every_handle_operation_on_an_in_flight_layer_answers() {
         assert!(!format!("{layer:?} {svc:?}").is_empty());
     });
 }
+
+/// A block made through a handle before the layer made any service is a denial to the
+/// handle's `peek` (as the docs promise of a blocked key), and to the first request: on an
+/// in-flight layer, on a rate limit layer, and on one with per-key plans.
+#[test]
+fn a_block_before_any_service_is_a_denial_to_peek() {
+    use tollgate::key::Header;
+    use tollgate::InFlightLayer;
+    use tower::{Layer, ServiceExt};
+
+    let ok = || {
+        tower::service_fn(|_: http::Request<Body>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(Body::empty()))
+        })
+    };
+    let request = || {
+        http::Request::builder()
+            .header("x-api-key", "k")
+            .body(Body::empty())
+            .unwrap()
+    };
+    runtime().block_on(async {
+        let in_flight = InFlightLayer::new(2)
+            .key(Header::new("x-api-key"))
+            .clock(ManualClock::new());
+        let handle = in_flight.handle();
+        handle.block("k", Duration::from_secs(60)).await.unwrap();
+        let standing = handle.peek("k").await.unwrap();
+        assert!(!standing.allowed, "in flight: {standing:?}");
+        let svc = in_flight.layer(ok());
+        let status = svc.oneshot(request()).await.unwrap().status();
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+
+        let rate = RateLimitLayer::gcra(Quota::per_minute(5))
+            .key(Header::new("x-api-key"))
+            .clock(ManualClock::new());
+        for layer in [rate.clone(), plans(rate)] {
+            let handle = layer.handle();
+            handle.block("k", Duration::from_secs(60)).await.unwrap();
+            let standing = handle.peek("k").await.unwrap();
+            assert!(!standing.allowed, "rate: {standing:?}");
+            let svc = layer.layer(ok());
+            let status = svc.oneshot(request()).await.unwrap().status();
+            assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        }
+    });
+}

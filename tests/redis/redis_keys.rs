@@ -331,6 +331,57 @@ fn an_operator_reads_the_names_redis_cli_lists() {
     );
 }
 
+/// IPv6 clients are named by their /64 network (the default grouping), alone and in a tuple:
+/// the exact names an upgrade must keep, or every IPv6 client's state would start afresh.
+fn ipv6_clients_are_named_by_their_network() {
+    use tollgate::key::{PeerAddr, PeerIp, Route};
+    use tollgate::RateLimitLayer;
+    use tower::{Layer, ServiceExt};
+
+    let Some(server) = server::RedisServer::start() else {
+        return;
+    };
+    let rt = server::runtime();
+    rt.block_on(async {
+        let store = server::closed(&server.url()).await;
+        let alone = RateLimitLayer::gcra(Quota::per_minute(10).named("v6"))
+            .store(store.clone())
+            .layer(crate::support::services::ok());
+        let paired = RateLimitLayer::gcra(Quota::per_minute(10).named("v6pair"))
+            .key((Route, PeerIp::default()))
+            .store(store)
+            .layer(crate::support::services::ok());
+        for peer in [
+            "[2001:db8:1:2:aaaa::1]:4000",
+            "[2001:db8:1:2:ffff:1:2:3]:4001",
+        ] {
+            for svc in [&alone, &paired] {
+                let mut request = Request::builder()
+                    .uri("/login")
+                    .body(String::new())
+                    .expect("a request");
+                let peer = peer.parse().expect("a socket address");
+                request.extensions_mut().insert(PeerAddr(peer));
+                let response = svc.clone().oneshot(request).await.expect("an answer");
+                assert_eq!(response.status(), http::StatusCode::OK);
+            }
+        }
+    });
+    let listed = server::cli(server.port, &["--scan", "--pattern", "tollgate:*"]);
+    let mut tags: Vec<&str> = listed
+        .lines()
+        .filter(|n| n.contains(":v6"))
+        .filter_map(|n| hash_tag(n.as_bytes()))
+        .map(|t| std::str::from_utf8(t).expect("ASCII"))
+        .collect();
+    tags.sort_unstable();
+    assert_eq!(
+        tags,
+        ["ip:2001:db8:1:2::", "t(s:/login,ip:2001:db8:1:2::)"],
+        "{listed}"
+    );
+}
+
 pub(crate) fn trials() -> Vec<server::Trial> {
     vec![
         server::needs_redis(
@@ -344,6 +395,10 @@ pub(crate) fn trials() -> Vec<server::Trial> {
         server::needs_redis(
             "an_operator_reads_the_names_redis_cli_lists",
             an_operator_reads_the_names_redis_cli_lists,
+        ),
+        server::needs_redis(
+            "ipv6_clients_are_named_by_their_network",
+            ipv6_clients_are_named_by_their_network,
         ),
         server::needs_redis(
             "a_prefix_with_a_brace_is_refused",

@@ -289,6 +289,71 @@ async fn a_debt_outlives_new_quotas_on_redis_as_in_memory() {
     }
 }
 
+/// Scripts Redis ran for 20 requests of `layer` on one key, each reserving 1 and costing
+/// that (nothing to settle), after one request that loads the scripts.
+async fn scripts_for_requests(redis: &RedisServer, layer: RateLimitLayer) -> u64 {
+    let (_, svc) = serve(layer);
+    assert_eq!(send(&svc, 1, None).await.0, StatusCode::OK);
+    let before = redis.calls("evalsha");
+    for _ in 0..20 {
+        assert_eq!(send(&svc, 1, None).await.0, StatusCode::OK);
+    }
+    redis.calls("evalsha") - before
+}
+
+/// A settling layer's store is told to expect refunds where the layer is built, whether
+/// `.settle()` comes before or after the store and the clock: its table leases no slices (a
+/// refund on one server while another leases the same state would let the fleet past the
+/// quota, see `Leases`), even on a server whose requests have not been refunded yet.
+async fn a_settle_before_the_store_stops_its_leases_as_after_it() {
+    let redis = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let leased = || async {
+        redis_store(&redis.url(), &prefix())
+            .await
+            .local_leases(tollgate::store::Leases::default())
+    };
+    let cost = |_: &Key, head: RequestHead<'_>| {
+        head.headers()
+            .get("x-estimate")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(1)
+    };
+    let quota = || Quota::per_minute(600).named("tokens");
+    let plain = RateLimitLayer::gcra(quota())
+        .store(leased().await)
+        .clock(clock.clone())
+        .key(Header::new("x-key"));
+    let after = plain.clone().store(leased().await).cost(cost).settle();
+    let before = RateLimitLayer::gcra(quota())
+        .settle()
+        .store(leased().await)
+        .clock(clock.clone())
+        .key(Header::new("x-key"))
+        .cost(cost);
+    let leasing = scripts_for_requests(&redis, plain).await;
+    let told = scripts_for_requests(&redis, after).await;
+    assert!(
+        leasing < 20,
+        "a layer that never refunds leases: {leasing} scripts"
+    );
+    assert_eq!(told, 20, "a settling layer decides each request in Redis");
+    let not_told = scripts_for_requests(&redis, before).await;
+    assert_eq!(
+        not_told, told,
+        "settle() before store(..) left its leases on"
+    );
+    // A per-key plan's limiter, made by the settling layer's service, is told too.
+    let plans = RateLimitLayer::gcra(quota())
+        .store(leased().await)
+        .clock(clock.clone())
+        .key(Header::new("x-key"))
+        .quota_for(|_: &Key, _: RequestHead<'_>| vec![Quota::per_minute(900).named("plan")])
+        .settle();
+    let on_plan = scripts_for_requests(&redis, plans).await;
+    assert_eq!(on_plan, told, "a settling layer's plan leases");
+}
+
 pub(crate) fn trials() -> Vec<server::Trial> {
     vec![
         needs_redis_async(
@@ -302,6 +367,10 @@ pub(crate) fn trials() -> Vec<server::Trial> {
         needs_redis_async(
             "a_debt_outlives_new_quotas_on_redis_as_in_memory",
             a_debt_outlives_new_quotas_on_redis_as_in_memory,
+        ),
+        needs_redis_async(
+            "a_settle_before_the_store_stops_its_leases_as_after_it",
+            a_settle_before_the_store_stops_its_leases_as_after_it,
         ),
     ]
 }
