@@ -14,6 +14,7 @@
 
 use crate::support::http as web;
 use crate::support::redis as server;
+use crate::support::rng::Rng;
 
 use std::time::Duration;
 
@@ -23,22 +24,6 @@ use tollgate::store::{Leases, MemoryStore, RedisStore};
 use tollgate::{Decision, Quota, RateLimiter};
 
 type Fleet<A> = Vec<RateLimiter<A, RedisStore, ManualClock>>;
-
-/// A small deterministic generator (xorshift64*), so that a failing case names its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// `servers` stores on `url`, each its own connection (as separate servers), deciding on the
 /// caller's clock, with `leases`.

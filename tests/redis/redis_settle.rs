@@ -14,6 +14,7 @@
 
 use crate::support::parity::EPOCH;
 use crate::support::redis as server;
+use crate::support::rng::Rng;
 
 use std::time::Duration;
 
@@ -171,18 +172,6 @@ async fn a_charge_ends_its_servers_slice_of_the_key() {
             !next.allowed,
             "admitted from a slice after the charge: {next:?}"
         );
-    }
-}
-
-/// A small deterministic generator (xorshift64*), so that a failing case names its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
     }
 }
 

@@ -18,5 +18,6 @@ pub mod oracle;
 pub mod parity;
 pub mod redis;
 pub mod request;
+pub mod rng;
 pub mod services;
 pub mod stores;
