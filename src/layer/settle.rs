@@ -125,7 +125,6 @@ impl Drop for Settlement {
         let Some(actual) = self.usage.get() else {
             return;
         };
-        let key = self.key.clone();
         let layer = self.usage.0.layer.as_ref();
         let settled = match actual.cmp(&self.reserved) {
             std::cmp::Ordering::Equal => return,
@@ -136,16 +135,18 @@ impl Drop for Settlement {
             }
             std::cmp::Ordering::Less => {
                 let back = self.reserved - actual;
-                self.limiter.refund(key, &self.admission, back)
+                self.limiter.refund(self.key.clone(), &self.admission, back)
             }
             std::cmp::Ordering::Greater => {
                 // A charge goes to the layer's quotas in force for a request of its own
                 // quotas, else to the limiter that admitted it.
-                let limiter = match layer {
-                    Some(layer) if layer.own => layer.shared.active.load().limiter.clone(),
-                    _ => self.limiter.clone(),
-                };
-                limiter.charge(key, actual - self.reserved)
+                let (key, more) = (self.key.clone(), actual - self.reserved);
+                match layer {
+                    Some(layer) if layer.own => {
+                        layer.shared.active.load().limiter.charge(key, more)
+                    }
+                    _ => self.limiter.charge(key, more),
+                }
             }
         };
         match settled {
