@@ -46,31 +46,24 @@ pub(crate) struct Policy<R> {
     gated: std::sync::OnceLock<Arc<Policy<R>>>,
 }
 
-/// A plan's policy, and when it was last used (the count of plans made by then), or
-/// [`DROPPED`].
+/// A plan's policy, and when it was last used (the count of plans made by then).
 pub(super) struct Entry<R> {
     pub(super) policy: Arc<Policy<R>>,
     used: AtomicU64,
-}
-
-/// The `used` of a plan dropped to make room, and not made again since: its state stays in
-/// the store, where a handle's reset and block must still reach it.
-const DROPPED: u64 = 0;
-
-impl<R> Entry<R> {
-    /// Whether the plan is one picked lately (not dropped to make room).
-    fn held(&self) -> bool {
-        self.used.load(Ordering::Relaxed) != DROPPED
-    }
 }
 
 /// The plan a request picked: its policy, `None` for the layer's own quotas, or an error when
 /// the store refuses the plan.
 pub(crate) type Picked<R> = Result<Option<Arc<Policy<R>>>, crate::Error>;
 
-/// The policies made for plans, by their quotas: those of the plans picked lately, and
-/// those dropped to make room.
-pub(super) type Made<R> = HashMap<Box<[Quota]>, Entry<R>, RandomState>;
+/// The policies made for plans, by their quotas.
+pub(super) struct Made<R> {
+    /// Those of the plans picked lately.
+    pub(super) held: HashMap<Box<[Quota]>, Entry<R>, RandomState>,
+    /// Those of the plans dropped from `held` to make room, and not made again since: their
+    /// state stays in the store, where a handle's reset and block must still reach it.
+    pub(super) evicted: HashMap<Box<[Quota]>, Arc<Policy<R>>, RandomState>,
+}
 
 /// Makes what the layer answers a plan's requests with, for the plan's limiter.
 pub(crate) type Respond<R> = dyn Fn(&Arc<dyn Limiter>) -> R + Send + Sync;
@@ -118,7 +111,10 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         Self {
             select,
             maker,
-            made_for: RwLock::default(),
+            made_for: RwLock::new(Made {
+                held: HashMap::default(),
+                evicted: HashMap::default(),
+            }),
             forgot: AtomicBool::new(false),
             made: AtomicU64::new(0),
             warned_evicting: AtomicBool::new(false),
@@ -263,15 +259,16 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         }
         // A hit: a read lock, and a write to the entry once per policy made.
         let made = self.made.load(Ordering::Relaxed);
-        let dropped = match self.read().get(quotas) {
-            Some(entry) if entry.held() => {
+        let evicted = {
+            let made_for = self.read();
+            if let Some(entry) = made_for.held.get(quotas) {
                 if entry.used.load(Ordering::Relaxed) != made {
                     entry.used.store(made, Ordering::Relaxed);
                 }
                 return Ok(Some(entry.policy.clone()));
             }
             // A plan dropped to make room comes back with its limiter (and what its keys used).
-            dropped => dropped.map(|entry| entry.policy.clone()),
+            made_for.evicted.get(quotas).cloned()
         };
         if quotas.is_empty() {
             Self::log_once(
@@ -282,22 +279,26 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             return Ok(None);
         }
         let in_force = self.maker.live.plan_quotas(quotas);
-        let policy = match dropped {
+        let policy = match evicted {
             Some(policy) => Ok(policy),
             None => self.make(quotas, &in_force).map(Arc::new),
         };
-        // A plan the store cannot keep (a quota too large for Redis): its requests are refused
-        // as by a store that fails closed, never given the layer's own quotas, which may be
-        // looser than the plan's.
-        let policy = policy.inspect_err(|refused| {
-            Self::log_once(
-                &self.warned_refused,
-                true,
-                &format!("quota_for picked a plan its store refuses; such requests are refused: {refused}"),
-            );
-        })?;
+        let policy = match policy {
+            Ok(policy) => policy,
+            Err(refused) => {
+                // A plan the store cannot keep (a quota too large for Redis): its requests are
+                // refused as by a store that fails closed, never given the layer's own quotas,
+                // which may be looser than the plan's.
+                Self::log_once(
+                    &self.warned_refused,
+                    true,
+                    &format!("quota_for picked a plan its store refuses; such requests are refused: {refused}"),
+                );
+                return Err(refused);
+            }
+        };
         let mut made_for = self.write();
-        if let Some(entry) = made_for.get(quotas).filter(|entry| entry.held()) {
+        if let Some(entry) = made_for.held.get(quotas) {
             return Ok(Some(entry.policy.clone()));
         }
         if self.maker.live.plan_quotas(quotas) != in_force {
@@ -305,8 +306,8 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             drop(made_for);
             return self.lookup(quotas);
         }
-        let held = made_for.values().filter(|entry| entry.held());
-        if held.count() >= MAX_PLANS {
+        let Made { held, evicted } = &mut *made_for;
+        if held.len() >= MAX_PLANS {
             Self::log_once(
                 &self.warned_evicting,
                 false,
@@ -314,16 +315,14 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
                  plans' limiters are made again when next needed (their state is kept in \
                  the store). If the selector makes quotas up from request data, bound it",
             );
-            let held = made_for.iter().filter(|(_, entry)| entry.held());
-            let oldest = held.min_by_key(|(_, entry)| entry.used.load(Ordering::Relaxed));
-            let oldest = oldest.map(|(quotas, _)| quotas.clone());
-            let dropped = made_for.len() - MAX_PLANS;
-            match oldest {
-                Some(oldest) if dropped < MAX_EVICTED_PLANS => {
-                    made_for[&oldest].used.store(DROPPED, Ordering::Relaxed);
-                }
-                Some(oldest) => {
-                    made_for.remove(&oldest);
+            let oldest = held
+                .iter()
+                .min_by_key(|(_, entry)| entry.used.load(Ordering::Relaxed))
+                .map(|(quotas, _)| quotas.clone());
+            if let Some((oldest, entry)) = oldest.and_then(|q| held.remove_entry(&q)) {
+                if evicted.len() < MAX_EVICTED_PLANS {
+                    evicted.insert(oldest, entry.policy);
+                } else {
                     // Warned once: when the layer first forgets a plan.
                     Self::log_once(
                         &self.forgot,
@@ -333,15 +332,15 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
                          selector makes quotas up from request data, bound it",
                     );
                 }
-                None => {}
             }
         }
+        evicted.remove(quotas);
         let made = self.made.fetch_add(1, Ordering::Relaxed) + 1;
         let entry = Entry {
             policy: policy.clone(),
             used: AtomicU64::new(made),
         };
-        made_for.insert(quotas.into(), entry);
+        held.insert(quotas.into(), entry);
         Ok(Some(policy))
     }
 }

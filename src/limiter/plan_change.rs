@@ -7,21 +7,27 @@ use std::sync::Arc;
 
 use super::live::LivePlans;
 use super::object::Limiter;
-use super::per_key::{PerKey, Policy};
+use super::per_key::{Made, PerKey, Policy};
 use crate::Quota;
 
 impl<R: Clone + Send + Sync + 'static> PerKey<R> {
     /// The policy made for `plan`, held or dropped to make room.
     fn made(&self, plan: &[Quota]) -> Option<Arc<Policy<R>>> {
-        self.read().get(plan).map(|entry| entry.policy.clone())
+        let made = self.read();
+        let held = made.held.get(plan).map(|entry| entry.policy.clone());
+        held.or_else(|| made.evicted.get(plan).cloned())
     }
 
     /// Puts `next` in `current`'s place for `plan`, unless another took it meanwhile.
     fn replace(&self, plan: &[Quota], current: &Arc<Policy<R>>, next: Arc<Policy<R>>) {
         let mut made = self.write();
-        let entry = made.get_mut(plan);
-        if let Some(entry) = entry.filter(|entry| Arc::ptr_eq(&entry.policy, current)) {
-            entry.policy = next;
+        let Made { held, evicted } = &mut *made;
+        let policy = match held.get_mut(plan) {
+            Some(entry) => Some(&mut entry.policy),
+            None => evicted.get_mut(plan),
+        };
+        if let Some(policy) = policy.filter(|policy| Arc::ptr_eq(policy, current)) {
+            *policy = next;
         }
     }
 }
@@ -63,10 +69,9 @@ impl<R: Clone + Send + Sync + 'static> LivePlans for PerKey<R> {
     /// known, and a reset or block through them may miss a client of a forgotten plan.
     fn limiters(&self) -> (Vec<Arc<dyn Limiter>>, Result<(), crate::Error>) {
         let made = self.read();
-        let limiters = made
-            .values()
-            .map(|entry| entry.policy.limiter.clone())
-            .collect();
+        let held = made.held.values().map(|entry| &entry.policy);
+        let all = held.chain(made.evicted.values());
+        let limiters = all.map(|policy| policy.limiter.clone()).collect();
         if !self.forgot.load(Ordering::Relaxed) {
             return (limiters, Ok(()));
         }
