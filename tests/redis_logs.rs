@@ -168,6 +168,130 @@ fn store_failures_never_show_a_key_above_trace() {
     }
 }
 
+/// Settled costs on Redis, with every failure policy, keep the client's key out of every log
+/// line above trace: settlements that charge and refund, on corrupt state, and with Redis gone
+/// (the settlement then fails, is logged, and the request keeps its reservation), beside an
+/// in-flight limit whose leases are given back with Redis gone.
+fn settlements_that_fail_never_show_a_key_above_trace() {
+    type Settling = tower::util::BoxCloneService<
+        Request<String>,
+        http::Response<tollgate::layer::ResponseBody<tollgate::layer::ResponseBody<String>>>,
+        std::convert::Infallible,
+    >;
+    let Some(mut server) = server::RedisServer::start() else {
+        return;
+    };
+    let log = Captured::default();
+    let subscriber = log.subscriber(tracing::Level::TRACE);
+    let secret = "sk_live_{SETTLE}_777".to_owned();
+    let mut must_not_show: Vec<String> = Vec::new();
+    tracing::subscriber::with_default(subscriber, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let clock = ManualClock::new();
+            let key = Key::from(secret.as_str());
+            let mut services = Vec::new();
+            for (name, policy) in [
+                ("open", OnFailure::Open),
+                ("closed", OnFailure::Closed),
+                ("local", OnFailure::Local(MemoryStore::new())),
+            ] {
+                let store = RedisStore::connect(&server.url())
+                    .await
+                    .unwrap()
+                    .on_failure(policy)
+                    .deny_cache(0)
+                    .with_caller_clock();
+                let quota = Quota::per_minute(100).named(name);
+                let redis_key = RateLimiter::gcra(quota.clone())
+                    .with_store(store.clone())
+                    .table()
+                    .redis_keys(&key)
+                    .remove(0);
+                must_not_show.extend(forms(&secret, &redis_key));
+                let layer = RateLimitLayer::gcra(quota)
+                    .key(Header::new("x-api-key"))
+                    .cost(|_: &Key, _| 10)
+                    .settle()
+                    .store(store.clone())
+                    .clock(clock.clone());
+                let in_flight = tollgate::InFlightLayer::new(5)
+                    .policy_name(name)
+                    .key(Header::new("x-api-key"))
+                    .clock(clock.clone())
+                    .store(store);
+                let svc = Settling::new(in_flight.layer(layer.layer(tower::service_fn(
+                    |req: Request<String>| async move {
+                        let set = req.headers().get("x-set").and_then(|v| v.to_str().ok());
+                        if let (Some(usage), Some(set)) = (
+                            req.extensions().get::<tollgate::Usage>(),
+                            set.and_then(|s| s.parse().ok()),
+                        ) {
+                            usage.set(set);
+                        }
+                        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+                    },
+                ))));
+                services.push((svc, redis_key));
+            }
+            let send = |svc: &Settling, set: &str| {
+                let svc = svc.clone();
+                let req = Request::builder()
+                    .header("x-api-key", secret.as_str())
+                    .header("x-set", set)
+                    .body(String::new())
+                    .unwrap();
+                async move {
+                    let Ok(resp) = svc.oneshot(req).await;
+                    let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
+                    // The settlement runs on the runtime.
+                    for _ in 0..20 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            };
+            let mut conn = redis::Client::open(server.url())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            for (svc, redis_key) in &services {
+                send(svc, "30").await;
+                send(svc, "2").await;
+                // Corrupt state: the check fails, and so would a settlement.
+                let _: () = conn.set(redis_key, "gcra:garbage").await.unwrap();
+                send(svc, "40").await;
+                let _: () = conn.del(redis_key).await.unwrap();
+                clock.advance(Duration::from_secs(11));
+            }
+            // Redis gone mid-stream: checks, settlements and give-backs fail.
+            server.kill();
+            for (svc, _) in &services {
+                send(svc, "50").await;
+                send(svc, "1").await;
+                clock.advance(Duration::from_secs(11));
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        });
+    });
+    let text = log.text();
+    for logged in [
+        "settlement failed",
+        "corrupt gcra state",
+        "lease not given back",
+    ] {
+        assert!(text.contains(logged), "{logged:?} is logged: {text}");
+    }
+    for line in text.lines().filter(|l| !l.contains("TRACE")) {
+        for form in &must_not_show {
+            assert!(!line.contains(form.as_str()), "{form:?} shows: {line}");
+        }
+    }
+}
+
 /// The warnings a store logs when it connects to a server started with `options`.
 fn connect_warnings(options: &[&str]) -> Vec<String> {
     let Some(server) = server::RedisServer::start_with(options) else {
@@ -243,6 +367,10 @@ fn main() -> std::process::ExitCode {
         server::needs_redis(
             "store_failures_never_show_a_key_above_trace",
             store_failures_never_show_a_key_above_trace,
+        ),
+        server::needs_redis(
+            "settlements_that_fail_never_show_a_key_above_trace",
+            settlements_that_fail_never_show_a_key_above_trace,
         ),
         server::needs_redis(
             "an_evicting_policy_is_warned_of_once_at_connect",

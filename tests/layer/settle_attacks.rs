@@ -501,3 +501,178 @@ async fn a_refund_after_a_reset_never_frees_a_later_admission_tiers() {
     ];
     refund_after_reset(RateLimitLayer::gcra(tiers)).await;
 }
+
+/// A stream of requests of one key, some held in flight, their true costs above and below
+/// their reservations, the clock moved forward and back between admissions and settlements:
+/// at every admission, the true costs admitted so far stay within the burst, what the latest
+/// time reached lets through at the quota's rate, and what the requests in flight overspent.
+#[tokio::test]
+async fn a_clock_that_jumps_back_between_admission_and_settlement_keeps_the_bound() {
+    for seed in 1..=12u64 {
+        let clock = ManualClock::new();
+        let start = Duration::from_secs(10_000);
+        clock.set(start);
+        let svc = tokens(per_minute(), &clock);
+        let mut rng = seed;
+        let mut next = |n: u64| {
+            rng = rng
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (rng >> 33) % n
+        };
+        let (mut now, mut latest) = (start, start);
+        let mut admitted_cost = 0u64;
+        let mut held: Vec<(u64, Response<ResponseBody<Streamed>>)> = Vec::new();
+        for step in 0..400 {
+            match next(6) {
+                0 => now += Duration::from_millis(next(6_000)),
+                1 => now = now.saturating_sub(Duration::from_millis(next(4_000))),
+                _ => {}
+            }
+            clock.set(now);
+            latest = latest.max(now);
+            if next(3) == 0 && !held.is_empty() {
+                let (_, response) = held.remove(next(held.len() as u64) as usize);
+                response.into_body().collect().await.unwrap();
+                continue;
+            }
+            let (estimate, cost) = (1 + next(20), next(40));
+            let (estimate_text, cost_text) = (estimate.to_string(), cost.to_string());
+            let headers = [("x-estimate", &*estimate_text), ("x-set", &*cost_text)];
+            let response = svc.clone().oneshot(request(&headers)).await.unwrap();
+            if response.status() != StatusCode::OK {
+                continue;
+            }
+            admitted_cost += cost;
+            held.push((cost.saturating_sub(estimate), response));
+            let overspent: u64 = held.iter().map(|(over, _)| over).sum();
+            let allowed = 60 + (latest - start).as_secs() + overspent;
+            assert!(
+                admitted_cost <= allowed,
+                "seed {seed}, step {step}: {admitted_cost} admitted, at most {allowed}"
+            );
+            if held.len() > 3 {
+                let (_, response) = held.remove(0);
+                response.into_body().collect().await.unwrap();
+            }
+        }
+    }
+}
+
+/// Tiers, a tuple key with an `.or` part, a per-key plan whose quotas are cut mid-stream, and
+/// requests held in flight while costs settle above and below their reservations: every
+/// tier keeps the bound, under the plan's first quotas over the whole stream and under its
+/// new ones from the change on.
+#[tokio::test]
+async fn a_plans_tiers_cut_mid_stream_keep_the_bound_for_a_tuple_key() {
+    use tollgate::key::{Header, KeyExtractor, RequestHead};
+    use tollgate::Key;
+
+    let first = [
+        Quota::per_minute(120).named("m"),
+        Quota::per_hour(3_000).named("h"),
+    ];
+    let cut = [
+        Quota::per_minute(30).named("m"),
+        Quota::per_hour(2_000).named("h"),
+    ];
+    for seed in 1..=8u64 {
+        let clock = ManualClock::new();
+        let plan = first.clone();
+        let layer = RateLimitLayer::gcra([
+            Quota::per_minute(6).named("m"),
+            Quota::per_hour(20).named("h"),
+        ])
+        .key((
+            Header::new("x-key"),
+            Header::new("x-org").or(Header::new("x-team")),
+        ))
+        .quota_for(move |_: &Key, _: RequestHead<'_>| plan.clone())
+        .clock(clock.clone())
+        .cost(|_: &Key, head: RequestHead<'_>| {
+            head.headers()
+                .get("x-estimate")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(1)
+        })
+        .settle();
+        let handle = layer.handle();
+        let svc = Svc::new(layer.layer(handler()));
+        let mut rng = seed;
+        let mut next = |n: u64| {
+            rng = rng
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (rng >> 33) % n
+        };
+        // (admitted at, true cost) of each admission.
+        let mut admitted: Vec<(Duration, u64)> = Vec::new();
+        // (admission index, overspend, response) of the requests in flight.
+        let mut held: Vec<(usize, u64, Response<ResponseBody<Streamed>>)> = Vec::new();
+        let mut now = Duration::ZERO;
+        let mut cut_at = None;
+        for step in 0..300 {
+            if step == 150 {
+                handle.set_plan_quotas(first.clone(), cut.clone()).unwrap();
+                cut_at = Some(admitted.len());
+            }
+            now += Duration::from_millis(next(4_000));
+            clock.set(now);
+            if next(3) == 0 && !held.is_empty() {
+                let (_, _, response) = held.remove(next(held.len() as u64) as usize);
+                response.into_body().collect().await.unwrap();
+                continue;
+            }
+            let (estimate, cost) = ((1 + next(10)).to_string(), next(25));
+            let request = Request::builder()
+                .header("x-key", "k")
+                .header("x-org", "acme")
+                .header("x-estimate", &estimate)
+                .header("x-set", cost.to_string())
+                .body(String::new())
+                .unwrap();
+            let response = svc.clone().oneshot(request).await.unwrap();
+            if response.status() != StatusCode::OK {
+                continue;
+            }
+            let estimate: u64 = estimate.parse().unwrap();
+            admitted.push((now, cost));
+            held.push((admitted.len() - 1, cost.saturating_sub(estimate), response));
+            // What the window's requests still in flight overspent.
+            let since = |from: usize| {
+                let spent: u64 = admitted[from..].iter().map(|(_, c)| c).sum();
+                let over = held.iter().filter(|(at, ..)| *at >= from);
+                (
+                    spent,
+                    now - admitted[from].0,
+                    over.map(|(_, o, _)| o).sum::<u64>(),
+                )
+            };
+            let check = |quotas: &[Quota; 2], from: usize, when: &str| {
+                let (spent, elapsed, overspent) = since(from);
+                for quota in quotas {
+                    let interval = quota.period() / quota.limit() as u32;
+                    let bound = quota.burst()
+                        + (elapsed.as_nanos() / interval.as_nanos()) as u64
+                        + overspent;
+                    assert!(
+                        spent <= bound,
+                        "seed {seed}, step {step}, {when}: {spent} spent, {quota:?} allows {bound}"
+                    );
+                }
+            };
+            for from in 0..admitted.len() {
+                check(&first, from, "first quotas");
+            }
+            if let Some(cut_at) = cut_at.filter(|&at| at < admitted.len()) {
+                for from in cut_at..admitted.len() {
+                    check(&cut, from, "cut quotas");
+                }
+            }
+            if held.len() > 3 {
+                let (_, _, response) = held.remove(0);
+                response.into_body().collect().await.unwrap();
+            }
+        }
+    }
+}

@@ -386,3 +386,106 @@ async fn plans_up_to_4352_are_all_reached_and_the_next_is_reported() {
         "plan 4352 after its reset"
     );
 }
+
+/// A client's plan dropped past the 4 352 plans the layer keeps, by a flood of plans made up
+/// from another header, is made again with what its key used and owes: the client in debt on
+/// its plan stays denied, with settled costs too.
+#[tokio::test]
+async fn a_plan_forgotten_past_4352_plans_comes_back_with_its_debt() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::gcra(Quota::per_hour(1))
+        .key(Header::new("x-api-key"))
+        .quota_for(|_key: &Key, head: RequestHead<'_>| {
+            let n: u64 = head
+                .headers()
+                .get("x-plan")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(0);
+            Quota::new(10, Duration::from_secs(3600 + n))
+        })
+        .settle()
+        .store(MemoryStore::new())
+        .clock(clock.clone());
+    let svc = layer.layer(tower::service_fn(|req: Request<String>| async move {
+        if let Some(usage) = req.extensions().get::<tollgate::Usage>() {
+            usage.set(100);
+        }
+        Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+    }));
+    let call = |key: &str, plan: u64| {
+        let svc = svc.clone();
+        let request = Req::new()
+            .header("x-api-key", key)
+            .header("x-plan", &plan.to_string())
+            .from("192.0.2.1:1")
+            .build();
+        async move {
+            let response = svc.oneshot(request).await.unwrap();
+            let status = response.status();
+            http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .unwrap();
+            status
+        }
+    };
+    // 100 of 10: 90 past the burst, owed for hours.
+    assert_eq!(call("victim", 0).await, StatusCode::OK);
+    assert_eq!(call("victim", 0).await, StatusCode::TOO_MANY_REQUESTS);
+    for plan in 1..4500 {
+        assert_eq!(call("flood", plan).await, StatusCode::OK, "plan {plan}");
+    }
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(
+        call("victim", 0).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the plan made again must keep the key's debt"
+    );
+}
+
+/// A plan whose quotas were cut through the handle, dropped past the 4 352 plans the layer
+/// keeps by a flood of plans made up from another header, comes back under its cut quotas:
+/// its client does not get the plan's first, looser quotas back.
+#[tokio::test]
+async fn a_cut_plan_forgotten_past_4352_plans_comes_back_cut() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::gcra(Quota::per_hour(1))
+        .key(Header::new("x-api-key"))
+        .quota_for(|_key: &Key, head: RequestHead<'_>| {
+            let n: u64 = head
+                .headers()
+                .get("x-plan")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(0);
+            Quota::new(100, Duration::from_secs(3600 + n))
+        })
+        .store(MemoryStore::new())
+        .clock(clock.clone());
+    let handle = layer.handle();
+    let svc = layer.layer(ok());
+    let call = |key: &str, plan: u64| {
+        let request = Req::new()
+            .header("x-api-key", key)
+            .header("x-plan", &plan.to_string())
+            .from("192.0.2.1:1")
+            .build();
+        let svc = svc.clone();
+        async move { svc.oneshot(request).await.unwrap().status() }
+    };
+    assert_eq!(call("victim", 0).await, StatusCode::OK);
+    handle
+        .set_plan_quotas(
+            Quota::new(100, Duration::from_secs(3600)),
+            Quota::per_hour(2),
+        )
+        .unwrap();
+    assert_eq!(call("victim", 0).await, StatusCode::OK);
+    assert_eq!(call("victim", 0).await, StatusCode::TOO_MANY_REQUESTS);
+    for plan in 1..4500 {
+        assert_eq!(call("flood", plan).await, StatusCode::OK, "plan {plan}");
+    }
+    assert_eq!(
+        call("victim", 0).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the plan made again must keep its cut quotas"
+    );
+}
