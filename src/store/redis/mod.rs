@@ -217,7 +217,6 @@ mod on_failure;
 mod reply;
 mod script;
 mod sentinel;
-mod slot_map;
 mod slots;
 mod table;
 mod version;
