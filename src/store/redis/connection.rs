@@ -80,13 +80,11 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Runs `task` on the current tokio runtime; `false` (and nothing runs) without one.
-pub(crate) fn spawn(task: impl Future<Output = ()> + Send + 'static) -> bool {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return false;
-    };
-    runtime.spawn(task);
-    true
+/// Runs `task` on the current tokio runtime; nothing runs without one.
+pub(crate) fn spawn(task: impl Future<Output = ()> + Send + 'static) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(task);
+    }
 }
 
 /// Runs its action when dropped, unless [`defused`](Self::defuse) first.

@@ -42,11 +42,6 @@ pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(200);
 
 /// Whether Redis answers, as a store's calls found it.
 pub(crate) struct Health {
-    /// Whether a call that finds Redis unreachable marks it down. Not behind Sentinel: the
-    /// connection drops an unreachable primary at once, answers every call at once while the
-    /// sentinels are asked, and goes on with the new primary from the call after the lookup,
-    /// sooner than a probe would.
-    unreachable_is_down: bool,
     /// The origin of the times below.
     epoch: Instant,
     /// Whether Redis is down (and a probe runs).
@@ -79,11 +74,9 @@ pub(crate) trait Master: Send + Sync {
 }
 
 impl Health {
-    /// What a store knows of Redis, at first up; `unreachable_is_down` tells whether a call
-    /// that finds Redis unreachable marks it down (else only timeouts do).
-    pub(crate) fn new(unreachable_is_down: bool) -> Self {
+    /// What a store knows of Redis, at first up.
+    pub(crate) fn new() -> Self {
         Self {
-            unreachable_is_down,
             epoch: Instant::now(),
             down: AtomicBool::new(false),
             up_since: AtomicU64::new(0),
@@ -95,12 +88,11 @@ impl Health {
         }
     }
 
-    /// What a store knows of the Redis Cluster master `master`, at first up: a call that
-    /// finds it unreachable marks it down.
+    /// What a store knows of the Redis Cluster master `master`, at first up.
     pub(crate) fn of_master(master: Box<dyn Master>) -> Self {
         Self {
             master: Some(master),
-            ..Self::new(true)
+            ..Self::new()
         }
     }
 
@@ -146,6 +138,11 @@ impl Health {
     /// Takes note of how a call sent at `sent` (from [`now`](Self::now)) ended: an answer, a
     /// timeout, or Redis unreachable. A store found down starts probing Redis over
     /// `connection`, each probe bounded by `timeout`.
+    ///
+    /// Behind Sentinel, a call that finds the primary unreachable does not mark Redis down
+    /// (only timeouts do): the connection drops an unreachable primary at once, answers every
+    /// call at once while the sentinels are asked, and goes on with the new primary from the
+    /// call after the lookup, sooner than a probe would.
     pub(crate) fn observe<T>(
         self: &Arc<Self>,
         result: &Result<T, Error>,
@@ -153,8 +150,9 @@ impl Health {
         connection: &Connection,
         timeout: Duration,
     ) {
+        let behind_sentinel = matches!(connection, Connection::Sentinel(_));
         match result {
-            Err(error) if error.kind() == ErrorKind::Unreachable && self.unreachable_is_down => {
+            Err(error) if error.kind() == ErrorKind::Unreachable && !behind_sentinel => {
                 let reason = std::error::Error::source(error)
                     .map_or_else(|| error.to_string(), ToString::to_string);
                 self.fell(sent, reason, connection, timeout);

@@ -482,11 +482,10 @@ impl RedisStore {
 
     fn new(connection: Connection) -> Self {
         let health = match &connection {
-            Connection::Single(_) => healths::Healths::One(Arc::new(health::Health::new(true))),
-            Connection::Sentinel(_) => healths::Healths::One(Arc::new(health::Health::new(false))),
             Connection::Cluster(cluster) => cluster
                 .nodes()
                 .map_or(healths::Healths::Unknown, healths::Healths::Masters),
+            _ => healths::Healths::One(Arc::new(health::Health::new())),
         };
         Self {
             health,

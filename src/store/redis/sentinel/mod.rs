@@ -48,7 +48,6 @@ use self::tally::Address;
 use super::connection::lock;
 use crate::Error;
 
-mod ask;
 mod explain;
 mod lookup;
 mod tally;
