@@ -67,7 +67,7 @@ impl Cluster {
         let link = Arc::new(Link {
             seeds,
             make,
-            current: Arc::downgrade(&current),
+            current: Arc::clone(&current),
             nodes: Nodes::default(),
             known: Mutex::new(None),
         });
@@ -100,7 +100,7 @@ impl Cluster {
 struct Link {
     seeds: Vec<ConnectionInfo>,
     make: MakeClient,
-    current: Weak<ArcSwap<ClusterConnection>>,
+    current: Arc<ArcSwap<ClusterConnection>>,
     nodes: Nodes,
     /// The masters of the last slot map connected with.
     known: Mutex<Option<Masters>>,
@@ -137,10 +137,7 @@ impl Link {
         let Some(fresh) = self.to(&masters).await else {
             return false;
         };
-        let Some(current) = self.current.upgrade() else {
-            return false;
-        };
-        current.store(Arc::new(fresh));
+        self.current.store(Arc::new(fresh));
         self.follow(Some(masters));
         true
     }
@@ -215,11 +212,7 @@ impl Master for Node {
             let Some(link) = self.link.upgrade() else {
                 return false;
             };
-            let Some(current) = link.current.upgrade() else {
-                return false;
-            };
-            let mut connection = ClusterConnection::clone(&current.load());
-            drop(current);
+            let mut connection = ClusterConnection::clone(&link.current.load());
             let to_node = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
                 host: self.host.clone(),
                 port: self.port,

@@ -65,16 +65,14 @@ impl Tally {
             return;
         }
         match self.named.iter_mut().find(|(address, _)| *address == named) {
-            Some((_, votes)) if votes.iter().any(|(voter, _)| *voter == id) => {
-                self.repeated += 1;
-                // The vote stands for the one listed first.
-                for (voter, first) in votes.iter_mut() {
-                    if *voter == id {
-                        *first = (*first).min(place);
-                    }
+            Some((_, votes)) => match votes.iter_mut().find(|(voter, _)| *voter == id) {
+                Some((_, first)) => {
+                    self.repeated += 1;
+                    // The vote stands for the one listed first.
+                    *first = (*first).min(place);
                 }
-            }
-            Some((_, votes)) => votes.push((id, place)),
+                None => votes.push((id, place)),
+            },
             None => self.named.push((named, vec![(id, place)])),
         }
     }
