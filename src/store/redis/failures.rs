@@ -117,7 +117,7 @@ impl FailureCounter {
 
     /// Counts one failure with the recorder in force.
     #[inline]
-    pub(crate) fn increment(&self) {
+    fn increment(&self) {
         #[cfg(feature = "metrics")]
         metrics::with_recorder(|recorder| {
             // The recorder's address tells recorders apart: the global one lives for the
