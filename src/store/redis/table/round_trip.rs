@@ -50,17 +50,13 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         now: u64,
         mode: Mode<'_>,
     ) -> Result<Vec<Figure>, Error> {
-        let inner = &self.inner;
-        let Some(health) = inner.store.health.of(key) else {
-            return self.round_trip_once(key, now, mode).await;
-        };
-        if health.is_down() {
+        let store = &self.inner.store;
+        if let Some(health) = store.health.down(key) {
             return Err(health.error());
         }
-        let sent = health.now();
-        let result = self.round_trip_once(key, now, mode).await;
-        health.observe(&result, sent, &inner.store.connection, inner.store.timeout);
-        result
+        store
+            .observed(key, self.round_trip_once(key, now, mode))
+            .await
     }
 
     /// [`round_trip`](Self::round_trip), asking Redis whatever is known of it.
