@@ -50,22 +50,18 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         now: u64,
         mode: Mode<'_>,
     ) -> Result<Vec<Figure>, Error> {
-        let store = &self.inner.store;
-        if let Some(health) = store.health.down(key) {
+        let inner = &self.inner;
+        if let Some(health) = inner.store.health.down(key) {
             return Err(health.error());
         }
-        store
-            .observed(key, self.round_trip_once(key, now, mode))
+        inner
+            .store
+            .observed(key, self.call_script(key, now, mode))
             .await
     }
 
-    /// [`round_trip`](Self::round_trip), asking Redis whatever is known of it.
-    async fn round_trip_once(
-        &self,
-        key: &Key,
-        now: u64,
-        mode: Mode<'_>,
-    ) -> Result<Vec<Figure>, Error> {
+    /// The script in `mode` for `key`, bounded by the timeout, whatever is known of Redis.
+    async fn call_script(&self, key: &Key, now: u64, mode: Mode<'_>) -> Result<Vec<Figure>, Error> {
         let inner = &self.inner;
         if !inner.store.version.load(Ordering::Acquire) {
             let connection = &mut inner.store.connection.clone();
