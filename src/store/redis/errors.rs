@@ -1,10 +1,12 @@
-//! What kind of failure a Redis error is ([`ErrorKind`]), with the client's key taken out.
+//! What kind of failure a Redis error is ([`ErrorKind`]), with the client's key taken out; and
+//! a call bounded by the timeout, what it found told to the store's health.
 
 use std::time::Duration;
 
 use redis::{ErrorKind as RedisKind, RedisError, ServerErrorKind};
 
 use super::keys::redact;
+use super::RedisStore;
 use crate::{Error, ErrorKind, Key};
 
 /// The kind of a redis-rs error: a timeout, a server out of memory (`OOM`), a server that
@@ -62,5 +64,23 @@ pub(crate) async fn bounded<T, E>(
         Err(_) => Err(Error::timeout(format!(
             "Redis did not answer within {timeout:?}"
         ))),
+    }
+}
+
+impl RedisStore {
+    /// `call` for `key`, and what it found (an answer, a timeout, Redis unreachable) told to
+    /// the health of `key`'s Redis, when the store knows it.
+    pub(crate) async fn observed<T>(
+        &self,
+        key: &Key,
+        call: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let health = self.health.of(key);
+        let sent = health.as_ref().map_or(0, |health| health.now());
+        let result = call.await;
+        if let Some(health) = health {
+            health.observe(&result, sent, &self.connection, self.timeout);
+        }
+        result
     }
 }

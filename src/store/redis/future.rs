@@ -4,28 +4,22 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use crate::store::{BoxedDecision, DecisionFuture};
 use crate::{Decision, Error};
 
 /// The future of a check on the [`RedisStore`](super::RedisStore): ready at once when the
 /// answer is local (a remembered denial), otherwise one round trip.
 #[doc(hidden)]
-pub struct RedisFuture(FutureState);
-
-type Boxed = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>;
-
-enum FutureState {
-    Ready(Option<Result<Decision, Error>>),
-    Pending(Boxed),
-}
+pub struct RedisFuture(DecisionFuture);
 
 impl RedisFuture {
     #[inline]
     pub(crate) fn ready(result: Result<Decision, Error>) -> Self {
-        Self(FutureState::Ready(Some(result)))
+        Self(DecisionFuture::Ready(Some(result)))
     }
 
-    pub(crate) fn pending(future: Boxed) -> Self {
-        Self(FutureState::Pending(future))
+    pub(crate) fn pending(future: BoxedDecision) -> Self {
+        Self(DecisionFuture::Waiting(future))
     }
 }
 
@@ -40,12 +34,9 @@ impl Future for RedisFuture {
 
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.0 {
-            FutureState::Ready(result) => match result.take() {
-                Some(result) => Poll::Ready(result),
-                None => Poll::Ready(Err(Error::store("RedisFuture polled after it completed"))),
-            },
-            FutureState::Pending(future) => future.as_mut().poll(cx),
+        if let DecisionFuture::Ready(None) = self.0 {
+            return Poll::Ready(Err(Error::store("RedisFuture polled after it completed")));
         }
+        Pin::new(&mut self.0).poll(cx)
     }
 }

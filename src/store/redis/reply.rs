@@ -7,13 +7,7 @@ use crate::{Decision, Error};
 /// One figure of a script's reply: an integer, or an integer as text (past what Lua replies
 /// as an integer exactly).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Figure(i128);
-
-impl Figure {
-    pub(crate) fn value(self) -> i128 {
-        self.0
-    }
-}
+pub(crate) struct Figure(pub(crate) i128);
 
 impl redis::FromRedisValue for Figure {
     fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {

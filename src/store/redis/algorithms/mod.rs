@@ -5,17 +5,10 @@ mod hybrid;
 mod token_bucket;
 mod windows;
 
-use crate::algorithm::{
-    Algorithm, FixedWindow, Gcra, Hybrid, LeakyBucket, SlidingLog, SlidingWindow, Tiered,
-    TokenBucket,
-};
+use crate::algorithm::{Algorithm, Tiered};
 use crate::store::MemoryAlgorithm;
 
 mod sealed {
-    /// Only the crate's algorithms have a Lua module: [`RedisAlgorithm`](super::RedisAlgorithm)
-    /// is implemented for them and for tiers of them, and for nothing else.
-    pub trait Sealed {}
-
     /// How a module's tiers may be leased ([`Leases`](crate::store::Leases)).
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum Leasing {
@@ -32,23 +25,15 @@ mod sealed {
 
 pub(crate) use self::sealed::Leasing;
 
-impl sealed::Sealed for Gcra {}
-impl sealed::Sealed for LeakyBucket {}
-impl sealed::Sealed for TokenBucket {}
-impl sealed::Sealed for FixedWindow {}
-impl sealed::Sealed for SlidingWindow {}
-impl sealed::Sealed for SlidingLog {}
-impl sealed::Sealed for Hybrid {}
-impl<A: RedisAlgorithm> sealed::Sealed for Tiered<A> {}
-
 /// An algorithm the [`RedisStore`](super::RedisStore) can run: every algorithm of this crate,
 /// and tiers of them.
 ///
 /// Each has a Lua module that decides exactly as its Rust reference (the crate's tests run
 /// both on the same random sequences and compare every decision). The methods are the store's
-/// own business, and the trait is sealed.
+/// own business, and the trait is sealed: only the crate's algorithms are
+/// [`Algorithm`]s.
 #[doc(hidden)]
-pub trait RedisAlgorithm: MemoryAlgorithm + sealed::Sealed {
+pub trait RedisAlgorithm: MemoryAlgorithm {
     /// The Lua module that defines `ALG`, between the shared prelude and driver.
     #[doc(hidden)]
     const LUA: &'static str;

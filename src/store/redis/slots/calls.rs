@@ -108,22 +108,17 @@ impl Inner {
             invocation.key(k);
         }
         // The time the script decides at, in ms: the caller's, or `''` for Redis `TIME`.
-        let now = match self.caller_clock {
+        let now = match self.store.caller_clock {
             true => (self.clock.now_nanos() / 1_000_000).to_string(),
             false => String::new(),
         };
         let args = (op, member, cost, self.limit, self.ttl_ms, now);
-        let connection = &mut self.connection.clone();
+        let connection = &mut self.store.connection.clone();
         let call = invocation
             .arg(args)
             .invoke_async::<(i64, i64, i64)>(connection);
-        let health = self.health.of(key);
-        let sent = health.as_ref().map_or(0, |health| health.now());
-        let result = bounded(self.timeout, call, |e| errors::deciding(&e, key)).await;
-        if let Some(health) = health {
-            health.observe(&result, sent, &self.connection, self.timeout);
-        }
-        let (done, held, blocked) = result?;
+        let call = bounded(self.store.timeout, call, |e| errors::deciding(&e, key));
+        let (done, held, blocked) = self.store.observed(key, call).await?;
         let (Ok(held), Ok(blocked)) = (u64::try_from(held), u64::try_from(blocked)) else {
             return Err(Error::protocol(format!(
                 "unexpected reply from the in-flight script: {held}, {blocked}"

@@ -20,9 +20,8 @@ use redis::Script;
 
 use super::failures::FailureCounter;
 use super::fallback::Fallback;
-use super::healths::Healths;
 use super::keys::encode_key;
-use super::{Connection, RedisStore};
+use super::RedisStore;
 use crate::clock::Clock;
 use crate::store::in_flight::sealed::KeepsSlots;
 use crate::store::in_flight::{SlotStore, Slots};
@@ -48,9 +47,9 @@ struct Lease {
 type Keys = [Vec<u8>; 3];
 
 struct Inner {
-    connection: Connection,
-    /// The store's health, which the calls tell what they found (as a check's would).
-    health: Healths,
+    /// The store: its connection, timeout and clock, and its health, which the calls tell
+    /// what they found (as a check's would).
+    store: RedisStore,
     script: Script,
     /// `<prefix>:{`
     head: Vec<u8>,
@@ -60,11 +59,9 @@ struct Inner {
     tail: Vec<u8>,
     limit: u64,
     ttl_ms: u64,
-    timeout: Duration,
     /// The limiter's clock: the renewals' timer, and the time the script decides at when the
     /// store decides on the caller's clock instead of Redis `TIME`.
     clock: Arc<dyn Clock>,
-    caller_clock: bool,
     /// What an acquire answers when Redis could not.
     fallback: Fallback<MemorySlots>,
     /// The failures `fallback` answered.
@@ -112,16 +109,13 @@ impl KeepsSlots for RedisStore {
             Ok(MemorySlots::new(limit, memory.max_keys()))
         })?;
         Ok(Arc::new(RedisSlots(Arc::new(Inner {
-            connection: self.connection.clone(),
-            health: self.health.clone(),
+            store: self.clone(),
             script: Script::new(LUA),
             head: format!("{}:{{", self.prefix).into_bytes(),
             tail: format!("}}:{policy}:in_flight.{limit}").into_bytes(),
             limit,
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1),
-            timeout: self.timeout,
             clock,
-            caller_clock: self.caller_clock,
             failures: FailureCounter::new(&policy.into(), fallback.name()),
             fallback,
             server: std::hash::RandomState::new().hash_one(std::process::id()),

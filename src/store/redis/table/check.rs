@@ -209,7 +209,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         // A blocked key's reply has no slice.
         let (decision, units, life) = match reply.len() {
             n if n == figures + 2 => {
-                let tail = |i: usize| u64::try_from(reply[figures + i].value()).ok();
+                let tail = |i: usize| u64::try_from(reply[figures + i].0).ok();
                 let bad = || Error::protocol("unexpected lease in the Redis script's reply");
                 (
                     reply::decision(&reply[..figures], &inner.limits, A::TIERED)?,

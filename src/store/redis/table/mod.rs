@@ -115,9 +115,10 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             .flat_map(|t| t.params.iter().copied())
             .collect();
         let limits: Vec<u64> = tiers.iter().map(|t| t.limit).collect();
+        let old = previous.map(|(previous, _)| &previous.inner);
         let mut names = KeyNames::new::<A>(&store.prefix, policy, &tiers);
-        if let Some((previous, _)) = previous {
-            names = names.after(&previous.inner.names);
+        if let Some(old) = old {
+            names = names.after(&old.names);
         }
         if let Some(tie) = store.tie.as_ref().filter(|tie| tie.role == Role::Plan) {
             names = names.reading_block_of(&tie.layer);
@@ -126,7 +127,6 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             .tie
             .as_ref()
             .map(|tie| Family::new(&store.prefix, tie, names.ends()));
-        let old = previous.map(|(previous, _)| &previous.inner);
         let shared = old.map_or(shared, |old| old.shared);
         let fallback = Fallback::new(
             &store.on_failure,
@@ -135,8 +135,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
             algorithm,
             old.map(|old| &old.fallback),
         )?;
-        let carry = match (old, previous) {
-            (Some(old), Some((_, now))) => {
+        let carry = match previous {
+            Some((previous, now)) => {
+                let old = &previous.inner;
                 let last = Generation {
                     names: old.names.clone(),
                     params: old.params.clone(),
@@ -148,10 +149,9 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                 let generations = std::iter::once(last).chain(earlier);
                 Carry::new(&names, limits.len(), generations, policy)?
             }
-            _ => None,
+            None => None,
         };
         let margin = tiers.iter().map(|t| t.lease_margin(A::LEASING)).min();
-        let margin = margin.unwrap_or(0);
         Ok(Self {
             inner: Arc::new(Inner {
                 failures: FailureCounter::new(&policy.into(), fallback.name()),
@@ -171,7 +171,7 @@ impl<A: RedisAlgorithm> RedisTable<A> {
                     .leases
                     .as_ref()
                     .filter(|_| tiers.iter().all(|t| t.leasable(A::LEASING)))
-                    .map(|leases| LeaseBook::new(leases, margin)),
+                    .map(|leases| LeaseBook::new(leases, margin.unwrap_or(0))),
                 refunding: AtomicBool::new(
                     old.is_some_and(|o| o.refunding.load(Ordering::Relaxed)),
                 ),

@@ -51,25 +51,17 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         mode: Mode<'_>,
     ) -> Result<Vec<Figure>, Error> {
         let inner = &self.inner;
-        let Some(health) = inner.store.health.of(key) else {
-            return self.round_trip_once(key, now, mode).await;
-        };
-        if health.is_down() {
+        if let Some(health) = inner.store.health.down(key) {
             return Err(health.error());
         }
-        let sent = health.now();
-        let result = self.round_trip_once(key, now, mode).await;
-        health.observe(&result, sent, &inner.store.connection, inner.store.timeout);
-        result
+        inner
+            .store
+            .observed(key, self.call_script(key, now, mode))
+            .await
     }
 
-    /// [`round_trip`](Self::round_trip), asking Redis whatever is known of it.
-    async fn round_trip_once(
-        &self,
-        key: &Key,
-        now: u64,
-        mode: Mode<'_>,
-    ) -> Result<Vec<Figure>, Error> {
+    /// The script in `mode` for `key`, bounded by the timeout, whatever is known of Redis.
+    async fn call_script(&self, key: &Key, now: u64, mode: Mode<'_>) -> Result<Vec<Figure>, Error> {
         let inner = &self.inner;
         if !inner.store.version.load(Ordering::Acquire) {
             let connection = &mut inner.store.connection.clone();
