@@ -3,17 +3,16 @@
 //!
 //! The cache is sharded by the key's hash (the memory store's keyed hasher: keys are chosen by
 //! clients), so checks of different keys rarely wait on one lock. Each shard keeps its denials
-//! in a hash table: finding, adding and forgetting a denial are each O(1). A full shard evicts
-//! with a clock hand over the table's buckets: of the next few denials under the hand, one
-//! that has ended, else the one that ends first.
+//! in a dense array with an index beside it: finding, adding, forgetting and evicting a denial
+//! are each O(1). A full shard evicts with a clock hand: of the next few denials under the hand,
+//! one that has ended, else the one that ends first.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use hashbrown::HashTable;
 
-use super::connection::lock;
 use crate::store::KeyHasher;
 use crate::{Decision, Key};
 
@@ -35,53 +34,96 @@ struct Denial {
     decision: Decision,
 }
 
-/// One shard: its denials, found by the key's hash.
+/// One shard: its denials, densely, and where each key's denial is.
 struct Shard {
-    denials: HashTable<Denial>,
+    denials: Vec<Denial>,
+    /// Index into `denials`, found by the key's hash.
+    index: HashTable<usize>,
     capacity: usize,
-    /// The table's bucket the clock hand points at.
+    /// Where the clock hand points in `denials`.
     hand: usize,
 }
 
 impl Shard {
-    /// Makes room in a full shard: of the next [`PROBE`] denials under the hand (in the
-    /// table's buckets), forgets the first that has ended at `now`, else the one that ends
-    /// first, and moves the hand past it.
-    fn evict(&mut self, now: u64) {
-        let buckets = self.denials.num_buckets();
-        let mut victim: Option<(usize, u64)> = None;
-        let mut seen = 0;
-        for step in 0..buckets {
-            let at = (self.hand + step) % buckets;
-            let Some(denial) = self.denials.get_bucket(at) else {
-                continue;
-            };
-            if victim.is_none_or(|(_, until)| denial.until < until) {
-                victim = Some((at, denial.until));
-            }
-            seen += 1;
-            if denial.until <= now || seen == PROBE {
-                break;
-            }
-        }
-        if let Some((at, _)) = victim {
-            self.hand = (at + 1) % buckets;
-            if let Ok(entry) = self.denials.get_bucket_entry(at) {
-                entry.remove();
+    /// Forgets every denial ended at `now`.
+    fn forget_ended(&mut self, now: u64) {
+        let mut at = 0;
+        while at < self.denials.len() {
+            if self.denials[at].until <= now {
+                self.remove_at(at);
+            } else {
+                at += 1;
             }
         }
     }
 
+    fn new(capacity: usize) -> Self {
+        Self {
+            denials: Vec::new(),
+            index: HashTable::new(),
+            capacity,
+            hand: 0,
+        }
+    }
+
+    fn find(&self, hash: u64, key: &Key) -> Option<usize> {
+        let denials = &self.denials;
+        self.index.find(hash, |&i| denials[i].key == *key).copied()
+    }
+
+    /// Forgets the denial at `at`; the last one moves into its place.
+    fn remove_at(&mut self, at: usize) {
+        let hash = self.denials[at].hash;
+        if let Ok(entry) = self.index.find_entry(hash, |&i| i == at) {
+            entry.remove();
+        }
+        let last = self.denials.len() - 1;
+        self.denials.swap_remove(at);
+        if at != last {
+            let moved = self.denials[at].hash;
+            if let Some(slot) = self.index.find_mut(moved, |&i| i == last) {
+                *slot = at;
+            }
+        }
+        if self.hand >= self.denials.len() {
+            self.hand = 0;
+        }
+    }
+
+    /// The denial to evict from a full shard: of the next [`PROBE`] under the hand, the first
+    /// that has ended at `now`, else the one that ends first. Moves the hand past it.
+    fn victim(&mut self, now: u64) -> usize {
+        let len = self.denials.len();
+        let mut best = self.hand % len;
+        for step in 0..PROBE.min(len) {
+            let at = (self.hand + step) % len;
+            let until = self.denials[at].until;
+            if until <= now {
+                best = at;
+                break;
+            }
+            if until < self.denials[best].until {
+                best = at;
+            }
+        }
+        self.hand = (best + 1) % len;
+        best
+    }
+
     fn insert(&mut self, denial: Denial, now: u64) {
-        let (hash, key) = (denial.hash, &denial.key);
-        if let Some(held) = self.denials.find_mut(hash, |d| d.key == *key) {
-            *held = denial;
+        if let Some(at) = self.find(denial.hash, &denial.key) {
+            self.denials[at] = denial;
             return;
         }
         if self.denials.len() >= self.capacity {
-            self.evict(now);
+            let at = self.victim(now);
+            self.remove_at(at);
         }
-        self.denials.insert_unique(hash, denial, |d| d.hash);
+        let at = self.denials.len();
+        let hash = denial.hash;
+        self.denials.push(denial);
+        let denials = &self.denials;
+        self.index.insert_unique(hash, at, |&i| denials[i].hash);
     }
 }
 
@@ -120,11 +162,7 @@ impl DenyCache {
         let shards = (0..count)
             .map(|i| {
                 let share = capacity / count + usize::from(i < capacity % count);
-                Mutex::new(Shard {
-                    denials: HashTable::new(),
-                    capacity: share,
-                    hand: 0,
-                })
+                Mutex::new(Shard::new(share))
             })
             .collect();
         Self {
@@ -137,7 +175,10 @@ impl DenyCache {
 
     /// The shard of a key's hash: the hash's high bits (the tables use the low ones).
     fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, Shard> {
-        lock(&self.shards[((hash >> 32) as usize) & (self.shards.len() - 1)])
+        let at = ((hash >> 32) as usize) & (self.shards.len() - 1);
+        self.shards[at]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The denial of `key` that still holds at `now`, aged to `now`.
@@ -150,17 +191,18 @@ impl DenyCache {
             // first: a lookup that finds nothing to forget writes nothing shared).
             if self.holding.load(Ordering::Relaxed) && self.holding.swap(false, Ordering::Relaxed) {
                 for shard in &self.shards {
-                    lock(shard).denials.retain(|d| d.until > now);
+                    let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                    shard.forget_ended(now);
                 }
             }
             return None;
         }
         let hash = self.hasher.hash(key);
         let mut shard = self.shard(hash);
-        let entry = shard.denials.find_entry(hash, |d| d.key == *key).ok()?;
-        let denial = entry.get();
+        let at = shard.find(hash, key)?;
+        let denial = &shard.denials[at];
         if denial.until <= now {
-            entry.remove();
+            shard.remove_at(at);
             return None;
         }
         Some(aged(&denial.decision, now.saturating_sub(denial.decided)))
@@ -202,21 +244,33 @@ impl DenyCache {
             return;
         }
         let hash = self.hasher.hash(key);
-        if let Ok(entry) = self.shard(hash).denials.find_entry(hash, |d| d.key == *key) {
-            entry.remove();
+        let mut shard = self.shard(hash);
+        if let Some(at) = shard.find(hash, key) {
+            shard.remove_at(at);
         }
     }
 
     /// How many denials the cache holds (ended ones included until they are looked up or
     /// evicted).
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).denials.len()).sum()
+        self.shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .denials
+                    .len()
+            })
+            .sum()
     }
 
     /// How many denials the cache holds at most.
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).capacity).sum()
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).capacity)
+            .sum()
     }
 }
 
