@@ -1,5 +1,7 @@
-//! How one policy answers: the rate limit headers of each response, and the answers to its
-//! denials, key errors and failed stores, in plain HTTP or (see `grpc`) gRPC.
+//! How a layer answers, as its builder set it ([`Settings`]: headers, the status of denials,
+//! answers of your own, gRPC, dry runs and which responses count), and how one policy answers
+//! by them: the rate limit headers of each response, and the answers to its denials, key
+//! errors and failed stores, in plain HTTP or (see `grpc`) gRPC.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +12,8 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 
 use super::answer::Answer;
 use super::grpc::{grpc_code, grpc_response, Grpc, GRPC_PUSHBACK, GRPC_RESOURCE_EXHAUSTED};
-use super::headers::HeaderWriter;
-use super::observe::Observer;
-use super::settings::Settings;
+use super::headers::{HeaderWriter, Headers};
+use super::observe::{Denials, Observer};
 use super::text::{int_value, Text};
 use crate::decision::{ceil_millis, ceil_secs};
 use crate::key::{KeyError, RequestHead};
@@ -25,6 +26,63 @@ const BUSY: &str = "Too many requests in progress: retry once one has finished."
 const UNAVAILABLE: &str = "Rate limiting is unavailable; try again shortly.";
 /// The message of a denial that no wait would turn into an allowance.
 const TOO_LARGE: &str = "Request too large: it costs more than the rate limit ever allows.";
+
+/// Makes the response to a denied request, in place of the layer's plain-text one.
+pub(crate) type OnLimited = dyn Fn(&Decision, RequestHead<'_>) -> Response<Answer> + Send + Sync;
+
+/// Makes the response to a request without a key, in place of the layer's plain-text one.
+pub(crate) type OnKeyError = dyn Fn(&KeyError, RequestHead<'_>) -> Response<Answer> + Send + Sync;
+
+/// Picks the responses whose requests count against the quota.
+pub(crate) type CountIf = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
+
+/// How a layer answers: its header settings, the status of denials, a custom denial response,
+/// whether gRPC requests get gRPC answers, and whether it only reports (dry run).
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) headers: Headers,
+    /// The status of denied HTTP requests (429 unless set).
+    pub(crate) status: StatusCode,
+    pub(crate) on_limited: Option<Arc<OnLimited>>,
+    pub(crate) on_key_error: Option<Arc<OnKeyError>>,
+    pub(crate) dry_run: bool,
+    /// Which responses count against the quota; `None`: all of them.
+    pub(crate) count_if: Option<Arc<CountIf>>,
+    /// Whether each request's cost is settled once its response body ends (`settle`).
+    pub(crate) settle: bool,
+    /// Whether gRPC requests get gRPC answers (`grpc-status`); when off, every request gets
+    /// the plain HTTP ones.
+    pub(crate) grpc: bool,
+    /// Whether gRPC-Web requests get gRPC answers too (while `grpc` is on); off by default.
+    pub(crate) grpc_web: bool,
+    /// The layer's denials since it last reported them at `info` level, shared by its plans.
+    pub(crate) denials: Arc<Denials>,
+}
+
+impl Settings {
+    /// Whether the layer gives admissions back (`count_if`, `settle`): its stores are told
+    /// to expect refunds wherever its limiters are made.
+    pub(crate) fn refunds(&self) -> bool {
+        self.count_if.is_some() || self.settle
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            headers: Headers::default(),
+            status: StatusCode::TOO_MANY_REQUESTS,
+            on_limited: None,
+            on_key_error: None,
+            dry_run: false,
+            count_if: None,
+            settle: false,
+            grpc: true,
+            grpc_web: false,
+            denials: Arc::default(),
+        }
+    }
+}
 
 /// Answers for one policy: the rate limit headers in the layer's style, and denials.
 pub(crate) struct Responder {
