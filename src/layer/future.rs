@@ -120,9 +120,9 @@ where
         timer,
         ..
     } = ticket;
-    let (observer, limiter) = (&responder.observer, &responder.limiter);
-    observer.finish(timer);
-    let admitted = observer.in_span(key_kind, || responder.admit(result, &mut req, key_kind));
+    let limiter = &responder.limiter;
+    responder.finish(timer);
+    let admitted = responder.in_span(key_kind, || responder.admit(result, &mut req, key_kind));
     let decision = match admitted {
         Ok(decision) => decision,
         Err(response) => {
