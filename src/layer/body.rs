@@ -130,26 +130,22 @@ where
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
-            Kind::Answer {
-                answer: Answer::Full(data),
-            } => data.is_empty(),
-            Kind::Answer {
-                answer: Answer::Body(body),
-            } => body.try_lock().is_ok_and(|body| body.is_end_stream()),
+            Kind::Answer { answer } => match answer {
+                Answer::Full(data) => data.is_empty(),
+                Answer::Body(body) => body.try_lock().is_ok_and(|body| body.is_end_stream()),
+            },
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Inner { body } => body.size_hint(),
-            Kind::Answer {
-                answer: Answer::Full(data),
-            } => SizeHint::with_exact(data.len() as u64),
-            Kind::Answer {
-                answer: Answer::Body(body),
-            } => body
-                .try_lock()
-                .map_or_else(|_| SizeHint::default(), |body| body.size_hint()),
+            Kind::Answer { answer } => match answer {
+                Answer::Full(data) => SizeHint::with_exact(data.len() as u64),
+                Answer::Body(body) => body
+                    .try_lock()
+                    .map_or_else(|_| SizeHint::default(), |body| body.size_hint()),
+            },
         }
     }
 }

@@ -50,12 +50,6 @@ impl Denials {
 /// denials (shared by the layer's plans, so that plans made again after their eviction, or
 /// many at once, do not multiply reports).
 impl Responder {
-    /// The policy name.
-    #[cfg(feature = "tracing")]
-    pub(crate) fn policy(&self) -> &str {
-        &self.name
-    }
-
     /// The policy name as a metrics label, shared (no copy of the name).
     #[cfg(feature = "metrics")]
     fn label(&self) -> metrics::SharedString {
@@ -92,7 +86,7 @@ impl Responder {
         #[cfg(feature = "tracing")]
         {
             tracing::debug!(
-                policy = self.policy(),
+                policy = &*self.name,
                 key_kind,
                 outcome,
                 remaining = decision.remaining,
@@ -124,7 +118,7 @@ impl Responder {
             "requests rate limited"
         };
         tracing::info!(
-            policy = self.policy(),
+            policy = &*self.name,
             denied,
             key_kind,
             retry_after_ms,
@@ -142,8 +136,7 @@ impl Responder {
     pub(crate) fn in_span<R>(&self, key_kind: &'static str, f: impl FnOnce() -> R) -> R {
         #[cfg(feature = "tracing")]
         if tracing::level_enabled!(tracing::Level::DEBUG) {
-            return tracing::debug_span!("rate_limit", policy = self.policy(), key_kind)
-                .in_scope(f);
+            return tracing::debug_span!("rate_limit", policy = &*self.name, key_kind).in_scope(f);
         }
         let _ = key_kind;
         f()

@@ -155,7 +155,7 @@ impl Responder {
             Ok(decision) => decision,
             Err(error) => {
                 #[cfg(feature = "tracing")]
-                tracing::error!(policy = self.policy(), %error, "rate limit check failed");
+                tracing::error!(policy = &*self.name, %error, "rate limit check failed");
                 return Err(self.store_error(&error, req));
             }
         };
