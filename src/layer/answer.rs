@@ -1,12 +1,9 @@
 //! The bodies of the responses the layer sends itself: its own short ones, and those of
 //! `on_limited` and `on_key_error`.
 
-use std::pin::Pin;
-use std::sync::{Mutex, PoisonError};
-use std::task::{Context, Poll};
+use std::sync::Mutex;
 
 use bytes::Bytes;
-use http_body::{Frame, SizeHint};
 use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
 use http_body_util::{BodyExt, Empty, Full};
 
@@ -14,7 +11,7 @@ use http_body_util::{BodyExt, Empty, Full};
 /// or the error of a body made by `on_limited` or `on_key_error`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The body of a response the layer answers with.
+/// The body of a response the layer answers with (sent as a [`ResponseBody`](super::ResponseBody)).
 #[derive(Debug)]
 pub(crate) enum Answer {
     /// A complete body (the layer's own answers, and bodies that are bytes already); empty
@@ -32,41 +29,6 @@ impl Answer {
         B::Error: Into<BoxError>,
     {
         Self::Body(Mutex::new(body.map_err(Into::into).boxed_unsync()))
-    }
-}
-
-impl http_body::Body for Answer {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            Self::Full(data) if data.is_empty() => Poll::Ready(None),
-            Self::Full(data) => Poll::Ready(Some(Ok(Frame::data(std::mem::take(data))))),
-            Self::Body(body) => {
-                Pin::new(body.get_mut().unwrap_or_else(PoisonError::into_inner)).poll_frame(cx)
-            }
-        }
-    }
-
-    // Only `&self` methods (hints) lock the boxed body; the lock is never held across a poll.
-    fn is_end_stream(&self) -> bool {
-        match self {
-            Self::Full(data) => data.is_empty(),
-            Self::Body(body) => body.try_lock().is_ok_and(|body| body.is_end_stream()),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            Self::Full(data) => SizeHint::with_exact(data.len() as u64),
-            Self::Body(body) => body
-                .try_lock()
-                .map_or_else(|_| SizeHint::default(), |body| body.size_hint()),
-        }
     }
 }
 

@@ -1,6 +1,8 @@
 //! [`ResponseBody`]: the body of a response that passed through the rate limit layer.
 
+use std::mem;
 use std::pin::Pin;
+use std::sync::PoisonError;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -110,23 +112,40 @@ where
                 }
                 frame.map_err(Into::into)
             }
-            KindProj::Answer { answer } => Pin::new(answer)
-                .poll_frame(cx)
-                .map_ok(|frame| frame.map_data(Into::into)),
+            KindProj::Answer { answer } => match answer {
+                Answer::Full(data) if data.is_empty() => Poll::Ready(None),
+                Answer::Full(data) => Poll::Ready(Some(Ok(Frame::data(mem::take(data).into())))),
+                Answer::Body(body) => {
+                    let body = body.get_mut().unwrap_or_else(PoisonError::into_inner);
+                    Pin::new(body)
+                        .poll_frame(cx)
+                        .map_ok(|frame| frame.map_data(Into::into))
+                }
+            },
         }
     }
 
+    // Only `&self` methods (hints) lock an answer's boxed body; the lock is never held across
+    // a poll.
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
-            Kind::Answer { answer } => answer.is_end_stream(),
+            Kind::Answer { answer } => match answer {
+                Answer::Full(data) => data.is_empty(),
+                Answer::Body(body) => body.try_lock().is_ok_and(|body| body.is_end_stream()),
+            },
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Inner { body } => body.size_hint(),
-            Kind::Answer { answer } => answer.size_hint(),
+            Kind::Answer { answer } => match answer {
+                Answer::Full(data) => SizeHint::with_exact(data.len() as u64),
+                Answer::Body(body) => body
+                    .try_lock()
+                    .map_or_else(|_| SizeHint::default(), |body| body.size_hint()),
+            },
         }
     }
 }

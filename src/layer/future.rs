@@ -50,7 +50,7 @@ pin_project! {
         // When the decision was made, on the limiter's clock: the headers report what is left
         // of its waits when the response leaves.
         decided_at: u64,
-        // Set with `count_if`, for a request that used up capacity.
+        // Set with `count_if` or `settle`, for a request that may have used up capacity.
         refund: Option<Refund>,
         // The slots an in-flight limit let the request take: handed to the response body,
         // and given back when that ends (or when this future is dropped first); or, for a
@@ -120,9 +120,9 @@ where
         timer,
         ..
     } = ticket;
-    let (observer, limiter) = (&responder.observer, &responder.limiter);
-    observer.finish(timer);
-    let admitted = observer.in_span(key_kind, || responder.admit(result, &mut req, key_kind));
+    let limiter = &responder.limiter;
+    responder.finish(timer);
+    let admitted = responder.in_span(key_kind, || responder.admit(result, &mut req, key_kind));
     let decision = match admitted {
         Ok(decision) => decision,
         Err(response) => {
@@ -160,12 +160,6 @@ where
     (state, Some(decision), hold)
 }
 
-/// The refund of a request that `decision` let through, if it took capacity: not one the
-/// layer answered, nor one that only passed because of a dry run.
-fn refund_for(refund: Option<Refund>, decision: Option<&Decision>) -> Option<Refund> {
-    refund.filter(|_| decision.is_some_and(|d| d.allowed))
-}
-
 impl<F, S, B, R> ResponseFuture<F, S, B, R> {
     /// The future of a request whose check is `check`; `inner` is the readied inner service.
     /// When the check has answered already (a local store), the request goes on at once (see
@@ -182,19 +176,15 @@ impl<F, S, B, R> ResponseFuture<F, S, B, R> {
         S: Service<Request<B>, Future = F> + Clone,
     {
         let decided_at = ticket.decided_at;
-        let (state, decision, hold, refund) = match check {
-            DecisionFuture::Ready(Some(result)) => {
-                let (state, decision, hold) = next(&responder, result, (inner, true), ticket);
-                let refund = refund_for(refund, decision.as_ref());
-                (state, decision, hold, refund)
-            }
+        let (state, decision, hold) = match check {
+            DecisionFuture::Ready(Some(result)) => next(&responder, result, (inner, true), ticket),
             check => {
                 // The readied service is dropped: what it holds (a permit) is free for others
                 // while the store decides.
                 let waiting = inner.clone();
                 *inner = waiting.clone();
                 let pending = Some(Box::new((waiting, ticket)));
-                (State::Checking { check, pending }, None, None, refund)
+                (State::Checking { check, pending }, None, None)
             }
         };
         Self {
@@ -245,7 +235,6 @@ where
                     let (mut inner, ticket) = *taken(pending);
                     let (state, decision, hold) =
                         next(this.responder, result, (&mut inner, false), ticket);
-                    *this.refund = refund_for(this.refund.take(), decision.as_ref());
                     *this.decision = decision;
                     *this.hold = hold;
                     this.state.set(state);
@@ -335,7 +324,8 @@ impl<F, S, B, R> ResponseFutureProj<'_, F, S, B, R> {
         response: Response<R>,
         refund: Refund,
     ) -> Result<Response<ResponseBody<R>>, State<F, S, B, R>> {
-        let Some(admission) = self.decision.as_ref() else {
+        // Only a request let through takes capacity: not one that passed by a dry run.
+        let Some(admission) = self.decision.as_ref().filter(|d| d.allowed) else {
             return Ok(self.finish(response));
         };
         let (counts, response) = self.responder.counts(response);

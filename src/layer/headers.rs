@@ -199,14 +199,14 @@ pub(crate) struct HeaderWriter {
 
 impl HeaderWriter {
     /// A writer for `quotas`, each with its policy name, in the order decisions will come.
-    pub(crate) fn new<'a>(
-        quotas: impl IntoIterator<Item = (&'a Quota, &'a str)>,
+    pub(crate) fn new<'a, N: AsRef<str>>(
+        quotas: impl IntoIterator<Item = (&'a Quota, N)>,
         headers: Headers,
     ) -> Self {
         let policies: Box<[Policy]> = quotas
             .into_iter()
             .map(|(quota, name)| Policy {
-                name: sf_string(name).into(),
+                name: sf_string(name.as_ref()).into(),
                 limit: quota.limit(),
                 window: Some(ceil_secs(quota.period()).max(1)),
             })

@@ -7,7 +7,7 @@ use tower_layer::Layer;
 
 use super::handle::{Handle, Live};
 use super::response::Responder;
-use super::settings::Settings;
+use super::response::Settings;
 use super::shared::{Cost, Shared};
 use super::RateLimit;
 use crate::key::KeyExtractor;
@@ -65,10 +65,9 @@ mod algorithms;
 mod options;
 mod requests;
 mod responses;
-mod store;
 
 #[cfg(feature = "redis")]
-pub(crate) use self::store::failing;
+pub(crate) use self::options::failing;
 
 impl RateLimitLayer {
     /// A layer deciding by `limiter`, made by `recipe` (`None`: a limiter the layer cannot

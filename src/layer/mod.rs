@@ -91,7 +91,6 @@ mod layer;
 mod observe;
 mod response;
 mod service;
-mod settings;
 mod settle;
 mod shared;
 mod text;

@@ -20,23 +20,14 @@
 //! 10 s (on the layer's clock) with how many requests were denied since the last one. Every
 //! decision is logged at `debug`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
+use super::response::{Denials, Responder};
 use crate::{Decision, Key};
 
 /// How often, at most, a layer's denials are reported at `info` level, in nanoseconds.
 #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
 const REPORT_EVERY: u64 = 10_000_000_000;
-
-/// The denials of one layer (its own quotas and every plan's) since it last reported them.
-#[derive(Debug, Default)]
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
-pub(crate) struct Denials {
-    /// Denied since the last report.
-    count: AtomicU64,
-    /// The earliest time of the next report; 0 before the first.
-    next: AtomicU64,
-}
 
 #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
 impl Denials {
@@ -55,39 +46,10 @@ impl Denials {
     }
 }
 
-/// Per-policy instruments, made once per policy: `denials` is shared by the layer's plans,
-/// so that plans made again after their eviction, or many at once, do not multiply reports.
-#[derive(Debug, Clone)]
-pub(crate) struct Observer {
-    name: std::sync::Arc<str>,
-    /// Whether the layer only reports what it would deny.
-    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
-    dry_run: bool,
-    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
-    denials: std::sync::Arc<Denials>,
-}
-
-impl Observer {
-    pub(crate) fn new(policy: &str, dry_run: bool, denials: std::sync::Arc<Denials>) -> Self {
-        let name = policy.into();
-        Self {
-            name,
-            dry_run,
-            denials,
-        }
-    }
-
-    /// The policy name, shared.
-    pub(crate) fn policy_name(&self) -> &std::sync::Arc<str> {
-        &self.name
-    }
-
-    /// The policy name.
-    #[cfg(feature = "tracing")]
-    pub(crate) fn policy(&self) -> &str {
-        &self.name
-    }
-
+/// Each policy's instruments, read from its answers: its name, and the layer's dry run and
+/// denials (shared by the layer's plans, so that plans made again after their eviction, or
+/// many at once, do not multiply reports).
+impl Responder {
     /// The policy name as a metrics label, shared (no copy of the name).
     #[cfg(feature = "metrics")]
     fn label(&self) -> metrics::SharedString {
@@ -108,13 +70,13 @@ impl Observer {
     /// also counts in the layer's denials, reported at `info` level on the layer's clock
     /// (`now`, read only then).
     #[inline]
-    pub(crate) fn decision(
+    pub(crate) fn observe(
         &self,
         decision: &Decision,
         key_kind: &'static str,
         now: impl FnOnce() -> u64,
     ) {
-        let outcome = match (decision.allowed, self.dry_run) {
+        let outcome = match (decision.allowed, self.settings.dry_run) {
             (true, _) if !decision.delay.is_zero() => "delayed",
             (true, _) => "allowed",
             (false, true) => "dry_run_denied",
@@ -124,7 +86,7 @@ impl Observer {
         #[cfg(feature = "tracing")]
         {
             tracing::debug!(
-                policy = self.policy(),
+                policy = &*self.name,
                 key_kind,
                 outcome,
                 remaining = decision.remaining,
@@ -146,17 +108,17 @@ impl Observer {
     #[cold]
     #[inline(never)]
     fn denied(&self, decision: &Decision, key_kind: &'static str, now: u64) {
-        let Some(denied) = self.denials.record(now) else {
+        let Some(denied) = self.settings.denials.record(now) else {
             return;
         };
         let retry_after_ms = decision.retry_after.map(crate::decision::ceil_millis);
-        let what = if self.dry_run {
+        let what = if self.settings.dry_run {
             "dry run: requests would have been rate limited"
         } else {
             "requests rate limited"
         };
         tracing::info!(
-            policy = self.policy(),
+            policy = &*self.name,
             denied,
             key_kind,
             retry_after_ms,
@@ -174,8 +136,7 @@ impl Observer {
     pub(crate) fn in_span<R>(&self, key_kind: &'static str, f: impl FnOnce() -> R) -> R {
         #[cfg(feature = "tracing")]
         if tracing::level_enabled!(tracing::Level::DEBUG) {
-            return tracing::debug_span!("rate_limit", policy = self.policy(), key_kind)
-                .in_scope(f);
+            return tracing::debug_span!("rate_limit", policy = &*self.name, key_kind).in_scope(f);
         }
         let _ = key_kind;
         f()

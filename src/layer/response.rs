@@ -1,6 +1,9 @@
-//! How one policy answers: the rate limit headers of each response, and the answers to its
-//! denials, key errors and failed stores, in plain HTTP or (see `grpc`) gRPC.
+//! How a layer answers, as its builder set it ([`Settings`]: headers, the status of denials,
+//! answers of your own, gRPC, dry runs and which responses count), and how one policy answers
+//! by them: the rate limit headers of each response, and the answers to its denials, key
+//! errors and failed stores, in plain HTTP or (see `grpc`) gRPC.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,14 +13,12 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 
 use super::answer::Answer;
 use super::grpc::{grpc_code, grpc_response, Grpc, GRPC_PUSHBACK, GRPC_RESOURCE_EXHAUSTED};
-use super::headers::HeaderWriter;
-use super::observe::Observer;
-use super::settings::Settings;
+use super::headers::{HeaderWriter, Headers};
 use super::text::{int_value, Text};
 use crate::decision::{ceil_millis, ceil_secs};
 use crate::key::{KeyError, RequestHead};
 use crate::limiter::Limiter;
-use crate::{Decision, Decisions, Error, Quota};
+use crate::{Decision, Decisions, Error};
 
 /// The message of an in-flight limit's denial: no one knows when a slot comes back.
 const BUSY: &str = "Too many requests in progress: retry once one has finished.";
@@ -26,10 +27,80 @@ const UNAVAILABLE: &str = "Rate limiting is unavailable; try again shortly.";
 /// The message of a denial that no wait would turn into an allowance.
 const TOO_LARGE: &str = "Request too large: it costs more than the rate limit ever allows.";
 
-/// Answers for one policy: the rate limit headers in the layer's style, and denials.
+/// Makes the response to a denied request, in place of the layer's plain-text one.
+pub(crate) type OnLimited = dyn Fn(&Decision, RequestHead<'_>) -> Response<Answer> + Send + Sync;
+
+/// Makes the response to a request without a key, in place of the layer's plain-text one.
+pub(crate) type OnKeyError = dyn Fn(&KeyError, RequestHead<'_>) -> Response<Answer> + Send + Sync;
+
+/// Picks the responses whose requests count against the quota.
+pub(crate) type CountIf = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
+
+/// How a layer answers: its header settings, the status of denials, a custom denial response,
+/// whether gRPC requests get gRPC answers, and whether it only reports (dry run).
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) headers: Headers,
+    /// The status of denied HTTP requests (429 unless set).
+    pub(crate) status: StatusCode,
+    pub(crate) on_limited: Option<Arc<OnLimited>>,
+    pub(crate) on_key_error: Option<Arc<OnKeyError>>,
+    pub(crate) dry_run: bool,
+    /// Which responses count against the quota; `None`: all of them.
+    pub(crate) count_if: Option<Arc<CountIf>>,
+    /// Whether each request's cost is settled once its response body ends (`settle`).
+    pub(crate) settle: bool,
+    /// Whether gRPC requests get gRPC answers (`grpc-status`); when off, every request gets
+    /// the plain HTTP ones.
+    pub(crate) grpc: bool,
+    /// Whether gRPC-Web requests get gRPC answers too (while `grpc` is on); off by default.
+    pub(crate) grpc_web: bool,
+    /// The layer's denials since it last reported them at `info` level, shared by its plans.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    pub(crate) denials: Arc<Denials>,
+}
+
+impl Settings {
+    /// Whether the layer gives admissions back (`count_if`, `settle`): its stores are told
+    /// to expect refunds wherever its limiters are made.
+    pub(crate) fn refunds(&self) -> bool {
+        self.count_if.is_some() || self.settle
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            headers: Headers::default(),
+            status: StatusCode::TOO_MANY_REQUESTS,
+            on_limited: None,
+            on_key_error: None,
+            dry_run: false,
+            count_if: None,
+            settle: false,
+            grpc: true,
+            grpc_web: false,
+            denials: Arc::default(),
+        }
+    }
+}
+
+/// The denials of one layer (its own quotas and every plan's) since it last reported them
+/// (see `observe`).
+#[derive(Debug, Default)]
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+pub(crate) struct Denials {
+    /// Denied since the last report.
+    pub(crate) count: AtomicU64,
+    /// The earliest time of the next report; 0 before the first.
+    pub(crate) next: AtomicU64,
+}
+
+/// Answers for one policy: the rate limit headers in the layer's style, and denials; its logs
+/// and metrics are in `observe`.
 pub(crate) struct Responder {
-    /// Logs and metrics for this policy.
-    pub(crate) observer: Observer,
+    /// The policy name, shared: with the decisions handed on, and as a metrics label.
+    pub(crate) name: Arc<str>,
     headers: HeaderWriter,
     pub(crate) settings: Settings,
     /// The limiter answered for, whose clock is read when a response leaves: its headers
@@ -50,13 +121,12 @@ impl Responder {
             (Some(limit), _) => HeaderWriter::in_flight(policy, limit, settings.headers),
             (None, [quota]) => HeaderWriter::new([(quota, policy)], settings.headers),
             (None, tiers) => {
-                let names: Vec<String> = tiers.iter().map(Quota::name).collect();
-                let named = tiers.iter().zip(names.iter().map(|n| &**n));
+                let named = tiers.iter().map(|quota| (quota, quota.name()));
                 HeaderWriter::new(named, settings.headers)
             }
         };
         Self {
-            observer: Observer::new(policy, settings.dry_run, settings.denials.clone()),
+            name: policy.into(),
             headers,
             settings,
             limiter: limiter.clone(),
@@ -85,15 +155,15 @@ impl Responder {
             Ok(decision) => decision,
             Err(error) => {
                 #[cfg(feature = "tracing")]
-                tracing::error!(policy = self.observer.policy(), %error, "rate limit check failed");
+                tracing::error!(policy = &*self.name, %error, "rate limit check failed");
                 return Err(self.store_error(&error, req));
             }
         };
         let now = || self.limiter.now();
-        self.observer.decision(&decision, key_kind, now);
+        self.observe(&decision, key_kind, now);
         if decision.allowed || self.settings.dry_run {
-            // A dry run's would-be denials are reported by the observer, as denials.
-            hand_on(req.extensions_mut(), &decision, self.observer.policy_name());
+            // A dry run's would-be denials are reported as denials (`observe`).
+            hand_on(req.extensions_mut(), &decision, &self.name);
             Ok(decision)
         } else {
             Err(self.limited(&decision, req))
@@ -102,7 +172,7 @@ impl Responder {
 
     /// The answer when the store failed to decide (counted).
     pub(crate) fn store_error<B>(&self, _error: &Error, req: &Request<B>) -> Response<Answer> {
-        self.observer.count("store_error");
+        self.count("store_error");
         let (status, grpc) = (StatusCode::SERVICE_UNAVAILABLE, self.grpc(req));
         let message = UNAVAILABLE.as_bytes();
         own_answer(status, grpc.as_ref(), grpc_code(status), message).map(Answer::Full)
@@ -150,9 +220,7 @@ impl Responder {
         let grpc = self.grpc(req);
         if let (Some(on_limited), None) = (&self.settings.on_limited, &grpc) {
             // `f` sees the decision as handlers do, with its layer's policy name.
-            let named = decision
-                .clone()
-                .with_policy(self.observer.policy_name().clone());
+            let named = decision.clone().with_policy(self.name.clone());
             let mut response = on_limited(&named, RequestHead::new(req));
             let headers = response.headers_mut();
             if let Some(secs) = decision.retry_after_secs() {
@@ -193,7 +261,7 @@ impl Responder {
     /// answer carries the error's challenge, as does `on_key_error`'s response when it keeps a
     /// 401 and has none of its own; that response also gets `Cache-Control: no-store`.
     pub(crate) fn key_error<B>(&self, error: &KeyError, req: &Request<B>) -> Response<Answer> {
-        self.observer.count("key_error");
+        self.count("key_error");
         let grpc = self.grpc(req);
         if let (Some(on_key_error), None) = (&self.settings.on_key_error, &grpc) {
             let mut response = on_key_error(error, RequestHead::new(req));

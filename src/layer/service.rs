@@ -130,10 +130,9 @@ where
         let key_kind = key.kind();
         // An in-flight limit: the key of the slots the request will hold, to give them back.
         let hold = (responder.in_flight && cost > 0).then(|| key.clone());
-        let observer = &responder.observer;
-        let timer = observer.start();
+        let timer = responder.start();
         let now = limiter.now();
-        let check = observer.in_span(key_kind, || limiter.check(key, now, cost));
+        let check = responder.in_span(key_kind, || limiter.check(key, now, cost));
         let ticket = Ticket {
             req,
             cost,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use super::handle::Live;
-use super::response::Responder;
+use super::response::{Responder, Settings};
 use crate::key::{KeyExtractor, RequestHead};
 use crate::limiter::Limiter;
 use crate::limiter::{guarded, Bans};
@@ -43,7 +43,7 @@ impl Shared {
         bans: &Option<Bans>,
         live: &Live,
         limiter: Arc<dyn Limiter>,
-        settings: super::settings::Settings,
+        settings: Settings,
     ) -> Responder {
         Responder::for_limit(&guarded(bans, &live.held, limiter), settings)
     }

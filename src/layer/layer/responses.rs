@@ -7,7 +7,7 @@ use http::{Response, StatusCode};
 
 use super::super::answer::{answer, AnswerBody};
 use super::super::headers::{HeaderPlacement, HeaderStyle};
-use super::super::settings::{OnKeyError, OnLimited};
+use super::super::response::{OnKeyError, OnLimited};
 use super::RateLimitLayer;
 use crate::key::{KeyError, RequestHead};
 use crate::Decision;
