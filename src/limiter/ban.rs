@@ -96,11 +96,11 @@ impl Ban {
 
     /// The spec of the limiter that counts the denials of the policy named `policy`: a
     /// fixed window of `denials` per `within`, under its own name beside the policy's.
-    /// Counted for the layer of `tie`, when the limiter is one of a layer's.
-    fn counter(&self, policy: &str, tie: Option<&Tie>) -> Spec {
+    /// Counted for the layer of `tie`.
+    fn counter(&self, policy: &str, tie: &Tie) -> Spec {
         let quota = Quota::new(self.denials, self.within).named(counter_name(policy));
         let mut spec = Spec::new(AlgorithmKind::FixedWindow, vec![quota], false);
-        spec.tie = tie.cloned();
+        spec.tie = tie.clone();
         spec.in_role(Role::Counter)
     }
 
@@ -111,7 +111,7 @@ impl Ban {
         recipe: &Recipe,
         shared: bool,
     ) -> Result<Arc<dyn Limiter>, Error> {
-        let counter = self.counter(limiter.policy(), recipe.spec.tie.as_ref());
+        let counter = self.counter(limiter.policy(), &recipe.spec.tie);
         let counter = recipe.store.bind(&counter, &recipe.clock, shared)?;
         // Counted exactly: a ban comes after the stated number of denials on every server.
         counter.decide_exactly();

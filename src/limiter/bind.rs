@@ -69,14 +69,13 @@ pub(crate) trait Bind: Send + Sync + 'static {
 
 /// A copy of `store` whose tables serve `tie` (a `RedisStore`; other stores keep nothing of
 /// it: a memory store is one server's, whose layer holds its blocks itself).
-fn tied<St: Clone + 'static>(store: &St, tie: Option<&Tie>) -> St {
+fn tied<St: Clone + 'static>(store: &St, tie: &Tie) -> St {
     #[allow(unused_mut)]
     let mut store = store.clone();
     #[cfg(feature = "redis")]
-    if let (Some(tie), Some(redis)) = (
-        tie,
-        (&mut store as &mut dyn std::any::Any).downcast_mut::<crate::store::RedisStore>(),
-    ) {
+    if let Some(redis) =
+        (&mut store as &mut dyn std::any::Any).downcast_mut::<crate::store::RedisStore>()
+    {
         redis.tie(tie.clone());
     }
     #[cfg(not(feature = "redis"))]
@@ -133,7 +132,7 @@ impl<St: LayerStore> Bind for Binder<St> {
         clock: &LayerClock,
         shared: bool,
     ) -> Result<Arc<dyn Limiter>, Error> {
-        let (store, clock) = (tied(&self.0, spec.tie.as_ref()), clock.clone());
+        let (store, clock) = (tied(&self.0, &spec.tie), clock.clone());
         let Spec {
             max_delay,
             sub_windows,

@@ -279,24 +279,17 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
             return Ok(None);
         }
         let in_force = self.maker.live.plan_quotas(quotas);
-        let policy = match evicted {
-            Some(policy) => Ok(policy),
-            None => self.make(quotas, &in_force).map(Arc::new),
-        };
-        let policy = match policy {
-            Ok(policy) => policy,
-            Err(refused) => {
-                // A plan the store cannot keep (a quota too large for Redis): its requests are
-                // refused as by a store that fails closed, never given the layer's own quotas,
-                // which may be looser than the plan's.
-                Self::log_once(
-                    &self.warned_refused,
-                    true,
-                    &format!("quota_for picked a plan its store refuses; such requests are refused: {refused}"),
-                );
-                return Err(refused);
-            }
-        };
+        let make = || self.make(quotas, &in_force).map(Arc::new);
+        // A plan the store cannot keep (a quota too large for Redis): its requests are refused
+        // as by a store that fails closed, never given the layer's own quotas, which may be
+        // looser than the plan's.
+        let policy = evicted.map_or_else(make, Ok).inspect_err(|refused| {
+            Self::log_once(
+                &self.warned_refused,
+                true,
+                &format!("quota_for picked a plan its store refuses; such requests are refused: {refused}"),
+            );
+        })?;
         let mut made_for = self.write();
         if let Some(entry) = made_for.held.get(quotas) {
             return Ok(Some(entry.policy.clone()));

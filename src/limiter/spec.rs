@@ -58,7 +58,7 @@ pub(crate) struct Spec {
     /// Calendar windows (the fixed window).
     pub(crate) aligned: bool,
     /// Which of a layer's limiters this is, for a store shared by servers.
-    pub(crate) tie: Option<Tie>,
+    pub(crate) tie: Tie,
 }
 
 impl Spec {
@@ -72,10 +72,10 @@ impl Spec {
             max_delay: None,
             sub_windows: None,
             aligned: false,
-            tie: Some(Tie {
+            tie: Tie {
                 layer,
                 role: Role::Own,
-            }),
+            },
         }
     }
 
@@ -91,9 +91,7 @@ impl Spec {
 
     /// The same spec in `role` for the same layer.
     pub(crate) fn in_role(mut self, role: Role) -> Self {
-        if let Some(tie) = &mut self.tie {
-            tie.role = role;
-        }
+        self.tie.role = role;
         self
     }
 

@@ -71,7 +71,7 @@ impl Fleet {
     /// recipe over a `RedisStore`.
     pub(crate) fn of(live: Weak<Live>, recipe: Option<&Recipe>) -> Option<Arc<Self>> {
         let spec = &recipe?.spec;
-        let record = recipe?.store.record(&spec.tie.as_ref()?.layer)?;
+        let record = recipe?.store.record(&spec.tie.layer)?;
         Some(Arc::new(Self {
             record,
             live,

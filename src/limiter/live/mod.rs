@@ -199,14 +199,15 @@ impl Live {
         Ok(())
     }
 
-    /// Checks that `plan` may be given `quotas` ([`Handle::set_plan_quotas`](crate::layer::Handle::set_plan_quotas)).
-    pub(crate) fn check_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
+    /// Checks that `plan` may be given `quotas` ([`Handle::set_plan_quotas`](crate::layer::Handle::set_plan_quotas)),
+    /// and gives the recipe of the plan's limiters.
+    pub(crate) fn check_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<&Recipe, Error> {
         let fail = |why: &str| {
             Err(Error::misconfigured(format!(
                 "Handle::set_plan_quotas: {why}"
             )))
         };
-        let Some(spec) = self.recipe.as_ref().map(|r| &r.spec) else {
+        let Some(recipe) = &self.recipe else {
             return fail("this layer (an InFlightLayer, or made by RateLimitLayer::from_limiter) picks no plans; build it with an algorithm constructor and quota_for");
         };
         if !self.picks_plans.load(Ordering::Relaxed) {
@@ -218,22 +219,20 @@ impl Live {
         if quotas.is_empty() {
             return fail("no quota given; give at least one");
         }
+        let spec = &recipe.spec;
         if plan == &*spec.quotas {
             return fail("this plan is the layer's own quotas (those it was built with); change them with set_quotas");
         }
         if !spec.tiered && (plan.len() > 1) != (quotas.len() > 1) {
             return fail("a plan of one quota takes one quota, and a plan of tiers takes tiers (several quotas), on a layer built with one quota");
         }
-        Ok(())
+        Ok(recipe)
     }
 
     /// Puts `quotas` in force for `plan` on every service, each key keeping what it used
     /// there; the plans made later take them too.
     pub(crate) fn set_plan(&self, plan: &[Quota], quotas: &[Quota]) -> Result<(), Error> {
-        self.check_plan(plan, quotas)?;
-        let Some(recipe) = &self.recipe else {
-            return Ok(());
-        };
+        let recipe = self.check_plan(plan, quotas)?;
         // Refused here when the store cannot keep them, before anything changes.
         recipe.bind_for(quotas, Role::Plan, false)?;
         {
