@@ -5,7 +5,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::succession::Predecessor;
 use super::blocks::{blocked_until, Blocks};
 use super::registry::Map;
 use super::shards::{Forget, Weight};
@@ -25,7 +24,7 @@ pub struct MemoryTable<A: MemoryAlgorithm> {
     algorithm: A,
     /// The table this one takes over from while its quotas change: a key this table does not
     /// hold carries over what it used there ([`Algorithm::carried`](crate::algorithm::Algorithm::carried)).
-    previous: Option<Arc<Predecessor<A>>>,
+    previous: Option<Arc<MemoryTable<A>>>,
 }
 
 impl<A: MemoryAlgorithm> fmt::Debug for MemoryTable<A> {
