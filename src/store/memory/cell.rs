@@ -69,20 +69,9 @@ impl AtomicCell {
     /// `f` returns the next state (`None`: unchanged) and may run more than once when another
     /// thread got there first.
     #[inline]
-    fn update(&self, mut f: impl FnMut(u64) -> Option<u64>) -> u64 {
-        let mut current = self.0.load(Ordering::Acquire);
-        loop {
-            let Some(next) = f(current) else {
-                return current;
-            };
-            match self
-                .0
-                .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return current,
-                Err(actual) => current = actual,
-            }
-        }
+    fn update(&self, f: impl FnMut(u64) -> Option<u64>) -> u64 {
+        let seen = self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, f);
+        seen.unwrap_or_else(|unchanged| unchanged)
     }
 }
 
