@@ -24,10 +24,6 @@ pub(crate) trait StateCell<A: Held>: Default + Send + Sync + 'static {
     /// Applies a request of `cost` at `now` to the state in the cell, atomically.
     fn apply(&self, algorithm: &A, now: u64, cost: u64) -> Self::Seen;
 
-    /// What `apply` would have returned for a request that leaves `state` as it is (the store
-    /// does not keep a key that such a request finds fresh).
-    fn unchanged(state: &A::State, algorithm: &A, now: u64, cost: u64) -> Self::Seen;
-
     /// The decision for the request that `apply` saw as `seen`.
     fn decide(seen: Self::Seen, algorithm: &A, now: u64, cost: u64) -> Decision;
 
@@ -85,11 +81,6 @@ impl<A: Held<State = u64>> StateCell<A> for AtomicCell {
     }
 
     #[inline]
-    fn unchanged(state: &u64, _: &A, _: u64, _: u64) -> u64 {
-        *state
-    }
-
-    #[inline]
     fn decide(seen: u64, algorithm: &A, now: u64, cost: u64) -> Decision {
         // The transition is a pure function of the state it saw, so the state it wrote is
         // computed again here rather than carried out of the compare-and-swap loop.
@@ -130,10 +121,6 @@ impl<A: Held> StateCell<A> for LockedCell<A::State> {
     #[inline]
     fn apply(&self, algorithm: &A, now: u64, cost: u64) -> Decision {
         algorithm.check_mut(&mut self.lock(), now, cost)
-    }
-
-    fn unchanged(state: &A::State, algorithm: &A, now: u64, cost: u64) -> Decision {
-        algorithm.check(state, now, cost).decision
     }
 
     #[inline]

@@ -246,11 +246,10 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
     ) -> <A::Cell as StateCell<A>>::Seen {
         let algorithm = &self.algorithm;
         let carried = self.carried(&key, now);
-        if carried.is_none() {
-            let fresh = A::State::default();
-            if algorithm.transition(&fresh, now, cost).is_none() {
-                return A::Cell::unchanged(&fresh, algorithm, now, cost);
-            }
+        let fresh = A::State::default();
+        if carried.is_none() && algorithm.transition(&fresh, now, cost).is_none() {
+            // A fresh cell of the request's own, which the store does not keep.
+            return A::Cell::default().apply(algorithm, now, cost);
         }
         let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
         self.insert(key, hash, carried, now, apply)
