@@ -12,8 +12,7 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 
 /// `d` in whole milliseconds, rounded up (`grpc-retry-pushback-ms`, logs); at most `u64::MAX`.
 pub(crate) fn ceil_millis(d: Duration) -> u64 {
-    let ms = d.as_millis() + u128::from(d.as_nanos() % 1_000_000 > 0);
-    u64::try_from(ms).unwrap_or(u64::MAX)
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 /// The outcome of one check: whether the request may pass, and what to tell the client.

@@ -97,17 +97,6 @@ pub enum HybridState {
     },
 }
 
-/// A state read at a time.
-#[derive(Debug, Clone, Copy)]
-enum Standing {
-    /// Fresh, or back to fresh (a window over, a full smooth bucket): a request opens a window.
-    Fresh,
-    /// `left` ns until the window ends (at least 1).
-    Bursty { start: u64, tokens: u64, left: u64 },
-    /// `tokens` ns in the bucket (below a whole quota, possibly negative).
-    Smooth { empty_at: u64, tokens: i128 },
-}
-
 fn nanos(ns: i128) -> Duration {
     Duration::from_nanos(u64::try_from(ns.max(0)).unwrap_or(u64::MAX))
 }
@@ -131,55 +120,49 @@ impl Hybrid {
         self.interval
     }
 
-    /// Reads `state` at `now`, and the time it was read at: `now`, or the state's own time
-    /// when `now` is earlier (no time elapsed).
-    fn standing(&self, state: &HybridState, now: u64) -> (u64, Standing) {
-        match *state {
-            HybridState::Fresh => (now, Standing::Fresh),
-            HybridState::Bursty { start, tokens } => {
-                let now = now.max(start);
-                match self.period.saturating_sub(now - start) {
-                    0 => (now, Standing::Fresh),
-                    left => (
-                        now,
-                        Standing::Bursty {
-                            start,
-                            tokens,
-                            left,
-                        },
-                    ),
-                }
+    /// Reads `state` at `now`: the time it was read at (`now`, or the state's own time when
+    /// `now` is earlier: no time elapsed), and the state, or `Fresh` once it is back to fresh
+    /// (a window over, a full smooth bucket).
+    fn read(&self, state: &HybridState, now: u64) -> (u64, HybridState) {
+        let (at, fresh) = match *state {
+            HybridState::Fresh => (now, true),
+            HybridState::Bursty { start, .. } => {
+                let at = now.max(start);
+                (at, at - start >= self.period)
             }
             HybridState::Smooth { time, empty_at } => {
-                let now = now.max(time);
-                let tokens = i128::from(now) - i128::from(empty_at);
-                if tokens >= self.quota {
-                    (now, Standing::Fresh)
-                } else {
-                    (now, Standing::Smooth { empty_at, tokens })
-                }
+                let at = now.max(time);
+                (at, in_bucket(empty_at, at) >= self.quota)
             }
-        }
+        };
+        (at, if fresh { HybridState::Fresh } else { *state })
     }
 
-    /// `(remaining, reset_after)` for a standing.
-    fn report(&self, standing: Standing) -> (u64, Duration) {
-        match standing {
-            Standing::Fresh => (self.limit, Duration::ZERO),
-            Standing::Bursty { tokens, left, .. } => (tokens, Duration::from_nanos(left)),
-            Standing::Smooth { tokens, .. } => {
-                // 0 <= tokens < now <= u64::MAX when it is positive.
+    /// `(remaining, reset_after)` for a state [`read`](Self::read) at `at`.
+    fn report(&self, state: HybridState, at: u64) -> (u64, Duration) {
+        match state {
+            HybridState::Fresh => (self.limit, Duration::ZERO),
+            HybridState::Bursty { start, tokens } => (tokens, self.window_left(start, at)),
+            HybridState::Smooth { empty_at, .. } => {
+                let tokens = in_bucket(empty_at, at);
+                // 0 <= tokens < at <= u64::MAX when it is positive.
                 let whole = u64::try_from(tokens).map_or(0, |t| self.per_interval.divide(t));
                 (whole, nanos(self.quota - tokens))
             }
         }
     }
 
-    /// The state after a request of `cost` on `standing` read at `now` (`None` for a peek),
-    /// or its denial's `retry_after`, measured from `now`.
+    /// The time from `at` until the window opened at `start` ends (at least 1 ns while it is
+    /// open).
+    fn window_left(&self, start: u64, at: u64) -> Duration {
+        Duration::from_nanos(self.period - (at - start))
+    }
+
+    /// The state after a request of `cost` on `state` [`read`](Self::read) at `now` (`None`
+    /// for a peek), or its denial's `retry_after`, measured from `now`.
     fn next(
         &self,
-        standing: Standing,
+        state: HybridState,
         now: u64,
         cost: u64,
     ) -> Result<Option<HybridState>, Option<Duration>> {
@@ -189,15 +172,15 @@ impl Hybrid {
         if cost == 0 {
             return Ok(None);
         }
-        let next = match standing {
+        let next = match state {
             // A new window, with this request's tokens taken.
-            Standing::Fresh => HybridState::Bursty {
+            HybridState::Fresh => HybridState::Bursty {
                 start: now,
                 tokens: self.limit - cost,
             },
             // The window's last tokens: switch to smooth mode with one token at the window's
-            // end, `now + left = start + period`.
-            Standing::Bursty { start, tokens, .. } if tokens == cost => {
+            // end, `start + period`.
+            HybridState::Bursty { start, tokens } if tokens == cost => {
                 let window_end = u128::from(start) + u128::from(self.period);
                 // Past the clock's range the bucket stays empty: later is the safe side.
                 let empty_at =
@@ -207,13 +190,14 @@ impl Hybrid {
                     empty_at,
                 }
             }
-            Standing::Bursty { start, tokens, .. } if tokens > cost => HybridState::Bursty {
+            HybridState::Bursty { start, tokens } if tokens > cost => HybridState::Bursty {
                 start,
                 tokens: tokens - cost,
             },
             // Too few tokens in the window: the next one opens with a full quota.
-            Standing::Bursty { left, .. } => return Err(Some(Duration::from_nanos(left))),
-            Standing::Smooth { empty_at, tokens } => {
+            HybridState::Bursty { start, .. } => return Err(Some(self.window_left(start, now))),
+            HybridState::Smooth { empty_at, .. } => {
+                let tokens = in_bucket(empty_at, now);
                 // `cost <= limit`, so `take <= quota`.
                 let take = i128::from(cost) * i128::from(self.interval);
                 if tokens < take {
@@ -232,22 +216,27 @@ impl Hybrid {
     }
 }
 
+/// The smooth bucket's tokens at `at`, in nanoseconds (negative before `empty_at`).
+fn in_bucket(empty_at: u64, at: u64) -> i128 {
+    i128::from(at) - i128::from(empty_at)
+}
+
 impl Algorithm for Hybrid {
     type State = HybridState;
 
     fn check(&self, state: &HybridState, now: u64, cost: u64) -> Outcome<HybridState> {
-        let (at, standing) = self.standing(state, now);
-        let mut outcome = match self.next(standing, at, cost) {
+        let (at, read) = self.read(state, now);
+        let mut outcome = match self.next(read, at, cost) {
             Err(retry_after) => {
-                let (remaining, reset_after) = self.report(standing);
+                let (remaining, reset_after) = self.report(read, at);
                 let decision = Decision::deny(self.limit, remaining, reset_after, retry_after);
                 Outcome::new(decision, None)
             }
             Ok(next) => {
                 // The state after the request, read at the same time: it has taken the
                 // request's tokens, so it is never fresh.
-                let after = next.map_or(standing, |next| self.standing(&next, at).1);
-                let (remaining, reset_after) = self.report(after);
+                let after = next.map_or(read, |next| self.read(&next, at).1);
+                let (remaining, reset_after) = self.report(after, at);
                 Outcome::new(Decision::allow(self.limit, remaining, reset_after), next)
             }
         };
@@ -264,7 +253,7 @@ impl Algorithm for Hybrid {
     }
 
     fn is_fresh(&self, state: &HybridState, now: u64) -> bool {
-        matches!(self.standing(state, now).1, Standing::Fresh)
+        matches!(self.read(state, now).1, HybridState::Fresh)
     }
 }
 

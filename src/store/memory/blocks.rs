@@ -12,7 +12,7 @@ use std::time::Duration;
 use hashbrown::HashTable;
 
 use super::hasher::KeyHasher;
-use super::shards::all_but_lightest;
+use super::shards::{all_but_lightest, shard_count};
 use crate::{Decision, Key};
 
 /// How many shards the lookups spread over (fewer for a small bound).
@@ -65,7 +65,7 @@ impl Blocks {
         let max = max_keys.max(1);
         // At least 16 blocks a shard: a full shard forgets the block that ends soonest, so a
         // shard of a few would forget a long block for any newcomer.
-        let count = 1 << (max / 16).clamp(1, SHARDS).ilog2();
+        let count = shard_count(max, SHARDS);
         Self {
             horizon: AtomicU64::new(0),
             shards: (0..count).map(|_| RwLock::new(HashTable::new())).collect(),

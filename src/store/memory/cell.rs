@@ -24,10 +24,6 @@ pub(crate) trait StateCell<A: Held>: Default + Send + Sync + 'static {
     /// Applies a request of `cost` at `now` to the state in the cell, atomically.
     fn apply(&self, algorithm: &A, now: u64, cost: u64) -> Self::Seen;
 
-    /// What `apply` would have returned for a request that leaves `state` as it is (the store
-    /// does not keep a key that such a request finds fresh).
-    fn unchanged(state: &A::State, algorithm: &A, now: u64, cost: u64) -> Self::Seen;
-
     /// The decision for the request that `apply` saw as `seen`.
     fn decide(seen: Self::Seen, algorithm: &A, now: u64, cost: u64) -> Decision;
 
@@ -69,20 +65,9 @@ impl AtomicCell {
     /// `f` returns the next state (`None`: unchanged) and may run more than once when another
     /// thread got there first.
     #[inline]
-    fn update(&self, mut f: impl FnMut(u64) -> Option<u64>) -> u64 {
-        let mut current = self.0.load(Ordering::Acquire);
-        loop {
-            let Some(next) = f(current) else {
-                return current;
-            };
-            match self
-                .0
-                .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return current,
-                Err(actual) => current = actual,
-            }
-        }
+    fn update(&self, f: impl FnMut(u64) -> Option<u64>) -> u64 {
+        let seen = self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, f);
+        seen.unwrap_or_else(|unchanged| unchanged)
     }
 }
 
@@ -93,11 +78,6 @@ impl<A: Held<State = u64>> StateCell<A> for AtomicCell {
     #[inline]
     fn apply(&self, algorithm: &A, now: u64, cost: u64) -> u64 {
         self.update(|state| algorithm.transition(&state, now, cost))
-    }
-
-    #[inline]
-    fn unchanged(state: &u64, _: &A, _: u64, _: u64) -> u64 {
-        *state
     }
 
     #[inline]
@@ -141,10 +121,6 @@ impl<A: Held> StateCell<A> for LockedCell<A::State> {
     #[inline]
     fn apply(&self, algorithm: &A, now: u64, cost: u64) -> Decision {
         algorithm.check_mut(&mut self.lock(), now, cost)
-    }
-
-    fn unchanged(state: &A::State, algorithm: &A, now: u64, cost: u64) -> Decision {
-        algorithm.check(state, now, cost).decision
     }
 
     #[inline]

@@ -178,6 +178,12 @@ impl<V> Tables<V> {
     }
 }
 
+/// How many shards hold `max_keys` keys: a power of two, at most `most` (a power of two), with
+/// at least [`MIN_PER_SHARD`] keys each, or one shard for them all.
+pub(super) fn shard_count(max_keys: usize, most: usize) -> usize {
+    1 << (max_keys / MIN_PER_SHARD).clamp(1, most).ilog2()
+}
+
 /// A test that keeps all but `target` of the entries weighing `weights`: the lightest, and of
 /// those at the threshold the first met. Called once per entry, in the order of `weights`.
 pub(super) fn all_but_lightest<W: Ord + Copy>(
@@ -245,14 +251,10 @@ impl<V: Default> Shards<V> {
         let per_shard = match max_keys {
             None => usize::MAX,
             Some(max) => {
-                // At least `MIN_PER_SHARD` keys per shard (or all of them in one), and never
-                // more than `max` in all: a shard chooses which key to forget among its own, so
-                // a shard of one key would forget a limited client for any newcomer.
+                // Never more than `max` in all: a shard chooses which key to forget among its
+                // own, so a shard of one key would forget a limited client for any newcomer.
                 let max = max.max(1);
-                let shards = (max / MIN_PER_SHARD).max(1);
-                if shards < count {
-                    count = 1 << shards.ilog2();
-                }
+                count = shard_count(max, count);
                 max / count
             }
         };

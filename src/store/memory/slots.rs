@@ -11,6 +11,7 @@ use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
 use super::hasher::KeyHasher;
+use super::shards::shard_count;
 use crate::clock::Clock;
 use crate::store::in_flight::sealed::KeepsSlots;
 use crate::store::in_flight::{SlotStore, Slots, NO_LEASE};
@@ -19,12 +20,9 @@ use crate::store::MemoryStore;
 use crate::{Decision, Error, Key};
 
 /// How many shards a table has at most: a power of two, the shard picked by the hash's top
-/// bits. A small bound has fewer, of at least [`MIN_PER_SHARD`] keys each: a shard of one key
-/// would refuse a new client while any other client of its shard is in flight.
+/// bits. A small bound has fewer, of at least 16 keys each ([`shard_count`]): a shard of one
+/// key would refuse a new client while any other client of its shard is in flight.
 const SHARDS: usize = 64;
-
-/// The fewest keys a shard holds.
-const MIN_PER_SHARD: usize = 16;
 
 /// One shard, alone on its cache lines.
 #[repr(align(128))]
@@ -61,8 +59,7 @@ impl KeepsSlots for MemoryStore {
 impl MemorySlots {
     /// A table of `limit` slots per key, holding at most about `max_keys` keys at once.
     pub(crate) fn new(limit: u64, max_keys: usize) -> Self {
-        let count = (max_keys / MIN_PER_SHARD).clamp(1, SHARDS);
-        let count = 1 << count.ilog2();
+        let count = shard_count(max_keys, SHARDS);
         let shards = (0..count)
             .map(|_| Shard {
                 table: Mutex::new(HashTable::new()),

@@ -5,7 +5,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::succession::Predecessor;
 use super::blocks::{blocked_until, Blocks};
 use super::registry::Map;
 use super::shards::{Forget, Weight};
@@ -25,7 +24,7 @@ pub struct MemoryTable<A: MemoryAlgorithm> {
     algorithm: A,
     /// The table this one takes over from while its quotas change: a key this table does not
     /// hold carries over what it used there ([`Algorithm::carried`](crate::algorithm::Algorithm::carried)).
-    previous: Option<Arc<Predecessor<A>>>,
+    previous: Option<Arc<MemoryTable<A>>>,
 }
 
 impl<A: MemoryAlgorithm> fmt::Debug for MemoryTable<A> {
@@ -247,11 +246,10 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
     ) -> <A::Cell as StateCell<A>>::Seen {
         let algorithm = &self.algorithm;
         let carried = self.carried(&key, now);
-        if carried.is_none() {
-            let fresh = A::State::default();
-            if algorithm.transition(&fresh, now, cost).is_none() {
-                return A::Cell::unchanged(&fresh, algorithm, now, cost);
-            }
+        let fresh = A::State::default();
+        if carried.is_none() && algorithm.transition(&fresh, now, cost).is_none() {
+            // A fresh cell of the request's own, which the store does not keep.
+            return A::Cell::default().apply(algorithm, now, cost);
         }
         let apply = |cell: &A::Cell| cell.apply(algorithm, now, cost);
         self.insert(key, hash, carried, now, apply)

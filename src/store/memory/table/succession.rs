@@ -8,21 +8,15 @@ use crate::store::memory::registry::Map;
 use crate::store::memory::{MemoryAlgorithm, StateCell};
 use crate::Key;
 
-/// A table another takes over from: its keys and the algorithm that wrote their states.
-pub(super) struct Predecessor<A: MemoryAlgorithm> {
-    map: Arc<Map<A>>,
-    algorithm: A,
-}
-
-impl<A: MemoryAlgorithm> Predecessor<A> {
-    /// A key's `state` here, converted to `algorithm`'s quotas at `now`; `None` when the key
-    /// used nothing.
-    fn carry(&self, algorithm: &A, state: &A::State, now: u64) -> Option<A::State> {
-        Some(algorithm.carried(&self.algorithm, state, now)).filter(|s| !algorithm.is_fresh(s, now))
-    }
-}
-
 impl<A: MemoryAlgorithm> MemoryTable<A> {
+    /// A key's `state` in `previous`, converted to this table's quotas at `now`; `None` when
+    /// the key used nothing.
+    fn carry(&self, previous: &Self, state: &A::State, now: u64) -> Option<A::State> {
+        let algorithm = &self.algorithm;
+        Some(algorithm.carried(&previous.algorithm, state, now))
+            .filter(|s| !algorithm.is_fresh(s, now))
+    }
+
     /// What `key`, which this table does not hold, used in the table it takes over from,
     /// converted to this table's quotas (read, not moved: every caller that finds the key
     /// missing computes the same state, and the first to insert it wins); `None` when the
@@ -32,7 +26,7 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
         let state = previous
             .map
             .get_with(previous.map.hash(key), key, StateCell::state)?;
-        previous.carry(&self.algorithm, &state, now)
+        self.carry(previous, &state, now)
     }
 
     /// A table for `algorithm` (new quotas of the same shape) that takes over from `self`:
@@ -44,10 +38,7 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
             // A block outlives a change of quotas.
             blocks: self.blocks.clone(),
             algorithm: algorithm.clone(),
-            previous: Some(Arc::new(Predecessor {
-                map: self.map.clone(),
-                algorithm: self.algorithm.clone(),
-            })),
+            previous: Some(Arc::new(self.detached())),
         }
     }
 
@@ -74,7 +65,7 @@ impl<A: MemoryAlgorithm> MemoryTable<A> {
             let algorithm = &self.algorithm;
             let forget = Forgetting { algorithm, now };
             previous.map.for_each(StateCell::state, |key, state| {
-                let Some(carried) = previous.carry(algorithm, &state, now) else {
+                let Some(carried) = self.carry(previous, &state, now) else {
                     return;
                 };
                 let hash = self.map.hash(&key);
