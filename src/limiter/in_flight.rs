@@ -1,6 +1,7 @@
 //! The limiter an [`InFlightLayer`](crate::layer::InFlightLayer) holds, and the [`Hold`] an
 //! admitted request keeps until its response ends.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use super::object::{DecisionFuture, Limiter};
 use crate::clock::{Clock, Sleep};
 use crate::store::in_flight::{Slots, NO_LEASE};
 use crate::store::Update;
-use crate::{Decision, Key, Quota};
+use crate::{Decision, Error, Key, Quota};
 
 /// The policy name of an in-flight limit that was not given one.
 pub(crate) const DEFAULT_NAME: &str = "in-flight";
@@ -22,6 +23,7 @@ pub(crate) const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
 pub(crate) const MAX_LEASE_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// A limit on requests in flight, as the layer's limiter.
+#[derive(Clone)]
 pub(crate) struct InFlight {
     slots: Arc<dyn Slots>,
     limit: u64,
@@ -45,9 +47,6 @@ impl InFlight {
     }
 }
 
-/// What only a rate limit is asked (refunds, settlements, exact counts, new quotas) is never
-/// asked of an in-flight limit: its layer has no `count_if`, no `settle` and no bans, and its
-/// handle changes no quotas (the layer has no recipe).
 impl Limiter for InFlight {
     #[inline]
     fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
@@ -59,6 +58,20 @@ impl Limiter for InFlight {
             return DecisionFuture::Ready(Some(Ok(never)));
         }
         self.slots.acquire(key, now, cost)
+    }
+
+    fn refund(&self, _key: Key, _admission: &Decision, _cost: u64) -> DecisionFuture {
+        // An in-flight layer has no `count_if`.
+        DecisionFuture::Ready(Some(Err(Error::misconfigured(
+            "an in-flight limit gives its slots back when responses end, not by refunds",
+        ))))
+    }
+
+    fn charge(&self, _key: Key, _cost: u64) -> DecisionFuture {
+        // An in-flight layer does not settle.
+        DecisionFuture::Ready(Some(Err(Error::misconfigured(
+            "an in-flight limit holds slots, not costs to settle",
+        ))))
     }
 
     /// The slots of `key` free now, taking none.
@@ -94,6 +107,18 @@ impl Limiter for InFlight {
         &self.policy
     }
 
+    fn refunds(&self) -> bool {
+        false
+    }
+
+    fn settles(&self) -> bool {
+        false
+    }
+
+    fn expect_refunds(&self) {}
+
+    fn decide_exactly(&self) {}
+
     fn in_flight(&self) -> Option<u64> {
         Some(self.limit)
     }
@@ -101,6 +126,21 @@ impl Limiter for InFlight {
     #[inline]
     fn release(&self, key: &Key, cost: u64, lease: u64) {
         self.slots.release(key, cost, lease);
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn inherit(&self, _previous: &dyn Limiter) -> Result<Arc<dyn Limiter>, Error> {
+        Err(Error::misconfigured(
+            "Handle::set_quotas: an in-flight limit has slots, not quotas; its number of slots \
+             is set where the layer is built (InFlightLayer::new)",
+        ))
+    }
+
+    fn settled(&self) -> Arc<dyn Limiter> {
+        Arc::new(self.clone())
     }
 
     fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
