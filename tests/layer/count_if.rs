@@ -12,6 +12,8 @@ use tollgate::key::PeerAddr;
 use tollgate::{Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
 
+use crate::support::stores::SlowStore;
+
 /// A login handler: the password is in the `x-password` header, and only "right" is right.
 fn login(
     calls: &Arc<AtomicUsize>,
@@ -115,13 +117,12 @@ async fn successes_never_consume_failures_do_and_the_refusal_comes_first() {
     assert_eq!(calls.load(Ordering::SeqCst), 14);
 }
 
-#[tokio::test]
-async fn a_refund_never_gives_back_more_than_was_taken() {
-    // In a dry run, a request past the quota goes on without taking capacity; its success
-    // must not give any back.
+/// A dry run of `layer` (two failures a minute) where a request past the quota goes on
+/// without taking capacity: its success gives none back, whatever `name` of store it is on.
+async fn a_dry_run_gives_nothing_back(layer: RateLimitLayer, name: &str) {
     let clock = ManualClock::new();
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = failed_logins()
+    let svc = layer
         .clock(clock.clone())
         .count_if(|response| response.status == StatusCode::UNAUTHORIZED)
         .dry_run(true)
@@ -131,14 +132,34 @@ async fn a_refund_never_gives_back_more_than_was_taken() {
     for _ in 0..3 {
         assert_eq!(
             outcome(&svc, "right").await,
-            (StatusCode::OK, "\"login\";r=0;t=60".to_owned())
+            (StatusCode::OK, "\"login\";r=0;t=60".to_owned()),
+            "{name}"
         );
     }
     assert_eq!(
         outcome(&svc, "wrong").await,
-        (StatusCode::UNAUTHORIZED, "\"login\";r=0;t=60".to_owned())
+        (StatusCode::UNAUTHORIZED, "\"login\";r=0;t=60".to_owned()),
+        "{name}"
     );
-    assert_eq!(calls.load(Ordering::SeqCst), 6);
+    assert_eq!(calls.load(Ordering::SeqCst), 6, "{name}");
+}
+
+#[tokio::test]
+async fn a_refund_never_gives_back_more_than_was_taken() {
+    // In a dry run, a request past the quota goes on without taking capacity; its success
+    // must not give any back.
+    a_dry_run_gives_nothing_back(failed_logins(), "memory").await;
+}
+
+#[tokio::test]
+async fn a_dry_run_gives_nothing_back_on_a_window_whatever_the_store() {
+    // On a fixed window (whose refund finds the window by the admission's receipt), over a
+    // store that answers at once and one whose checks are pending first (as a remote store's
+    // are).
+    let window =
+        || RateLimitLayer::fixed_window(Quota::new(2, Duration::from_secs(60)).named("login"));
+    a_dry_run_gives_nothing_back(window(), "memory").await;
+    a_dry_run_gives_nothing_back(window().store(SlowStore::default()), "slow store").await;
 }
 
 #[tokio::test]

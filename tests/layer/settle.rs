@@ -17,6 +17,8 @@ use tollgate::layer::ResponseBody;
 use tollgate::{Key, Quota, RateLimitLayer, Usage};
 use tower::{Layer, Service, ServiceExt};
 
+use crate::support::stores::SlowStore;
+
 /// A body of `chunks` chunks that reports `tokens` per chunk through `usage` as it streams,
 /// the way an LLM proxy counts an answer.
 pub(super) struct Streamed {
@@ -292,10 +294,10 @@ async fn without_settle_a_request_carries_no_usage() {
     assert_eq!(body, "true");
 }
 
-#[tokio::test]
-async fn a_dry_run_settles_nothing() {
+/// A dry run of `layer` settles nothing: a denied request let through incurs no debt.
+async fn a_dry_run_of_settles_nothing(layer: RateLimitLayer) {
     let clock = ManualClock::new();
-    let svc = tokens(per_minute().dry_run(true), &clock);
+    let svc = tokens(layer.dry_run(true), &clock);
     send(&svc, &[("x-estimate", "60"), ("x-set", "60")]).await;
     send(&svc, &[("x-estimate", "1"), ("x-set", "500")]).await;
     assert_eq!(remaining(&svc).await, 0);
@@ -305,6 +307,17 @@ async fn a_dry_run_settles_nothing() {
         10,
         "no debt: the denied request was not settled"
     );
+}
+
+#[tokio::test]
+async fn a_dry_run_settles_nothing() {
+    a_dry_run_of_settles_nothing(per_minute()).await;
+}
+
+#[tokio::test]
+async fn a_dry_run_settles_nothing_when_the_store_answers_later() {
+    // Over a store whose checks are pending first (as a remote store's are).
+    a_dry_run_of_settles_nothing(per_minute().store(SlowStore::default())).await;
 }
 
 #[test]

@@ -380,4 +380,13 @@ mod tests {
         ])]);
         assert_eq!(parse(&no_port), None);
     }
+
+    #[test]
+    fn a_slot_map_with_a_port_out_of_range_reads_as_none() {
+        // Not a map to connect with: no port of a node is past 65535 or negative.
+        for port in [65_536, -1] {
+            let reply = Value::Array(vec![range(0, 5460, 7000), range(5461, 10922, port)]);
+            assert_eq!(parse(&reply), None, "port {port}");
+        }
+    }
 }

@@ -40,3 +40,30 @@ impl Future for RedisFuture {
         Pin::new(&mut self.0).poll(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::ErrorKind;
+
+    #[test]
+    fn a_future_polled_again_after_its_answer_is_a_store_error_not_a_panic() {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let decision = Decision::allow(1, 0, Duration::ZERO);
+        let mut future = RedisFuture::ready(Ok(decision));
+        assert!(matches!(
+            Pin::new(&mut future).poll(&mut cx),
+            Poll::Ready(Ok(_))
+        ));
+        let Poll::Ready(Err(error)) = Pin::new(&mut future).poll(&mut cx) else {
+            panic!("a second poll answers an error");
+        };
+        assert_eq!(error.kind(), ErrorKind::Other);
+        assert!(
+            error.to_string().contains("polled after it completed"),
+            "{error}"
+        );
+    }
+}
