@@ -123,15 +123,16 @@ impl PeerIp {
 /// choose the key).
 #[cfg(feature = "axum")]
 fn warn_mock_once() {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    WARNED.call_once(|| {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Ordering::Relaxed) {
         #[cfg(feature = "tracing")]
         tracing::warn!(
             "the rate limit key reads the peer address from axum's MockConnectInfo, a stand-in \
              for tests; serve with into_make_service_with_connect_info::<SocketAddr>() in \
              production"
         );
-    });
+    }
 }
 
 fn peer_addr(req: RequestHead<'_>) -> Option<SocketAddr> {

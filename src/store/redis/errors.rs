@@ -1,10 +1,13 @@
 //! What kind of failure a Redis error is ([`ErrorKind`]), with the client's key taken out; and
 //! a call bounded by the timeout, what it found told to the store's health.
 
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ErrorKind as RedisKind, RedisError, ServerErrorKind};
 
+use super::health::Health;
 use super::keys::redact;
 use super::RedisStore;
 use crate::{Error, ErrorKind, Key};
@@ -68,14 +71,13 @@ pub(crate) async fn bounded<T, E>(
 }
 
 impl RedisStore {
-    /// `call` for `key`, and what it found (an answer, a timeout, Redis unreachable) told to
-    /// the health of `key`'s Redis, when the store knows it.
+    /// `call`, and what it found (an answer, a timeout, Redis unreachable) told to `health`,
+    /// the health of the Redis it asks, when the store knows it.
     pub(crate) async fn observed<T>(
         &self,
-        key: &Key,
+        health: Option<Cow<'_, Arc<Health>>>,
         call: impl std::future::Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
-        let health = self.health.of(key);
         let sent = health.as_ref().map_or(0, |health| health.now());
         let result = call.await;
         if let Some(health) = health {

@@ -118,7 +118,7 @@ impl Inner {
             .arg(args)
             .invoke_async::<(i64, i64, i64)>(connection);
         let call = bounded(self.store.timeout, call, |e| errors::deciding(&e, key));
-        let (done, held, blocked) = self.store.observed(key, call).await?;
+        let (done, held, blocked) = self.store.observed(self.store.health.of(key), call).await?;
         let (Ok(held), Ok(blocked)) = (u64::try_from(held), u64::try_from(blocked)) else {
             return Err(Error::protocol(format!(
                 "unexpected reply from the in-flight script: {held}, {blocked}"

@@ -50,14 +50,13 @@ impl<A: RedisAlgorithm> RedisTable<A> {
         now: u64,
         mode: Mode<'_>,
     ) -> Result<Vec<Figure>, Error> {
-        let inner = &self.inner;
-        if let Some(health) = inner.store.health.down(key) {
+        let store = &self.inner.store;
+        let health = store.health.of(key);
+        if let Some(health) = health.as_ref().filter(|health| health.is_down()) {
             return Err(health.error());
         }
-        inner
-            .store
-            .observed(key, self.call_script(key, now, mode))
-            .await
+        let call = self.call_script(key, now, mode);
+        store.observed(health, call).await
     }
 
     /// The script in `mode` for `key`, bounded by the timeout, whatever is known of Redis.
