@@ -48,6 +48,10 @@ impl InFlight {
 }
 
 impl Limiter for InFlight {
+    fn inner(&self) -> &dyn Limiter {
+        unreachable!("an in-flight limit wraps no limiter")
+    }
+
     #[inline]
     fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
         if cost > self.limit {

@@ -15,13 +15,10 @@ use crate::{Decision, Error, Key, Quota};
 /// What a layer asks of its limiter; implemented by every [`RateLimiter`], and by what wraps a
 /// limiter (the handle's blocks, the fleet's gate): a wrapper gives its [`inner`](Self::inner)
 /// limiter and overrides what it changes, every other operation being the inner limiter's. A
-/// limiter that wraps none has no `inner`, and answers itself every operation it is asked.
+/// limiter that wraps none overrides every operation.
 pub(crate) trait Limiter: Send + Sync + 'static {
-    /// The limiter wrapped; only a wrapper has one, and every other limiter overrides each
-    /// operation that would ask for it.
-    fn inner(&self) -> &dyn Limiter {
-        unreachable!("a limiter that wraps none answers every operation itself")
-    }
+    /// The limiter wrapped; never called on one that wraps none.
+    fn inner(&self) -> &dyn Limiter;
 
     /// Decides a request of `cost` for `key` at `now`, a time read from [`now`](Self::now).
     #[inline]
@@ -146,6 +143,10 @@ where
     St: Store<A>,
     C: Clock + Clone,
 {
+    fn inner(&self) -> &dyn Limiter {
+        unreachable!("a RateLimiter wraps no limiter")
+    }
+
     #[inline]
     fn check(&self, key: Key, now: u64, cost: u64) -> DecisionFuture {
         DecisionFuture::of(self.check_n_at(key, now, cost))
