@@ -513,13 +513,7 @@ async fn a_clock_that_jumps_back_between_admission_and_settlement_keeps_the_boun
         let start = Duration::from_secs(10_000);
         clock.set(start);
         let svc = tokens(per_minute(), &clock);
-        let mut rng = seed;
-        let mut next = |n: u64| {
-            rng = rng
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (rng >> 33) % n
-        };
+        let mut next = below(seed);
         let (mut now, mut latest) = (start, start);
         let mut admitted_cost = 0u64;
         let mut held: Vec<(u64, Response<ResponseBody<Streamed>>)> = Vec::new();
@@ -598,13 +592,7 @@ async fn a_plans_tiers_cut_mid_stream_keep_the_bound_for_a_tuple_key() {
         .settle();
         let handle = layer.handle();
         let svc = Svc::new(layer.layer(handler()));
-        let mut rng = seed;
-        let mut next = |n: u64| {
-            rng = rng
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (rng >> 33) % n
-        };
+        let mut next = below(seed);
         // (admitted at, true cost) of each admission.
         let mut admitted: Vec<(Duration, u64)> = Vec::new();
         // (admission index, overspend, response) of the requests in flight.
@@ -674,5 +662,17 @@ async fn a_plans_tiers_cut_mid_stream_keep_the_bound_for_a_tuple_key() {
                 response.into_body().collect().await.unwrap();
             }
         }
+    }
+}
+
+/// Numbers below the `n` each call gives, from a 64-bit linear congruential generator: the
+/// same sequence for the same seed.
+fn below(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed;
+    move |n| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % n
     }
 }

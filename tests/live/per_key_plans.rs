@@ -48,6 +48,18 @@ fn plan(n: u64, named: bool) -> Quota {
     }
 }
 
+/// A plan of `limit` requests per `3600 + n` s, `n` from the request's `x-plan` header (0
+/// without): every `n` a plan of its own.
+fn plan_from_header(limit: u64) -> impl Fn(&Key, RequestHead<'_>) -> Quota + Send + Sync {
+    move |_key, head| {
+        let plan = head.headers().get("x-plan");
+        let n: u64 = plan
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(0);
+        Quota::new(limit, Duration::from_secs(3600 + n))
+    }
+}
+
 /// A layer whose keys `plan-<n>-<client>` get plan `n`; anything else the base quota.
 fn layer(named: bool, clock: &ManualClock) -> RateLimitLayer {
     RateLimitLayer::gcra(Quota::per_hour(1).named("base"))
@@ -338,10 +350,7 @@ async fn plans_up_to_4352_are_all_reached_and_the_next_is_reported() {
     let layer = RateLimitLayer::gcra(Quota::per_hour(1))
         .key(Header::new("x-api-key"))
         .quota_for(|key: &Key, _head: RequestHead<'_>| {
-            let n: u64 = std::str::from_utf8(key.as_bytes().unwrap_or_default())
-                .ok()
-                .and_then(|t| t.strip_prefix("plan-")?.parse().ok())
-                .unwrap_or(0);
+            let n = plan_number(key).unwrap_or(0);
             Quota::new(1, Duration::from_secs(3601 + n))
         })
         .store(MemoryStore::new())
@@ -395,14 +404,7 @@ async fn a_plan_forgotten_past_4352_plans_comes_back_with_its_debt() {
     let clock = ManualClock::new();
     let layer = RateLimitLayer::gcra(Quota::per_hour(1))
         .key(Header::new("x-api-key"))
-        .quota_for(|_key: &Key, head: RequestHead<'_>| {
-            let n: u64 = head
-                .headers()
-                .get("x-plan")
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(0);
-            Quota::new(10, Duration::from_secs(3600 + n))
-        })
+        .quota_for(plan_from_header(10))
         .settle()
         .store(MemoryStore::new())
         .clock(clock.clone());
@@ -450,14 +452,7 @@ async fn a_cut_plan_forgotten_past_4352_plans_comes_back_cut() {
     let clock = ManualClock::new();
     let layer = RateLimitLayer::gcra(Quota::per_hour(1))
         .key(Header::new("x-api-key"))
-        .quota_for(|_key: &Key, head: RequestHead<'_>| {
-            let n: u64 = head
-                .headers()
-                .get("x-plan")
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(0);
-            Quota::new(100, Duration::from_secs(3600 + n))
-        })
+        .quota_for(plan_from_header(100))
         .store(MemoryStore::new())
         .clock(clock.clone());
     let handle = layer.handle();

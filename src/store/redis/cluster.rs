@@ -116,11 +116,10 @@ impl Link {
             .iter()
             .flatten()
             .filter_map(|(first, last, host, port)| {
-                let host = String::from_utf8(host.clone()).ok()?;
                 let node = Node {
                     address: format!("{host}:{port}"),
-                    info: at(seed?, &host, *port)?,
-                    host,
+                    info: at(seed?, host, *port)?,
+                    host: host.clone(),
                     port: *port,
                     link: Arc::downgrade(self),
                 };
@@ -155,7 +154,7 @@ impl Link {
                     .iter()
                     .any(|(_, _, h, p)| (h, p) == (host, port))
             })
-            .filter_map(|(_, (_, _, host, port))| at(seed?, std::str::from_utf8(host).ok()?, *port))
+            .filter_map(|(_, (_, _, host, port))| at(seed?, host, *port))
             .collect();
         for nodes in [masters_only, self.seeds.clone()] {
             if nodes.is_empty() {
@@ -235,8 +234,8 @@ impl Master for Node {
                 // The slot map from the other masters (and a node at random), through the
                 // store's connection.
                 let others = known.iter().flatten().filter_map(|(_, _, host, port)| {
-                    let host = String::from_utf8(host.clone()).ok()?;
-                    let other = host != self.host || *port != self.port;
+                    let other = *host != self.host || *port != self.port;
+                    let host = host.clone();
                     other.then_some(SingleNodeRoutingInfo::ByAddress { host, port: *port })
                 });
                 let asks = others.chain([SingleNodeRoutingInfo::Random]).map(|to| {
@@ -277,7 +276,7 @@ fn serving(reply: RedisResult<Value>) -> bool {
 }
 
 /// Each slot range and its master's host and port, as `CLUSTER SLOTS` lists them, in order.
-type Masters = Vec<(i64, i64, Vec<u8>, u16)>;
+type Masters = Vec<(i64, i64, String, u16)>;
 
 /// The masters, from the first of `asks` (each a node's `CLUSTER SLOTS` reply) to answer with
 /// a slot map within `bound`: all asked at once, so a frozen node holds up nothing; `None`
@@ -323,7 +322,7 @@ fn parse(reply: &Value) -> Option<Masters> {
             else {
                 return None;
             };
-            let host = super::reply::text(master.first()?)?.into_bytes();
+            let host = super::reply::text(master.first()?)?;
             let Value::Int(port) = master.get(1)? else {
                 return None;
             };
@@ -360,8 +359,8 @@ mod tests {
         assert_eq!(
             parse(&reply),
             Some(vec![
-                (0, 5460, b"127.0.0.1".to_vec(), 7000),
-                (5461, 10922, b"127.0.0.1".to_vec(), 7001),
+                (0, 5460, "127.0.0.1".to_owned(), 7000),
+                (5461, 10922, "127.0.0.1".to_owned(), 7001),
             ])
         );
         // A replica promoted in a master's place is a change.
