@@ -336,6 +336,25 @@ mod tests {
     }
 
     #[test]
+    fn every_byte_is_named_as_it_always_was() {
+        // Names in Redis outlive a release: each byte keeps its spelling. Kept: printable
+        // ASCII but `%{}(),`; every other byte `%XX`, upper-case.
+        for b in 0..=u8::MAX {
+            let kept = (0x21..=0x7e).contains(&b) && !b"%{}(),".contains(&b);
+            let mut expected = b"s:a".to_vec();
+            match kept {
+                true => expected.push(b),
+                false => expected.extend_from_slice(format!("%{b:02X}").as_bytes()),
+            }
+            assert_eq!(
+                encoded(Key::from(&[b'a', b][..])),
+                expected,
+                "byte {b:#04x}"
+            );
+        }
+    }
+
+    #[test]
     fn tuples_never_meet_plain_keys() {
         use crate::key::{KeyExtractor, RequestHead};
         let pair = |a: &'static str, b: &'static str| {
