@@ -69,7 +69,7 @@ fn admitted<A: MemoryAlgorithm>(algorithm: &A, run: &Run) -> Vec<u64> {
 
 /// The most admissions whose true times lie within `window` ns of each other (an interval of
 /// length `window`, both ends included).
-fn most_within(admitted: &[u64], window: u64) -> usize {
+pub(super) fn most_within(admitted: &[u64], window: u64) -> usize {
     let mut first = 0;
     let mut most = 0;
     for (last, &t) in admitted.iter().enumerate() {
@@ -83,7 +83,12 @@ fn most_within(admitted: &[u64], window: u64) -> usize {
 
 /// GCRA's bound: for every pair of admissions, the count from one to the other is at most
 /// `burst + ⌊(t_k − t_i + J) / T⌋`.
-fn check_gcra_bound(admitted: &[u64], burst: u64, interval: u64, j: u64) -> Result<(), String> {
+pub(super) fn check_gcra_bound(
+    admitted: &[u64],
+    burst: u64,
+    interval: u64,
+    j: u64,
+) -> Result<(), String> {
     for i in 0..admitted.len() {
         for k in i..admitted.len() {
             let count = (k - i + 1) as u64;
@@ -100,7 +105,7 @@ fn check_gcra_bound(admitted: &[u64], burst: u64, interval: u64, j: u64) -> Resu
 }
 
 /// A quota of `limit` per `limit × interval` ns, in bursts of `burst`.
-fn quota(limit: u64, interval: u64, burst: u64) -> Quota {
+pub(super) fn quota(limit: u64, interval: u64, burst: u64) -> Quota {
     Quota::new(limit, Duration::from_nanos(limit * interval)).with_burst(burst)
 }
 

@@ -9,6 +9,7 @@ mod clock_jitter;
 mod clock_read_late;
 mod count_if_props;
 mod gcra_oracle;
+mod jitter_refunds;
 mod reaction_time;
 mod settle_bound;
 mod settle_debt;

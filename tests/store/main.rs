@@ -6,6 +6,7 @@ mod support;
 mod bans;
 mod blocks;
 mod concurrency;
+mod edges;
 mod eviction;
 mod shared_names;
 mod stress;
