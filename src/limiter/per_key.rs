@@ -283,6 +283,7 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         // A plan the store cannot keep (a quota too large for Redis): its requests are refused
         // as by a store that fails closed, never given the layer's own quotas, which may be
         // looser than the plan's.
+        let dropped = evicted.clone();
         let policy = evicted.map_or_else(make, Ok).inspect_err(|refused| {
             Self::log_once(
                 &self.warned_refused,
@@ -294,8 +295,13 @@ impl<R: Clone + Send + Sync + 'static> PerKey<R> {
         if let Some(entry) = made_for.held.get(quotas) {
             return Ok(Some(entry.policy.clone()));
         }
-        if self.maker.live.plan_quotas(quotas) != in_force {
-            // The plan's quotas changed meanwhile: made again with them.
+        // The plan's quotas changed meanwhile (a dropped plan's limiter is replaced by the
+        // change, after its quotas are): made again with them.
+        let replaced = dropped.is_some_and(|dropped| {
+            let now = made_for.evicted.get(quotas);
+            !now.is_some_and(|now| Arc::ptr_eq(now, &dropped))
+        });
+        if replaced || self.maker.live.plan_quotas(quotas) != in_force {
             drop(made_for);
             return self.lookup(quotas);
         }
